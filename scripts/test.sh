@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The project's one test command: bash scripts/test.sh
+#
+# Installs what the tests need (scripts/test-deps.sh: redis-server, Envoy),
+# then runs, stopping at the first failure:
+#   cargo fmt --check, cargo clippy (warnings are errors),
+#   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc.
+# Long load runs are not part of it.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "test dependencies"
+# test-deps.sh prints the Envoy binary's path on stdout (logs go to stderr).
+envoy="$(bash scripts/test-deps.sh)"
+export CHARON_ENVOY="${CHARON_ENVOY:-$envoy}"
+echo "CHARON_ENVOY=$CHARON_ENVOY" >&2
+export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test --all-targets"
+cargo test --all-targets
+
+step "cargo test --doc"
+cargo test --doc

@@ -1,0 +1,221 @@
+//! The envoyproxy/ratelimit descriptor tree, compiled for matching.
+//!
+//! Matching walks a request descriptor's entries down the tree. At each level
+//! the entry matches, in this order: the child with the same key and value,
+//! then the first child (in file order) whose value is a wildcard pattern that
+//! matches, then the child with the key and no value. A limit applies only
+//! where the descriptor ends.
+
+use std::collections::HashMap;
+
+use super::{FixedLimit, Unit};
+
+/// What a descriptor leaf says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Leaf {
+    /// An intermediate node: a descriptor ending here is not limited.
+    None,
+    /// A fixed window, as in envoyproxy/ratelimit.
+    Limit(FixedLimit),
+    /// `rate_limit: {unlimited: true}`: never limited, reported as such.
+    Unlimited {
+        name: Option<String>,
+        replaces: Vec<String>,
+    },
+    /// Charon's extension: the entry's value is the domain of this resource.
+    Resource(String),
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub leaf: Leaf,
+    pub shadow_mode: bool,
+    /// With `share_threshold` on a wildcard entry, the pattern replaces the
+    /// value in the counter key so that all matching values share a counter.
+    pub shared_value: Option<String>,
+    pub children: Level,
+}
+
+/// The children of one node (or the top of the tree), by key.
+#[derive(Debug, Clone, Default)]
+pub struct Level {
+    pub(crate) by_key: HashMap<String, KeyMatchers>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct KeyMatchers {
+    pub(crate) exact: HashMap<String, Node>,
+    pub(crate) wildcards: Vec<(Glob, Node)>,
+    pub(crate) any: Option<Node>,
+}
+
+/// A match: the node where the descriptor ended, and for each entry the value
+/// to use in the counter key.
+#[derive(Debug)]
+pub struct Match<'c> {
+    pub node: &'c Node,
+    /// One per entry: `None` means "the request's own value".
+    pub shared_values: Vec<Option<&'c str>>,
+}
+
+impl Level {
+    /// Finds the node a descriptor's entries lead to, if any.
+    pub fn find<'c, 'e>(
+        &'c self,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    ) -> Option<Match<'c>> {
+        let mut level = self;
+        let mut found: Option<&Node> = None;
+        let mut shared_values = Vec::new();
+        for (key, value) in entries {
+            let matchers = level.by_key.get(key)?;
+            let node = matchers
+                .exact
+                .get(value)
+                .or_else(|| {
+                    matchers
+                        .wildcards
+                        .iter()
+                        .find(|(glob, _)| glob.matches(value))
+                        .map(|(_, node)| node)
+                })
+                .or(matchers.any.as_ref())?;
+            shared_values.push(node.shared_value.as_deref());
+            level = &node.children;
+            found = Some(node);
+        }
+        found.map(|node| Match {
+            node,
+            shared_values,
+        })
+    }
+
+    /// Every limit of the tree, depth first, for reports.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+}
+
+/// A value pattern where `*` matches any run of characters (including none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Glob {
+    pattern: String,
+}
+
+impl Glob {
+    pub fn new(pattern: &str) -> Self {
+        Self {
+            pattern: pattern.to_owned(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Whether `value` matches: iterative, linear-ish, never recursive, so a
+    /// hostile pattern or value cannot blow the stack.
+    pub fn matches(&self, value: &str) -> bool {
+        let pattern = self.pattern.as_bytes();
+        let value = value.as_bytes();
+        let (mut p, mut v) = (0, 0);
+        let mut backtrack: Option<(usize, usize)> = None;
+        while v < value.len() {
+            if p < pattern.len() && pattern[p] == b'*' {
+                backtrack = Some((p, v));
+                p += 1;
+            } else if p < pattern.len() && pattern[p] == value[v] {
+                p += 1;
+                v += 1;
+            } else if let Some((star, matched)) = backtrack {
+                p = star + 1;
+                v = matched + 1;
+                backtrack = Some((star, matched + 1));
+            } else {
+                return false;
+            }
+        }
+        pattern[p..].iter().all(|&b| b == b'*')
+    }
+}
+
+impl Unit {
+    /// The unit's length in milliseconds (a month is 30 days and a year 365,
+    /// as in envoyproxy/ratelimit).
+    pub fn millis(self) -> u64 {
+        1_000
+            * match self {
+                Unit::Second => 1,
+                Unit::Minute => 60,
+                Unit::Hour => 3_600,
+                Unit::Day => 86_400,
+                Unit::Week => 604_800,
+                Unit::Month => 2_592_000,
+                Unit::Year => 31_536_000,
+            }
+    }
+
+    /// The smallest unit at least as long as `ms` (a year if none is).
+    pub fn covering(ms: u64) -> Unit {
+        [
+            Unit::Second,
+            Unit::Minute,
+            Unit::Hour,
+            Unit::Day,
+            Unit::Week,
+            Unit::Month,
+        ]
+        .into_iter()
+        .find(|unit| unit.millis() >= ms)
+        .unwrap_or(Unit::Year)
+    }
+
+    pub fn parse(text: &str) -> Option<Unit> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "second" => Unit::Second,
+            "minute" => Unit::Minute,
+            "hour" => Unit::Hour,
+            "day" => Unit::Day,
+            "week" => Unit::Week,
+            "month" => Unit::Month,
+            "year" => Unit::Year,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_runs_anywhere() {
+        let cases = [
+            ("foo*", "foobar", true),
+            ("foo*", "foo", true),
+            ("foo*", "fo", false),
+            ("*bar", "foobar", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("*", "", true),
+            ("é*", "été", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ];
+        for (pattern, value, expected) in cases {
+            assert_eq!(
+                Glob::new(pattern).matches(value),
+                expected,
+                "{pattern} ~ {value}"
+            );
+        }
+    }
+
+    #[test]
+    fn glob_is_fast_on_hostile_input() {
+        let pattern = "*a".repeat(50);
+        let value = "a".repeat(10_000) + "b";
+        assert!(!Glob::new(&pattern).matches(&value));
+    }
+}

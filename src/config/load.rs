@@ -1,0 +1,691 @@
+//! Reading files: parse, validate, normalize, compile. Errors are collected
+//! (not stopped at the first) so that one `charon check` shows them all.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_saphyr::{Location, Spanned};
+
+use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
+use super::duration::{self, FOREVER, Millis};
+use super::raw::{RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawTier};
+use super::{
+    Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace, Note,
+    RatePolicy, RateResource, Resource, Settings, Tier, Unit, caps,
+};
+
+/// A loaded configuration and what loading it changed.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Config,
+    /// What normalization changed, file by file.
+    pub notes: Vec<Note>,
+    /// Each file as normalized, in YAML, for `charon check`.
+    pub normalized: Vec<(PathBuf, String)>,
+}
+
+/// Loads one file, or every `*.yaml`/`*.yml` file of a directory.
+pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
+    let files = if path.is_dir() {
+        yaml_files_in(path)?
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut errors = Vec::new();
+    let mut loaded = Loaded {
+        config: Config::default(),
+        notes: Vec::new(),
+        normalized: Vec::new(),
+    };
+    let mut sources: HashMap<String, PathBuf> = HashMap::new();
+    for file in files {
+        let text = match read_capped(&file) {
+            Ok(text) => text,
+            Err(error) => {
+                errors.push(error);
+                continue;
+            }
+        };
+        match compile_file(&text, &file) {
+            Ok(compiled) => {
+                let name = compiled.namespace.name.clone();
+                if let Some(first) = sources.get(&name) {
+                    errors.push(ConfigError {
+                        file: file.clone(),
+                        line: compiled.domain_at.line(),
+                        column: compiled.domain_at.column(),
+                        message: format!(
+                            "domain `{name}` is already defined in {}",
+                            first.display()
+                        ),
+                    });
+                    continue;
+                }
+                sources.insert(name.clone(), file.clone());
+                loaded.notes.extend(compiled.notes);
+                loaded.normalized.push((file, compiled.normalized));
+                loaded
+                    .config
+                    .namespaces
+                    .insert(name, Arc::new(compiled.namespace));
+            }
+            Err(mut file_errors) => errors.append(&mut file_errors),
+        }
+    }
+    if errors.is_empty() {
+        Ok(loaded)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Loads one file's text; `origin` names it in errors.
+pub fn load_str(text: &str, origin: impl AsRef<Path>) -> Result<Loaded, ConfigErrors> {
+    let origin = origin.as_ref();
+    let compiled = compile_file(text, origin).map_err(ConfigErrors)?;
+    let mut config = Config::default();
+    config.namespaces.insert(
+        compiled.namespace.name.clone(),
+        Arc::new(compiled.namespace),
+    );
+    Ok(Loaded {
+        config,
+        notes: compiled.notes,
+        normalized: vec![(origin.to_owned(), compiled.normalized)],
+    })
+}
+
+fn yaml_files_in(dir: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        ConfigErrors(vec![ConfigError::whole_file(
+            dir,
+            format!("cannot read directory: {e}"),
+        )])
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            // Kubernetes ConfigMap mounts keep their data under hidden `..data`
+            // directories and expose it through symlinks: skip hidden names.
+            let visible = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| !n.starts_with('.'));
+            let yaml = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| e == "yaml" || e == "yml");
+            visible && yaml && path.is_file()
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(ConfigErrors(vec![ConfigError::whole_file(
+            dir,
+            "no *.yaml or *.yml file in this directory",
+        )]));
+    }
+    Ok(files)
+}
+
+fn read_capped(file: &Path) -> Result<String, ConfigError> {
+    let meta = std::fs::metadata(file)
+        .map_err(|e| ConfigError::whole_file(file, format!("cannot read file: {e}")))?;
+    if meta.len() > caps::MAX_FILE_BYTES {
+        return Err(ConfigError::whole_file(
+            file,
+            format!(
+                "file is {} bytes; the limit is {} bytes",
+                meta.len(),
+                caps::MAX_FILE_BYTES
+            ),
+        ));
+    }
+    let bytes = std::fs::read(file)
+        .map_err(|e| ConfigError::whole_file(file, format!("cannot read file: {e}")))?;
+    String::from_utf8(bytes)
+        .map_err(|e| ConfigError::whole_file(file, format!("file is not UTF-8: {e}")))
+}
+
+struct Compiled {
+    namespace: Namespace,
+    notes: Vec<Note>,
+    normalized: String,
+    domain_at: Location,
+}
+
+fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
+    let mut options = serde_saphyr::options::Options::default();
+    options.with_snippet = false;
+    let mut raw: RawFile = serde_saphyr::from_str_with_options(text, options)
+        .map_err(|e| vec![parse_error(file, &e)])?;
+    let mut ctx = Ctx {
+        file: file.to_owned(),
+        errors: Vec::new(),
+        notes: Vec::new(),
+    };
+    let namespace = ctx.namespace(&mut raw);
+    if !ctx.errors.is_empty() {
+        return Err(ctx.errors);
+    }
+    let normalized =
+        serde_saphyr::to_string(&raw).unwrap_or_else(|e| format!("# cannot print: {e}\n"));
+    Ok(Compiled {
+        namespace,
+        notes: ctx.notes,
+        normalized,
+        domain_at: raw.domain.referenced,
+    })
+}
+
+fn parse_error(file: &Path, error: &serde_saphyr::Error) -> ConfigError {
+    let text = error.to_string();
+    match error.location() {
+        Some(at) => {
+            // The parser appends " at line L, column C"; we print the location
+            // first, compiler style, so strip it from the message.
+            let message = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(message, _)| message)
+                .to_owned();
+            ConfigError {
+                file: file.to_owned(),
+                line: at.line(),
+                column: at.column(),
+                message,
+            }
+        }
+        None => ConfigError::whole_file(file, text),
+    }
+}
+
+struct Ctx {
+    file: PathBuf,
+    errors: Vec<ConfigError>,
+    notes: Vec<Note>,
+}
+
+/// What kind each resource is, for checking `resource:` leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Rate,
+    Copies,
+}
+
+impl Ctx {
+    fn error(&mut self, at: Location, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            line: at.line(),
+            column: at.column(),
+            message: message.into(),
+        });
+    }
+
+    fn note(&mut self, at: Location, message: impl Into<String>) {
+        self.notes.push(Note {
+            file: self.file.clone(),
+            line: at.line(),
+            column: at.column(),
+            message: message.into(),
+        });
+    }
+
+    /// A count: a whole number in `0..=u32::MAX`.
+    fn count(&mut self, value: &Spanned<i64>, what: &str) -> Option<u64> {
+        match u32::try_from(value.value) {
+            Ok(n) => Some(u64::from(n)),
+            Err(_) => {
+                self.error(
+                    value.referenced,
+                    format!(
+                        "{what} must be between 0 and {}, got {}",
+                        u32::MAX,
+                        value.value
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Millis> {
+        match duration::parse(&value.value) {
+            Ok(ms) => Some(ms),
+            Err(message) => {
+                self.error(value.referenced, format!("{what}: {message}"));
+                None
+            }
+        }
+    }
+
+    fn namespace(&mut self, raw: &mut RawFile) -> Namespace {
+        let name = raw.domain.value.clone();
+        if name.is_empty() {
+            self.error(raw.domain.referenced, "domain is empty");
+        }
+        let settings = raw
+            .settings
+            .as_ref()
+            .map(|s| Settings {
+                ignore_configured: s.ignore_configured,
+                allow_unconfigured: s.allow_unconfigured,
+            })
+            .unwrap_or_default();
+        let kinds: HashMap<String, Kind> = raw
+            .resources
+            .iter()
+            .map(|(name, resource)| {
+                let kind = if resource.value.copies.is_some() && resource.value.rate.is_none() {
+                    Kind::Copies
+                } else {
+                    Kind::Rate
+                };
+                (name.clone(), kind)
+            })
+            .collect();
+        let descriptors = self.level(&raw.descriptors, 1, &kinds);
+        let mut resources = HashMap::new();
+        for (name, resource) in &mut raw.resources {
+            if let Some(compiled) = self.resource(name, resource) {
+                resources.insert(name.clone(), compiled);
+            }
+        }
+        Namespace {
+            name,
+            source: self.file.clone(),
+            settings,
+            descriptors,
+            resources,
+        }
+    }
+
+    fn level(
+        &mut self,
+        raws: &[RawDescriptor],
+        depth: usize,
+        kinds: &HashMap<String, Kind>,
+    ) -> Level {
+        let mut level = Level::default();
+        let mut seen: HashSet<(&str, &str)> = HashSet::new();
+        for raw in raws {
+            let at = raw.key.referenced;
+            let key = raw.key.value.as_str();
+            if key.is_empty() {
+                self.error(at, "descriptor key is empty");
+                continue;
+            }
+            if depth > caps::MAX_DESCRIPTOR_DEPTH {
+                self.error(
+                    at,
+                    format!(
+                        "descriptors are nested deeper than {}",
+                        caps::MAX_DESCRIPTOR_DEPTH
+                    ),
+                );
+                return level;
+            }
+            let value = raw.value.as_ref().map_or("", |v| v.value.as_str());
+            if !seen.insert((key, value)) {
+                let shown = if value.is_empty() {
+                    format!("`{key}`")
+                } else {
+                    format!("`{key}` = `{value}`")
+                };
+                self.error(at, format!("duplicate descriptor {shown} at this level"));
+                continue;
+            }
+            let leaf = self.leaf(raw, kinds);
+            let is_wildcard = value.contains('*');
+            let shared_value = if raw.share_threshold {
+                if !is_wildcard {
+                    self.error(at, "share_threshold needs a wildcard value (one with `*`)");
+                }
+                Some(value.to_owned())
+            } else {
+                None
+            };
+            let node = Node {
+                leaf,
+                shadow_mode: raw.shadow_mode,
+                shared_value,
+                children: self.level(&raw.descriptors, depth + 1, kinds),
+            };
+            let matchers: &mut KeyMatchers = level.by_key.entry(key.to_owned()).or_default();
+            if value.is_empty() {
+                matchers.any = Some(node);
+            } else if is_wildcard {
+                matchers.wildcards.push((Glob::new(value), node));
+            } else {
+                matchers.exact.insert(value.to_owned(), node);
+            }
+        }
+        level
+    }
+
+    fn leaf(&mut self, raw: &RawDescriptor, kinds: &HashMap<String, Kind>) -> Leaf {
+        match (&raw.rate_limit, &raw.resource) {
+            (Some(limit), Some(_)) => {
+                self.error(
+                    limit.referenced,
+                    "a descriptor has either `rate_limit` or `resource`, not both",
+                );
+                Leaf::None
+            }
+            (None, None) => Leaf::None,
+            (None, Some(resource)) => match kinds.get(&resource.value) {
+                Some(Kind::Rate) => Leaf::Resource(resource.value.clone()),
+                Some(Kind::Copies) => {
+                    self.error(
+                        resource.referenced,
+                        format!(
+                            "resource `{}` is copy-limited; a descriptor can only name a rate-limited resource",
+                            resource.value
+                        ),
+                    );
+                    Leaf::None
+                }
+                None => {
+                    self.error(
+                        resource.referenced,
+                        format!(
+                            "resource `{}` is not defined under `resources:`",
+                            resource.value
+                        ),
+                    );
+                    Leaf::None
+                }
+            },
+            (Some(limit), None) => {
+                let at = limit.referenced;
+                let limit = &limit.value;
+                let replaces = limit.replaces.iter().map(|r| r.name.clone()).collect();
+                let unit = match &limit.unit {
+                    None => None,
+                    Some(unit) => match Unit::parse(&unit.value) {
+                        Some(parsed) => Some(parsed),
+                        None => {
+                            self.error(
+                                unit.referenced,
+                                format!(
+                                    "invalid rate limit unit `{}`; use second, minute, hour, day, week, month or year",
+                                    unit.value
+                                ),
+                            );
+                            return Leaf::None;
+                        }
+                    },
+                };
+                if limit.unlimited {
+                    if unit.is_some() {
+                        self.error(at, "an unlimited rate_limit must not have a unit");
+                    }
+                    return Leaf::Unlimited {
+                        name: limit.name.clone(),
+                        replaces,
+                    };
+                }
+                let Some(unit) = unit else {
+                    self.error(at, "rate_limit needs a `unit` (or `unlimited: true`)");
+                    return Leaf::None;
+                };
+                let Some(requests) = &limit.requests_per_unit else {
+                    self.error(at, "rate_limit needs `requests_per_unit`");
+                    return Leaf::None;
+                };
+                match self.count(requests, "requests_per_unit") {
+                    Some(requests_per_unit) => Leaf::Limit(FixedLimit {
+                        requests_per_unit,
+                        unit,
+                        name: limit.name.clone(),
+                        replaces,
+                    }),
+                    None => Leaf::None,
+                }
+            }
+        }
+    }
+
+    fn resource(&mut self, name: &str, resource: &mut Spanned<RawResource>) -> Option<Resource> {
+        let at = resource.referenced;
+        if name.is_empty() {
+            self.error(at, "resource name is empty");
+            return None;
+        }
+        match (&mut resource.value.rate, &mut resource.value.copies) {
+            (Some(_), Some(_)) => {
+                self.error(
+                    at,
+                    format!(
+                        "resource `{name}` has both `rate:` and `copies:`; it needs exactly one"
+                    ),
+                );
+                None
+            }
+            (None, None) => {
+                self.error(at, format!("resource `{name}` needs `rate:` or `copies:`"));
+                None
+            }
+            (Some(rate), None) => self.rate(name, rate).map(|r| Resource::Rate(Arc::new(r))),
+            (None, Some(copies)) => self
+                .copies(name, copies)
+                .map(|c| Resource::Copies(Arc::new(c))),
+        }
+    }
+
+    fn rate(&mut self, name: &str, rate: &mut RawRate) -> Option<RateResource> {
+        let errors_before = self.errors.len();
+        let global_limit = rate
+            .global_limit
+            .as_ref()
+            .and_then(|g| self.count(g, "global_limit"));
+        let default = self.policy(name, None, rate.hard_limit.as_ref(), &mut rate.tiers);
+        let mut domains = HashMap::new();
+        for (domain, config) in &mut rate.domains {
+            if domain.is_empty() {
+                self.error(config.referenced, "domain name is empty");
+                continue;
+            }
+            let config = &mut config.value;
+            let policy = self.policy(
+                name,
+                Some(domain),
+                config.hard_limit.as_ref(),
+                &mut config.tiers,
+            );
+            domains.insert(domain.clone(), Arc::new(policy));
+        }
+        (self.errors.len() == errors_before).then(|| RateResource {
+            name: name.to_owned(),
+            global_limit,
+            default: Arc::new(default),
+            domains,
+        })
+    }
+
+    fn policy(
+        &mut self,
+        resource: &str,
+        domain: Option<&str>,
+        hard_limit: Option<&Spanned<i64>>,
+        raw_tiers: &mut Vec<Spanned<RawTier>>,
+    ) -> RatePolicy {
+        let whose = match domain {
+            Some(domain) => format!("resource `{resource}`, domain `{domain}`"),
+            None => format!("resource `{resource}`"),
+        };
+        let hard_limit = hard_limit.and_then(|h| self.count(h, "hard_limit"));
+        if raw_tiers.len() > caps::MAX_TIERS {
+            if let Some(first) = raw_tiers.first() {
+                self.error(
+                    first.referenced,
+                    format!(
+                        "{whose} has {} tiers; the limit is {}",
+                        raw_tiers.len(),
+                        caps::MAX_TIERS
+                    ),
+                );
+            }
+            return RatePolicy {
+                hard_limit,
+                tiers: Vec::new(),
+            };
+        }
+        let had_tiers = !raw_tiers.is_empty();
+        let mut tiers = Vec::with_capacity(raw_tiers.len());
+        let mut keep = Vec::with_capacity(raw_tiers.len());
+        for (index, spanned) in raw_tiers.iter_mut().enumerate() {
+            let at = spanned.referenced;
+            let raw = &mut spanned.value;
+            let number = index + 1;
+            let limit = self.count(&raw.limit, "limit");
+            let window = self.duration(&raw.window, "window");
+            let active = self.duration(&raw.active, "active");
+            let cooldown = self.duration(&raw.cooldown, "cooldown");
+            let (Some(limit), Some(mut window), Some(mut active), Some(cooldown)) =
+                (limit, window, active, cooldown)
+            else {
+                keep.push(true);
+                continue;
+            };
+            if window == 0 {
+                self.error(raw.window.referenced, "window must be longer than 0s");
+                keep.push(true);
+                continue;
+            }
+            if active == 0 {
+                self.note(
+                    at,
+                    format!(
+                        "{whose}: tier {number} has `active: 0s` and can never be entered; removed"
+                    ),
+                );
+                keep.push(false);
+                continue;
+            }
+            if active != FOREVER && window > active {
+                self.note(
+                    at,
+                    format!(
+                        "{whose}: tier {number}: window {} is longer than active {}; shortened to {}",
+                        duration::format(window),
+                        duration::format(active),
+                        duration::format(active)
+                    ),
+                );
+                window = active;
+                raw.window.value = duration::format(window);
+            }
+            if active != FOREVER && active % window != 0 {
+                let trimmed = active / window * window;
+                self.note(
+                    at,
+                    format!(
+                        "{whose}: tier {number}: active {} is not a whole number of {} windows; trimmed to {}",
+                        duration::format(active),
+                        duration::format(window),
+                        duration::format(trimmed)
+                    ),
+                );
+                active = trimmed;
+                raw.active.value = duration::format(active);
+            }
+            keep.push(true);
+            tiers.push(Tier {
+                limit,
+                window,
+                active,
+                cooldown,
+                skippable: raw.skippable,
+            });
+        }
+        let mut flags = keep.into_iter();
+        raw_tiers.retain(|_| flags.next().unwrap_or(true));
+        if tiers.is_empty() && had_tiers {
+            self.notes.push(Note {
+                file: self.file.clone(),
+                line: 0,
+                column: 0,
+                message: format!("{whose} has no tier left: every request for it will be rejected"),
+            });
+        }
+        RatePolicy { hard_limit, tiers }
+    }
+
+    fn copies(&mut self, name: &str, copies: &mut RawCopies) -> Option<CopyResource> {
+        let errors_before = self.errors.len();
+        let global_limit = copies
+            .global_limit
+            .as_ref()
+            .and_then(|g| self.count(g, "global_limit"));
+        let domain_limit = self.count(&copies.domain_limit, "domain_limit");
+        let lowered = |ctx: &mut Ctx,
+                       value: &mut Spanned<i64>,
+                       count: Option<u64>,
+                       what: String|
+         -> u64 {
+            let count = count.unwrap_or(0);
+            match global_limit {
+                Some(global) if count > global => {
+                    ctx.note(
+                        value.referenced,
+                        format!("resource `{name}`: {what} {count} is above global_limit {global}; lowered to {global}"),
+                    );
+                    value.value = i64::try_from(global).unwrap_or(i64::MAX);
+                    global
+                }
+                _ => count,
+            }
+        };
+        let domain_limit = lowered(
+            self,
+            &mut copies.domain_limit,
+            domain_limit,
+            "domain_limit".into(),
+        );
+        let mut domains = HashMap::new();
+        for (domain, limit) in &mut copies.domains {
+            let count = self.count(limit, "domain limit");
+            let count = lowered(self, limit, count, format!("limit of domain `{domain}`"));
+            domains.insert(domain.clone(), count);
+        }
+        let mut groups = Vec::new();
+        let mut group_names = HashSet::new();
+        for group in &mut copies.groups {
+            let group = &mut group.value;
+            let group_name = group.name.value.clone();
+            if group_name.is_empty() {
+                self.error(group.name.referenced, "group name is empty");
+                continue;
+            }
+            if !group_names.insert(group_name.clone()) {
+                self.error(
+                    group.name.referenced,
+                    format!("duplicate group `{group_name}`"),
+                );
+                continue;
+            }
+            let count = self.count(&group.limit, "group limit");
+            let limit = lowered(
+                self,
+                &mut group.limit,
+                count,
+                format!("limit of group `{group_name}`"),
+            );
+            groups.push(CopyGroup {
+                name: group_name,
+                limit,
+                domains: group.domains.iter().cloned().collect(),
+            });
+        }
+        (self.errors.len() == errors_before).then(|| CopyResource {
+            name: name.to_owned(),
+            domain_limit,
+            global_limit,
+            domains,
+            groups,
+        })
+    }
+}

@@ -1,0 +1,158 @@
+//! Configuration: what limits exist. Owns the file format (SPEC §2), its
+//! validation and normalization (paper §4.1), and the compiled, immutable
+//! [`Config`] the engine decides with.
+//!
+//! One YAML file is one namespace (Envoy's `domain`); a directory loads every
+//! `*.yaml`/`*.yml` in it. A file with any error is rejected whole, and errors
+//! carry `file:line:column`. Normalization changes what the paper says it
+//! should and reports each change as a [`Note`].
+//!
+//! ```rust
+//! let yaml = "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
+//! let loaded = charon::config::load_str(yaml, "shop.yaml").unwrap();
+//! assert!(loaded.config.namespace("shop").is_some());
+//! ```
+
+mod descriptors;
+pub mod duration;
+mod error;
+mod load;
+mod raw;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use descriptors::{Glob, Leaf, Level, Match, Node};
+pub use duration::{FOREVER, Millis};
+pub use error::{ConfigError, ConfigErrors, Note};
+pub use load::{Loaded, load_path, load_str};
+
+/// Sizes past which a file is refused rather than loaded (see the README).
+pub mod caps {
+    /// A configuration file larger than this is refused.
+    pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+    /// Descriptor nesting deeper than this is refused (the YAML parser's own
+    /// depth budget stops hostile files earlier than this would).
+    pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
+    /// Burst tiers per rate configuration.
+    pub const MAX_TIERS: usize = 64;
+}
+
+/// Every namespace the server knows, by name.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    namespaces: HashMap<String, Arc<Namespace>>,
+}
+
+impl Config {
+    pub fn namespace(&self, name: &str) -> Option<&Arc<Namespace>> {
+        self.namespaces.get(name)
+    }
+
+    pub fn namespaces(&self) -> impl Iterator<Item = &Arc<Namespace>> {
+        self.namespaces.values()
+    }
+}
+
+/// One namespace: the limits of one file.
+#[derive(Debug)]
+pub struct Namespace {
+    pub name: String,
+    pub source: PathBuf,
+    pub settings: Settings,
+    pub descriptors: Level,
+    pub resources: HashMap<String, Resource>,
+}
+
+/// Namespace switches (paper §4.3).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Every request is granted; decisions are still computed and reported.
+    pub ignore_configured: bool,
+    /// Unknown resources behave as unlimited (used by the Charon API).
+    pub allow_unconfigured: bool,
+}
+
+/// A named resource of a namespace.
+#[derive(Debug, Clone)]
+pub enum Resource {
+    Rate(Arc<RateResource>),
+    Copies(Arc<CopyResource>),
+}
+
+/// A rate-limited resource: burst tiers with hard and global limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateResource {
+    pub name: String,
+    /// G: hits per second across all domains.
+    pub global_limit: Option<u64>,
+    pub default: Arc<RatePolicy>,
+    /// Domain-specific configurations: replace the default whole.
+    pub domains: HashMap<String, Arc<RatePolicy>>,
+}
+
+impl RateResource {
+    /// The policy that applies to `domain`.
+    pub fn policy_for(&self, domain: &str) -> &Arc<RatePolicy> {
+        self.domains.get(domain).unwrap_or(&self.default)
+    }
+}
+
+/// The per-domain part of a rate configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RatePolicy {
+    /// H: hits per second for one domain, across tiers.
+    pub hard_limit: Option<u64>,
+    /// One-indexed in the paper; index 0 here is tier 1.
+    pub tiers: Vec<Tier>,
+}
+
+/// One burst tier, normalized: `window <= active`, and a finite `active` is a
+/// whole number of windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tier {
+    pub limit: u64,
+    pub window: Millis,
+    pub active: Millis,
+    pub cooldown: Millis,
+    pub skippable: bool,
+}
+
+/// A copy-limited resource (served by a later issue; loaded and validated now).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyResource {
+    pub name: String,
+    pub domain_limit: u64,
+    pub global_limit: Option<u64>,
+    pub domains: HashMap<String, u64>,
+    pub groups: Vec<CopyGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyGroup {
+    pub name: String,
+    pub limit: u64,
+    pub domains: HashSet<String>,
+}
+
+/// A fixed-window limit on a descriptor leaf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedLimit {
+    pub requests_per_unit: u64,
+    pub unit: Unit,
+    pub name: Option<String>,
+    pub replaces: Vec<String>,
+}
+
+/// envoyproxy/ratelimit's time units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}

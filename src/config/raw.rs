@@ -1,0 +1,158 @@
+//! The configuration file exactly as written: serde types that mirror the
+//! YAML, with source locations kept on the nodes that validation may need to
+//! point at. Normalization rewrites these in place (so `charon check` can print
+//! the normalized file back); compilation turns them into [`super::Namespace`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::{Location, Spanned};
+
+/// One file: one namespace.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    pub domain: Spanned<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<RawSettings>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<RawDescriptor>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resources: BTreeMap<String, Spanned<RawResource>>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSettings {
+    #[serde(default)]
+    pub ignore_configured: bool,
+    #[serde(default)]
+    pub allow_unconfigured: bool,
+}
+
+/// An envoyproxy/ratelimit descriptor, plus Charon's `resource:` leaf.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDescriptor {
+    pub key: Spanned<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<Spanned<RawRateLimit>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shadow_mode: bool,
+    /// Accepted for envoyproxy/ratelimit compatibility; Charon's metrics never
+    /// carry per-descriptor labels, so it changes nothing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub detailed_metric: bool,
+    /// Accepted for compatibility; see `detailed_metric`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub value_to_metric: bool,
+    /// On a wildcard entry: every value it matches shares one counter.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub share_threshold: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRateLimit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<RawReplace>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_unit: Option<Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unlimited: bool,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReplace {
+    pub name: String,
+}
+
+/// A Charon resource: exactly one of `rate` and `copies`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RawRate>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copies: Option<RawCopies>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_limit: Option<Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_limit: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub tiers: Vec<Spanned<RawTier>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub domains: BTreeMap<String, Spanned<RawDomainRate>>,
+}
+
+/// A domain-specific rate configuration: replaces the default one whole.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDomainRate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_limit: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub tiers: Vec<Spanned<RawTier>>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTier {
+    pub limit: Spanned<i64>,
+    pub window: Spanned<String>,
+    #[serde(default = "forever")]
+    pub active: Spanned<String>,
+    #[serde(default = "zero")]
+    pub cooldown: Spanned<String>,
+    #[serde(default)]
+    pub skippable: bool,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCopies {
+    pub domain_limit: Spanned<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_limit: Option<Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub domains: BTreeMap<String, Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Spanned<RawGroup>>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGroup {
+    pub name: Spanned<String>,
+    pub limit: Spanned<i64>,
+    #[serde(default)]
+    pub domains: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn forever() -> Spanned<String> {
+    Spanned::new("forever".to_owned(), Location::UNKNOWN, Location::UNKNOWN)
+}
+
+fn zero() -> Spanned<String> {
+    Spanned::new("0s".to_owned(), Location::UNKNOWN, Location::UNKNOWN)
+}

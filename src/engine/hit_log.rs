@@ -1,0 +1,131 @@
+//! A time-ordered log of granted hits, grouped by millisecond.
+
+use std::collections::VecDeque;
+
+/// Granted hits as `(time, count)` pairs in time order; a bulk grant at one
+/// instant is one pair, so memory is bounded by distinct instants, not hits.
+///
+/// Window rule (paper §2.1): a hit at `t` counts in a window of span `w` while
+/// `now <= t + w`; it leaves the window at `t + w + 1`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HitLog {
+    entries: VecDeque<(u64, u64)>,
+    total: u64,
+}
+
+impl HitLog {
+    /// Hits that count in a window of span `window` at `now`.
+    pub fn count(&self, now: u64, window: u64) -> u64 {
+        let mut expired = 0;
+        for &(t, n) in &self.entries {
+            if t.saturating_add(window) >= now {
+                break;
+            }
+            expired += n;
+        }
+        self.total - expired
+    }
+
+    /// Drops what no longer counts at `now`.
+    pub fn prune(&mut self, now: u64, window: u64) {
+        while let Some(&(t, n)) = self.entries.front() {
+            if t.saturating_add(window) >= now {
+                break;
+            }
+            self.entries.pop_front();
+            self.total -= n;
+        }
+    }
+
+    /// Records `n` hits at `now` (`now` never goes below the last entry's time
+    /// for a given store; if a clock steps back, the hits join the last entry).
+    pub fn push(&mut self, now: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.entries.back_mut() {
+            Some((t, count)) if *t >= now => *count += n,
+            _ => self.entries.push_back((now, n)),
+        }
+        self.total += n;
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.total = 0;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The time of the most recent hit.
+    pub fn last(&self) -> Option<u64> {
+        self.entries.back().map(|&(t, _)| t)
+    }
+
+    /// The oldest hit that still counts at `now`.
+    pub fn oldest_counting(&self, now: u64, window: u64) -> Option<u64> {
+        self.entries
+            .iter()
+            .map(|&(t, _)| t)
+            .find(|t| t.saturating_add(window) >= now)
+    }
+
+    /// The earliest instant `>= now` at which fewer than `limit` hits count,
+    /// if nothing else is recorded. `None` when that never happens (`limit` 0).
+    pub fn below_limit_at(&self, now: u64, window: u64, limit: u64) -> Option<u64> {
+        if limit == 0 {
+            return None;
+        }
+        let mut counting = self.count(now, window);
+        if counting < limit {
+            return Some(now);
+        }
+        for &(t, n) in &self.entries {
+            if t.saturating_add(window) < now {
+                continue;
+            }
+            counting -= n;
+            if counting < limit {
+                // A window of `forever` never lets a hit go.
+                return t.checked_add(window).and_then(|end| end.checked_add(1));
+            }
+        }
+        None
+    }
+
+    /// The entries, oldest first (for stores that serialize state).
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hit_counts_until_its_window_has_passed() {
+        let mut log = HitLog::default();
+        log.push(1_000, 2);
+        assert_eq!(log.count(1_000, 100), 2);
+        assert_eq!(log.count(1_100, 100), 2);
+        assert_eq!(log.count(1_101, 100), 0);
+        assert_eq!(log.below_limit_at(1_000, 100, 2), Some(1_101));
+        assert_eq!(log.below_limit_at(1_000, 100, 3), Some(1_000));
+        assert_eq!(log.below_limit_at(1_000, 100, 0), None);
+        log.prune(1_101, 100);
+        assert!(log.is_empty());
+    }
+
+    #[test]
+    fn bulk_hits_at_one_instant_are_one_entry() {
+        let mut log = HitLog::default();
+        log.push(5, 3);
+        log.push(5, 4);
+        log.push(6, 1);
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![(5, 7), (6, 1)]);
+        assert_eq!(log.below_limit_at(6, 10, 2), Some(16));
+    }
+}

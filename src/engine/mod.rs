@@ -1,0 +1,417 @@
+//! The decision engine: pure functions of (limits, state, now, request) →
+//! (answer, new state). No I/O, no clock, no async, no locks: a store gives
+//! the engine the state of every key a request touches, atomically, and writes
+//! back what the engine changed. That is what makes every store decide alike.
+//!
+//! A request is a batch of [`Item`]s (one per limited descriptor) over a set
+//! of [`Slot`]s (one per state key). A batch is all or nothing: if any item
+//! that is not in shadow mode is over its limit, no slot changes (SPEC §5).
+//!
+//! ```rust
+//! use charon::engine::{self, Item, Slot, SlotKind};
+//! let mut slots = vec![Slot::new(SlotKind::Window)];
+//! let items = [Item::Window { slot: 0, limit: 2, period: 60_000, hits: 1, shadow: false }];
+//! assert!(engine::decide(&items, &mut slots, 1_000).granted);
+//! assert!(engine::decide(&items, &mut slots, 1_001).granted);
+//! assert!(!engine::decide(&items, &mut slots, 1_002).granted);
+//! ```
+
+mod hit_log;
+pub mod keys;
+pub mod tiers;
+pub mod window;
+
+pub use hit_log::HitLog;
+pub use tiers::{Global, Phase, Snapshot, TierState};
+pub use window::WindowState;
+
+use crate::config::RatePolicy;
+
+/// The state behind one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slot {
+    Window(WindowState),
+    Tiers(TierState),
+    /// A resource's grants of the last second, across domains.
+    Log {
+        log: HitLog,
+        expires_at: u64,
+    },
+}
+
+/// Which kind of state a key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SlotKind {
+    Window,
+    Tiers,
+    Log,
+}
+
+impl Slot {
+    pub fn new(kind: SlotKind) -> Self {
+        match kind {
+            SlotKind::Window => Slot::Window(WindowState::default()),
+            SlotKind::Tiers => Slot::Tiers(TierState::default()),
+            SlotKind::Log => Slot::Log {
+                log: HitLog::default(),
+                expires_at: 0,
+            },
+        }
+    }
+
+    pub fn kind(&self) -> SlotKind {
+        match self {
+            Slot::Window(_) => SlotKind::Window,
+            Slot::Tiers(_) => SlotKind::Tiers,
+            Slot::Log { .. } => SlotKind::Log,
+        }
+    }
+
+    /// After this instant the slot cannot change any decision and may be
+    /// dropped; 0 for a slot that never recorded anything.
+    pub fn expires_at(&self) -> u64 {
+        match self {
+            Slot::Window(w) => w.expires_at,
+            Slot::Tiers(t) => t.expires_at,
+            Slot::Log { expires_at, .. } => *expires_at,
+        }
+    }
+}
+
+/// One limit to check in a batch.
+#[derive(Debug, Clone, Copy)]
+pub enum Item<'a> {
+    /// A fixed window (envoyproxy/ratelimit). `hits == 0` only checks.
+    Window {
+        slot: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+    },
+    /// Burst tiers: grant the largest `k` in `[min_copies, copies]`.
+    Tiers {
+        slot: usize,
+        /// The resource's global log, when it has a global limit.
+        global_slot: Option<usize>,
+        policy: &'a RatePolicy,
+        global_limit: Option<u64>,
+        copies: u64,
+        min_copies: u64,
+        /// Only ask whether one more hit would be granted.
+        check_only: bool,
+        shadow: bool,
+    },
+}
+
+impl Item<'_> {
+    fn shadow(&self) -> bool {
+        match self {
+            Item::Window { shadow, .. } | Item::Tiers { shadow, .. } => *shadow,
+        }
+    }
+
+    fn slots(&self) -> [Option<usize>; 2] {
+        match self {
+            Item::Window { slot, .. } => [Some(*slot), None],
+            Item::Tiers {
+                slot, global_slot, ..
+            } => [Some(*slot), *global_slot],
+        }
+    }
+}
+
+/// The answer for a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// No non-shadow item was over: everything asked for was recorded.
+    pub granted: bool,
+    /// One per item, in order.
+    pub outcomes: Vec<Outcome>,
+    pub now: u64,
+}
+
+/// The answer for one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Window(WindowOutcome),
+    Tiers(TierOutcome),
+}
+
+impl Outcome {
+    pub fn over(&self) -> bool {
+        match self {
+            Outcome::Window(w) => w.over,
+            Outcome::Tiers(t) => t.over,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowOutcome {
+    pub over: bool,
+    pub limit: u64,
+    pub period: u64,
+    /// Hits left in this window after this decision.
+    pub remaining: u64,
+    /// Until the window ends.
+    pub reset_after: u64,
+    /// Until a one-hit request would pass; `None`: never (limit 0).
+    pub retry_after: Option<u64>,
+}
+
+/// A burst-tier answer: the context of paper §3.1 plus `retry_after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierOutcome {
+    pub over: bool,
+    /// Hits granted (0 on rejection or check).
+    pub granted: u64,
+    pub hard_limit: Option<u64>,
+    pub global_limit: Option<u64>,
+    /// Whether this request entered a tier.
+    pub burst: bool,
+    pub limited_by_hard: bool,
+    pub limited_by_global: bool,
+    /// The state after the decision.
+    pub snapshot: Snapshot,
+    /// Until a one-hit request would be granted; `None`: never.
+    pub retry_after: Option<u64>,
+}
+
+/// Decides a batch at `now`, changing `slots` only if it is granted.
+pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
+    if shares_slots(items, slots.len()) {
+        // Two items on one key must see each other's hits, in order: run them
+        // one by one on a copy and keep it only if the batch passes.
+        let mut scratch = slots.to_vec();
+        let outcomes: Vec<Outcome> = items
+            .iter()
+            .map(|item| run(item, &mut scratch, now, true))
+            .collect();
+        let granted = passes(items, &outcomes);
+        if granted {
+            slots.clone_from_slice(&scratch);
+        }
+        return Decision {
+            granted,
+            outcomes,
+            now,
+        };
+    }
+    let over: Vec<bool> = items.iter().map(|item| is_over(item, slots, now)).collect();
+    let granted = items
+        .iter()
+        .zip(&over)
+        .all(|(item, &over)| !over || item.shadow());
+    let outcomes = items
+        .iter()
+        .map(|item| run(item, slots, now, granted))
+        .collect();
+    Decision {
+        granted,
+        outcomes,
+        now,
+    }
+}
+
+fn passes(items: &[Item<'_>], outcomes: &[Outcome]) -> bool {
+    items
+        .iter()
+        .zip(outcomes)
+        .all(|(item, outcome)| !outcome.over() || item.shadow())
+}
+
+fn shares_slots(items: &[Item<'_>], slot_count: usize) -> bool {
+    let mut used = vec![false; slot_count];
+    for slot in items.iter().flat_map(Item::slots).flatten() {
+        match used.get_mut(slot) {
+            Some(seen) if *seen => return true,
+            Some(seen) => *seen = true,
+            None => {}
+        }
+    }
+    false
+}
+
+fn window_state(slots: &[Slot], index: usize) -> WindowState {
+    match slots.get(index) {
+        Some(Slot::Window(state)) => state.clone(),
+        _ => WindowState::default(),
+    }
+}
+
+fn split_tiers<'s>(
+    slots: &'s mut [Slot],
+    slot: usize,
+    global_slot: Option<usize>,
+) -> (
+    Option<&'s mut TierState>,
+    Option<&'s mut HitLog>,
+    Option<&'s mut u64>,
+) {
+    // Two distinct indexes into one slice, borrowed mutably at once.
+    let (mut tiers, mut log, mut log_expiry) = (None, None, None);
+    for (index, entry) in slots.iter_mut().enumerate() {
+        if index == slot {
+            if let Slot::Tiers(state) = entry {
+                tiers = Some(state);
+            }
+        } else if Some(index) == global_slot
+            && let Slot::Log { log: l, expires_at } = entry
+        {
+            log = Some(l);
+            log_expiry = Some(expires_at);
+        }
+    }
+    (tiers, log, log_expiry)
+}
+
+fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
+    match *item {
+        Item::Window {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } => window::check(&window_state(slots, slot), limit, period, hits, now).over,
+        Item::Tiers {
+            slot,
+            global_slot,
+            policy,
+            global_limit,
+            copies,
+            min_copies,
+            check_only,
+            ..
+        } => {
+            let empty = TierState::default();
+            let state = match slots.get(slot) {
+                Some(Slot::Tiers(state)) => state,
+                _ => &empty,
+            };
+            let global = global_view(slots, global_slot, global_limit);
+            let (asked, needed) = if check_only {
+                (1, 1)
+            } else {
+                (copies, min_copies)
+            };
+            tiers::room(policy, state, global, asked, now).grantable < needed
+        }
+    }
+}
+
+fn global_view<'s>(
+    slots: &'s [Slot],
+    global_slot: Option<usize>,
+    global_limit: Option<u64>,
+) -> Option<Global<'s>> {
+    let limit = global_limit?;
+    match global_slot.and_then(|i| slots.get(i)) {
+        Some(Slot::Log { log, .. }) => Some(Global { log, limit }),
+        _ => None,
+    }
+}
+
+/// Decides one item and, if `commit` and it passes, records it.
+fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
+    match *item {
+        Item::Window {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } => {
+            let before = window_state(slots, slot);
+            let check = window::check(&before, limit, period, hits, now);
+            let mut count = check.count;
+            if commit
+                && !check.over
+                && hits > 0
+                && let Some(Slot::Window(state)) = slots.get_mut(slot)
+            {
+                window::record(state, period, hits, now);
+                state.expires_at = check.window_end;
+                count = state.count;
+            }
+            Outcome::Window(WindowOutcome {
+                over: check.over,
+                limit,
+                period,
+                remaining: limit.saturating_sub(count),
+                reset_after: check.window_end - now,
+                retry_after: window::retry_after(
+                    &window::WindowCheck { count, ..check },
+                    limit,
+                    now,
+                ),
+            })
+        }
+        Item::Tiers {
+            slot,
+            global_slot,
+            policy,
+            global_limit,
+            copies,
+            min_copies,
+            check_only,
+            ..
+        } => {
+            let (asked, needed) = if check_only {
+                (1, 1)
+            } else {
+                (copies, min_copies)
+            };
+            let global_limit = global_limit.filter(|_| global_slot.is_some());
+            let (state, log, log_expiry) = split_tiers(slots, slot, global_slot);
+            let mut fallback = TierState::default();
+            let state = state.unwrap_or(&mut fallback);
+            let room = {
+                let global = log
+                    .as_deref()
+                    .zip(global_limit)
+                    .map(|(log, limit)| Global { log, limit });
+                tiers::room(policy, state, global, asked, now)
+            };
+            let over = room.grantable < needed;
+            let granted = if over || check_only {
+                0
+            } else {
+                room.grantable
+            };
+            let mut burst = false;
+            let mut log = log;
+            if commit && granted > 0 {
+                burst = tiers::grant(policy, state, log.as_deref_mut(), granted, now);
+                if let (Some(log), Some(expiry)) = (log.as_deref(), log_expiry) {
+                    *expiry = log
+                        .last()
+                        .map_or(0, |t| t.saturating_add(tiers::SECOND).saturating_add(1));
+                }
+            }
+            let global = log
+                .as_deref()
+                .zip(global_limit)
+                .map(|(log, limit)| Global { log, limit });
+            let snapshot = tiers::snapshot(policy, state, global, now);
+            let retry_after = if snapshot.remaining > 0 {
+                Some(0)
+            } else {
+                tiers::retry_after(policy, state, global, now)
+            };
+            let limited = !check_only && room.grantable < asked;
+            Outcome::Tiers(TierOutcome {
+                over,
+                granted,
+                hard_limit: policy.hard_limit,
+                global_limit,
+                burst,
+                limited_by_hard: limited && room.hard == room.grantable,
+                limited_by_global: limited && room.global == room.grantable,
+                snapshot,
+                retry_after,
+            })
+        }
+    }
+}

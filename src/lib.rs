@@ -1,0 +1,29 @@
+//! Charon: rate limits and copy limits, decided exactly.
+//!
+//! # Layout
+//!
+//! The path of a decision is a straight line: a server (or the Tower layer)
+//! translates a wire request into a [`limiter`] call; the limiter looks the
+//! limits up in the [`config`] and builds a batch of engine items; a [`store`]
+//! holds the state and runs the [`engine`] on it atomically; the answer goes
+//! back the same way.
+//!
+//! - [`clock`]: time as milliseconds from an injected clock.
+//! - [`config`]: the YAML format, validation, normalization, compiled limits.
+//! - [`engine`]: pure decisions — fixed windows and burst tiers with hard and
+//!   global limits — over explicit state and an explicit `now`. No I/O.
+//! - [`store`]: where state lives ([`store::MemoryStore`] by default) and the
+//!   atomic step that runs the engine on it.
+//! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
+//!   engine and one access history for every face of Charon.
+//! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
+//!   admin HTTP endpoints, metrics, config reload and shutdown.
+
+pub mod clock;
+pub mod config;
+pub mod engine;
+pub mod limiter;
+pub mod store;
+
+#[cfg(feature = "server")]
+pub mod server;

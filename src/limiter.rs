@@ -1,0 +1,484 @@
+//! The limiter: one engine and one access history behind every face of
+//! Charon. It holds the current configuration (swapped atomically on reload)
+//! and a store; it turns an Envoy-style request (namespace + descriptors) into
+//! an engine batch, and the decision into per-descriptor statuses (SPEC §5).
+//!
+//! ```rust
+//! # tokio_test_block_on(async {
+//! use charon::limiter::{Limiter, RateLimitRequest, Descriptor};
+//! let yaml = "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
+//! let config = charon::config::load_str(yaml, "shop.yaml").unwrap().config;
+//! let limiter = Limiter::new(config, charon::store::MemoryStore::new());
+//! let request = RateLimitRequest::new("shop", vec![Descriptor::new([("tenant", "acme")])]);
+//! assert!(!limiter.should_rate_limit(request.clone()).await.unwrap().over_limit);
+//! assert!(limiter.should_rate_limit(request).await.unwrap().over_limit);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     let mut f = std::pin::pin!(f);
+//! #     let waker = std::task::Waker::noop();
+//! #     let mut cx = std::task::Context::from_waker(&waker);
+//! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! ```
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit};
+use crate::engine::{Item, Outcome, SlotKind, TierOutcome, keys};
+use crate::store::{Batch, Store, StoreError};
+
+/// Request sizes past which a request is refused as invalid (see the README).
+pub mod caps {
+    /// Descriptors in one request.
+    pub const MAX_DESCRIPTORS: usize = 256;
+    /// Entries in one descriptor.
+    pub const MAX_ENTRIES: usize = 64;
+    /// Bytes in one entry key or value, and in a namespace, resource or domain.
+    pub const MAX_STRING_BYTES: usize = 4_096;
+}
+
+/// An Envoy-style request: a namespace and descriptors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitRequest {
+    pub domain: String,
+    pub descriptors: Vec<Descriptor>,
+    /// Hits for every descriptor without its own; 0 means 1 (as in Envoy).
+    pub hits_addend: u64,
+}
+
+impl RateLimitRequest {
+    pub fn new(domain: impl Into<String>, descriptors: Vec<Descriptor>) -> Self {
+        Self {
+            domain: domain.into(),
+            descriptors,
+            hits_addend: 1,
+        }
+    }
+}
+
+/// One descriptor: an ordered list of (key, value) entries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Descriptor {
+    pub entries: Vec<(String, String)>,
+    /// Overrides the request's hits; `Some(0)` only checks.
+    pub hits_addend: Option<u64>,
+    /// A limit sent with the request, replacing the configured one.
+    pub limit: Option<LimitOverride>,
+}
+
+impl Descriptor {
+    pub fn new<K: Into<String>, V: Into<String>>(
+        entries: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Self {
+            entries: entries
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    pub requests_per_unit: u64,
+    pub unit: Unit,
+}
+
+/// The answer to a [`RateLimitRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitAnswer {
+    /// Some non-shadow descriptor is over its limit (and the namespace does
+    /// not ignore its configuration).
+    pub over_limit: bool,
+    /// One per descriptor, in request order.
+    pub statuses: Vec<DescriptorStatus>,
+    /// Whether the namespace is known; metrics label unknown ones as such.
+    pub namespace_known: bool,
+}
+
+/// The status of one descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorStatus {
+    pub over_limit: bool,
+    /// `None`: not limited (no match, unlimited, or replaced).
+    pub limit: Option<CurrentLimit>,
+    pub remaining: u64,
+    /// OK: until the limit is whole again; OVER: the exact retry-after.
+    /// `None` when there is nothing to wait for (or it would never pass).
+    pub reset_after_ms: Option<u64>,
+    /// For a burst-tier descriptor: the full engine answer.
+    pub tiers: Option<TierOutcome>,
+}
+
+impl DescriptorStatus {
+    fn unlimited(remaining: u64) -> Self {
+        Self {
+            over_limit: false,
+            limit: None,
+            remaining,
+            reset_after_ms: None,
+            tiers: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    pub name: Option<String>,
+    pub requests_per_unit: u64,
+    pub unit: Unit,
+}
+
+/// Why a request got no decision.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// The request itself is wrong: a client error, do not retry it.
+    #[error("invalid request: {0}")]
+    InvalidArgument(String),
+    /// The store failed: a server error, retrying may help.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What a descriptor resolved to.
+enum Resolved<'c> {
+    NotLimited,
+    Unlimited,
+    Fixed {
+        limit: FixedLimitRef<'c>,
+        shadow: bool,
+        shared_values: Vec<Option<&'c str>>,
+    },
+    Resource {
+        rate: &'c RateResource,
+        shadow: bool,
+    },
+}
+
+enum FixedLimitRef<'c> {
+    Configured(&'c FixedLimit),
+    Override(LimitOverride),
+}
+
+impl FixedLimitRef<'_> {
+    fn requests_per_unit(&self) -> u64 {
+        match self {
+            FixedLimitRef::Configured(l) => l.requests_per_unit,
+            FixedLimitRef::Override(o) => o.requests_per_unit,
+        }
+    }
+    fn unit(&self) -> Unit {
+        match self {
+            FixedLimitRef::Configured(l) => l.unit,
+            FixedLimitRef::Override(o) => o.unit,
+        }
+    }
+    fn name(&self) -> Option<&String> {
+        match self {
+            FixedLimitRef::Configured(l) => l.name.as_ref(),
+            FixedLimitRef::Override(_) => None,
+        }
+    }
+}
+
+/// Decides requests against the current configuration and a store.
+pub struct Limiter<S> {
+    config: ArcSwap<Config>,
+    store: S,
+}
+
+impl<S: Store> Limiter<S> {
+    pub fn new(config: Config, store: S) -> Self {
+        Self {
+            config: ArcSwap::from_pointee(config),
+            store,
+        }
+    }
+
+    /// Replaces the configuration; requests in flight finish on the old one.
+    pub fn replace_config(&self, config: Config) {
+        self.config.store(Arc::new(config));
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Envoy's `ShouldRateLimit`, with Charon's semantics (SPEC §5).
+    pub async fn should_rate_limit(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitAnswer, LimitError> {
+        validate(&request)?;
+        let config = self.config.load_full();
+        let Some(namespace) = config.namespace(&request.domain) else {
+            return Ok(RateLimitAnswer {
+                over_limit: false,
+                statuses: request
+                    .descriptors
+                    .iter()
+                    .map(|_| DescriptorStatus::unlimited(0))
+                    .collect(),
+                namespace_known: false,
+            });
+        };
+        let default_hits = if request.hits_addend == 0 {
+            1
+        } else {
+            request.hits_addend
+        };
+        let resolved = resolve_all(namespace, &request)?;
+
+        let mut batch = Batch::default();
+        let mut item_of = Vec::with_capacity(request.descriptors.len());
+        for (descriptor, resolved) in request.descriptors.iter().zip(&resolved) {
+            let hits = descriptor.hits_addend.unwrap_or(default_hits);
+            item_of.push(add_item(&mut batch, namespace, descriptor, resolved, hits));
+        }
+        let decision = if batch.items.is_empty() {
+            None
+        } else {
+            Some(self.store.decide(batch).await?)
+        };
+
+        let ignore = namespace.settings.ignore_configured;
+        let statuses = resolved
+            .iter()
+            .zip(&item_of)
+            .map(|(resolved, item)| {
+                let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
+                status(resolved, outcome, ignore)
+            })
+            .collect();
+        Ok(RateLimitAnswer {
+            over_limit: !ignore && decision.as_ref().is_some_and(|d| !d.granted),
+            statuses,
+            namespace_known: true,
+        })
+    }
+}
+
+fn validate(request: &RateLimitRequest) -> Result<(), LimitError> {
+    let invalid = |message: String| Err(LimitError::InvalidArgument(message));
+    if request.domain.is_empty() {
+        return invalid("domain is empty".into());
+    }
+    if request.domain.len() > caps::MAX_STRING_BYTES {
+        return invalid(format!(
+            "domain is longer than {} bytes",
+            caps::MAX_STRING_BYTES
+        ));
+    }
+    if request.descriptors.is_empty() {
+        return invalid("descriptors list is empty".into());
+    }
+    if request.descriptors.len() > caps::MAX_DESCRIPTORS {
+        return invalid(format!(
+            "{} descriptors; at most {} are accepted",
+            request.descriptors.len(),
+            caps::MAX_DESCRIPTORS
+        ));
+    }
+    for (index, descriptor) in request.descriptors.iter().enumerate() {
+        if descriptor.entries.is_empty() {
+            return invalid(format!("descriptor {index} has no entries"));
+        }
+        if descriptor.entries.len() > caps::MAX_ENTRIES {
+            return invalid(format!(
+                "descriptor {index} has {} entries; at most {} are accepted",
+                descriptor.entries.len(),
+                caps::MAX_ENTRIES
+            ));
+        }
+        for (key, value) in &descriptor.entries {
+            if key.len() > caps::MAX_STRING_BYTES || value.len() > caps::MAX_STRING_BYTES {
+                return invalid(format!(
+                    "descriptor {index} has an entry longer than {} bytes",
+                    caps::MAX_STRING_BYTES
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn resolve_all<'c>(
+    namespace: &'c Namespace,
+    request: &RateLimitRequest,
+) -> Result<Vec<Resolved<'c>>, LimitError> {
+    let mut resolved: Vec<Resolved<'c>> = Vec::with_capacity(request.descriptors.len());
+    let mut names: Vec<Option<&'c str>> = Vec::with_capacity(request.descriptors.len());
+    let mut replaced: HashSet<&'c str> = HashSet::new();
+    for descriptor in &request.descriptors {
+        if let Some(limit) = descriptor.limit {
+            // As in envoyproxy/ratelimit: a limit sent with the request wins
+            // over the configuration, and is never in shadow mode.
+            resolved.push(Resolved::Fixed {
+                limit: FixedLimitRef::Override(limit),
+                shadow: false,
+                shared_values: Vec::new(),
+            });
+            names.push(None);
+            continue;
+        }
+        let found = namespace.descriptors.find(
+            descriptor
+                .entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        let Some(found) = found else {
+            resolved.push(Resolved::NotLimited);
+            names.push(None);
+            continue;
+        };
+        let node = found.node;
+        match &node.leaf {
+            Leaf::None => {
+                resolved.push(Resolved::NotLimited);
+                names.push(None);
+            }
+            Leaf::Unlimited { name, replaces } => {
+                replaced.extend(replaces.iter().map(String::as_str));
+                resolved.push(Resolved::Unlimited);
+                names.push(name.as_deref());
+            }
+            Leaf::Limit(limit) => {
+                replaced.extend(limit.replaces.iter().map(String::as_str));
+                resolved.push(Resolved::Fixed {
+                    limit: FixedLimitRef::Configured(limit),
+                    shadow: node.shadow_mode,
+                    shared_values: found.shared_values,
+                });
+                names.push(limit.name.as_deref());
+            }
+            Leaf::Resource(name) => match namespace.resources.get(name) {
+                Some(Resource::Rate(rate)) => resolved.push(Resolved::Resource {
+                    rate,
+                    shadow: node.shadow_mode,
+                }),
+                // Loading guarantees a leaf names a rate-limited resource.
+                _ => resolved.push(Resolved::NotLimited),
+            },
+        }
+        if matches!(node.leaf, Leaf::Resource(_)) {
+            names.push(None);
+        }
+    }
+    if !replaced.is_empty() {
+        for (resolved, name) in resolved.iter_mut().zip(&names) {
+            if name.is_some_and(|name| replaced.contains(name)) {
+                *resolved = Resolved::NotLimited;
+            }
+        }
+    }
+    Ok(resolved)
+}
+
+fn add_item<'c>(
+    batch: &mut Batch<'c>,
+    namespace: &Namespace,
+    descriptor: &Descriptor,
+    resolved: &Resolved<'c>,
+    hits: u64,
+) -> Option<usize> {
+    let item = match resolved {
+        Resolved::NotLimited | Resolved::Unlimited => return None,
+        Resolved::Fixed {
+            limit,
+            shadow,
+            shared_values,
+        } => {
+            let period = limit.unit().millis();
+            let entries = descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
+                let value = shared_values
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(v.as_str());
+                (k.as_str(), value)
+            });
+            let key = keys::window_key(&namespace.name, entries, period);
+            Item::Window {
+                slot: batch.slot(key, SlotKind::Window),
+                limit: limit.requests_per_unit(),
+                period,
+                hits,
+                shadow: *shadow,
+            }
+        }
+        Resolved::Resource { rate, shadow } => {
+            // The domain is the value of the descriptor's last entry.
+            let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
+            let slot = batch.slot(
+                keys::tiers_key(&namespace.name, &rate.name, domain),
+                SlotKind::Tiers,
+            );
+            let global_slot = rate
+                .global_limit
+                .map(|_| batch.slot(keys::global_key(&namespace.name, &rate.name), SlotKind::Log));
+            Item::Tiers {
+                slot,
+                global_slot,
+                policy: rate.policy_for(domain),
+                global_limit: rate.global_limit,
+                copies: hits.max(1),
+                min_copies: hits.max(1),
+                check_only: hits == 0,
+                shadow: *shadow,
+            }
+        }
+    };
+    batch.items.push(item);
+    Some(batch.items.len() - 1)
+}
+
+fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> DescriptorStatus {
+    let mut status = match (resolved, outcome) {
+        (Resolved::Unlimited, _) => DescriptorStatus::unlimited(u64::from(u32::MAX)),
+        (Resolved::Fixed { limit, shadow, .. }, Some(Outcome::Window(w))) => DescriptorStatus {
+            over_limit: w.over && !shadow,
+            limit: Some(CurrentLimit {
+                name: limit.name().cloned(),
+                requests_per_unit: limit.requests_per_unit(),
+                unit: limit.unit(),
+            }),
+            remaining: w.remaining,
+            reset_after_ms: if w.over {
+                w.retry_after
+            } else {
+                Some(w.reset_after)
+            },
+            tiers: None,
+        },
+        (Resolved::Resource { rate, shadow }, Some(Outcome::Tiers(t))) => DescriptorStatus {
+            over_limit: t.over && !shadow,
+            limit: Some(CurrentLimit {
+                name: Some(format!("{}/tier{}", rate.name, t.snapshot.tier)),
+                requests_per_unit: t.snapshot.tier_limit,
+                unit: Unit::covering(t.snapshot.tier_window),
+            }),
+            remaining: t.snapshot.remaining,
+            reset_after_ms: if t.over {
+                t.retry_after
+            } else {
+                Some(t.snapshot.reset_after)
+            },
+            tiers: Some(*t),
+        },
+        _ => DescriptorStatus::unlimited(0),
+    };
+    if ignore {
+        status.over_limit = false;
+    }
+    status
+}

@@ -1,0 +1,110 @@
+//! The `charon` binary: parses flags and hands over to the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "charon",
+    version,
+    about = "Rate limits and copy limits for Envoy and Tower services"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
+    Serve {
+        /// A configuration file, or a directory of *.yaml files.
+        #[arg(long)]
+        config: PathBuf,
+        /// Where the gRPC services (Envoy RLS, health) listen.
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        grpc_addr: SocketAddr,
+        /// Where /healthz, /readyz and /metrics listen.
+        #[arg(long, default_value = "127.0.0.1:9102")]
+        admin_addr: SocketAddr,
+        /// Where state lives. Only `memory` (the embedded store) for now.
+        #[arg(long, default_value = "memory")]
+        store: String,
+    },
+    /// Validate a configuration file or directory; print it normalized, or the errors.
+    Check {
+        /// A configuration file, or a directory of *.yaml files.
+        path: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { path } => check(&path),
+        Command::Serve {
+            config,
+            grpc_addr,
+            admin_addr,
+            store,
+        } => {
+            init_tracing();
+            if store != "memory" {
+                eprintln!("error: --store {store}: only `memory` is supported by this build");
+                return ExitCode::from(2);
+            }
+            let options = charon::server::ServeOptions {
+                config,
+                grpc_addr,
+                admin_addr,
+            };
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(error) => {
+                    eprintln!("error: cannot start the runtime: {error}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(charon::server::run(options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match charon::config::load_path(path) {
+        Ok(loaded) => {
+            for note in &loaded.notes {
+                eprintln!("note: {note}");
+            }
+            for (file, yaml) in &loaded.normalized {
+                println!("# {}", file.display());
+                println!("{yaml}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for error in &errors.0 {
+                eprintln!("error: {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

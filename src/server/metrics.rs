@@ -1,0 +1,117 @@
+//! Prometheus metrics. Labels are bounded: namespaces come from the
+//! configuration (unknown ones are labelled `unknown`), never domains.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum Decision {
+    Ok,
+    OverLimit,
+    InvalidArgument,
+    StoreError,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub namespace: String,
+    pub result: Decision,
+}
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum ReloadResult {
+    Ok,
+    Rejected,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub result: ReloadResult,
+}
+
+/// Every metric the sidecar exports.
+pub struct Metrics {
+    registry: Registry,
+    decisions: Family<DecisionLabels, Counter>,
+    latency: Histogram,
+    reloads: Family<ReloadLabels, Counter>,
+    namespaces: Gauge,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("charon");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "ShouldRateLimit answers by namespace and result",
+            decisions.clone(),
+        );
+        // 10 µs .. ~0.33 s
+        let latency = Histogram::new(exponential_buckets(0.000_01, 2.0, 16));
+        registry.register(
+            "decision_latency_seconds",
+            "Time to answer one ShouldRateLimit, store included",
+            latency.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration reloads by result (a rejected one keeps the previous configuration)",
+            reloads.clone(),
+        );
+        let namespaces = Gauge::default();
+        registry.register(
+            "config_namespaces",
+            "Namespaces in the running configuration",
+            namespaces.clone(),
+        );
+        Self {
+            registry,
+            decisions,
+            latency,
+            reloads,
+            namespaces,
+        }
+    }
+
+    pub fn decision(&self, namespace: &str, result: Decision, elapsed: Duration) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                namespace: namespace.to_owned(),
+                result,
+            })
+            .inc();
+        self.latency.observe(elapsed.as_secs_f64());
+    }
+
+    pub fn reload(&self, result: ReloadResult) {
+        self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    pub fn set_namespaces(&self, count: usize) {
+        self.namespaces
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::warn!(%error, "cannot encode metrics");
+        }
+        text
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

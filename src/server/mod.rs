@@ -1,0 +1,151 @@
+//! The sidecar: Envoy's RateLimitService and gRPC health on one port, admin
+//! HTTP on another, configuration reload, and graceful shutdown on SIGTERM or
+//! SIGINT (stop being ready, finish what is in flight, exit).
+
+pub mod admin;
+pub mod metrics;
+pub mod reload;
+pub mod rls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config;
+use crate::limiter::Limiter;
+use crate::store::MemoryStore;
+
+use self::metrics::Metrics;
+use self::rls::RlsService;
+
+/// What `charon serve` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub config: PathBuf,
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+}
+
+/// How often the memory store drops state that can no longer matter.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs the sidecar until SIGTERM or SIGINT.
+pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
+    let loaded = config::load_path(&options.config)
+        .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
+    for note in &loaded.notes {
+        tracing::info!(%note, "normalized");
+    }
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_namespaces(loaded.config.namespaces().count());
+    let limiter = Arc::new(Limiter::new(loaded.config, MemoryStore::new()));
+
+    let grpc_listener = TcpListener::bind(options.grpc_addr)
+        .await
+        .with_context(|| format!("cannot listen on --grpc-addr {}", options.grpc_addr))?;
+    let admin_listener = TcpListener::bind(options.admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let ready = Arc::new(AtomicBool::new(false));
+    let _watcher = reload::spawn(
+        options.config.clone(),
+        limiter.clone(),
+        metrics.clone(),
+        shutdown_rx.clone(),
+    )?;
+    spawn_sweeper(limiter.clone(), shutdown_rx.clone());
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<RateLimitServiceServer<RlsService<MemoryStore>>>()
+        .await;
+    let rls = RateLimitServiceServer::new(RlsService::new(limiter.clone(), metrics.clone()));
+    let grpc = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(rls)
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(grpc_listener),
+            wait_for(shutdown_rx.clone()),
+        );
+    let admin = axum::serve(
+        admin_listener,
+        admin::router(admin::AdminState {
+            ready: ready.clone(),
+            metrics: metrics.clone(),
+        }),
+    )
+    .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
+
+    let grpc_task = tokio::spawn(grpc);
+    let admin_task = tokio::spawn(async move { admin.await });
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(
+        grpc = %options.grpc_addr,
+        admin = %options.admin_addr,
+        config = %options.config.display(),
+        store = "memory",
+        "charon serving"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing requests in flight");
+    ready.store(false, Ordering::SeqCst);
+    health
+        .set_not_serving::<RateLimitServiceServer<RlsService<MemoryStore>>>()
+        .await;
+    let _ = shutdown_tx.send(true);
+    grpc_task.await?.context("gRPC server failed")?;
+    admin_task.await?.context("admin server failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+fn spawn_sweeper(limiter: Arc<Limiter<MemoryStore>>, mut shutdown: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticks.tick() => {
+                    let dropped = limiter.store().sweep();
+                    tracing::trace!(dropped, "swept the memory store");
+                }
+            }
+        }
+    });
+}
+
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,104 @@
+//! Configuration reload: on a change of the file or directory (including a
+//! Kubernetes ConfigMap's atomic `..data` symlink swap) and on SIGHUP. A new
+//! configuration that does not load is logged and the running one is kept.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+
+use crate::config;
+use crate::limiter::Limiter;
+use crate::store::Store;
+
+use super::metrics::{Metrics, ReloadResult};
+
+/// Editors and ConfigMap updates write in several steps: wait for quiet.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// Watches `path` and reloads into `limiter` until `shutdown` fires. The
+/// returned watcher must be kept alive for file events to arrive.
+pub fn spawn<S: Store>(
+    path: PathBuf,
+    limiter: Arc<Limiter<S>>,
+    metrics: Arc<Metrics>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<notify::RecommendedWatcher> {
+    let (tx, mut rx) = mpsc::channel::<()>(1);
+    let file_events = tx.clone();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok() {
+            // Full channel: a reload is already pending, which is enough.
+            let _ = file_events.try_send(());
+        }
+    })?;
+    // Watch the directory holding the file (or the directory itself): a
+    // ConfigMap update replaces a symlink there rather than writing the file.
+    let watched = watched_dir(&path);
+    watcher.watch(&watched, RecursiveMode::NonRecursive)?;
+    #[cfg(unix)]
+    {
+        let tx = tx.clone();
+        let mut hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                tracing::info!("SIGHUP: reloading configuration");
+                let _ = tx.try_send(());
+            }
+        });
+    }
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                received = rx.recv() => if received.is_none() { return },
+            }
+            tokio::time::sleep(SETTLE).await;
+            while rx.try_recv().is_ok() {}
+            reload(&path, &limiter, &metrics).await;
+        }
+    });
+    Ok(watcher)
+}
+
+fn watched_dir(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        return path.to_owned();
+    }
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Loads `path` and swaps it in, or keeps the running configuration.
+pub async fn reload<S: Store>(path: &Path, limiter: &Limiter<S>, metrics: &Metrics) {
+    let owned = path.to_owned();
+    let loaded = tokio::task::spawn_blocking(move || config::load_path(&owned)).await;
+    match loaded {
+        Ok(Ok(loaded)) => {
+            for note in &loaded.notes {
+                tracing::info!(%note, "normalized");
+            }
+            let count = loaded.config.namespaces().count();
+            limiter.replace_config(loaded.config);
+            metrics.reload(ReloadResult::Ok);
+            metrics.set_namespaces(count);
+            tracing::info!(path = %path.display(), namespaces = count, "configuration reloaded");
+        }
+        Ok(Err(errors)) => {
+            metrics.reload(ReloadResult::Rejected);
+            tracing::error!(
+                path = %path.display(),
+                errors = %errors,
+                "new configuration rejected; keeping the running one"
+            );
+        }
+        Err(error) => {
+            metrics.reload(ReloadResult::Rejected);
+            tracing::error!(%error, "configuration loader failed; keeping the running one");
+        }
+    }
+}

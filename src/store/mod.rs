@@ -1,0 +1,62 @@
+//! Stores: where the access history lives, and the one atomic step that runs
+//! the [`engine`](crate::engine) on it.
+//!
+//! A store receives a [`Batch`] (the state keys a request touches and the
+//! engine items over them), reads the time from its own clock (the memory
+//! store's injected clock; Redis `TIME` for Redis), runs
+//! [`engine::decide`](crate::engine::decide) on the state of those keys with
+//! nothing else interleaved, and keeps what the engine changed. Because the
+//! decision itself is the engine's, every store decides alike.
+
+mod memory;
+
+use std::future::Future;
+
+pub use memory::MemoryStore;
+
+use crate::engine::{Decision, Item, SlotKind};
+
+/// The keys a request touches and the items to decide over them.
+#[derive(Debug, Default)]
+pub struct Batch<'a> {
+    pub slots: Vec<SlotKey>,
+    pub items: Vec<Item<'a>>,
+}
+
+/// A state key and the kind of state it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotKey {
+    pub key: String,
+    pub kind: SlotKind,
+}
+
+impl Batch<'_> {
+    /// The index of `key`'s slot, adding it if new: items naming one key share
+    /// one slot, so the engine sees them both.
+    pub fn slot(&mut self, key: String, kind: SlotKind) -> usize {
+        if let Some(index) = self.slots.iter().position(|s| s.key == key) {
+            return index;
+        }
+        self.slots.push(SlotKey { key, kind });
+        self.slots.len() - 1
+    }
+}
+
+/// A store failed to answer. A server error: the client may retry elsewhere.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("store did not answer within {0} ms")]
+    Timeout(u64),
+}
+
+/// Somewhere to keep state and decide on it atomically.
+pub trait Store: Send + Sync + 'static {
+    /// Decides `batch` at the store's "now", atomically.
+    fn decide(&self, batch: Batch<'_>)
+    -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// A short name for logs and metrics (`memory`, `redis`).
+    fn name(&self) -> &'static str;
+}
