@@ -1,1 +1,401 @@
-fn main() {}
+//! `charon-load`: a load generator for Charon's Envoy RateLimitService.
+//!
+//! Sends `ShouldRateLimit` requests, each with one descriptor
+//! `[(KEY, PREFIX<N>)]`, over `--connections` HTTP/2 connections (one tonic
+//! `Channel` each, connected separately), keeping `--concurrency` requests in
+//! flight in total for `--duration`; then prints counts, throughput and
+//! latency percentiles. It only targets loopback addresses: it is for
+//! measuring a sidecar on this machine, not for loading anyone's service.
+//!
+//! ```text
+//! charon-load --target http://127.0.0.1:8081 --domain edge --key tenant \
+//!     --tenants 100000 --connections 4 --concurrency 64 --duration 20s [--hot]
+//! ```
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, ValueEnum};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "charon-load",
+    version,
+    about = "Load-test a Charon (or any Envoy RLS) sidecar on this machine"
+)]
+struct Args {
+    /// The sidecar's gRPC address; only 127.0.0.1, localhost and [::1] are accepted.
+    #[arg(long, default_value = "http://127.0.0.1:8081")]
+    target: String,
+    /// The request's domain (Charon's namespace).
+    #[arg(long, default_value = "edge")]
+    domain: String,
+    /// The descriptor entry's key.
+    #[arg(long, default_value = "tenant")]
+    key: String,
+    /// The descriptor entry's value is PREFIX followed by the tenant number.
+    #[arg(long, default_value = "tenant-")]
+    prefix: String,
+    /// How many distinct tenants to spread requests over.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    tenants: u64,
+    /// How tenants are picked.
+    #[arg(long, value_enum, default_value_t = Pick::Uniform)]
+    pick: Pick,
+    /// Send every request for one tenant (PREFIX0).
+    #[arg(long)]
+    hot: bool,
+    /// HTTP/2 connections (one tonic Channel each).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    connections: u64,
+    /// Requests in flight in total, spread over the connections.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    concurrency: u64,
+    /// How long to send for (e.g. 500ms, 20s, 2m).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    /// A request that takes longer than this counts as an error.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Threads of the client's runtime (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Pick {
+    /// Uniformly at random.
+    Uniform,
+    /// In turn: 0, 1, 2, ... shared by all workers.
+    RoundRobin,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let ms = charon::config::duration::parse(text)?;
+    if ms == charon::config::FOREVER || ms == 0 {
+        return Err(format!("`{text}`: give a finite, non-zero duration"));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// Accepts only `http://` loopback targets.
+fn check_target(target: &str) -> anyhow::Result<()> {
+    let uri: tonic::codegen::http::Uri = target
+        .parse()
+        .with_context(|| format!("--target {target}: not a URI"))?;
+    if uri.scheme_str() != Some("http") {
+        bail!("--target {target}: only http:// (plaintext gRPC on loopback) is supported");
+    }
+    match uri.host() {
+        Some("127.0.0.1" | "localhost" | "[::1]") => Ok(()),
+        _ => bail!(
+            "--target {target}: charon-load only targets loopback (127.0.0.1, localhost or [::1])"
+        ),
+    }
+}
+
+/// What one worker saw.
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    over_limit: u64,
+    /// Answers with another overall code (UNKNOWN).
+    other: u64,
+    /// gRPC errors by code name, and timeouts.
+    errors: BTreeMap<String, u64>,
+    /// Latency of every answered or failed request, in nanoseconds.
+    latencies: Vec<u64>,
+}
+
+impl Tally {
+    fn error(&mut self, what: String) {
+        *self.errors.entry(what).or_default() += 1;
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+        self.other += other.other;
+        for (what, count) in other.errors {
+            *self.errors.entry(what).or_default() += count;
+        }
+        self.latencies.extend(other.latencies);
+    }
+
+    fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// splitmix64: a small, fast, well-mixed generator; quality is plenty for
+/// picking tenants.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        // Multiply-shift: bias is at most n / 2^64, nothing at these sizes.
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+struct Plan {
+    args: Args,
+    /// Precomputed descriptor values, so the client spends its time sending.
+    values: Vec<String>,
+    round_robin: AtomicU64,
+}
+
+impl Plan {
+    fn tenant(&self, rng: &mut SplitMix) -> usize {
+        if self.args.hot {
+            return 0;
+        }
+        let n = self.values.len() as u64;
+        let index = match self.args.pick {
+            Pick::Uniform => rng.below(n),
+            Pick::RoundRobin => self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        // index < values.len(), which is a usize.
+        index as usize
+    }
+
+    fn request(&self, tenant: usize) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: self.args.domain.clone(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: self.args.key.clone(),
+                    value: self.values[tenant].clone(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        }
+    }
+}
+
+async fn worker(
+    plan: Arc<Plan>,
+    channel: Channel,
+    seed: u64,
+    deadline: tokio::time::Instant,
+) -> Tally {
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut rng = SplitMix(seed);
+    let mut tally = Tally::default();
+    let timeout = plan.args.timeout;
+    while tokio::time::Instant::now() < deadline {
+        let request = plan.request(plan.tenant(&mut rng));
+        let started = Instant::now();
+        let answer = tokio::time::timeout(timeout, client.should_rate_limit(request)).await;
+        tally
+            .latencies
+            .push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        match answer {
+            Ok(Ok(response)) => match Code::try_from(response.get_ref().overall_code) {
+                Ok(Code::Ok) => tally.ok += 1,
+                Ok(Code::OverLimit) => tally.over_limit += 1,
+                _ => tally.other += 1,
+            },
+            Ok(Err(status)) => tally.error(format!("{:?}", status.code())),
+            Err(_) => tally.error("Timeout".to_owned()),
+        }
+    }
+    tally
+}
+
+/// The `p`-th percentile (0 < p <= 1) of sorted values, nearest rank.
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(nanos: u64) -> String {
+    format!("{:.3} ms", nanos as f64 / 1e6)
+}
+
+/// The command line as run, quoted for a shell where needed.
+fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, arg)| {
+            let arg = if i == 0 {
+                "charon-load".to_owned()
+            } else {
+                arg
+            };
+            if !arg.is_empty()
+                && arg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=@[]".contains(c))
+            {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn run(args: Args) -> anyhow::Result<bool> {
+    check_target(&args.target)?;
+    let endpoint = Endpoint::from_shared(args.target.clone())
+        .with_context(|| format!("--target {}: not a valid endpoint", args.target))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(5));
+    let mut channels = Vec::new();
+    for index in 0..args.connections {
+        let channel = endpoint.connect().await.with_context(|| {
+            format!(
+                "cannot connect to {} (connection {} of {})",
+                args.target,
+                index + 1,
+                args.connections
+            )
+        })?;
+        channels.push(channel);
+    }
+
+    let tenants = if args.hot { 1 } else { args.tenants };
+    let plan = Arc::new(Plan {
+        values: (0..tenants)
+            .map(|n| format!("{}{n}", args.prefix))
+            .collect(),
+        round_robin: AtomicU64::new(0),
+        args: args.clone(),
+    });
+
+    println!("command: {}", command_line());
+    println!(
+        "settings: target {} domain {} key {} tenants {} ({}) connections {} concurrency {} duration {:?} timeout {:?}",
+        args.target,
+        args.domain,
+        args.key,
+        if args.hot {
+            format!("1, hot: {}0", args.prefix)
+        } else {
+            format!("{} as {}<N>", args.tenants, args.prefix)
+        },
+        match (args.hot, args.pick) {
+            (true, _) => "always the same",
+            (false, Pick::Uniform) => "uniform",
+            (false, Pick::RoundRobin) => "round robin",
+        },
+        args.connections,
+        args.concurrency,
+        args.duration,
+        args.timeout,
+    );
+
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + args.duration;
+    let mut workers = Vec::new();
+    for index in 0..args.concurrency {
+        let channel = channels[(index % args.connections) as usize].clone();
+        workers.push(tokio::spawn(worker(
+            plan.clone(),
+            channel,
+            seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F),
+            deadline,
+        )));
+    }
+    let mut total = Tally::default();
+    for worker in workers {
+        match worker.await {
+            Ok(tally) => total.merge(tally),
+            Err(error) => total.error(format!("worker failed: {error}")),
+        }
+    }
+    let elapsed = started.elapsed();
+
+    let mut latencies = std::mem::take(&mut total.latencies);
+    latencies.sort_unstable();
+    let errors = total.error_count();
+    let requests = total.ok + total.over_limit + total.other + errors;
+    println!("requests: {requests}");
+    println!(
+        "errors: {errors}{}",
+        if total.errors.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                total
+                    .errors
+                    .iter()
+                    .map(|(what, count)| format!("{what}: {count}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    println!(
+        "answers: OK {} OVER_LIMIT {} other {}",
+        total.ok, total.over_limit, total.other
+    );
+    println!(
+        "throughput: {:.0} req/s over {:.2} s",
+        requests as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64()
+    );
+    println!(
+        "latency: p50 {} p90 {} p99 {} max {}",
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.90)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies.last().copied().unwrap_or(0)),
+    );
+    Ok(requests > errors)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    if let Some(threads) = args.threads {
+        builder.worker_threads(threads.max(1));
+    }
+    let runtime = match builder.build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("error: no request got an answer");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Every cookbook pattern of the paper (§2.3) and of article 000, loaded from
+//! `examples/cookbook/` and driven through the limiter on a manual clock:
+//! each behaves as its text says.
+
+use charon::clock::ManualClock;
+use charon::config;
+use charon::limiter::{Descriptor, DescriptorStatus, Limiter, RateLimitRequest};
+use charon::store::MemoryStore;
+
+const START: u64 = 1_700_000_000_000;
+
+struct Cookbook {
+    limiter: Limiter<MemoryStore<ManualClock>>,
+    clock: ManualClock,
+    namespace: String,
+}
+
+impl Cookbook {
+    fn load(file: &str) -> Self {
+        let path = format!("{}/examples/cookbook/{file}", env!("CARGO_MANIFEST_DIR"));
+        let loaded = config::load_path(path.as_ref()).expect("cookbook example loads");
+        let namespace = loaded
+            .config
+            .namespaces()
+            .next()
+            .expect("one namespace")
+            .name
+            .clone();
+        let clock = ManualClock::new(START);
+        let limiter = Limiter::new(loaded.config, MemoryStore::with_clock(clock.clone()));
+        Self {
+            limiter,
+            clock,
+            namespace,
+        }
+    }
+
+    fn at(&self, ms_since_start: u64) {
+        self.clock.set(START + ms_since_start);
+    }
+
+    async fn hits(&self, tenant: &str, hits: u64) -> DescriptorStatus {
+        let mut request = RateLimitRequest::new(
+            self.namespace.clone(),
+            vec![Descriptor::new([("tenant", tenant)])],
+        );
+        request.hits_addend = hits;
+        let answer = self
+            .limiter
+            .should_rate_limit(request)
+            .await
+            .expect("answer");
+        assert_eq!(answer.over_limit, answer.statuses[0].over_limit);
+        answer.statuses.into_iter().next().expect("one status")
+    }
+
+    async fn hit(&self, tenant: &str) -> DescriptorStatus {
+        self.hits(tenant, 1).await
+    }
+
+    /// Sends one hit at a time until one is rejected; returns the grants.
+    async fn grants_until_rejected(&self, tenant: &str) -> u64 {
+        let mut granted = 0;
+        while !self.hit(tenant).await.over_limit {
+            granted += 1;
+            assert!(granted < 100_000, "never rejected");
+        }
+        granted
+    }
+}
+
+fn retry_after(status: &DescriptorStatus) -> u64 {
+    assert!(status.over_limit);
+    status
+        .reset_after_ms
+        .expect("a rejection says when to retry")
+}
+
+#[tokio::test]
+async fn simple_five_per_second() {
+    let book = Cookbook::load("simple.yaml");
+    book.at(0);
+    assert_eq!(book.grants_until_rejected("acme").await, 5);
+    let rejected = book.hit("acme").await;
+    assert_eq!(retry_after(&rejected), 1_001);
+    // Another tenant has its own history.
+    assert_eq!(book.grants_until_rejected("globex").await, 5);
+    book.at(1_000);
+    assert!(book.hit("acme").await.over_limit);
+    book.at(1_001);
+    assert_eq!(book.grants_until_rejected("acme").await, 5);
+}
+
+#[tokio::test]
+async fn penalty_burst_once_every_fifteen_seconds() {
+    let book = Cookbook::load("penalty.yaml");
+    book.at(0);
+    // 5 in tier 1, then the burst tier allows 20 more within the second.
+    assert_eq!(book.grants_until_rejected("acme").await, 25);
+    // The burst tier stays current for its 5 s active period.
+    book.at(1_001);
+    let status = book.hit("acme").await;
+    assert_eq!(status.tiers.expect("tiers").snapshot.tier, 2);
+    assert_eq!(book.grants_until_rejected("acme").await, 19);
+    // At 5 s the burst tier cools down: back to 5 per second, no new burst.
+    book.at(5_000);
+    let status = book.hit("acme").await;
+    assert_eq!(status.tiers.expect("tiers").snapshot.tier, 1);
+    // (The hit at 5 000 still counts at 6 000: a hit at t counts while
+    // now <= t + window.)
+    book.at(6_001);
+    assert_eq!(book.grants_until_rejected("acme").await, 5);
+    let rejected = book.hit("acme").await;
+    // Tier 1's hits at 6 001 leave at 7 002; cooldown ends at 15 000.
+    assert_eq!(retry_after(&rejected), 1_001);
+    // Until the cooldown ends (at 15 s), never more than 5 per second.
+    book.at(14_000);
+    assert_eq!(book.grants_until_rejected("acme").await, 5);
+    // After it (and once the hits of 14 000 have left), the tenant may burst again.
+    book.at(15_001);
+    assert_eq!(book.grants_until_rejected("acme").await, 25);
+}
+
+#[tokio::test]
+async fn stacked_penalties_climb_and_fall_back_several_levels() {
+    let book = Cookbook::load("penalty-stacked.yaml");
+    book.at(0);
+    assert_eq!(book.grants_until_rejected("acme").await, 10 + 20 + 40);
+    let status = book.hit("acme").await;
+    assert_eq!(status.tiers.expect("tiers").snapshot.tier, 3);
+    // Tiers 2 and 3 both end at 10 s: fallback drops two levels at once.
+    book.at(10_000);
+    let status = book.hit("acme").await;
+    assert!(!status.over_limit);
+    assert_eq!(status.tiers.expect("tiers").snapshot.tier, 1);
+    assert_eq!(book.grants_until_rejected("acme").await, 9);
+}
+
+#[tokio::test]
+async fn punishment_prison_for_fifteen_seconds() {
+    let book = Cookbook::load("punishment.yaml");
+    book.at(0);
+    // Five granted, the sixth bursts into the prison (granted: limit 1) ...
+    assert_eq!(book.grants_until_rejected("mallory").await, 6);
+    let rejected = book.hit("mallory").await;
+    let tiers = rejected.tiers.expect("tiers");
+    assert_eq!(tiers.snapshot.tier, 2);
+    // ... then nothing until the prison's active period ends.
+    assert_eq!(retry_after(&rejected), 15_000);
+    book.at(14_999);
+    assert!(book.hit("mallory").await.over_limit);
+    book.at(15_000);
+    assert_eq!(book.grants_until_rejected("mallory").await, 6);
+    // Well-behaved tenants are never imprisoned.
+    for second in 0..20 {
+        book.at(20_000 + second * 1_001);
+        for _ in 0..5 {
+            assert!(!book.hit("alice").await.over_limit);
+        }
+    }
+}
+
+#[tokio::test]
+async fn punishment_buffer_tier_absorbs_spills_then_captures() {
+    let book = Cookbook::load("punishment-buffer.yaml");
+    book.at(0);
+    // A slight spill into the buffer is fine ...
+    for _ in 0..12 {
+        assert!(!book.hit("spiky").await.over_limit);
+    }
+    assert_eq!(
+        book.hit("spiky").await.tiers.expect("tiers").snapshot.tier,
+        2
+    );
+    // ... and after the buffer's 2 s the tenant is back in tier 1.
+    book.at(2_000);
+    let status = book.hit("spiky").await;
+    assert_eq!(status.tiers.expect("tiers").snapshot.tier, 1);
+    // Going through the whole buffer lands in prison for an hour.
+    book.at(10_000);
+    assert_eq!(book.grants_until_rejected("abuser").await, 10 + 5 + 1);
+    let rejected = book.hit("abuser").await;
+    assert_eq!(rejected.tiers.expect("tiers").snapshot.tier, 3);
+    assert_eq!(retry_after(&rejected), 3_600_000);
+}
+
+#[tokio::test]
+async fn batch_fifty_in_fifteen_seconds_then_thirty_seconds_off() {
+    let book = Cookbook::load("batch.yaml");
+    book.at(0);
+    assert_eq!(book.grants_until_rejected("nightly").await, 50);
+    book.at(14_000);
+    let rejected = book.hit("nightly").await;
+    // The tier goes into cooldown at 15 s and is inactive again at 45 s.
+    assert_eq!(retry_after(&rejected), 31_000);
+    book.at(30_000);
+    assert!(book.hit("nightly").await.over_limit);
+    book.at(44_999);
+    assert!(book.hit("nightly").await.over_limit);
+    book.at(45_000);
+    assert_eq!(book.grants_until_rejected("nightly").await, 50);
+}
+
+#[tokio::test]
+async fn batch_daily_five_thousand_then_closed_for_the_day() {
+    let book = Cookbook::load("batch-daily.yaml");
+    book.at(0);
+    // A bulk request takes the whole allowance at once.
+    assert!(!book.hits("reporter", 4_000).await.over_limit);
+    assert!(book.hits("reporter", 1_001).await.over_limit);
+    assert!(!book.hits("reporter", 1_000).await.over_limit);
+    book.at(60_000);
+    let rejected = book.hit("reporter").await;
+    assert_eq!(retry_after(&rejected), 86_400_000 - 60_000);
+    book.at(86_400_000);
+    assert!(!book.hit("reporter").await.over_limit);
+}

@@ -1,0 +1,371 @@
+//! Properties of the burst-tier engine (SPEC §3), checked against a naive
+//! hit-by-hit reference model written straight from the spec's words, and
+//! against the grant history itself.
+
+use charon::config::{FOREVER, RatePolicy, Tier};
+use charon::engine::{self, Item, Outcome, Slot, SlotKind, TierOutcome};
+use proptest::prelude::*;
+
+const DOMAINS: usize = 2;
+const GLOBAL_SLOT: usize = DOMAINS;
+
+/// The reference: the spec, literally, one hit at a time.
+#[derive(Clone, Debug, Default)]
+struct RefDomain {
+    entered: Vec<Option<u64>>,
+    hits: Vec<Vec<u64>>,
+    recent: Vec<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct Reference {
+    policy: RatePolicy,
+    global_limit: Option<u64>,
+    domains: Vec<RefDomain>,
+    global: Vec<u64>,
+}
+
+#[derive(PartialEq)]
+enum RefPhase {
+    Inactive,
+    Active,
+    Cooldown,
+}
+
+impl Reference {
+    fn new(policy: RatePolicy, global_limit: Option<u64>) -> Self {
+        let n = policy.tiers.len();
+        let domain = RefDomain {
+            entered: vec![None; n],
+            hits: vec![Vec::new(); n],
+            recent: Vec::new(),
+        };
+        Self {
+            policy,
+            global_limit,
+            domains: vec![domain; DOMAINS],
+            global: Vec::new(),
+        }
+    }
+
+    fn phase(&self, d: usize, i: usize, now: u64) -> RefPhase {
+        let tier = &self.policy.tiers[i];
+        match self.domains[d].entered[i] {
+            None => RefPhase::Inactive,
+            Some(e) => {
+                let end = e.saturating_add(tier.active);
+                if e <= now && now < end {
+                    RefPhase::Active
+                } else if end <= now && now < end.saturating_add(tier.cooldown) {
+                    RefPhase::Cooldown
+                } else {
+                    RefPhase::Inactive
+                }
+            }
+        }
+    }
+
+    fn in_window(times: &[u64], window: u64, now: u64) -> u64 {
+        times
+            .iter()
+            .filter(|&&t| now <= t.saturating_add(window))
+            .count() as u64
+    }
+
+    /// One hit: Some(new state) if granted.
+    fn one(&self, d: usize, now: u64) -> Option<Reference> {
+        let mut next = self.clone();
+        if let Some(h) = self.policy.hard_limit
+            && Self::in_window(&self.domains[d].recent, 1000, now) >= h
+        {
+            return None;
+        }
+        if let Some(g) = self.global_limit
+            && Self::in_window(&self.global, 1000, now) >= g
+        {
+            return None;
+        }
+        let n = self.policy.tiers.len();
+        let current = (0..n)
+            .rev()
+            .find(|&i| self.phase(d, i, now) == RefPhase::Active);
+        let mut placed = false;
+        if let Some(c) = current {
+            let tier = &self.policy.tiers[c];
+            if Self::in_window(&self.domains[d].hits[c], tier.window, now) < tier.limit {
+                next.domains[d].hits[c].push(now);
+                placed = true;
+            }
+        }
+        if !placed {
+            let mut j = current.map_or(0, |c| c + 1);
+            loop {
+                if j >= n {
+                    return None;
+                }
+                match self.phase(d, j, now) {
+                    RefPhase::Cooldown if self.policy.tiers[j].skippable => j += 1,
+                    RefPhase::Cooldown => return None,
+                    RefPhase::Active => unreachable!("a tier above the current one is active"),
+                    RefPhase::Inactive => {
+                        next.domains[d].entered[j] = Some(now);
+                        next.domains[d].hits[j].clear();
+                        if self.policy.tiers[j].limit > 0 {
+                            next.domains[d].hits[j].push(now);
+                            break;
+                        }
+                        j += 1;
+                    }
+                }
+            }
+        }
+        next.domains[d].recent.push(now);
+        next.global.push(now);
+        Some(next)
+    }
+
+    /// A bulk request: the largest k in [m, n] grantable hit by hit.
+    fn request(&mut self, d: usize, n: u64, m: u64, now: u64) -> u64 {
+        let mut trial = self.clone();
+        let mut k = 0;
+        while k < n {
+            match trial.one(d, now) {
+                Some(next) => {
+                    trial = next;
+                    k += 1;
+                }
+                None => break,
+            }
+        }
+        if k >= m {
+            *self = trial;
+            k
+        } else {
+            0
+        }
+    }
+}
+
+/// The engine under test, with two domains and a shared global log.
+#[derive(Clone)]
+struct Engine {
+    policy: RatePolicy,
+    global_limit: Option<u64>,
+    slots: Vec<Slot>,
+}
+
+impl Engine {
+    fn new(policy: RatePolicy, global_limit: Option<u64>) -> Self {
+        let mut slots: Vec<Slot> = (0..DOMAINS).map(|_| Slot::new(SlotKind::Tiers)).collect();
+        slots.push(Slot::new(SlotKind::Log));
+        Self {
+            policy,
+            global_limit,
+            slots,
+        }
+    }
+
+    fn ask(&mut self, d: usize, n: u64, m: u64, check_only: bool, now: u64) -> TierOutcome {
+        let items = [Item::Tiers {
+            slot: d,
+            global_slot: Some(GLOBAL_SLOT),
+            policy: &self.policy,
+            global_limit: self.global_limit,
+            copies: n,
+            min_copies: m,
+            check_only,
+            shadow: false,
+        }];
+        match engine::decide(&items, &mut self.slots, now).outcomes[0] {
+            Outcome::Tiers(outcome) => outcome,
+            Outcome::Window(_) => unreachable!(),
+        }
+    }
+
+    fn request(&mut self, d: usize, n: u64, m: u64, now: u64) -> TierOutcome {
+        self.ask(d, n, m, false, now)
+    }
+
+    fn would_grant_one(&self, d: usize, now: u64) -> bool {
+        let mut probe = self.clone();
+        !probe.ask(d, 1, 1, true, now).over
+    }
+}
+
+fn arb_policy() -> impl Strategy<Value = (RatePolicy, Option<u64>)> {
+    let tier = (
+        0u64..5,
+        1u64..30,
+        prop::option::of(1u64..6),
+        0u64..60,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(limit, window_tenths, windows_active, cooldown_tenths, skippable)| {
+                let window = window_tenths * 100;
+                Tier {
+                    limit,
+                    window,
+                    active: windows_active.map_or(FOREVER, |k| k * window),
+                    cooldown: cooldown_tenths * 100,
+                    skippable,
+                }
+            },
+        );
+    (
+        prop::collection::vec(tier, 0..4),
+        prop::option::of(0u64..12),
+        prop::option::of(0u64..16),
+    )
+        .prop_map(|(tiers, hard_limit, global)| (RatePolicy { hard_limit, tiers }, global))
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    advance: u64,
+    domain: usize,
+    copies: u64,
+    min_copies: u64,
+}
+
+fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(
+        (
+            prop_oneof![Just(0u64), 1u64..50, 50u64..1500, 1500u64..8000],
+            0..DOMAINS,
+            1u64..7,
+            0u64..7,
+        )
+            .prop_map(|(advance, domain, copies, min)| Op {
+                advance,
+                domain,
+                copies,
+                min_copies: min.clamp(1, copies),
+            }),
+        1..60,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// The engine grants exactly what the spec's hit-by-hit model grants.
+    #[test]
+    fn engine_matches_the_reference_model((policy, global) in arb_policy(), ops in arb_ops()) {
+        let mut engine = Engine::new(policy.clone(), global);
+        let mut reference = Reference::new(policy, global);
+        let mut now = 1_000_000;
+        for op in ops {
+            now += op.advance;
+            let expected = reference.request(op.domain, op.copies, op.min_copies, now);
+            let got = engine.request(op.domain, op.copies, op.min_copies, now);
+            prop_assert_eq!(got.granted, expected, "at {}: {:?}", now, op);
+            prop_assert_eq!(got.over, expected == 0);
+        }
+    }
+
+    /// Never more than L_c hits in a tier window, H per domain or G per
+    /// resource in any one-second window (checked on the grant history).
+    #[test]
+    fn limits_hold_over_any_window((policy, global) in arb_policy(), ops in arb_ops()) {
+        let mut engine = Engine::new(policy.clone(), global);
+        let mut now = 1_000_000;
+        let mut grants: Vec<(u64, usize, u64)> = Vec::new();
+        for op in ops {
+            now += op.advance;
+            let outcome = engine.request(op.domain, op.copies, op.min_copies, now);
+            if outcome.granted > 0 {
+                grants.push((now, op.domain, outcome.granted));
+            }
+            for slot in &engine.slots[..DOMAINS] {
+                let Slot::Tiers(state) = slot else { unreachable!() };
+                for (tier, log) in policy.tiers.iter().zip(&state.tiers) {
+                    if engine::tiers::phase(tier, log.entered_at, now) == engine::Phase::Active {
+                        prop_assert!(log.hits.count(now, tier.window) <= tier.limit);
+                    }
+                }
+            }
+        }
+        for &(t, _, _) in &grants {
+            let in_second = |domain: Option<usize>| -> u64 {
+                grants
+                    .iter()
+                    .filter(|&&(u, d, _)| u <= t && t <= u + 1000 && domain.is_none_or(|x| x == d))
+                    .map(|&(_, _, k)| k)
+                    .sum()
+            };
+            if let Some(h) = policy.hard_limit {
+                for d in 0..DOMAINS {
+                    prop_assert!(in_second(Some(d)) <= h);
+                }
+            }
+            if let Some(g) = global {
+                prop_assert!(in_second(None) <= g);
+            }
+        }
+    }
+
+    /// A rejection changes nothing; a check changes nothing.
+    #[test]
+    fn rejections_and_checks_change_nothing((policy, global) in arb_policy(), ops in arb_ops(), probe in 1u64..10) {
+        let mut engine = Engine::new(policy, global);
+        let mut now = 1_000_000;
+        for op in ops {
+            now += op.advance;
+            let before = engine.slots.clone();
+            let outcome = engine.request(op.domain, op.copies, op.min_copies, now);
+            if outcome.over {
+                prop_assert_eq!(&before, &engine.slots);
+            }
+            let before = engine.slots.clone();
+            engine.ask(op.domain, probe, probe, true, now);
+            prop_assert_eq!(&before, &engine.slots);
+        }
+    }
+
+    /// retry_after is exact: granted at now + retry_after, rejected 1 ms
+    /// before when it is positive; `None` means no later instant helps.
+    #[test]
+    fn retry_after_is_exact((policy, global) in arb_policy(), ops in arb_ops()) {
+        let mut engine = Engine::new(policy, global);
+        let mut now = 1_000_000;
+        for op in ops {
+            now += op.advance;
+            let outcome = engine.request(op.domain, op.copies, op.min_copies, now);
+            match outcome.retry_after {
+                Some(0) => prop_assert!(engine.would_grant_one(op.domain, now)),
+                Some(delay) => {
+                    prop_assert!(!engine.would_grant_one(op.domain, now));
+                    prop_assert!(!engine.would_grant_one(op.domain, now + delay - 1));
+                    prop_assert!(engine.would_grant_one(op.domain, now + delay));
+                }
+                None => {
+                    for later in [now, now + 1, now + 1_001, now + 60_000, now + 10_000_000] {
+                        prop_assert!(!engine.would_grant_one(op.domain, later));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A granted bulk request leaves the same state as the same hits sent one
+    /// by one at the same instant.
+    #[test]
+    fn bulk_equals_one_by_one((policy, global) in arb_policy(), ops in arb_ops(), bulk in 1u64..12, domain in 0..DOMAINS) {
+        let mut engine = Engine::new(policy, global);
+        let mut now = 1_000_000;
+        for op in ops {
+            now += op.advance;
+            engine.request(op.domain, op.copies, op.min_copies, now);
+        }
+        now += 1;
+        let mut singles = engine.clone();
+        let outcome = engine.request(domain, bulk, bulk, now);
+        if !outcome.over {
+            for _ in 0..bulk {
+                prop_assert!(!singles.request(domain, 1, 1, now).over);
+            }
+            prop_assert_eq!(&engine.slots, &singles.slots);
+        }
+    }
+}
