@@ -71,6 +71,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .await;
     let rls = RateLimitServiceServer::new(RlsService::new(limiter.clone(), metrics.clone()));
     let grpc = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(
+            decode_errors_are_invalid_arguments as fn(_) -> _,
+        ))
         .add_service(health_service)
         .add_service(rls)
         .serve_with_incoming_shutdown(
@@ -108,6 +111,29 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     admin_task.await?.context("admin server failed")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// tonic answers a request it cannot decode (bad protobuf, a string that is
+/// not UTF-8) with INTERNAL, which tells clients to retry elsewhere. It is the
+/// request that is wrong: answer INVALID_ARGUMENT, message unchanged.
+fn decode_errors_are_invalid_arguments(
+    mut response: http::Response<tonic::body::Body>,
+) -> http::Response<tonic::body::Body> {
+    let headers = response.headers_mut();
+    let internal = headers
+        .get("grpc-status")
+        .is_some_and(|status| status == "13");
+    let decode_failure = headers.get("grpc-message").is_some_and(|message| {
+        let message = message.as_bytes();
+        message.starts_with(b"failed to decode") || message.starts_with(b"failed%20to%20decode")
+    });
+    if internal && decode_failure {
+        headers.insert(
+            "grpc-status",
+            http::HeaderValue::from(tonic::Code::InvalidArgument as i32),
+        );
+    }
+    response
 }
 
 async fn wait_for(mut shutdown: watch::Receiver<bool>) {

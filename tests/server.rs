@@ -1,0 +1,518 @@
+//! The sidecar as users run it: the real `charon` binary on real sockets,
+//! driven by a real gRPC client. Startup, answers, bad input, health,
+//! metrics, reload (file change, ConfigMap symlink swap, SIGHUP), shutdown.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::transport::Channel;
+
+const CONFIG: &str = r#"
+domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: customer
+    resource: api
+resources:
+  api:
+    rate:
+      tiers:
+        - {limit: 2, window: 1h, active: forever}
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A running sidecar, killed (by PID) when dropped.
+struct Sidecar {
+    child: Child,
+    grpc: u16,
+    admin: u16,
+}
+
+impl Sidecar {
+    fn start(config: &Path) -> Self {
+        let (grpc, admin) = (free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("charon starts");
+        Self { child, grpc, admin }
+    }
+
+    async fn ready(self) -> Self {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(response) = reqwest::get(self.admin_url("/readyz")).await
+                && response.status().is_success()
+            {
+                return self;
+            }
+            assert!(Instant::now() < deadline, "sidecar not ready within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
+            .await
+            .expect("connects")
+    }
+
+    async fn metrics(&self) -> String {
+        reqwest::get(self.admin_url("/metrics"))
+            .await
+            .expect("metrics answer")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(dir: &Path, name: &str, yaml: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).expect("config written");
+    path
+}
+
+fn request(domain: &str, entries: &[(&str, &str)]) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: entries
+                .iter()
+                .map(|(k, v)| Entry {
+                    key: (*k).to_owned(),
+                    value: (*v).to_owned(),
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    req: RateLimitRequest,
+) -> RateLimitResponse {
+    client
+        .should_rate_limit(req)
+        .await
+        .expect("an answer")
+        .into_inner()
+}
+
+/// Polls `check` until it holds (reloads are asynchronous).
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn answers_envoy_with_statuses_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))
+        .ready()
+        .await;
+    let mut client = sidecar.client().await;
+    let mut req = request("edge", &[("tenant", "acme")]);
+    req.descriptors
+        .push(request("edge", &[("nothing", "x")]).descriptors.remove(0));
+    req.descriptors
+        .push(request("edge", &[("customer", "c1")]).descriptors.remove(0));
+    let answer = ask(&mut client, req).await;
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+    assert_eq!(answer.statuses.len(), 3);
+    let fixed = &answer.statuses[0];
+    let limit = fixed.current_limit.as_ref().expect("a limit");
+    assert_eq!(limit.requests_per_unit, 3);
+    assert_eq!(limit.unit, 3, "HOUR");
+    assert_eq!(fixed.limit_remaining, 2);
+    let reset = fixed.duration_until_reset.expect("a reset");
+    assert!(reset.seconds <= 3_600 && (reset.seconds, reset.nanos) > (0, 0));
+    assert!(answer.statuses[1].current_limit.is_none());
+    let tiers = &answer.statuses[2];
+    assert_eq!(
+        tiers
+            .current_limit
+            .as_ref()
+            .expect("tier limit")
+            .requests_per_unit,
+        2
+    );
+    assert_eq!(tiers.limit_remaining, 1);
+
+    ask(&mut client, request("edge", &[("tenant", "acme")])).await;
+    ask(&mut client, request("edge", &[("tenant", "acme")])).await;
+    let over = ask(&mut client, request("edge", &[("tenant", "acme")])).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(over.statuses[0].code, Code::OverLimit as i32);
+    assert_eq!(over.statuses[0].limit_remaining, 0);
+
+    // Metrics: decisions by namespace and result, and the latency histogram.
+    let metrics = sidecar.metrics().await;
+    assert!(
+        metrics.contains(r#"charon_decisions_total{namespace="edge",result="ok"} 3"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"charon_decisions_total{namespace="edge",result="over_limit"} 1"#));
+    assert!(metrics.contains("charon_decision_latency_seconds_count 4"));
+    assert!(!metrics.contains("acme"), "no per-domain labels");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_requests_get_clear_errors_and_others_keep_being_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))
+        .ready()
+        .await;
+    let mut client = sidecar.client().await;
+
+    let code_of = |result: Result<tonic::Response<RateLimitResponse>, tonic::Status>| match result {
+        Ok(_) => panic!("expected an error"),
+        Err(status) => (status.code(), status.message().to_owned()),
+    };
+    let (code, message) = code_of(
+        client
+            .should_rate_limit(request("", &[("tenant", "x")]))
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert!(message.contains("domain"), "{message}");
+    let mut empty = request("edge", &[]);
+    empty.descriptors.clear();
+    let (code, message) = code_of(client.should_rate_limit(empty).await);
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    assert!(message.contains("descriptors"), "{message}");
+    let huge_value = "v".repeat(1 << 20);
+    let (code, _) = code_of(
+        client
+            .should_rate_limit(request("edge", &[("tenant", &huge_value)]))
+            .await,
+    );
+    assert_eq!(code, tonic::Code::InvalidArgument);
+    let deep: Vec<(String, String)> = (0..10_000)
+        .map(|i| (format!("k{i}"), "v".to_owned()))
+        .collect();
+    let deep: Vec<(&str, &str)> = deep.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, _) = code_of(client.should_rate_limit(request("edge", &deep)).await);
+    assert_eq!(code, tonic::Code::InvalidArgument);
+
+    let mut max_hits = request("edge", &[("tenant", "greedy")]);
+    max_hits.hits_addend = u32::MAX;
+    assert_eq!(
+        ask(&mut client, max_hits).await.overall_code,
+        Code::OverLimit as i32
+    );
+    // Nothing was consumed by the rejected request.
+    let after = ask(&mut client, request("edge", &[("tenant", "greedy")])).await;
+    assert_eq!(after.statuses[0].limit_remaining, 2);
+
+    // Invalid UTF-8 in a protobuf string: an error, not a crash.
+    let status = raw_call(sidecar.grpc, invalid_utf8_request())
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("UTF-8"), "{status:?}");
+    // Bytes that are not protobuf at all: the same.
+    let status = raw_call(sidecar.grpc, vec![0xff; 64])
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+
+    // And everyone else is still served.
+    let ok = ask(&mut client, request("edge", &[("tenant", "fine")])).await;
+    assert_eq!(ok.overall_code, Code::Ok as i32);
+}
+
+/// A RateLimitRequest whose domain is not UTF-8, encoded by hand.
+fn invalid_utf8_request() -> Vec<u8> {
+    let entry = [0x0a, 0x01, b'k', 0x12, 0x01, b'v'];
+    let mut descriptor = vec![0x0a, entry.len() as u8];
+    descriptor.extend_from_slice(&entry);
+    let mut message = vec![0x0a, 0x02, 0xff, 0xfe, 0x12, descriptor.len() as u8];
+    message.extend_from_slice(&descriptor);
+    message
+}
+
+/// Sends raw protobuf bytes to ShouldRateLimit.
+async fn raw_call(port: u16, body: Vec<u8>) -> Result<Vec<u8>, tonic::Status> {
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+    );
+    grpc.unary(tonic::Request::new(body), path, RawCodec)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[derive(Default, Clone, Copy)]
+struct RawCodec;
+
+impl Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawCodec
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawCodec
+    }
+}
+
+impl Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Self::Error> {
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(Some(src.copy_to_bytes(src.remaining()).to_vec()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_endpoints_and_grpc_health() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))
+        .ready()
+        .await;
+    let healthz = reqwest::get(sidecar.admin_url("/healthz"))
+        .await
+        .expect("healthz");
+    assert!(healthz.status().is_success());
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{}", sidecar.grpc))
+        .expect("uri")
+        .connect()
+        .await
+        .expect("connects");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    for service in ["", "envoy.service.ratelimit.v3.RateLimitService"] {
+        let answer = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("health answers")
+            .into_inner();
+        assert_eq!(
+            answer.status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "service {service:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reloads_on_change_and_keeps_the_old_config_when_the_new_one_is_bad() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_config(dir.path(), "edge.yaml", CONFIG);
+    let sidecar = Sidecar::start(&path).ready().await;
+    let mut client = sidecar.client().await;
+    let remaining = |answer: RateLimitResponse| answer.statuses[0].limit_remaining;
+    assert_eq!(
+        remaining(ask(&mut client, request("edge", &[("tenant", "a")])).await),
+        2
+    );
+
+    write_config(
+        dir.path(),
+        "edge.yaml",
+        &CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 50"),
+    );
+    let mut n = 0;
+    eventually("the new limit applies", || {
+        n += 1;
+        let mut client = client.clone();
+        let tenant = format!("fresh{n}");
+        async move { remaining(ask(&mut client, request("edge", &[("tenant", &tenant)])).await) == 49 }
+    })
+    .await;
+
+    write_config(
+        dir.path(),
+        "edge.yaml",
+        "domain: edge\ndescriptors: [oops\n",
+    );
+    eventually("the bad config is rejected", || async {
+        sidecar
+            .metrics()
+            .await
+            .contains(r#"charon_config_reloads_total{result="rejected"}"#)
+    })
+    .await;
+    assert_eq!(
+        remaining(ask(&mut client, request("edge", &[("tenant", "b")])).await),
+        49
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reloads_a_configmap_symlink_swap_and_on_sighup() {
+    // The layout kubelet writes: data in a timestamped directory, `..data`
+    // pointing at it, and the visible file a symlink through `..data`.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = dir.path().join("..2026_01_01_00_00_00.1");
+    std::fs::create_dir(&first).expect("mkdir");
+    write_config(&first, "edge.yaml", CONFIG);
+    std::os::unix::fs::symlink("..2026_01_01_00_00_00.1", dir.path().join("..data")).expect("ln");
+    std::os::unix::fs::symlink("..data/edge.yaml", dir.path().join("edge.yaml")).expect("ln");
+
+    let sidecar = Sidecar::start(&dir.path().join("edge.yaml")).ready().await;
+    let mut client = sidecar.client().await;
+    assert_eq!(
+        ask(&mut client, request("edge", &[("tenant", "a")]))
+            .await
+            .statuses[0]
+            .limit_remaining,
+        2
+    );
+
+    let second = dir.path().join("..2026_01_01_00_01_00.2");
+    std::fs::create_dir(&second).expect("mkdir");
+    write_config(
+        &second,
+        "edge.yaml",
+        &CONFIG.replace("requests_per_unit: 3", "requests_per_unit: 7"),
+    );
+    std::os::unix::fs::symlink("..2026_01_01_00_01_00.2", dir.path().join("..data_tmp"))
+        .expect("ln");
+    std::fs::rename(dir.path().join("..data_tmp"), dir.path().join("..data")).expect("swap");
+    let mut n = 0;
+    eventually("the swapped config applies", || {
+        n += 1;
+        let mut client = client.clone();
+        let tenant = format!("t{n}");
+        async move {
+            ask(&mut client, request("edge", &[("tenant", &tenant)]))
+                .await
+                .statuses[0]
+                .limit_remaining
+                == 6
+        }
+    })
+    .await;
+
+    let reloads = |text: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(r#"charon_config_reloads_total{result="ok"}"#))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = reloads(&sidecar.metrics().await);
+    sidecar.signal("HUP");
+    eventually("SIGHUP reloads", || async {
+        reloads(&sidecar.metrics().await) > before
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_shuts_down_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))
+        .ready()
+        .await;
+    let mut client = sidecar.client().await;
+    ask(&mut client, request("edge", &[("tenant", "a")])).await;
+    sidecar.signal("TERM");
+    let status = sidecar
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn refuses_to_start_on_an_invalid_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_config(
+        dir.path(),
+        "edge.yaml",
+        "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+    );
+    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("charon runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("edge.yaml:4:"), "{stderr}");
+    assert!(stderr.contains("fortnight"), "{stderr}");
+}
