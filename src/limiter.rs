@@ -166,6 +166,12 @@ enum FixedLimitRef<'c> {
 }
 
 impl FixedLimitRef<'_> {
+    fn period(&self) -> u64 {
+        match self {
+            FixedLimitRef::Configured(l) => l.period(),
+            FixedLimitRef::Override(o) => o.unit.millis(),
+        }
+    }
     fn requests_per_unit(&self) -> u64 {
         match self {
             FixedLimitRef::Configured(l) => l.requests_per_unit,
@@ -398,7 +404,7 @@ fn add_item<'c>(
             shadow,
             shared_values,
         } => {
-            let period = limit.unit().millis();
+            let period = limit.period();
             let entries = descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
                 let value = shared_values
                     .get(i)

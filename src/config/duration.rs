@@ -18,6 +18,10 @@ pub fn parse(text: &str) -> Result<Millis, String> {
     if text == "forever" {
         return Ok(FOREVER);
     }
+    if text == "0" {
+        // Zero is zero in any unit.
+        return Ok(0);
+    }
     let split = text
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(|| format!("duration `{text}` has no unit; write e.g. `250ms`, `1s`, `15m`, `24h`, `7d` or `forever`"))?;
@@ -84,6 +88,7 @@ mod tests {
         assert_eq!(parse("7d"), Ok(604_800_000));
         assert_eq!(parse("forever"), Ok(FOREVER));
         assert_eq!(parse("0s"), Ok(0));
+        assert_eq!(parse("0"), Ok(0));
     }
 
     #[test]

@@ -159,8 +159,33 @@ struct Compiled {
 fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
     let mut options = serde_saphyr::options::Options::default();
     options.with_snippet = false;
-    let mut raw: RawFile = serde_saphyr::from_str_with_options(text, options)
-        .map_err(|e| vec![parse_error(file, &e)])?;
+    let mut budget = serde_saphyr::Budget::default();
+    // Descriptor nesting takes two YAML levels (a list, then a map).
+    budget.max_depth = 2 * caps::MAX_DESCRIPTOR_DEPTH + 4;
+    budget.max_nodes = caps::MAX_YAML_NODES;
+    budget.max_events = 2 * caps::MAX_YAML_NODES;
+    options.budget = Some(budget);
+    // Like envoyproxy/ratelimit, tolerate `---` separators around the one
+    // document (empty documents are skipped).
+    let documents: Vec<Option<RawFile>> =
+        serde_saphyr::from_str_multiple_with_options(text, options)
+            .map_err(|e| vec![parse_error(file, &e)])?;
+    let mut documents: Vec<RawFile> = documents.into_iter().flatten().collect();
+    if documents.len() > 1 {
+        return Err(vec![ConfigError::whole_file(
+            file,
+            format!(
+                "{} YAML documents in one file; a file holds one namespace (split them into files of a directory)",
+                documents.len()
+            ),
+        )]);
+    }
+    let Some(mut raw) = documents.pop() else {
+        return Err(vec![ConfigError::whole_file(
+            file,
+            "the file is empty; it needs at least `domain:`",
+        )]);
+    };
     let mut ctx = Ctx {
         file: file.to_owned(),
         errors: Vec::new(),
@@ -180,8 +205,52 @@ fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
     })
 }
 
+/// Parser messages that speak of Rust types or library options, said the way
+/// a configuration's author would understand them.
+fn plain_words(message: &str) -> String {
+    let replacements: [(&str, &str); 5] = [
+        (
+            "invalid i64",
+            "expected a whole number between 0 and 4294967295",
+        ),
+        (
+            "invalid u32",
+            "expected a whole number between 0 and 4294967295",
+        ),
+        (
+            "cannot deserialize null into string; use Option<String>",
+            "a value is required here",
+        ),
+        (", set DuplicateKeyPolicy in Options if acceptable", ""),
+        (
+            "; use from_str_multiple or from_str_multiple_with_options",
+            "",
+        ),
+    ];
+    let mut message = message.to_owned();
+    for (from, to) in replacements {
+        message = message.replace(from, to);
+    }
+    if message.starts_with("budget breached: Depth") {
+        return format!(
+            "nested deeper than the maximum depth of {} YAML levels ({} levels of descriptors)",
+            2 * caps::MAX_DESCRIPTOR_DEPTH + 4,
+            caps::MAX_DESCRIPTOR_DEPTH
+        );
+    }
+    if message.starts_with("budget breached: Nodes")
+        || message.starts_with("budget breached: Events")
+    {
+        return format!(
+            "the file has too many YAML nodes (the limit is {})",
+            caps::MAX_YAML_NODES
+        );
+    }
+    message
+}
+
 fn parse_error(file: &Path, error: &serde_saphyr::Error) -> ConfigError {
-    let text = error.to_string();
+    let text = plain_words(&error.to_string());
     match error.location() {
         Some(at) => {
             // The parser appends " at line L, column C"; we print the location
@@ -401,6 +470,13 @@ impl Ctx {
             (Some(limit), None) => {
                 let at = limit.referenced;
                 let limit = &limit.value;
+                for replaced in &limit.replaces {
+                    if replaced.name.is_empty() {
+                        self.error(at, "`replaces` has an empty name");
+                    } else if limit.name.as_deref() == Some(replaced.name.as_str()) {
+                        self.error(at, format!("the limit `{}` replaces itself", replaced.name));
+                    }
+                }
                 let replaces = limit.replaces.iter().map(|r| r.name.clone()).collect();
                 let unit = match &limit.unit {
                     None => None,
@@ -431,14 +507,30 @@ impl Ctx {
                     self.error(at, "rate_limit needs a `unit` (or `unlimited: true`)");
                     return Leaf::None;
                 };
-                let Some(requests) = &limit.requests_per_unit else {
-                    self.error(at, "rate_limit needs `requests_per_unit`");
-                    return Leaf::None;
+                let unit_multiplier = match &limit.unit_multiplier {
+                    None => 1,
+                    Some(multiplier) => match self.count(multiplier, "unit_multiplier") {
+                        Some(0) => {
+                            self.error(multiplier.referenced, "unit_multiplier must be at least 1");
+                            return Leaf::None;
+                        }
+                        Some(multiplier) => multiplier,
+                        None => return Leaf::None,
+                    },
                 };
-                match self.count(requests, "requests_per_unit") {
+                let requests = match &limit.requests_per_unit {
+                    Some(requests) => self.count(requests, "requests_per_unit"),
+                    None => {
+                        // envoyproxy/ratelimit reads a missing count as 0.
+                        self.note(at, "rate_limit has no `requests_per_unit`: 0, so every request is over the limit");
+                        Some(0)
+                    }
+                };
+                match requests {
                     Some(requests_per_unit) => Leaf::Limit(FixedLimit {
                         requests_per_unit,
                         unit,
+                        unit_multiplier,
                         name: limit.name.clone(),
                         replaces,
                     }),
@@ -468,30 +560,34 @@ impl Ctx {
                 self.error(at, format!("resource `{name}` needs `rate:` or `copies:`"));
                 None
             }
-            (Some(rate), None) => self.rate(name, rate).map(|r| Resource::Rate(Arc::new(r))),
+            (Some(rate), None) => self
+                .rate(name, at, rate)
+                .map(|r| Resource::Rate(Arc::new(r))),
             (None, Some(copies)) => self
                 .copies(name, copies)
                 .map(|c| Resource::Copies(Arc::new(c))),
         }
     }
 
-    fn rate(&mut self, name: &str, rate: &mut RawRate) -> Option<RateResource> {
+    fn rate(&mut self, name: &str, at: Location, rate: &mut RawRate) -> Option<RateResource> {
         let errors_before = self.errors.len();
         let global_limit = rate
             .global_limit
             .as_ref()
             .and_then(|g| self.count(g, "global_limit"));
-        let default = self.policy(name, None, rate.hard_limit.as_ref(), &mut rate.tiers);
+        let default = self.policy(name, None, at, rate.hard_limit.as_ref(), &mut rate.tiers);
         let mut domains = HashMap::new();
         for (domain, config) in &mut rate.domains {
             if domain.is_empty() {
                 self.error(config.referenced, "domain name is empty");
                 continue;
             }
+            let domain_at = config.referenced;
             let config = &mut config.value;
             let policy = self.policy(
                 name,
                 Some(domain),
+                domain_at,
                 config.hard_limit.as_ref(),
                 &mut config.tiers,
             );
@@ -509,6 +605,7 @@ impl Ctx {
         &mut self,
         resource: &str,
         domain: Option<&str>,
+        resource_at: Location,
         hard_limit: Option<&Spanned<i64>>,
         raw_tiers: &mut Vec<Spanned<RawTier>>,
     ) -> RatePolicy {
@@ -604,12 +701,10 @@ impl Ctx {
         let mut flags = keep.into_iter();
         raw_tiers.retain(|_| flags.next().unwrap_or(true));
         if tiers.is_empty() && had_tiers {
-            self.notes.push(Note {
-                file: self.file.clone(),
-                line: 0,
-                column: 0,
-                message: format!("{whose} has no tier left: every request for it will be rejected"),
-            });
+            self.note(
+                resource_at,
+                format!("{whose} has no tier left: every request for it will be rejected"),
+            );
         }
         RatePolicy { hard_limit, tiers }
     }

@@ -37,6 +37,9 @@ pub mod caps {
     pub const MAX_DESCRIPTOR_DEPTH: usize = 32;
     /// Burst tiers per rate configuration.
     pub const MAX_TIERS: usize = 64;
+    /// YAML nodes in one file: far more than any file under the size cap
+    /// legitimately holds, so only hostile input meets it.
+    pub const MAX_YAML_NODES: usize = 8_000_000;
 }
 
 /// Every namespace the server knows, by name.
@@ -141,8 +144,18 @@ pub struct CopyGroup {
 pub struct FixedLimit {
     pub requests_per_unit: u64,
     pub unit: Unit,
+    /// The window is this many units long (envoyproxy/ratelimit's
+    /// `unit_multiplier`; 1 by default).
+    pub unit_multiplier: u64,
     pub name: Option<String>,
     pub replaces: Vec<String>,
+}
+
+impl FixedLimit {
+    /// The window's length.
+    pub fn period(&self) -> u64 {
+        self.unit.millis().saturating_mul(self.unit_multiplier)
+    }
 }
 
 /// envoyproxy/ratelimit's time units.

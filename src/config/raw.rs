@@ -15,9 +15,17 @@ pub struct RawFile {
     pub domain: Spanned<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<RawSettings>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub descriptors: Vec<RawDescriptor>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub resources: BTreeMap<String, Spanned<RawResource>>,
 }
 
@@ -53,7 +61,11 @@ pub struct RawDescriptor {
     /// On a wildcard entry: every value it matches shares one counter.
     #[serde(default, skip_serializing_if = "is_false")]
     pub share_threshold: bool,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub descriptors: Vec<RawDescriptor>,
 }
 
@@ -62,12 +74,19 @@ pub struct RawDescriptor {
 pub struct RawRateLimit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub replaces: Vec<RawReplace>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requests_per_unit: Option<Spanned<i64>>,
+    /// envoyproxy/ratelimit: the window is `unit_multiplier` units long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit_multiplier: Option<Spanned<i64>>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
 }
@@ -95,9 +114,13 @@ pub struct RawRate {
     pub hard_limit: Option<Spanned<i64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_limit: Option<Spanned<i64>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub tiers: Vec<Spanned<RawTier>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub domains: BTreeMap<String, Spanned<RawDomainRate>>,
 }
 
@@ -107,7 +130,7 @@ pub struct RawRate {
 pub struct RawDomainRate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hard_limit: Option<Spanned<i64>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub tiers: Vec<Spanned<RawTier>>,
 }
 
@@ -130,9 +153,17 @@ pub struct RawCopies {
     pub domain_limit: Spanned<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_limit: Option<Spanned<i64>>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
     pub domains: BTreeMap<String, Spanned<i64>>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub groups: Vec<Spanned<RawGroup>>,
 }
 
@@ -141,8 +172,18 @@ pub struct RawCopies {
 pub struct RawGroup {
     pub name: Spanned<String>,
     pub limit: Spanned<i64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub domains: Vec<String>,
+}
+
+/// An empty YAML value (`descriptors:` with nothing after it) is an empty
+/// list, as in envoyproxy/ratelimit.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 fn is_false(b: &bool) -> bool {

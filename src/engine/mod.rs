@@ -240,15 +240,14 @@ fn window_state(slots: &[Slot], index: usize) -> WindowState {
     }
 }
 
-fn split_tiers<'s>(
-    slots: &'s mut [Slot],
-    slot: usize,
-    global_slot: Option<usize>,
-) -> (
+/// A domain's tier state, and the resource's global log with its expiry.
+type TierSlots<'s> = (
     Option<&'s mut TierState>,
     Option<&'s mut HitLog>,
     Option<&'s mut u64>,
-) {
+);
+
+fn split_tiers(slots: &mut [Slot], slot: usize, global_slot: Option<usize>) -> TierSlots<'_> {
     // Two distinct indexes into one slice, borrowed mutably at once.
     let (mut tiers, mut log, mut log_expiry) = (None, None, None);
     for (index, entry) in slots.iter_mut().enumerate() {

@@ -196,19 +196,18 @@ pub fn grant(
         left -= take;
     }
     let mut burst = false;
-    for index in current..tiers.len() {
+    for (tier, log) in tiers.iter().zip(&mut state.tiers).skip(current) {
         if left == 0 {
             break;
         }
-        let log = &mut state.tiers[index];
-        match phase(&tiers[index], log.entered_at, now) {
-            Phase::Cooldown if tiers[index].skippable => continue,
+        match phase(tier, log.entered_at, now) {
+            Phase::Cooldown if tier.skippable => continue,
             Phase::Cooldown => break,
             Phase::Inactive | Phase::Active => {
                 log.entered_at = Some(now);
                 log.hits.clear();
                 burst = true;
-                let take = left.min(tiers[index].limit);
+                let take = left.min(tier.limit);
                 log.hits.push(now, take);
                 left -= take;
             }
