@@ -148,7 +148,10 @@ pub enum LimitError {
 /// What a descriptor resolved to.
 enum Resolved<'c> {
     NotLimited,
-    Unlimited,
+    Unlimited {
+        name: Option<&'c str>,
+        replaces: &'c [String],
+    },
     Fixed {
         limit: FixedLimitRef<'c>,
         shadow: bool,
@@ -158,6 +161,33 @@ enum Resolved<'c> {
         rate: &'c RateResource,
         shadow: bool,
     },
+}
+
+impl<'c> Resolved<'c> {
+    /// The limit's `name`, for `replaces`.
+    fn name(&self) -> Option<&'c str> {
+        match self {
+            Resolved::Unlimited { name, .. } => *name,
+            Resolved::Fixed {
+                limit: FixedLimitRef::Configured(limit),
+                ..
+            } => limit.name.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The names of the limits this one replaces.
+    fn replaces(&self) -> impl Iterator<Item = &'c str> + use<'c> {
+        let replaces: &'c [String] = match self {
+            Resolved::Unlimited { replaces, .. } => replaces,
+            Resolved::Fixed {
+                limit: FixedLimitRef::Configured(limit),
+                ..
+            } => &limit.replaces,
+            _ => &[],
+        };
+        replaces.iter().map(String::as_str)
+    }
 }
 
 enum FixedLimitRef<'c> {
@@ -242,7 +272,7 @@ impl<S: Store> Limiter<S> {
         } else {
             request.hits_addend
         };
-        let resolved = resolve_all(namespace, &request)?;
+        let resolved = resolve_all(namespace, &request);
 
         let mut batch = Batch::default();
         let mut item_of = Vec::with_capacity(request.descriptors.len());
@@ -317,77 +347,63 @@ fn validate(request: &RateLimitRequest) -> Result<(), LimitError> {
     Ok(())
 }
 
-fn resolve_all<'c>(
-    namespace: &'c Namespace,
-    request: &RateLimitRequest,
-) -> Result<Vec<Resolved<'c>>, LimitError> {
-    let mut resolved: Vec<Resolved<'c>> = Vec::with_capacity(request.descriptors.len());
-    let mut names: Vec<Option<&'c str>> = Vec::with_capacity(request.descriptors.len());
-    let mut replaced: HashSet<&'c str> = HashSet::new();
-    for descriptor in &request.descriptors {
-        if let Some(limit) = descriptor.limit {
-            // As in envoyproxy/ratelimit: a limit sent with the request wins
-            // over the configuration, and is never in shadow mode.
-            resolved.push(Resolved::Fixed {
-                limit: FixedLimitRef::Override(limit),
-                shadow: false,
-                shared_values: Vec::new(),
-            });
-            names.push(None);
-            continue;
-        }
-        let found = namespace.descriptors.find(
-            descriptor
-                .entries
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        );
-        let Some(found) = found else {
-            resolved.push(Resolved::NotLimited);
-            names.push(None);
-            continue;
-        };
-        let node = found.node;
-        match &node.leaf {
-            Leaf::None => {
-                resolved.push(Resolved::NotLimited);
-                names.push(None);
-            }
-            Leaf::Unlimited { name, replaces } => {
-                replaced.extend(replaces.iter().map(String::as_str));
-                resolved.push(Resolved::Unlimited);
-                names.push(name.as_deref());
-            }
-            Leaf::Limit(limit) => {
-                replaced.extend(limit.replaces.iter().map(String::as_str));
-                resolved.push(Resolved::Fixed {
-                    limit: FixedLimitRef::Configured(limit),
-                    shadow: node.shadow_mode,
-                    shared_values: found.shared_values,
-                });
-                names.push(limit.name.as_deref());
-            }
-            Leaf::Resource(name) => match namespace.resources.get(name) {
-                Some(Resource::Rate(rate)) => resolved.push(Resolved::Resource {
-                    rate,
-                    shadow: node.shadow_mode,
-                }),
-                // Loading guarantees a leaf names a rate-limited resource.
-                _ => resolved.push(Resolved::NotLimited),
-            },
-        }
-        if matches!(node.leaf, Leaf::Resource(_)) {
-            names.push(None);
-        }
-    }
+fn resolve_all<'c>(namespace: &'c Namespace, request: &RateLimitRequest) -> Vec<Resolved<'c>> {
+    let mut resolved: Vec<Resolved<'c>> = request
+        .descriptors
+        .iter()
+        .map(|descriptor| resolve(namespace, descriptor))
+        .collect();
+    // envoyproxy/ratelimit: a limit whose name another matched limit
+    // `replaces` does not apply.
+    let replaced: HashSet<&str> = resolved.iter().flat_map(Resolved::replaces).collect();
     if !replaced.is_empty() {
-        for (resolved, name) in resolved.iter_mut().zip(&names) {
-            if name.is_some_and(|name| replaced.contains(name)) {
-                *resolved = Resolved::NotLimited;
+        for entry in &mut resolved {
+            if entry.name().is_some_and(|name| replaced.contains(name)) {
+                *entry = Resolved::NotLimited;
             }
         }
     }
-    Ok(resolved)
+    resolved
+}
+
+fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c> {
+    if let Some(limit) = descriptor.limit {
+        // As in envoyproxy/ratelimit: a limit sent with the request wins
+        // over the configuration, and is never in shadow mode.
+        return Resolved::Fixed {
+            limit: FixedLimitRef::Override(limit),
+            shadow: false,
+            shared_values: Vec::new(),
+        };
+    }
+    let entries = descriptor
+        .entries
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()));
+    let Some(found) = namespace.descriptors.find(entries) else {
+        return Resolved::NotLimited;
+    };
+    let node = found.node;
+    match &node.leaf {
+        Leaf::None => Resolved::NotLimited,
+        Leaf::Unlimited { name, replaces } => Resolved::Unlimited {
+            name: name.as_deref(),
+            replaces,
+        },
+        Leaf::Limit(limit) => Resolved::Fixed {
+            limit: FixedLimitRef::Configured(limit),
+            shadow: node.shadow_mode,
+            shared_values: found.shared_values,
+        },
+        Leaf::Resource(name) => match namespace.resources.get(name) {
+            Some(Resource::Rate(rate)) => Resolved::Resource {
+                rate,
+                shadow: node.shadow_mode,
+            },
+            // Loading guarantees a leaf names a rate-limited resource.
+            _ => Resolved::NotLimited,
+        },
+    }
 }
 
 fn add_item<'c>(
@@ -398,7 +414,7 @@ fn add_item<'c>(
     hits: u64,
 ) -> Option<usize> {
     let item = match resolved {
-        Resolved::NotLimited | Resolved::Unlimited => return None,
+        Resolved::NotLimited | Resolved::Unlimited { .. } => return None,
         Resolved::Fixed {
             limit,
             shadow,
@@ -450,7 +466,7 @@ fn add_item<'c>(
 
 fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> DescriptorStatus {
     let mut status = match (resolved, outcome) {
-        (Resolved::Unlimited, _) => DescriptorStatus::unlimited(u64::from(u32::MAX)),
+        (Resolved::Unlimited { .. }, _) => DescriptorStatus::unlimited(u64::from(u32::MAX)),
         (Resolved::Fixed { limit, shadow, .. }, Some(Outcome::Window(w))) => DescriptorStatus {
             over_limit: w.over && !shadow,
             limit: Some(CurrentLimit {
