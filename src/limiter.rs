@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use crate::config::{Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit};
+use crate::config::{Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit, duration};
 use crate::engine::{Item, Outcome, SlotKind, TierOutcome, keys};
 use crate::store::{Batch, Store, StoreError};
 
@@ -485,7 +485,14 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
         (Resolved::Resource { rate, shadow }, Some(Outcome::Tiers(t))) => DescriptorStatus {
             over_limit: t.over && !shadow,
             limit: Some(CurrentLimit {
-                name: Some(format!("{}/tier{}", rate.name, t.snapshot.tier)),
+                // Envoy's units cannot say "10 s": the name carries the
+                // tier's real window (Envoy shows it in X-RateLimit-Limit).
+                name: Some(format!(
+                    "{}/tier{}/{}",
+                    rate.name,
+                    t.snapshot.tier,
+                    duration::format(t.snapshot.tier_window)
+                )),
                 requests_per_unit: t.snapshot.tier_limit,
                 unit: Unit::covering(t.snapshot.tier_window),
             }),

@@ -234,6 +234,8 @@ impl Harness {
             "charon",
             Command::new(env!("CARGO_BIN_EXE_charon"))
                 .current_dir(manifest_dir())
+                // Plain logs in the log file (printed if the test fails).
+                .env("NO_COLOR", "1")
                 .arg("serve")
                 .arg("--config")
                 .arg(manifest_dir().join("examples/envoy/ratelimit.yaml"))

@@ -191,14 +191,10 @@ async fn answers_envoy_with_statuses_in_order() {
     assert!(reset.seconds <= 3_600 && (reset.seconds, reset.nanos) > (0, 0));
     assert!(answer.statuses[1].current_limit.is_none());
     let tiers = &answer.statuses[2];
-    assert_eq!(
-        tiers
-            .current_limit
-            .as_ref()
-            .expect("tier limit")
-            .requests_per_unit,
-        2
-    );
+    let tier_limit = tiers.current_limit.as_ref().expect("tier limit");
+    assert_eq!(tier_limit.requests_per_unit, 2);
+    // Envoy's units cannot say every window: the name carries the real one.
+    assert_eq!(tier_limit.name, "api/tier1/1h");
     assert_eq!(tiers.limit_remaining, 1);
 
     ask(&mut client, request("edge", &[("tenant", "acme")])).await;
@@ -479,6 +475,31 @@ async fn reloads_a_configmap_symlink_swap_and_on_sighup() {
         reloads(&sidecar.metrics().await) > before
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reading_the_config_does_not_reload_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = write_config(dir.path(), "edge.yaml", CONFIG);
+    let sidecar = Sidecar::start(&path).ready().await;
+    for _ in 0..5 {
+        std::fs::read_to_string(&path).expect("readable");
+        let status = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("check")
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("check runs");
+        assert!(status.success());
+    }
+    // Give a (wrong) reload time to happen, then make sure none did.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let metrics = sidecar.metrics().await;
+    assert!(
+        !metrics.contains("charon_config_reloads_total{"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

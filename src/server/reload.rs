@@ -29,7 +29,11 @@ pub fn spawn<S: Store>(
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let file_events = tx.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        // Reading a file (Envoy, `cat`, `charon check`) is an event too:
+        // only a change is a reason to reload.
+        if let Ok(event) = event
+            && !matches!(event.kind, notify::EventKind::Access(_))
+        {
             // Full channel: a reload is already pending, which is enough.
             let _ = file_events.try_send(());
         }
