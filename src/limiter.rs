@@ -25,6 +25,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use smallvec::SmallVec;
 
 use crate::config::{Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit, duration};
 use crate::engine::{Item, Outcome, SlotKind, TierOutcome, keys};
@@ -155,7 +156,7 @@ enum Resolved<'c> {
     Fixed {
         limit: FixedLimitRef<'c>,
         shadow: bool,
-        shared_values: Vec<Option<&'c str>>,
+        shared_values: SmallVec<[Option<&'c str>; 4]>,
     },
     Resource {
         rate: &'c RateResource,
@@ -275,7 +276,7 @@ impl<S: Store> Limiter<S> {
         let resolved = resolve_all(namespace, &request);
 
         let mut batch = Batch::default();
-        let mut item_of = Vec::with_capacity(request.descriptors.len());
+        let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         for (descriptor, resolved) in request.descriptors.iter().zip(&resolved) {
             let hits = descriptor.hits_addend.unwrap_or(default_hits);
             item_of.push(add_item(&mut batch, namespace, descriptor, resolved, hits));
@@ -347,8 +348,11 @@ fn validate(request: &RateLimitRequest) -> Result<(), LimitError> {
     Ok(())
 }
 
-fn resolve_all<'c>(namespace: &'c Namespace, request: &RateLimitRequest) -> Vec<Resolved<'c>> {
-    let mut resolved: Vec<Resolved<'c>> = request
+fn resolve_all<'c>(
+    namespace: &'c Namespace,
+    request: &RateLimitRequest,
+) -> SmallVec<[Resolved<'c>; 2]> {
+    let mut resolved: SmallVec<[Resolved<'c>; 2]> = request
         .descriptors
         .iter()
         .map(|descriptor| resolve(namespace, descriptor))
@@ -373,7 +377,7 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
         return Resolved::Fixed {
             limit: FixedLimitRef::Override(limit),
             shadow: false,
-            shared_values: Vec::new(),
+            shared_values: SmallVec::new(),
         };
     }
     let entries = descriptor

@@ -460,18 +460,18 @@ fn wildcards_trailing_middle_and_repeated() {
         .find([("files", "files/a.txt")])
         .expect("files/* matches");
     assert_eq!(shared.node.shared_value.as_deref(), Some("files/*"));
-    assert_eq!(shared.shared_values, vec![Some("files/*")]);
+    assert_eq!(shared.shared_values.as_slice(), [Some("files/*")]);
     let own = ns
         .descriptors
         .find([("wild", "foobar")])
         .expect("foo* matches");
     assert_eq!(own.node.shared_value, None);
-    assert_eq!(own.shared_values, vec![None]);
+    assert_eq!(own.shared_values.as_slice(), [None]);
     let nested = ns
         .descriptors
         .find([("route", "api/v2"), ("method", "POST")])
         .expect("nested under a shared wildcard");
-    assert_eq!(nested.shared_values, vec![Some("api/*"), None]);
+    assert_eq!(nested.shared_values.as_slice(), [Some("api/*"), None]);
 }
 
 #[test]

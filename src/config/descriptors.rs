@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use smallvec::SmallVec;
+
 use super::{FixedLimit, Unit};
 
 /// What a descriptor leaf says.
@@ -56,7 +58,7 @@ pub(crate) struct KeyMatchers {
 pub struct Match<'c> {
     pub node: &'c Node,
     /// One per entry: `None` means "the request's own value".
-    pub shared_values: Vec<Option<&'c str>>,
+    pub shared_values: SmallVec<[Option<&'c str>; 4]>,
 }
 
 impl Level {
@@ -67,7 +69,7 @@ impl Level {
     ) -> Option<Match<'c>> {
         let mut level = self;
         let mut found: Option<&Node> = None;
-        let mut shared_values = Vec::new();
+        let mut shared_values = SmallVec::new();
         for (key, value) in entries {
             let matchers = level.by_key.get(key)?;
             let node = matchers

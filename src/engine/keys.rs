@@ -3,11 +3,13 @@
 //! characters keys and values contain (envoyproxy/ratelimit joins parts with
 //! `_`, so `a_b`+`c` and `a`+`b_c` collide there).
 
-use std::fmt::Write;
+fn push_number(key: &mut String, n: u64) {
+    key.push_str(itoa::Buffer::new().format(n));
+}
 
 fn push_part(key: &mut String, part: &str) {
-    // Writing to a String cannot fail.
-    let _ = write!(key, "{}:", part.len());
+    push_number(key, part.len() as u64);
+    key.push(':');
     key.push_str(part);
 }
 
@@ -25,7 +27,8 @@ pub fn window_key<'e>(
         push_part(&mut key, k);
         push_part(&mut key, v);
     }
-    let _ = write!(key, "@{period_ms}");
+    key.push('@');
+    push_number(&mut key, period_ms);
     key
 }
 

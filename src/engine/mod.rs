@@ -25,6 +25,8 @@ pub use hit_log::HitLog;
 pub use tiers::{Global, Phase, Snapshot, TierState};
 pub use window::WindowState;
 
+use smallvec::SmallVec;
+
 use crate::config::RatePolicy;
 
 /// The state behind one key.
@@ -127,7 +129,7 @@ pub struct Decision {
     /// No non-shadow item was over: everything asked for was recorded.
     pub granted: bool,
     /// One per item, in order.
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: SmallVec<[Outcome; 1]>,
     pub now: u64,
 }
 
@@ -180,11 +182,11 @@ pub struct TierOutcome {
 
 /// Decides a batch at `now`, changing `slots` only if it is granted.
 pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
-    if shares_slots(items, slots.len()) {
+    if shares_slots(items) {
         // Two items on one key must see each other's hits, in order: run them
         // one by one on a copy and keep it only if the batch passes.
         let mut scratch = slots.to_vec();
-        let outcomes: Vec<Outcome> = items
+        let outcomes: SmallVec<[Outcome; 1]> = items
             .iter()
             .map(|item| run(item, &mut scratch, now, true))
             .collect();
@@ -198,11 +200,9 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
             now,
         };
     }
-    let over: Vec<bool> = items.iter().map(|item| is_over(item, slots, now)).collect();
     let granted = items
         .iter()
-        .zip(&over)
-        .all(|(item, &over)| !over || item.shadow());
+        .all(|item| item.shadow() || !is_over(item, slots, now));
     let outcomes = items
         .iter()
         .map(|item| run(item, slots, now, granted))
@@ -221,16 +221,12 @@ fn passes(items: &[Item<'_>], outcomes: &[Outcome]) -> bool {
         .all(|(item, outcome)| !outcome.over() || item.shadow())
 }
 
-fn shares_slots(items: &[Item<'_>], slot_count: usize) -> bool {
-    let mut used = vec![false; slot_count];
-    for slot in items.iter().flat_map(Item::slots).flatten() {
-        match used.get_mut(slot) {
-            Some(seen) if *seen => return true,
-            Some(seen) => *seen = true,
-            None => {}
-        }
-    }
-    false
+fn shares_slots(items: &[Item<'_>]) -> bool {
+    let mut used: SmallVec<[usize; 8]> = items.iter().flat_map(Item::slots).flatten().collect();
+    let count = used.len();
+    used.sort_unstable();
+    used.dedup();
+    used.len() != count
 }
 
 fn window_state(slots: &[Slot], index: usize) -> WindowState {

@@ -8,8 +8,13 @@
 //! ([`Slot::expires_at`]), on access and by periodic sweeps.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+// foldhash: a fast hash with a random per-process seed, so tenants cannot
+// choose keys that collide (SipHash costs more than the decision itself).
+use foldhash::fast::RandomState;
+use smallvec::SmallVec;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{self, Decision, Slot};
@@ -30,7 +35,7 @@ pub struct MemoryStore<C = SystemClock> {
 
 #[derive(Default)]
 struct Shard {
-    slots: HashMap<String, Slot>,
+    slots: HashMap<String, Slot, RandomState>,
     decisions_since_sweep: u32,
 }
 
@@ -60,7 +65,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn with_clock(clock: C) -> Self {
         Self {
             clock,
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
         }
     }
@@ -80,7 +85,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Decides `batch` at `now`, synchronously.
     pub fn decide_at(&self, batch: Batch<'_>, now: u64) -> Decision {
-        let shard_of: Vec<usize> = batch
+        let shard_of: SmallVec<[usize; 4]> = batch
             .slots
             .iter()
             .map(|slot| (self.hasher.hash_one(&slot.key) as usize) % SHARDS)
@@ -88,11 +93,11 @@ impl<C: Clock> MemoryStore<C> {
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> =
+        let mut guards: SmallVec<[MutexGuard<'_, Shard>; 4]> =
             order.iter().map(|&shard| self.lock(shard)).collect();
         let position = |shard: usize| order.binary_search(&shard).unwrap_or(0);
 
-        let mut slots: Vec<Slot> = batch
+        let mut slots: SmallVec<[Slot; 2]> = batch
             .slots
             .iter()
             .zip(&shard_of)

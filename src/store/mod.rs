@@ -12,6 +12,8 @@ mod memory;
 
 use std::future::Future;
 
+use smallvec::SmallVec;
+
 pub use memory::MemoryStore;
 
 use crate::engine::{Decision, Item, SlotKind};
@@ -19,8 +21,8 @@ use crate::engine::{Decision, Item, SlotKind};
 /// The keys a request touches and the items to decide over them.
 #[derive(Debug, Default)]
 pub struct Batch<'a> {
-    pub slots: Vec<SlotKey>,
-    pub items: Vec<Item<'a>>,
+    pub slots: SmallVec<[SlotKey; 2]>,
+    pub items: SmallVec<[Item<'a>; 2]>,
 }
 
 /// A state key and the kind of state it holds.
