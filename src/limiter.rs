@@ -468,6 +468,18 @@ fn add_item<'c>(
     Some(batch.items.len() - 1)
 }
 
+/// `<resource>/tier<N>/<window>`: Envoy's units cannot say "10 s", so the
+/// name carries the tier's real window (Envoy shows it in X-RateLimit-Limit).
+fn tier_name(resource: &str, tier: usize, window: u64) -> String {
+    let mut name = String::with_capacity(resource.len() + 16);
+    name.push_str(resource);
+    name.push_str("/tier");
+    name.push_str(itoa::Buffer::new().format(tier));
+    name.push('/');
+    duration::write(&mut name, window);
+    name
+}
+
 fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> DescriptorStatus {
     let mut status = match (resolved, outcome) {
         (Resolved::Unlimited { .. }, _) => DescriptorStatus::unlimited(u64::from(u32::MAX)),
@@ -489,13 +501,10 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
         (Resolved::Resource { rate, shadow }, Some(Outcome::Tiers(t))) => DescriptorStatus {
             over_limit: t.over && !shadow,
             limit: Some(CurrentLimit {
-                // Envoy's units cannot say "10 s": the name carries the
-                // tier's real window (Envoy shows it in X-RateLimit-Limit).
-                name: Some(format!(
-                    "{}/tier{}/{}",
-                    rate.name,
+                name: Some(tier_name(
+                    &rate.name,
                     t.snapshot.tier,
-                    duration::format(t.snapshot.tier_window)
+                    t.snapshot.tier_window,
                 )),
                 requests_per_unit: t.snapshot.tier_limit,
                 unit: Unit::covering(t.snapshot.tier_window),

@@ -56,23 +56,33 @@ pub fn parse(text: &str) -> Result<Millis, String> {
 
 /// Formats a duration the way [`parse`] reads it, in the largest exact unit.
 pub fn format(ms: Millis) -> String {
+    let mut text = String::with_capacity(8);
+    write(&mut text, ms);
+    text
+}
+
+/// Appends [`format`]'s text to `out` (no formatting machinery: this runs
+/// on the request path, in limit names).
+pub fn write(out: &mut String, ms: Millis) {
     if ms == FOREVER {
-        return "forever".to_owned();
+        out.push_str("forever");
+        return;
     }
-    for (unit, size) in [
+    if ms == 0 {
+        out.push_str("0s");
+        return;
+    }
+    let (count, unit) = [
         ("d", 86_400_000),
         ("h", 3_600_000),
         ("m", 60_000),
         ("s", 1_000),
-    ] {
-        if ms != 0 && ms % size == 0 {
-            return format!("{}{unit}", ms / size);
-        }
-    }
-    if ms == 0 {
-        return "0s".to_owned();
-    }
-    format!("{ms}ms")
+    ]
+    .into_iter()
+    .find(|(_, size)| ms % size == 0)
+    .map_or((ms, "ms"), |(unit, size)| (ms / size, unit));
+    out.push_str(itoa::Buffer::new().format(count));
+    out.push_str(unit);
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 //! Everything here is a function of (policy, state, now): evaluating never
 //! mutates, and only a grant does (leniency: a rejection changes nothing).
 
+use smallvec::SmallVec;
+
 use crate::config::{FOREVER, RatePolicy, Tier};
 
 use super::hit_log::HitLog;
@@ -277,7 +279,9 @@ pub fn retry_after(
     if let Some(global) = global {
         earliest = earliest.max(global.log.below_limit_at(now, SECOND, global.limit)?);
     }
-    let mut candidates = vec![earliest];
+    // At most three instants per tier (two phase ends, one window).
+    let mut candidates: SmallVec<[u64; 16]> = SmallVec::new();
+    candidates.push(earliest);
     for (tier, log) in policy.tiers.iter().zip(&state.tiers) {
         let Some(entered) = log.entered_at else {
             continue;
@@ -295,7 +299,7 @@ pub fn retry_after(
             candidates.push(at);
         }
     }
-    candidates.retain(|&t| t >= earliest && t != u64::MAX);
+    candidates.retain(|t| *t >= earliest && *t != u64::MAX);
     candidates.sort_unstable();
     candidates.dedup();
     candidates
