@@ -3,7 +3,8 @@
 #
 # Installs what the tests need (scripts/test-deps.sh: redis-server, Envoy),
 # then runs, stopping at the first failure:
-#   cargo fmt --check, cargo clippy (warnings are errors),
+#   cargo fmt --check, cargo clippy (warnings are errors), the library built
+#   without default features,
 #   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc.
 # Long load runs are not part of it.
 set -euo pipefail
@@ -24,6 +25,9 @@ cargo fmt --all -- --check
 
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
+
+step "cargo check --no-default-features --lib (the library without the sidecar's dependencies)"
+cargo check --no-default-features --lib
 
 step "cargo test --all-targets"
 cargo test --all-targets
