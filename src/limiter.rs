@@ -417,6 +417,9 @@ fn add_item<'c>(
     resolved: &Resolved<'c>,
     hits: u64,
 ) -> Option<usize> {
+    // `ignore_configured`: nothing is rejected, but what fits is counted and
+    // the real state reported, exactly as for shadow-mode descriptors.
+    let ignore = namespace.settings.ignore_configured;
     let item = match resolved {
         Resolved::NotLimited | Resolved::Unlimited { .. } => return None,
         Resolved::Fixed {
@@ -439,7 +442,7 @@ fn add_item<'c>(
                 limit: limit.requests_per_unit(),
                 period,
                 hits,
-                shadow: *shadow,
+                shadow: *shadow || ignore,
             }
         }
         Resolved::Resource { rate, shadow } => {
@@ -460,7 +463,7 @@ fn add_item<'c>(
                 copies: hits.max(1),
                 min_copies: hits.max(1),
                 check_only: hits == 0,
-                shadow: *shadow,
+                shadow: *shadow || ignore,
             }
         }
     };

@@ -364,10 +364,16 @@ async fn ignore_configured_grants_but_reports() {
         "domain: shop\nsettings: {ignore_configured: true}\n",
     );
     let h = Harness::new(&yaml);
-    for _ in 0..10 {
-        assert!(!h.one("tenant", "acme").await.over_limit);
+    for remaining in [2, 1, 0, 0, 0] {
+        let answer = h.one("tenant", "acme").await;
+        assert!(!answer.over_limit && !answer.statuses[0].over_limit);
+        // Still counted: the status says what the limit would have said.
+        assert_eq!(answer.statuses[0].remaining, remaining);
     }
-    assert!(h.one("tenant", "acme").await.statuses[0].limit.is_some());
+    // A descriptor that would be rejected does not stop the others being counted.
+    let answer = h.ask(vec![d("tenant", "acme"), d("tenant", "other")]).await;
+    assert!(!answer.over_limit);
+    assert_eq!(answer.statuses[1].remaining, 2);
 }
 
 #[tokio::test]

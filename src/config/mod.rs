@@ -71,7 +71,8 @@ pub struct Namespace {
 /// Namespace switches (paper §4.3).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Settings {
-    /// Every request is granted; decisions are still computed and reported.
+    /// Every request is granted; what fits within the limits is still
+    /// counted, and statuses report the real state (as in shadow mode).
     pub ignore_configured: bool,
     /// Unknown resources behave as unlimited (used by the Charon API).
     pub allow_unconfigured: bool,
