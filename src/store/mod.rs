@@ -14,7 +14,7 @@ use std::future::Future;
 
 use smallvec::SmallVec;
 
-pub use memory::MemoryStore;
+pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore};
 
 use crate::engine::{Decision, Item, SlotKind};
 
