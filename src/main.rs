@@ -33,6 +33,10 @@ enum Command {
         /// Where state lives. Only `memory` (the embedded store) for now.
         #[arg(long, default_value = "memory")]
         store: String,
+        /// The memory store's cap on keys. At the cap, a request that needs a
+        /// new key is decided as for a fresh tenant but not remembered.
+        #[arg(long, default_value_t = charon::store::DEFAULT_MAX_KEYS)]
+        max_keys: usize,
     },
     /// Validate a configuration file or directory; print it normalized, or the errors.
     Check {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
             grpc_addr,
             admin_addr,
             store,
+            max_keys,
         } => {
             init_tracing();
             if store != "memory" {
@@ -60,6 +65,7 @@ fn main() -> ExitCode {
                 config,
                 grpc_addr,
                 admin_addr,
+                max_keys,
             };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,

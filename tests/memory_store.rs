@@ -30,15 +30,27 @@ fn a_late_request_cannot_move_a_window_back() {
     // ... then a request stamped earlier (it read the clock before the other
     // took the lock, or the system clock stepped back) must not reopen the
     // previous window and reset the counter.
-    assert!(!store.decide_at(window_batch("k", 2), next_window - 1).granted);
-    assert!(!store.decide_at(window_batch("k", 2), next_window + 1).granted);
+    assert!(
+        !store
+            .decide_at(window_batch("k", 2), next_window - 1)
+            .granted
+    );
+    assert!(
+        !store
+            .decide_at(window_batch("k", 2), next_window + 1)
+            .granted
+    );
 }
 
 #[test]
 fn at_the_key_cap_new_keys_are_decided_but_not_remembered() {
     let store = MemoryStore::with_clock(ManualClock::new(0)).with_max_keys(10);
     for tenant in 0..20 {
-        assert!(store.decide_at(window_batch(&format!("t{tenant}"), 1), 1_000).granted);
+        assert!(
+            store
+                .decide_at(window_batch(&format!("t{tenant}"), 1), 1_000)
+                .granted
+        );
     }
     assert_eq!(store.len(), 10);
     let stats = store.stats();
@@ -54,18 +66,25 @@ fn at_the_key_cap_new_keys_are_decided_but_not_remembered() {
 }
 
 fn arb_policy() -> impl Strategy<Value = (RatePolicy, Option<u64>)> {
-    let tier = (0u64..5, 1u64..30, prop::option::of(1u64..6), 0u64..60, any::<bool>()).prop_map(
-        |(limit, window_tenths, windows_active, cooldown_tenths, skippable)| {
-            let window = window_tenths * 100;
-            Tier {
-                limit,
-                window,
-                active: windows_active.map_or(FOREVER, |k| k * window),
-                cooldown: cooldown_tenths * 100,
-                skippable,
-            }
-        },
-    );
+    let tier = (
+        0u64..5,
+        1u64..30,
+        prop::option::of(1u64..6),
+        0u64..60,
+        any::<bool>(),
+    )
+        .prop_map(
+            |(limit, window_tenths, windows_active, cooldown_tenths, skippable)| {
+                let window = window_tenths * 100;
+                Tier {
+                    limit,
+                    window,
+                    active: windows_active.map_or(FOREVER, |k| k * window),
+                    cooldown: cooldown_tenths * 100,
+                    skippable,
+                }
+            },
+        );
     (
         prop::collection::vec(tier, 1..4),
         prop::option::of(1u64..12),

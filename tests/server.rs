@@ -213,6 +213,9 @@ async fn answers_envoy_with_statuses_in_order() {
     assert!(metrics.contains(r#"charon_decisions_total{namespace="edge",result="over_limit"} 1"#));
     assert!(metrics.contains("charon_decision_latency_seconds_count 4"));
     assert!(!metrics.contains("acme"), "no per-domain labels");
+    // Two keys hold state: acme's window and c1's tiers.
+    assert!(metrics.contains("charon_store_keys 2"), "{metrics}");
+    assert!(metrics.contains("charon_store_unrecorded_decisions 0"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -478,12 +481,14 @@ async fn reloads_a_configmap_symlink_swap_and_on_sighup() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn reading_the_config_does_not_reload_it() {
+async fn reading_the_config_or_touching_other_files_does_not_reload_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = write_config(dir.path(), "edge.yaml", CONFIG);
     let sidecar = Sidecar::start(&path).ready().await;
-    for _ in 0..5 {
+    for i in 0..5 {
         std::fs::read_to_string(&path).expect("readable");
+        // Files beside the config are none of its business.
+        std::fs::write(dir.path().join(format!("notes-{i}.txt")), "x").expect("written");
         let status = Command::new(env!("CARGO_BIN_EXE_charon"))
             .arg("check")
             .arg(&path)

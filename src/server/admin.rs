@@ -11,12 +11,16 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
+use crate::store::MemoryStats;
+
 use super::metrics::Metrics;
 
 #[derive(Clone)]
 pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
+    /// Read at each scrape, so the gauges are current.
+    pub store_stats: Arc<dyn Fn() -> MemoryStats + Send + Sync>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -36,6 +40,7 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    state.metrics.set_store((state.store_stats)());
     (
         [(
             header::CONTENT_TYPE,

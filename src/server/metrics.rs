@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::store::MemoryStats;
+
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Decision {
     Ok,
@@ -64,6 +66,9 @@ pub struct Metrics {
     latency: Histogram,
     reloads: Family<ReloadLabels, Counter>,
     namespaces: Gauge,
+    store_keys: Gauge,
+    store_max_keys: Gauge,
+    store_unrecorded: Gauge,
 }
 
 impl Metrics {
@@ -94,12 +99,33 @@ impl Metrics {
             "Namespaces in the running configuration",
             namespaces.clone(),
         );
+        let store_keys = Gauge::default();
+        registry.register(
+            "store_keys",
+            "Keys holding state in the memory store",
+            store_keys.clone(),
+        );
+        let store_max_keys = Gauge::default();
+        registry.register(
+            "store_max_keys",
+            "The memory store's cap on keys (--max-keys)",
+            store_max_keys.clone(),
+        );
+        let store_unrecorded = Gauge::default();
+        registry.register(
+            "store_unrecorded_decisions",
+            "Decisions, since start, whose new state was not kept because the store was full",
+            store_unrecorded.clone(),
+        );
         Self {
             registry,
             decisions,
             latency,
             reloads,
             namespaces,
+            store_keys,
+            store_max_keys,
+            store_unrecorded,
         }
     }
 
@@ -120,6 +146,13 @@ impl Metrics {
     pub fn set_namespaces(&self, count: usize) {
         self.namespaces
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    pub fn set_store(&self, stats: MemoryStats) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.store_keys.set(gauge(stats.keys as u64));
+        self.store_max_keys.set(gauge(stats.max_keys as u64));
+        self.store_unrecorded.set(gauge(stats.unrecorded));
     }
 
     /// The Prometheus text exposition.

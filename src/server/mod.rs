@@ -32,6 +32,8 @@ pub struct ServeOptions {
     pub config: PathBuf,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The memory store's cap on keys.
+    pub max_keys: usize,
 }
 
 /// How often the memory store drops state that can no longer matter.
@@ -46,7 +48,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     let metrics = Arc::new(Metrics::new());
     metrics.set_namespaces(loaded.config.namespaces().count());
-    let limiter = Arc::new(Limiter::new(loaded.config, MemoryStore::new()));
+    let store = MemoryStore::new().with_max_keys(options.max_keys);
+    let limiter = Arc::new(Limiter::new(loaded.config, store));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
@@ -85,12 +88,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         admin::router(admin::AdminState {
             ready: ready.clone(),
             metrics: metrics.clone(),
+            store_stats: {
+                let limiter = limiter.clone();
+                Arc::new(move || limiter.store().stats())
+            },
         }),
     )
     .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
 
-    let grpc_task = tokio::spawn(grpc);
-    let admin_task = tokio::spawn(async move { admin.await });
+    let mut grpc_task = tokio::spawn(grpc);
+    let mut admin_task = tokio::spawn(async move { admin.await });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(
         grpc = %options.grpc_addr,
@@ -100,9 +107,26 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         "charon serving"
     );
 
-    shutdown_signal().await;
+    // Until a signal, or until a server stops on its own (then the process
+    // must not stay alive looking ready).
+    tokio::select! {
+        () = shutdown_signal() => {}
+        ended = &mut grpc_task => {
+            ready.store(false, Ordering::SeqCst);
+            ended?.context("gRPC server failed")?;
+            anyhow::bail!("gRPC server stopped unexpectedly");
+        }
+        ended = &mut admin_task => {
+            ready.store(false, Ordering::SeqCst);
+            ended?.context("admin server failed")?;
+            anyhow::bail!("admin server stopped unexpectedly");
+        }
+    }
     tracing::info!("shutting down: finishing requests in flight");
     ready.store(false, Ordering::SeqCst);
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
     health
         .set_not_serving::<RateLimitServiceServer<RlsService<MemoryStore>>>()
         .await;

@@ -28,11 +28,13 @@ pub fn spawn<S: Store>(
 ) -> anyhow::Result<notify::RecommendedWatcher> {
     let (tx, mut rx) = mpsc::channel::<()>(1);
     let file_events = tx.clone();
+    let relevant = relevance(&path);
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Reading a file (Envoy, `cat`, `charon check`) is an event too:
-        // only a change is a reason to reload.
+        // only a change to the configuration is a reason to reload.
         if let Ok(event) = event
             && !matches!(event.kind, notify::EventKind::Access(_))
+            && event.paths.iter().any(|changed| relevant(changed))
         {
             // Full channel: a reload is already pending, which is enough.
             let _ = file_events.try_send(());
@@ -65,6 +67,21 @@ pub fn spawn<S: Store>(
         }
     });
     Ok(watcher)
+}
+
+/// Which changed paths concern the configuration: in a directory config,
+/// anything; for a file, that file, or a ConfigMap's hidden `..data` swap.
+fn relevance(config: &Path) -> impl Fn(&Path) -> bool + Send + 'static {
+    let file_name = (!config.is_dir())
+        .then(|| config.file_name().map(|name| name.to_owned()))
+        .flatten();
+    move |changed: &Path| match (&file_name, changed.file_name()) {
+        (None, _) => true,
+        (Some(wanted), Some(name)) => {
+            name == wanted.as_os_str() || name.to_string_lossy().starts_with("..")
+        }
+        (Some(_), None) => false,
+    }
 }
 
 fn watched_dir(path: &Path) -> PathBuf {

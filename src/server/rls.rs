@@ -38,22 +38,25 @@ impl<S: Store> RateLimitService for RlsService<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
-        let request = match from_wire(request.into_inner()) {
+        let request = request.into_inner();
+        // Metrics label: the namespace when configured (bounded), else `unknown`.
+        let namespace = request.domain.clone();
+        let config = self.limiter.config();
+        let label = if config.namespace(&namespace).is_some() {
+            namespace.as_str()
+        } else {
+            "unknown"
+        };
+        let request = match from_wire(request) {
             Ok(request) => request,
             Err(message) => {
                 self.metrics
-                    .decision("unknown", Decision::InvalidArgument, started.elapsed());
+                    .decision(label, Decision::InvalidArgument, started.elapsed());
                 return Err(Status::invalid_argument(message));
             }
         };
-        let namespace = request.domain.clone();
         match self.limiter.should_rate_limit(request).await {
             Ok(answer) => {
-                let label = if answer.namespace_known {
-                    namespace.as_str()
-                } else {
-                    "unknown"
-                };
                 let result = if answer.over_limit {
                     Decision::OverLimit
                 } else {
@@ -64,12 +67,12 @@ impl<S: Store> RateLimitService for RlsService<S> {
             }
             Err(LimitError::InvalidArgument(message)) => {
                 self.metrics
-                    .decision("unknown", Decision::InvalidArgument, started.elapsed());
+                    .decision(label, Decision::InvalidArgument, started.elapsed());
                 Err(Status::invalid_argument(message))
             }
             Err(LimitError::Store(error)) => {
                 self.metrics
-                    .decision("unknown", Decision::StoreError, started.elapsed());
+                    .decision(label, Decision::StoreError, started.elapsed());
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }
