@@ -18,6 +18,10 @@
 //!   engine and one access history for every face of Charon.
 //! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
 //!   admin HTTP endpoints, metrics, config reload and shutdown.
+//!
+//! The binaries are thin: `src/main.rs` (`charon serve`, `charon check`)
+//! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load.rs`
+//! is the load tool.
 
 pub mod clock;
 pub mod config;

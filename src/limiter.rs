@@ -326,9 +326,6 @@ fn validate(request: &RateLimitRequest) -> Result<(), LimitError> {
         ));
     }
     for (index, descriptor) in request.descriptors.iter().enumerate() {
-        if descriptor.entries.is_empty() {
-            return invalid(format!("descriptor {index} has no entries"));
-        }
         if descriptor.entries.len() > caps::MAX_ENTRIES {
             return invalid(format!(
                 "descriptor {index} has {} entries; at most {} are accepted",
@@ -506,7 +503,7 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             limit: Some(CurrentLimit {
                 name: Some(tier_name(
                     &rate.name,
-                    t.snapshot.tier,
+                    t.snapshot.shown_tier,
                     t.snapshot.tier_window,
                 )),
                 requests_per_unit: t.snapshot.tier_limit,

@@ -93,7 +93,7 @@ impl Level {
         })
     }
 
-    /// Every limit of the tree, depth first, for reports.
+    /// Whether the level has no descriptor at all.
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
     }

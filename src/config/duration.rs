@@ -79,7 +79,7 @@ pub fn write(out: &mut String, ms: Millis) {
         ("s", 1_000),
     ]
     .into_iter()
-    .find(|(_, size)| ms % size == 0)
+    .find(|(_, size)| ms.is_multiple_of(*size))
     .map_or((ms, "ms"), |(unit, size)| (ms / size, unit));
     out.push_str(itoa::Buffer::new().format(count));
     out.push_str(unit);

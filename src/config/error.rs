@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 /// One problem in a configuration file, with where it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}:{column}: {message}", file.display())]
+#[error("{}: {message}", Location(file, *line, *column))]
 pub struct ConfigError {
     pub file: PathBuf,
     /// One-based; 0 when the problem is about the file as a whole.
@@ -52,11 +52,23 @@ impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}:{}:{}: {}",
-            self.file.display(),
-            self.line,
-            self.column,
+            "{}: {}",
+            Location(&self.file, self.line, self.column),
             self.message
         )
+    }
+}
+
+/// `file:line:column`, or just `file` when the problem is the whole file.
+struct Location<'a>(&'a Path, u64, u64);
+
+impl fmt::Display for Location<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Location(file, line, column) = *self;
+        if line == 0 {
+            write!(f, "{}", file.display())
+        } else {
+            write!(f, "{}:{line}:{column}", file.display())
+        }
     }
 }

@@ -143,8 +143,26 @@ fn read_capped(file: &Path) -> Result<String, ConfigError> {
             ),
         ));
     }
-    let bytes = std::fs::read(file)
+    // The file may grow between the size check and the read: read no more
+    // than the cap allows.
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| {
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(f, caps::MAX_FILE_BYTES + 1),
+                &mut bytes,
+            )
+        })
         .map_err(|e| ConfigError::whole_file(file, format!("cannot read file: {e}")))?;
+    if bytes.len() as u64 > caps::MAX_FILE_BYTES {
+        return Err(ConfigError::whole_file(
+            file,
+            format!(
+                "file is larger than the limit of {} bytes",
+                caps::MAX_FILE_BYTES
+            ),
+        ));
+    }
     String::from_utf8(bytes)
         .map_err(|e| ConfigError::whole_file(file, format!("file is not UTF-8: {e}")))
 }
@@ -700,10 +718,17 @@ impl Ctx {
         }
         let mut flags = keep.into_iter();
         raw_tiers.retain(|_| flags.next().unwrap_or(true));
-        if tiers.is_empty() && had_tiers {
+        if tiers.is_empty() {
+            let why = if had_tiers {
+                "has no tier left after normalization"
+            } else if domain.is_some() {
+                "has no tiers (a domain configuration replaces the default whole)"
+            } else {
+                "has no tiers"
+            };
             self.note(
                 resource_at,
-                format!("{whose} has no tier left: every request for it will be rejected"),
+                format!("{whose} {why}: every request for it will be rejected"),
             );
         }
         RatePolicy { hard_limit, tiers }

@@ -193,7 +193,18 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
         let granted = passes(items, &outcomes);
         if granted {
             slots.clone_from_slice(&scratch);
+            return Decision {
+                granted,
+                outcomes,
+                now,
+            };
         }
+        // Rejected: report every item against the unchanged state, as the
+        // path without shared keys does.
+        let outcomes = items
+            .iter()
+            .map(|item| run(item, slots, now, false))
+            .collect();
         return Decision {
             granted,
             outcomes,

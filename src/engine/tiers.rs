@@ -313,13 +313,18 @@ pub fn retry_after(
 pub struct Snapshot {
     /// The current tier, one-indexed (0: none active).
     pub tier: usize,
+    /// The tier whose limit and window are shown: the current one, or with
+    /// none active, tier 1 (where the next hit would go); 0 without tiers.
+    pub shown_tier: usize,
     /// The limit and window shown for the current tier; with no active tier,
     /// those of tier 1 (where the next hit would go).
     pub tier_limit: u64,
     pub tier_window: u64,
     pub tier_hits: u64,
     pub domain_hits: u64,
-    pub resource_hits: u64,
+    /// The resource's hits in the last second, across domains; tracked only
+    /// when it has a global limit (`None` otherwise).
+    pub resource_hits: Option<u64>,
     /// One-hit requests that would be granted now without a burst.
     pub remaining: u64,
     /// When the oldest hit of the current tier's window leaves it (0 if none).
@@ -337,8 +342,10 @@ pub fn snapshot(
     let hard_room = policy.hard_limit.map_or(u64::MAX, |h| {
         h.saturating_sub(state.recent.count(now, SECOND))
     });
-    let resource_hits = global.map_or(0, |g| g.log.count(now, SECOND));
-    let global_room = global.map_or(u64::MAX, |g| g.limit.saturating_sub(resource_hits));
+    let resource_hits = global.map(|g| g.log.count(now, SECOND));
+    let global_room = global.map_or(u64::MAX, |g| {
+        g.limit.saturating_sub(g.log.count(now, SECOND))
+    });
     let (tier_limit, tier_window, tier_hits, tier_room, reset_after) = match current {
         0 => match policy.tiers.first() {
             Some(first) => {
@@ -369,6 +376,11 @@ pub fn snapshot(
     };
     Snapshot {
         tier: current,
+        shown_tier: if current == 0 && !policy.tiers.is_empty() {
+            1
+        } else {
+            current
+        },
         tier_limit,
         tier_window,
         tier_hits,
