@@ -2004,3 +2004,20 @@ fn bug_parser_messages_speak_to_users() {
         }
     }
 }
+
+#[test]
+fn a_policy_without_tiers_is_reported() {
+    let yaml = "domain: d\nresources:\n  api:\n    rate:\n      tiers: [{limit: 1, window: 1s}]\n      domains:\n        acme: {hard_limit: 100}\n";
+    let loaded = load(yaml);
+    let notes: Vec<String> = loaded.notes.iter().map(ToString::to_string).collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("domain `acme` has no tiers"), "{notes:?}");
+    assert!(notes[0].contains("replaces the default whole"), "{notes:?}");
+}
+
+#[test]
+fn whole_file_errors_print_without_a_fake_location() {
+    let errors = load_path(Path::new("/nonexistent/charon.yaml")).expect_err("missing");
+    let text = errors.0[0].to_string();
+    assert!(text.starts_with("/nonexistent/charon.yaml: "), "{text}");
+}

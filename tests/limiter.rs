@@ -326,12 +326,11 @@ async fn the_same_counter_twice_in_one_request_counts_twice() {
     let answer = h.ask(vec![d("tenant", "dup"), d("tenant", "dup")]).await;
     assert!(!answer.over_limit);
     assert_eq!(answer.statuses[1].remaining, 1);
-    // Two more would make four: all or nothing, so nothing.
-    assert!(
-        h.ask(vec![d("tenant", "dup"), d("tenant", "dup")])
-            .await
-            .over_limit
-    );
+    // Two more would make four: all or nothing, so nothing, and the answer
+    // reports the state as it stays (one left), not the tentative one.
+    let answer = h.ask(vec![d("tenant", "dup"), d("tenant", "dup")]).await;
+    assert!(answer.over_limit);
+    assert_eq!(answer.statuses[0].remaining, 1);
     assert_eq!(h.one("tenant", "dup").await.statuses[0].remaining, 0);
 }
 
@@ -413,6 +412,9 @@ async fn bad_requests_are_invalid_arguments() {
             .await
             .contains("descriptors")
     );
+    // A descriptor without entries matches nothing (as in envoyproxy/ratelimit).
+    let answer = h.ask(vec![Descriptor::default(), d("tenant", "x")]).await;
+    assert!(answer.statuses[0].limit.is_none() && !answer.over_limit);
     // Unicode is just bytes to us.
     assert!(!h.one("tenant", "ünïcødé-租户-🦀").await.over_limit);
 }
