@@ -1,11 +1,13 @@
 //! The memory store: time never goes back, memory is capped leniently, and
 //! dropping state the engine says is over never changes a decision.
 
+mod support;
+
 use charon::clock::ManualClock;
-use charon::config::{FOREVER, RatePolicy, Tier};
 use charon::engine::{self, Item, Outcome, Slot, SlotKind};
 use charon::store::{Batch, MemoryStore};
 use proptest::prelude::*;
+use support::arb_policy;
 
 fn window_batch(key: &str, limit: u64) -> Batch<'static> {
     let mut batch = Batch::default();
@@ -65,34 +67,6 @@ fn at_the_key_cap_new_keys_are_decided_but_not_remembered() {
     assert_eq!(store.stats().keys, 1);
 }
 
-fn arb_policy() -> impl Strategy<Value = (RatePolicy, Option<u64>)> {
-    let tier = (
-        0u64..5,
-        1u64..30,
-        prop::option::of(1u64..6),
-        0u64..60,
-        any::<bool>(),
-    )
-        .prop_map(
-            |(limit, window_tenths, windows_active, cooldown_tenths, skippable)| {
-                let window = window_tenths * 100;
-                Tier {
-                    limit,
-                    window,
-                    active: windows_active.map_or(FOREVER, |k| k * window),
-                    cooldown: cooldown_tenths * 100,
-                    skippable,
-                }
-            },
-        );
-    (
-        prop::collection::vec(tier, 1..4),
-        prop::option::of(1u64..12),
-        prop::option::of(1u64..16),
-    )
-        .prop_map(|(tiers, hard_limit, global)| (RatePolicy { hard_limit, tiers }, global))
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -100,7 +74,7 @@ proptest! {
     /// engine does on state that is never dropped.
     #[test]
     fn dropping_expired_state_never_changes_a_decision(
-        (policy, global) in arb_policy(),
+        (policy, global) in arb_policy(1..4, 1..12, 1..16),
         ops in prop::collection::vec((prop_oneof![Just(0u64), 1u64..200, 200u64..4000, 4000u64..20000], 0usize..3, 1u64..5), 1..80),
     ) {
         let clock = ManualClock::new(1_000_000);
