@@ -182,7 +182,7 @@ pub struct TierOutcome {
 
 /// Decides a batch at `now`, changing `slots` only if it is granted.
 pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
-    if shares_slots(items) {
+    let granted = if shares_slots(items) {
         // Two items on one key must see each other's hits, in order: run them
         // one by one on a copy and keep it only if the batch passes.
         let mut scratch = slots.to_vec();
@@ -190,30 +190,21 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
             .iter()
             .map(|item| run(item, &mut scratch, now, true))
             .collect();
-        let granted = passes(items, &outcomes);
-        if granted {
+        if passes(items, &outcomes) {
             slots.clone_from_slice(&scratch);
             return Decision {
-                granted,
+                granted: true,
                 outcomes,
                 now,
             };
         }
-        // Rejected: report every item against the unchanged state, as the
-        // path without shared keys does.
-        let outcomes = items
+        false
+    } else {
+        items
             .iter()
-            .map(|item| run(item, slots, now, false))
-            .collect();
-        return Decision {
-            granted,
-            outcomes,
-            now,
-        };
-    }
-    let granted = items
-        .iter()
-        .all(|item| item.shadow() || !is_over(item, slots, now));
+            .all(|item| item.shadow() || !is_over(item, slots, now))
+    };
+    // Granted: record and report. Rejected: report against the unchanged state.
     let outcomes = items
         .iter()
         .map(|item| run(item, slots, now, granted))
