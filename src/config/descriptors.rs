@@ -92,11 +92,6 @@ impl Level {
             shared_values,
         })
     }
-
-    /// Whether the level has no descriptor at all.
-    pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
-    }
 }
 
 /// A value pattern where `*` matches any run of characters (including none).
@@ -110,10 +105,6 @@ impl Glob {
         Self {
             pattern: pattern.to_owned(),
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.pattern
     }
 
     /// Whether `value` matches: iterative, linear-ish, never recursive, so a

@@ -64,6 +64,13 @@ impl HitLog {
         self.entries.back().map(|&(t, _)| t)
     }
 
+    /// The first instant at which no hit counts any more in a window of
+    /// span `window` (0 for an empty log).
+    pub fn counts_until(&self, window: u64) -> u64 {
+        self.last()
+            .map_or(0, |t| t.saturating_add(window).saturating_add(1))
+    }
+
     /// The oldest hit that still counts at `now`.
     pub fn oldest_counting(&self, now: u64, window: u64) -> Option<u64> {
         self.entries

@@ -35,10 +35,7 @@ pub enum Slot {
     Window(WindowState),
     Tiers(TierState),
     /// A resource's grants of the last second, across domains.
-    Log {
-        log: HitLog,
-        expires_at: u64,
-    },
+    Log(HitLog),
 }
 
 /// Which kind of state a key holds.
@@ -54,10 +51,7 @@ impl Slot {
         match kind {
             SlotKind::Window => Slot::Window(WindowState::default()),
             SlotKind::Tiers => Slot::Tiers(TierState::default()),
-            SlotKind::Log => Slot::Log {
-                log: HitLog::default(),
-                expires_at: 0,
-            },
+            SlotKind::Log => Slot::Log(HitLog::default()),
         }
     }
 
@@ -65,7 +59,7 @@ impl Slot {
         match self {
             Slot::Window(_) => SlotKind::Window,
             Slot::Tiers(_) => SlotKind::Tiers,
-            Slot::Log { .. } => SlotKind::Log,
+            Slot::Log(_) => SlotKind::Log,
         }
     }
 
@@ -75,7 +69,7 @@ impl Slot {
         match self {
             Slot::Window(w) => w.expires_at,
             Slot::Tiers(t) => t.expires_at,
-            Slot::Log { expires_at, .. } => *expires_at,
+            Slot::Log(log) => log.counts_until(tiers::SECOND),
         }
     }
 }
@@ -238,29 +232,24 @@ fn window_state(slots: &[Slot], index: usize) -> WindowState {
     }
 }
 
-/// A domain's tier state, and the resource's global log with its expiry.
-type TierSlots<'s> = (
-    Option<&'s mut TierState>,
-    Option<&'s mut HitLog>,
-    Option<&'s mut u64>,
-);
+/// A domain's tier state and the resource's global log.
+type TierSlots<'s> = (Option<&'s mut TierState>, Option<&'s mut HitLog>);
 
 fn split_tiers(slots: &mut [Slot], slot: usize, global_slot: Option<usize>) -> TierSlots<'_> {
     // Two distinct indexes into one slice, borrowed mutably at once.
-    let (mut tiers, mut log, mut log_expiry) = (None, None, None);
+    let (mut tiers, mut log) = (None, None);
     for (index, entry) in slots.iter_mut().enumerate() {
         if index == slot {
             if let Slot::Tiers(state) = entry {
                 tiers = Some(state);
             }
         } else if Some(index) == global_slot
-            && let Slot::Log { log: l, expires_at } = entry
+            && let Slot::Log(l) = entry
         {
             log = Some(l);
-            log_expiry = Some(expires_at);
         }
     }
-    (tiers, log, log_expiry)
+    (tiers, log)
 }
 
 fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
@@ -305,7 +294,7 @@ fn global_view<'s>(
 ) -> Option<Global<'s>> {
     let limit = global_limit?;
     match global_slot.and_then(|i| slots.get(i)) {
-        Some(Slot::Log { log, .. }) => Some(Global { log, limit }),
+        Some(Slot::Log(log)) => Some(Global { log, limit }),
         _ => None,
     }
 }
@@ -361,7 +350,7 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 (copies, min_copies)
             };
             let global_limit = global_limit.filter(|_| global_slot.is_some());
-            let (state, log, log_expiry) = split_tiers(slots, slot, global_slot);
+            let (state, log) = split_tiers(slots, slot, global_slot);
             let mut fallback = TierState::default();
             let state = state.unwrap_or(&mut fallback);
             let room = {
@@ -381,11 +370,6 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
             let mut log = log;
             if commit && granted > 0 {
                 burst = tiers::grant(policy, state, log.as_deref_mut(), granted, now);
-                if let (Some(log), Some(expiry)) = (log.as_deref(), log_expiry) {
-                    *expiry = log
-                        .last()
-                        .map_or(0, |t| t.saturating_add(tiers::SECOND).saturating_add(1));
-                }
             }
             let global = log
                 .as_deref()

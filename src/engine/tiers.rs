@@ -230,10 +230,7 @@ pub fn grant(
 /// over in tier 1); the first tier entered forever is equivalent to no state
 /// once its window is empty.
 pub fn expiry(policy: &RatePolicy, state: &TierState) -> u64 {
-    let mut until = state
-        .recent
-        .last()
-        .map_or(0, |t| t.saturating_add(SECOND).saturating_add(1));
+    let mut until = state.recent.counts_until(SECOND);
     for (index, (tier, log)) in policy.tiers.iter().zip(&state.tiers).enumerate() {
         if let Some(entered) = log.entered_at {
             if tier.active == FOREVER {

@@ -21,7 +21,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config;
 use crate::limiter::Limiter;
-use crate::store::MemoryStore;
+use crate::store::{MemoryStore, Store};
 
 use self::metrics::Metrics;
 use self::rls::RlsService;
@@ -103,7 +103,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         grpc = %options.grpc_addr,
         admin = %options.admin_addr,
         config = %options.config.display(),
-        store = "memory",
+        store = limiter.store().name(),
         "charon serving"
     );
 

@@ -39,24 +39,31 @@ impl<S: Store> RateLimitService for RlsService<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let started = Instant::now();
         let request = request.into_inner();
-        // Metrics label: the namespace when configured (bounded), else `unknown`.
         let namespace = request.domain.clone();
-        let config = self.limiter.config();
-        let label = if config.namespace(&namespace).is_some() {
-            namespace.as_str()
-        } else {
-            "unknown"
+        // Metrics label: the namespace when configured (bounded), else
+        // `unknown`. A decision knows; errors (rare) look it up.
+        let error_label = || {
+            if self.limiter.config().namespace(&namespace).is_some() {
+                namespace.as_str()
+            } else {
+                "unknown"
+            }
         };
         let request = match from_wire(request) {
             Ok(request) => request,
             Err(message) => {
                 self.metrics
-                    .decision(label, Decision::InvalidArgument, started.elapsed());
+                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
                 return Err(Status::invalid_argument(message));
             }
         };
         match self.limiter.should_rate_limit(request).await {
             Ok(answer) => {
+                let label = if answer.namespace_known {
+                    namespace.as_str()
+                } else {
+                    "unknown"
+                };
                 let result = if answer.over_limit {
                     Decision::OverLimit
                 } else {
@@ -67,12 +74,12 @@ impl<S: Store> RateLimitService for RlsService<S> {
             }
             Err(LimitError::InvalidArgument(message)) => {
                 self.metrics
-                    .decision(label, Decision::InvalidArgument, started.elapsed());
+                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
                 Err(Status::invalid_argument(message))
             }
             Err(LimitError::Store(error)) => {
                 self.metrics
-                    .decision(label, Decision::StoreError, started.elapsed());
+                    .decision(error_label(), Decision::StoreError, started.elapsed());
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }
