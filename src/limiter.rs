@@ -446,7 +446,12 @@ fn add_item<'c>(
             // The domain is the value of the descriptor's last entry.
             let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
             let slot = batch.slot(
-                keys::tiers_key(&namespace.name, &rate.name, domain),
+                keys::tiers_key(
+                    &namespace.name,
+                    &rate.name,
+                    domain,
+                    rate.global_limit.is_some(),
+                ),
                 SlotKind::Tiers,
             );
             let global_slot = rate

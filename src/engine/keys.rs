@@ -2,6 +2,51 @@
 //! different (namespace, descriptor) pairs can produce the same key, whatever
 //! characters keys and values contain (envoyproxy/ratelimit joins parts with
 //! `_`, so `a_b`+`c` and `a`+`b_c` collide there).
+//!
+//! Every key starts with a Redis Cluster hash tag, `{xxxxxxxx}`: eight hex
+//! digits of a stable hash (FNV-1a, the same in every process and version)
+//! of the parts that must live together. Keys with one tag share a cluster
+//! slot, so one script can decide them atomically:
+//!
+//! - a fixed window: the namespace and the descriptor's first entry, so the
+//!   nested descriptors of one request (`tenant`, `tenant`+`path`) share a slot;
+//! - burst tiers: (namespace, resource, domain); but when the resource has a
+//!   global limit, (namespace, resource) for every domain, because the global
+//!   log must be updated in the same script as the domain's log to stay exact.
+//!
+//! The tag is a hash, not the parts themselves, because a part may contain
+//! `{` or `}`, which would move the tag Redis sees.
+
+/// The hash-tag prefix of a key: `{` + 8 hex digits + `}`.
+pub const TAG_LEN: usize = 10;
+
+/// FNV-1a (32 bits) over length-prefixed parts: stable across processes, so
+/// every sidecar puts a key in the same cluster slot.
+fn tag_hash<'p>(parts: impl IntoIterator<Item = &'p str>) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash ^= u32::from(*byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    };
+    for part in parts {
+        feed(&(part.len() as u64).to_le_bytes());
+        feed(part.as_bytes());
+    }
+    hash
+}
+
+fn push_tag<'p>(key: &mut String, parts: impl IntoIterator<Item = &'p str>) {
+    use std::fmt::Write;
+    // Writing to a String cannot fail.
+    let _ = write!(key, "{{{:08x}}}", tag_hash(parts));
+}
+
+/// The hash tag a key starts with (the whole key if it has none).
+pub fn tag_of(key: &str) -> &str {
+    key.get(..TAG_LEN).unwrap_or(key)
+}
 
 fn push_number(key: &mut String, n: u64) {
     key.push_str(itoa::Buffer::new().format(n));
@@ -20,7 +65,10 @@ pub fn window_key<'e>(
     entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     period_ms: u64,
 ) -> String {
+    let mut entries = entries.into_iter().peekable();
+    let first = entries.peek().copied().unwrap_or(("", ""));
     let mut key = String::with_capacity(64);
+    push_tag(&mut key, [namespace, first.0, first.1]);
     key.push('w');
     push_part(&mut key, namespace);
     for (k, v) in entries {
@@ -32,9 +80,16 @@ pub fn window_key<'e>(
     key
 }
 
-/// The access log of one domain for one rate-limited resource.
-pub fn tiers_key(namespace: &str, resource: &str, domain: &str) -> String {
-    let mut key = String::with_capacity(16 + namespace.len() + resource.len() + domain.len());
+/// The access log of one domain for one rate-limited resource. With a global
+/// limit, every domain of the resource shares the resource's tag.
+pub fn tiers_key(namespace: &str, resource: &str, domain: &str, has_global: bool) -> String {
+    let mut key =
+        String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
+    if has_global {
+        push_tag(&mut key, [namespace, resource]);
+    } else {
+        push_tag(&mut key, [namespace, resource, domain]);
+    }
     key.push('t');
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
@@ -44,7 +99,8 @@ pub fn tiers_key(namespace: &str, resource: &str, domain: &str) -> String {
 
 /// The resource-wide log of the last second, for the global limit.
 pub fn global_key(namespace: &str, resource: &str) -> String {
-    let mut key = String::with_capacity(12 + namespace.len() + resource.len());
+    let mut key = String::with_capacity(TAG_LEN + 12 + namespace.len() + resource.len());
+    push_tag(&mut key, [namespace, resource]);
     key.push('g');
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
@@ -62,10 +118,43 @@ mod tests {
         let c = window_key("ns_a", [("b", "c")], 1000);
         assert_ne!(a, b);
         assert_ne!(a, c);
-        assert_ne!(tiers_key("a", "b:c", "d"), tiers_key("a", "b", "c:d"));
+        assert_ne!(
+            tiers_key("a", "b:c", "d", false),
+            tiers_key("a", "b", "c:d", false)
+        );
         assert_ne!(
             window_key("ns", [("k", "v")], 1000),
             window_key("ns", [("k", "v")], 60_000)
+        );
+    }
+
+    #[test]
+    fn keys_that_must_be_decided_together_share_a_tag() {
+        let tenant = window_key("ns", [("tenant", "a")], 1000);
+        let nested = window_key("ns", [("tenant", "a"), ("path", "/x")], 60_000);
+        assert_eq!(tag_of(&tenant), tag_of(&nested));
+        let other = window_key("ns", [("tenant", "b")], 1000);
+        assert_ne!(tag_of(&tenant), tag_of(&other));
+
+        let global = global_key("ns", "api");
+        assert_eq!(tag_of(&tiers_key("ns", "api", "a", true)), tag_of(&global));
+        assert_eq!(tag_of(&tiers_key("ns", "api", "b", true)), tag_of(&global));
+        assert_ne!(
+            tag_of(&tiers_key("ns", "api", "a", false)),
+            tag_of(&tiers_key("ns", "api", "b", false))
+        );
+    }
+
+    #[test]
+    fn the_tag_is_what_redis_cluster_hashes() {
+        // Braces inside a part cannot move the tag: it is the first `{...}`.
+        let key = tiers_key("n{s}", "r}", "{d", false);
+        assert!(key.starts_with('{'));
+        assert_eq!(key.find('}'), Some(TAG_LEN - 1));
+        assert!(
+            tag_of(&key)[1..TAG_LEN - 1]
+                .chars()
+                .all(|c| c.is_ascii_hexdigit())
         );
     }
 }

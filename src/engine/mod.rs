@@ -125,6 +125,9 @@ pub struct Decision {
     /// One per item, in order.
     pub outcomes: SmallVec<[Outcome; 1]>,
     pub now: u64,
+    /// Not the shared state's answer: the store could not reach it and
+    /// answered by its failure policy (the engine itself never sets this).
+    pub degraded: bool,
 }
 
 /// The answer for one item.
@@ -190,6 +193,7 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
                 granted: true,
                 outcomes,
                 now,
+                degraded: false,
             };
         }
         false
@@ -207,6 +211,7 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
         granted,
         outcomes,
         now,
+        degraded: false,
     }
 }
 

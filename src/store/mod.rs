@@ -8,18 +8,26 @@
 //! nothing else interleaved, and keeps what the engine changed. Because the
 //! decision itself is the engine's, every store decides alike.
 
+#[cfg(feature = "redis")]
+mod failover;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::future::Future;
 
 use smallvec::SmallVec;
 
+#[cfg(feature = "redis")]
+pub use failover::{Failover, FailoverStats, OnStoreError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore};
+#[cfg(feature = "redis")]
+pub use redis::{RedisError, RedisOptions, RedisStore};
 
 use crate::engine::{Decision, Item, SlotKind};
 
 /// The keys a request touches and the items to decide over them.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Batch<'a> {
     pub slots: SmallVec<[SlotKey; 2]>,
     pub items: SmallVec<[Item<'a>; 2]>,

@@ -1,0 +1,276 @@
+//! What to answer when the shared store is away (SPEC §7): a circuit breaker
+//! in front of the Redis store, and a policy for the answers it cannot get.
+//!
+//! - Closed: every decision goes to Redis, with its deadline. A failure
+//!   (error or deadline) opens the breaker at once: a sidecar answering
+//!   thousands of requests a second cannot afford to add the deadline to each
+//!   while Redis is down.
+//! - Open: decisions are answered by the policy without touching Redis, and
+//!   one background task pings Redis every [`PROBE_INTERVAL`]; the first
+//!   answer closes the breaker. Redis-backed answers are back within about
+//!   one probe interval of Redis returning.
+//!
+//! The breaker starts open, with the probe running: a sidecar starts and
+//! answers (by its policy) before Redis is reachable, and `/readyz` says so.
+//!
+//! Policies (`--on-store-error`): `allow` grants, `deny` rejects, `local`
+//! (the default) decides on an in-process memory store with the same limits:
+//! each sidecar then limits on its own, which is exact per sidecar and
+//! lenient by the number of sidecars overall. Every such answer is flagged
+//! [`Decision::degraded`] and counted; errors are logged on state changes and
+//! at most once per [`LOG_EVERY`] in between, so an outage does not flood the
+//! log.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::engine::{self, Decision, Outcome, Slot};
+
+use super::redis::RedisStore;
+use super::{Batch, MemoryStore, Store, StoreError};
+
+/// How often an open breaker asks Redis whether it is back.
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// At most one log line per this long about a continuing outage.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+/// What a `deny` answer tells clients to wait.
+const DENY_RETRY_AFTER_MS: u64 = 1_000;
+
+/// `--on-store-error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreError {
+    Allow,
+    Deny,
+    #[default]
+    Local,
+}
+
+impl FromStr for OnStoreError {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allow" => Ok(Self::Allow),
+            "deny" => Ok(Self::Deny),
+            "local" => Ok(Self::Local),
+            other => Err(format!(
+                "unknown --on-store-error {other:?}: expected allow, deny or local"
+            )),
+        }
+    }
+}
+
+impl OnStoreError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Local => "local",
+        }
+    }
+}
+
+/// Counters for metrics, since start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FailoverStats {
+    /// Whether Redis is answering (the breaker is closed).
+    pub reachable: bool,
+    /// Decisions answered by the policy instead of Redis.
+    pub degraded: u64,
+    /// Redis calls that failed or missed their deadline.
+    pub errors: u64,
+    /// Times the breaker opened.
+    pub opened: u64,
+}
+
+/// The Redis store behind a breaker and a policy.
+pub struct Failover {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    redis: RedisStore,
+    policy: OnStoreError,
+    local: MemoryStore,
+    closed: AtomicBool,
+    probing: AtomicBool,
+    degraded: AtomicU64,
+    errors: AtomicU64,
+    opened: AtomicU64,
+    /// Errors not logged since the last log line, and when that was (ms).
+    unlogged: AtomicU64,
+    logged_at: AtomicU64,
+}
+
+impl Failover {
+    /// Starts probing Redis at once (needs a Tokio runtime).
+    pub fn new(redis: RedisStore, policy: OnStoreError, local: MemoryStore) -> Self {
+        let inner = Arc::new(Inner {
+            redis,
+            policy,
+            local,
+            closed: AtomicBool::new(false),
+            probing: AtomicBool::new(false),
+            degraded: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            opened: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
+            logged_at: AtomicU64::new(0),
+        });
+        Inner::probe(&inner);
+        Self { inner }
+    }
+
+    pub fn redis(&self) -> &RedisStore {
+        &self.inner.redis
+    }
+
+    /// The fallback memory store (for its sweeps and metrics).
+    pub fn local(&self) -> &MemoryStore {
+        &self.inner.local
+    }
+
+    pub fn policy(&self) -> OnStoreError {
+        self.inner.policy
+    }
+
+    pub fn stats(&self) -> FailoverStats {
+        let inner = &self.inner;
+        FailoverStats {
+            reachable: inner.closed.load(Ordering::SeqCst),
+            degraded: inner.degraded.load(Ordering::Relaxed),
+            errors: inner.errors.load(Ordering::Relaxed),
+            opened: inner.opened.load(Ordering::Relaxed),
+        }
+    }
+
+    pub async fn decide_batch(&self, batch: Batch<'_>) -> Decision {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::SeqCst) {
+            match inner.redis.decide_batch(&batch).await {
+                Ok(decision) => return decision,
+                Err(error) if error.is_outage() => Inner::failed(inner, &error.into()),
+                Err(error) => {
+                    // This request's keys, not Redis: answer it by policy
+                    // and leave the breaker closed.
+                    inner.errors.fetch_add(1, Ordering::Relaxed);
+                    inner.log_quietly(&error.into());
+                }
+            }
+        }
+        inner.degraded.fetch_add(1, Ordering::Relaxed);
+        let mut decision = match inner.policy {
+            OnStoreError::Local => inner.local.decide_at(batch, SystemClock.now_ms()),
+            OnStoreError::Allow => by_fiat(&batch, true),
+            OnStoreError::Deny => by_fiat(&batch, false),
+        };
+        decision.degraded = true;
+        decision
+    }
+}
+
+impl Inner {
+    fn failed(inner: &Arc<Inner>, error: &StoreError) {
+        inner.errors.fetch_add(1, Ordering::Relaxed);
+        if inner.closed.swap(false, Ordering::SeqCst) {
+            inner.opened.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                %error,
+                policy = inner.policy.as_str(),
+                "store unreachable: answering by policy until it is back"
+            );
+            inner
+                .logged_at
+                .store(SystemClock.now_ms(), Ordering::Relaxed);
+            Inner::probe(inner);
+        } else {
+            inner.log_quietly(error);
+        }
+    }
+
+    /// One line per [`LOG_EVERY`] at most while errors go on.
+    fn log_quietly(&self, error: &StoreError) {
+        let now = SystemClock.now_ms();
+        let last = self.logged_at.load(Ordering::Relaxed);
+        let every = u64::try_from(LOG_EVERY.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_sub(last) >= every
+            && self
+                .logged_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let suppressed = self.unlogged.swap(0, Ordering::Relaxed);
+            tracing::warn!(%error, suppressed, "store still failing");
+        } else {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Pings until Redis answers, then closes the breaker (one task at most).
+    fn probe(inner: &Arc<Inner>) {
+        if inner.probing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            let mut failures: u64 = 0;
+            loop {
+                match inner.redis.ping().await {
+                    Ok(()) => break,
+                    Err(error) => {
+                        failures += 1;
+                        if failures == 1 {
+                            tracing::debug!(%error, "store probe failed");
+                        }
+                    }
+                }
+                tokio::time::sleep(PROBE_INTERVAL).await;
+            }
+            inner.probing.store(false, Ordering::SeqCst);
+            inner.closed.store(true, Ordering::SeqCst);
+            tracing::info!(after_failed_probes = failures, "store reachable");
+        });
+    }
+}
+
+/// An answer by policy: every item as for a fresh domain, then all granted
+/// (`allow`) or all rejected (`deny`).
+fn by_fiat(batch: &Batch<'_>, grant: bool) -> Decision {
+    let now = SystemClock.now_ms();
+    let mut slots: Vec<Slot> = batch.slots.iter().map(|s| Slot::new(s.kind)).collect();
+    let mut decision = engine::decide(&batch.items, &mut slots, now);
+    decision.granted = grant;
+    for outcome in &mut decision.outcomes {
+        match outcome {
+            Outcome::Window(w) => {
+                w.over = !grant;
+                if !grant {
+                    w.remaining = 0;
+                    w.retry_after = Some(DENY_RETRY_AFTER_MS);
+                }
+            }
+            Outcome::Tiers(t) => {
+                t.over = !grant;
+                if !grant {
+                    t.granted = 0;
+                    t.snapshot.remaining = 0;
+                    t.retry_after = Some(DENY_RETRY_AFTER_MS);
+                }
+            }
+        }
+    }
+    decision
+}
+
+impl Store for Failover {
+    async fn decide(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
+        Ok(self.decide_batch(batch).await)
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}

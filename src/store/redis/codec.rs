@@ -1,0 +1,254 @@
+//! The wire between the sidecar and `decide.lua`: a batch becomes the
+//! script's arguments, and the script's reply (the time it decided at, the
+//! verdict, and the state it decided on) becomes engine slots again.
+//!
+//! Numbers travel as decimal text; `-1` stands for "none" (a limit) and
+//! "forever" (a duration), because Lua numbers are doubles and `u64::MAX`
+//! is not one of them. Every other number Charon sends fits in 53 bits: counts
+//! are capped at `u32::MAX` by the config and times at a century of
+//! milliseconds past the epoch.
+
+use redis::Value;
+
+use crate::config::FOREVER;
+use crate::engine::{HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog};
+
+use super::RedisError;
+
+/// What the script answered.
+#[derive(Debug)]
+pub struct Reply {
+    pub now: u64,
+    pub granted: bool,
+    /// The state each key held before the decision, as the script read it.
+    pub before: Vec<Option<Vec<u8>>>,
+}
+
+fn push_number(args: &mut Vec<Vec<u8>>, n: u64) {
+    args.push(itoa::Buffer::new().format(n).as_bytes().to_vec());
+}
+
+/// `-1` for "none" or "forever".
+fn push_bounded(args: &mut Vec<Vec<u8>>, n: Option<u64>) {
+    match n {
+        Some(n) if n != FOREVER => push_number(args, n),
+        _ => args.push(b"-1".to_vec()),
+    }
+}
+
+fn push_flag(args: &mut Vec<Vec<u8>>, flag: bool) {
+    args.push(if flag { b"1".to_vec() } else { b"0".to_vec() });
+}
+
+fn kind_letter(kind: SlotKind) -> u8 {
+    match kind {
+        SlotKind::Window => b'w',
+        SlotKind::Tiers => b't',
+        SlotKind::Log => b'g',
+    }
+}
+
+/// The script's ARGV for `items` over slots of `kinds` (slot indexes are
+/// rebased to Lua's 1-based KEYS). `injected_now` 0 means Redis `TIME`.
+pub fn arguments(injected_now: u64, kinds: &[SlotKind], items: &[Item<'_>]) -> Vec<Vec<u8>> {
+    let mut args = Vec::with_capacity(4 + items.len() * 16);
+    push_number(&mut args, injected_now);
+    args.push(kinds.iter().map(|k| kind_letter(*k)).collect());
+    push_number(&mut args, items.len() as u64);
+    for item in items {
+        match *item {
+            Item::Window {
+                slot,
+                limit,
+                period,
+                hits,
+                shadow,
+            } => {
+                args.push(b"w".to_vec());
+                push_number(&mut args, slot as u64 + 1);
+                push_number(&mut args, limit);
+                push_number(&mut args, period);
+                push_number(&mut args, hits);
+                push_flag(&mut args, shadow);
+            }
+            Item::Tiers {
+                slot,
+                global_slot,
+                policy,
+                global_limit,
+                copies,
+                min_copies,
+                check_only,
+                shadow,
+            } => {
+                args.push(b"t".to_vec());
+                push_number(&mut args, slot as u64 + 1);
+                push_number(&mut args, global_slot.map_or(0, |g| g as u64 + 1));
+                push_bounded(&mut args, global_limit);
+                push_number(&mut args, copies);
+                push_number(&mut args, min_copies);
+                push_flag(&mut args, check_only);
+                push_flag(&mut args, shadow);
+                push_bounded(&mut args, policy.hard_limit);
+                push_number(&mut args, policy.tiers.len() as u64);
+                for tier in &policy.tiers {
+                    push_number(&mut args, tier.limit);
+                    push_bounded(&mut args, Some(tier.window));
+                    push_bounded(&mut args, Some(tier.active));
+                    push_bounded(&mut args, Some(tier.cooldown));
+                    push_flag(&mut args, tier.skippable);
+                }
+            }
+        }
+    }
+    args
+}
+
+fn integer(value: &Value) -> Result<i64, RedisError> {
+    match value {
+        Value::Int(n) => Ok(*n),
+        other => Err(RedisError::Reply(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+/// Parses `{now, granted, before...}`.
+pub fn reply(value: Value, keys: usize) -> Result<Reply, RedisError> {
+    let Value::Array(values) = value else {
+        return Err(RedisError::Reply(format!(
+            "expected an array, got {value:?}"
+        )));
+    };
+    if values.len() != keys + 2 {
+        return Err(RedisError::Reply(format!(
+            "expected {} values, got {}",
+            keys + 2,
+            values.len()
+        )));
+    }
+    let mut values = values.into_iter();
+    let mut next = || values.next().unwrap_or(Value::Nil);
+    let now =
+        u64::try_from(integer(&next())?).map_err(|_| RedisError::Reply("negative time".into()))?;
+    let granted = integer(&next())? == 1;
+    let before = (0..keys)
+        .map(|_| match next() {
+            Value::Nil => Ok(None),
+            Value::BulkString(bytes) => Ok(Some(bytes)),
+            Value::SimpleString(text) => Ok(Some(text.into_bytes())),
+            other => Err(RedisError::Reply(format!(
+                "expected a value, got {other:?}"
+            ))),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Reply {
+        now,
+        granted,
+        before,
+    })
+}
+
+/// A stored value back as an engine slot, as of `now`: state past its expiry
+/// is a fresh slot, exactly as the script and the memory store treat it.
+pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisError> {
+    let slot = match raw {
+        None => Slot::new(kind),
+        Some(raw) => {
+            let text =
+                std::str::from_utf8(raw).map_err(|_| RedisError::State("not UTF-8".into()))?;
+            match kind {
+                SlotKind::Window => Slot::Window(window(text)?),
+                SlotKind::Tiers => Slot::Tiers(tiers(text)?),
+                SlotKind::Log => Slot::Log(log(text)?),
+            }
+        }
+    };
+    Ok(if slot.expires_at() > now {
+        slot
+    } else {
+        Slot::new(kind)
+    })
+}
+
+fn number(text: &str) -> Result<u64, RedisError> {
+    text.parse()
+        .map_err(|_| RedisError::State(format!("not a number: {text:?}")))
+}
+
+fn window(text: &str) -> Result<WindowState, RedisError> {
+    let mut fields = text.split(',');
+    let mut next = || number(fields.next().unwrap_or(""));
+    Ok(WindowState {
+        start: next()?,
+        count: next()?,
+        expires_at: next()?,
+    })
+}
+
+fn log(text: &str) -> Result<HitLog, RedisError> {
+    let mut log = HitLog::default();
+    for entry in text.split(',').filter(|e| !e.is_empty()) {
+        let (at, hits) = entry
+            .split_once(':')
+            .ok_or_else(|| RedisError::State(format!("not a log entry: {entry:?}")))?;
+        log.push(number(at)?, number(hits)?);
+    }
+    Ok(log)
+}
+
+fn tiers(text: &str) -> Result<TierState, RedisError> {
+    let mut fields = text.split('|');
+    let expires_at = match fields.next() {
+        Some("f") => FOREVER,
+        other => number(other.unwrap_or(""))?,
+    };
+    let recent = log(fields.next().unwrap_or(""))?;
+    let tiers = fields
+        .map(|field| {
+            let (entered, hits) = field
+                .split_once(';')
+                .ok_or_else(|| RedisError::State(format!("not a tier: {field:?}")))?;
+            Ok(TierLog {
+                entered_at: if entered.is_empty() {
+                    None
+                } else {
+                    Some(number(entered)?)
+                },
+                hits: log(hits)?,
+            })
+        })
+        .collect::<Result<_, RedisError>>()?;
+    Ok(TierState {
+        tiers,
+        recent,
+        expires_at,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_values_decode_into_engine_state() {
+        let Slot::Tiers(state) = slot(
+            SlotKind::Tiers,
+            Some(b"5000|1000:2,1500:1|1000;1000:2|;|1500;1500:1"),
+            1_600,
+        )
+        .expect("valid") else {
+            panic!("a tier state");
+        };
+        assert_eq!(state.expires_at, 5_000);
+        assert_eq!(state.recent.count(1_600, 1_000), 3);
+        assert_eq!(state.tiers.len(), 3);
+        assert_eq!(state.tiers[1].entered_at, None);
+        assert_eq!(state.tiers[2].entered_at, Some(1_500));
+
+        let expired = slot(SlotKind::Window, Some(b"0,3,1000"), 1_000).expect("valid");
+        assert_eq!(expired, Slot::new(SlotKind::Window));
+        assert!(slot(SlotKind::Log, Some(b"12:x"), 0).is_err());
+        assert!(slot(SlotKind::Tiers, Some(b"f||;"), 0).is_ok());
+    }
+}

@@ -1,0 +1,493 @@
+-- Charon: one atomic decision on Redis.
+--
+-- The same decision as the Rust engine (src/engine), on the state of KEYS, at
+-- Redis TIME: every sidecar sharing this Redis reads one clock. The script only
+-- decides and records; the sidecar rebuilds the detailed answer (remaining,
+-- reset, retry-after, tier context) by running the Rust engine on the state
+-- this script returns, which is the state it decided on.
+--
+-- KEYS: the state keys of the batch.
+-- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
+-- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global log).
+-- ARGV[3]: number of items, then the items:
+--   w slot limit period hits shadow
+--   t slot global_slot global_limit copies min_copies check_only shadow
+--     hard_limit ntiers (limit window active cooldown skippable)*ntiers
+-- Slots are 1-based, global_slot 0 when absent; -1 means "none" for limits
+-- and "forever" for durations.
+--
+-- Returns {now, granted (0/1), value of KEYS[1] before, value of KEYS[2] ...}.
+--
+-- State encodings (decimal, compact; also decoded by src/store/redis/codec.rs):
+--   w: "start,count,expires_at"
+--   g: hit log "t:n,t:n,..." (time in ms, hits granted at that ms)
+--   t: "expires_at|recent log|entered;log|entered;log..." with one
+--      "entered;log" per tier, entered empty when the tier is not entered,
+--      and "f" for an expiry that never comes.
+
+local INF = math.huge
+local SECOND = 1000
+local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3
+
+local function num(s)
+  local n = tonumber(s)
+  if n == nil then
+    error('charon: not a number: ' .. tostring(s))
+  end
+  if n == -1 then
+    return INF
+  end
+  return n
+end
+
+local function fmt(n)
+  if n == INF then
+    return 'f'
+  end
+  return string.format('%.0f', n)
+end
+
+-- Hit logs: times in order, hits per time, and their total.
+
+local function log_new()
+  return { t = {}, n = {}, total = 0 }
+end
+
+local function log_decode(s)
+  local log = log_new()
+  if not s then
+    return log
+  end
+  for t, n in string.gmatch(s, '(%d+):(%d+)') do
+    local i = #log.t + 1
+    log.t[i] = tonumber(t)
+    log.n[i] = tonumber(n)
+    log.total = log.total + log.n[i]
+  end
+  return log
+end
+
+local function log_encode(log)
+  local parts = {}
+  for i = 1, #log.t do
+    parts[i] = fmt(log.t[i]) .. ':' .. fmt(log.n[i])
+  end
+  return table.concat(parts, ',')
+end
+
+-- A hit at t counts in a window of span w while now <= t + w.
+local function log_count(log, now, window)
+  local expired = 0
+  for i = 1, #log.t do
+    if log.t[i] + window >= now then
+      break
+    end
+    expired = expired + log.n[i]
+  end
+  return log.total - expired
+end
+
+local function log_prune(log, now, window)
+  local first = #log.t + 1
+  for i = 1, #log.t do
+    if log.t[i] + window >= now then
+      first = i
+      break
+    end
+  end
+  if first == 1 then
+    return
+  end
+  local t, n, total = {}, {}, 0
+  for i = first, #log.t do
+    t[#t + 1] = log.t[i]
+    n[#n + 1] = log.n[i]
+    total = total + log.n[i]
+  end
+  log.t, log.n, log.total = t, n, total
+end
+
+local function log_push(log, now, n)
+  if n == 0 then
+    return
+  end
+  local last = #log.t
+  if last > 0 and log.t[last] >= now then
+    log.n[last] = log.n[last] + n
+  else
+    log.t[last + 1] = now
+    log.n[last + 1] = n
+  end
+  log.total = log.total + n
+end
+
+local function log_clear(log)
+  log.t, log.n, log.total = {}, {}, 0
+end
+
+local function log_counts_until(log, window)
+  local last = log.t[#log.t]
+  if last == nil then
+    return 0
+  end
+  return last + window + 1
+end
+
+-- Splits on a one-character separator, keeping empty fields.
+local function split(s, sep)
+  local fields, start = {}, 1
+  while true do
+    local at = string.find(s, sep, start, true)
+    if at == nil then
+      fields[#fields + 1] = string.sub(s, start)
+      return fields
+    end
+    fields[#fields + 1] = string.sub(s, start, at - 1)
+    start = at + 1
+  end
+end
+
+local function expiry_decode(s)
+  if s == 'f' then
+    return INF
+  end
+  return num(s)
+end
+
+-- Decoding, treating state past its expiry as absent (as the memory store does).
+
+local function window_decode(raw, now)
+  if raw then
+    local f = split(raw, ',')
+    local state = { start = num(f[1]), count = num(f[2]), exp = num(f[3]) }
+    if state.exp > now then
+      return state
+    end
+  end
+  return { start = 0, count = 0, exp = 0 }
+end
+
+local function tiers_decode(raw, now)
+  if raw then
+    local f = split(raw, '|')
+    local state = { exp = expiry_decode(f[1]), recent = log_decode(f[2]), tiers = {} }
+    if state.exp > now then
+      for i = 3, #f do
+        local entered, hits = string.match(f[i], '^(%d*);(.*)$')
+        local tier = { hits = log_decode(hits) }
+        if entered ~= nil and entered ~= '' then
+          tier.entered = tonumber(entered)
+        end
+        state.tiers[#state.tiers + 1] = tier
+      end
+      return state
+    end
+  end
+  return { exp = 0, recent = log_new(), tiers = {} }
+end
+
+local function tiers_encode(state)
+  local parts = { fmt(state.exp), log_encode(state.recent) }
+  for i = 1, #state.tiers do
+    local tier = state.tiers[i]
+    local entered = ''
+    if tier.entered ~= nil then
+      entered = fmt(tier.entered)
+    end
+    parts[#parts + 1] = entered .. ';' .. log_encode(tier.hits)
+  end
+  return table.concat(parts, '|')
+end
+
+local function global_decode(raw, now)
+  local log = log_decode(raw)
+  if log_counts_until(log, SECOND) > now then
+    return log
+  end
+  return log_new()
+end
+
+-- Burst tiers (src/engine/tiers.rs).
+
+local function phase(tier, entered, now)
+  if entered == nil then
+    return INACTIVE
+  end
+  local active_end = entered + tier.active
+  if now < active_end then
+    return ACTIVE
+  elseif now < active_end + tier.cooldown then
+    return COOLDOWN
+  end
+  return INACTIVE
+end
+
+local function tier_entered(state, i)
+  local log = state.tiers[i]
+  return log and log.entered
+end
+
+local function tier_count(policy, state, i, now)
+  local log = state.tiers[i]
+  if log == nil then
+    return 0
+  end
+  return log_count(log.hits, now, policy.tiers[i].window)
+end
+
+-- The current tier (0 when none is active).
+local function current_tier(policy, state, now)
+  for i = #policy.tiers, 1, -1 do
+    if phase(policy.tiers[i], tier_entered(state, i), now) == ACTIVE then
+      return i
+    end
+  end
+  return 0
+end
+
+local function tier_room(policy, state, asked, now)
+  local current = current_tier(policy, state, now)
+  local room = 0
+  if current > 0 then
+    room = math.max(0, policy.tiers[current].limit - tier_count(policy, state, current, now))
+  end
+  for i = current + 1, #policy.tiers do
+    if room >= asked then
+      break
+    end
+    local tier = policy.tiers[i]
+    local p = phase(tier, tier_entered(state, i), now)
+    if p == COOLDOWN then
+      if not tier.skippable then
+        break
+      end
+    else
+      room = room + tier.limit
+    end
+  end
+  return room
+end
+
+local function room(item, state, global, asked, now)
+  local policy = item.policy
+  local grantable = math.min(asked, tier_room(policy, state, asked, now))
+  if policy.hard ~= INF then
+    grantable = math.min(grantable, math.max(0, policy.hard - log_count(state.recent, now, SECOND)))
+  end
+  if global ~= nil then
+    grantable = math.min(grantable, math.max(0, item.global_limit - log_count(global, now, SECOND)))
+  end
+  return grantable
+end
+
+local function tiers_expiry(policy, state)
+  local until_ = log_counts_until(state.recent, SECOND)
+  for i = 1, #policy.tiers do
+    local tier, log = policy.tiers[i], state.tiers[i]
+    if log.entered ~= nil then
+      if tier.active == INF then
+        if i > 1 then
+          return INF
+        end
+      else
+        until_ = math.max(until_, log.entered + tier.active + tier.cooldown)
+      end
+    end
+    local last = log.hits.t[#log.hits.t]
+    if last ~= nil then
+      until_ = math.max(until_, last + tier.window + 1)
+    end
+  end
+  return until_
+end
+
+local function grant(policy, state, global, k, now)
+  local tiers = policy.tiers
+  for i = 1, #tiers do
+    local log = state.tiers[i]
+    if log == nil then
+      log = { hits = log_new() }
+      state.tiers[i] = log
+    end
+    if phase(tiers[i], log.entered, now) == INACTIVE then
+      log.entered = nil
+      log_clear(log.hits)
+    else
+      log_prune(log.hits, now, tiers[i].window)
+    end
+  end
+  for i = #state.tiers, #tiers + 1, -1 do
+    state.tiers[i] = nil
+  end
+  log_prune(state.recent, now, SECOND)
+  local current = current_tier(policy, state, now)
+  local left = k
+  if current > 0 then
+    local log = state.tiers[current]
+    local space = math.max(0, tiers[current].limit - log_count(log.hits, now, tiers[current].window))
+    local take = math.min(left, space)
+    log_push(log.hits, now, take)
+    left = left - take
+  end
+  for i = current + 1, #tiers do
+    if left == 0 then
+      break
+    end
+    local tier, log = tiers[i], state.tiers[i]
+    local p = phase(tier, log.entered, now)
+    if p == COOLDOWN then
+      if not tier.skippable then
+        break
+      end
+    else
+      log.entered = now
+      log_clear(log.hits)
+      local take = math.min(left, tier.limit)
+      log_push(log.hits, now, take)
+      left = left - take
+    end
+  end
+  log_push(state.recent, now, k)
+  if global ~= nil then
+    log_prune(global, now, SECOND)
+    log_push(global, now, k)
+  end
+  state.exp = tiers_expiry(policy, state)
+end
+
+-- The batch.
+
+local injected = tonumber(ARGV[1])
+local now
+if injected ~= 0 then
+  now = injected
+else
+  local time = redis.call('TIME')
+  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+-- Injected (virtual) time runs faster or slower than Redis's own clock, which
+-- expires keys: give keys a day of slack then, so state outlives its virtual
+-- relevance (reads ignore expired state anyway).
+local slack = 0
+if injected ~= 0 then
+  slack = 86400000
+end
+
+local kinds = ARGV[2]
+local raw, slots, dirty, fresh_window = {}, {}, {}, {}
+for i = 1, #KEYS do
+  local kind = string.sub(kinds, i, i)
+  local value = redis.call('GET', KEYS[i])
+  raw[i] = value
+  if kind == 'w' then
+    slots[i] = window_decode(value, now)
+  elseif kind == 't' then
+    slots[i] = tiers_decode(value, now)
+  else
+    slots[i] = global_decode(value, now)
+  end
+end
+
+local granted = true
+local at = 4
+for _ = 1, tonumber(ARGV[3]) do
+  local over, shadow
+  if ARGV[at] == 'w' then
+    local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    shadow = ARGV[at + 5] == '1'
+    at = at + 6
+    local state = slots[slot]
+    local start = now - math.fmod(now, math.max(period, 1))
+    local count = 0
+    if state.start == start then
+      count = state.count
+    end
+    over = count + math.max(hits, 1) > limit
+    if not over and hits > 0 then
+      if state.start ~= start then
+        slots[slot] = { start = start, count = 0, exp = start + period }
+        state = slots[slot]
+        fresh_window[slot] = true
+      end
+      state.count = state.count + hits
+      state.exp = start + period
+      dirty[slot] = true
+    end
+  else
+    local item = {
+      slot = tonumber(ARGV[at + 1]),
+      global_slot = tonumber(ARGV[at + 2]),
+      global_limit = num(ARGV[at + 3]),
+      copies = num(ARGV[at + 4]),
+      min_copies = num(ARGV[at + 5]),
+      check_only = ARGV[at + 6] == '1',
+      policy = { hard = num(ARGV[at + 8]), tiers = {} },
+    }
+    shadow = ARGV[at + 7] == '1'
+    local ntiers = tonumber(ARGV[at + 9])
+    at = at + 10
+    for i = 1, ntiers do
+      item.policy.tiers[i] = {
+        limit = num(ARGV[at]),
+        window = num(ARGV[at + 1]),
+        active = num(ARGV[at + 2]),
+        cooldown = num(ARGV[at + 3]),
+        skippable = ARGV[at + 4] == '1',
+      }
+      at = at + 5
+    end
+    local state = slots[item.slot]
+    local global = nil
+    if item.global_slot > 0 then
+      global = slots[item.global_slot]
+    end
+    local asked, needed = item.copies, item.min_copies
+    if item.check_only then
+      asked, needed = 1, 1
+    end
+    local grantable = room(item, state, global, asked, now)
+    over = grantable < needed
+    if not over and not item.check_only and grantable > 0 then
+      grant(item.policy, state, global, grantable, now)
+      dirty[item.slot] = true
+      if global ~= nil then
+        dirty[item.global_slot] = true
+      end
+    end
+  end
+  if over and not shadow then
+    granted = false
+    break
+  end
+end
+
+if granted then
+  for i = 1, #KEYS do
+    if dirty[i] then
+      local kind, state = string.sub(kinds, i, i), slots[i]
+      if kind == 'w' then
+        local value = fmt(state.start) .. ',' .. fmt(state.count) .. ',' .. fmt(state.exp)
+        if fresh_window[i] then
+          redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack)
+        else
+          -- Same window: its expiry is already right.
+          redis.call('SET', KEYS[i], value, 'KEEPTTL')
+        end
+      elseif kind == 't' then
+        if state.exp == INF then
+          redis.call('SET', KEYS[i], tiers_encode(state))
+        else
+          redis.call('SET', KEYS[i], tiers_encode(state), 'PX', state.exp - now + slack)
+        end
+      else
+        redis.call('SET', KEYS[i], log_encode(state), 'PX', log_counts_until(state, SECOND) - now + slack)
+      end
+    end
+  end
+end
+
+local reply = { now, granted and 1 or 0 }
+for i = 1, #KEYS do
+  reply[i + 2] = raw[i]
+end
+return reply

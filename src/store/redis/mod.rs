@@ -1,0 +1,388 @@
+//! The Redis store: state in Redis, shared by every sidecar that points at it
+//! (paper §4.2: Redis is the limiting servers' shared memory).
+//!
+//! A decision is one call of `decide.lua` (EVALSHA, loaded on first use and
+//! again whenever Redis answers NOSCRIPT) over every key of the request, at
+//! Redis `TIME`: atomic, one round trip, one clock for all sidecars. The script
+//! decides and records exactly as the Rust engine does, and returns the state
+//! it decided on; the sidecar then runs the engine on that state to build the
+//! detailed answer, so the answer's context is the engine's own.
+//!
+//! Concurrent decisions share one multiplexed connection (redis-rs pipelines
+//! them), and a key that Redis said is over until a known instant is
+//! rejected locally until then ([`blocked`]). With Redis Cluster, a batch is
+//! split by hash tag ([`crate::engine::keys`]): one script per tag, run
+//! concurrently; each is atomic, the batch as a whole is not (README:
+//! "Redis Cluster").
+//!
+//! Failures are errors here ([`RedisError`]); what to answer when Redis is
+//! away is [`super::Failover`]'s business.
+
+mod blocked;
+mod codec;
+mod connection;
+pub mod url;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use smallvec::SmallVec;
+
+use crate::clock::{Clock, SystemClock};
+use crate::engine::{self, Decision, Item, Slot, SlotKind, keys};
+
+use self::blocked::Blocked;
+use self::connection::Connection;
+use super::{Batch, Store, StoreError};
+
+const SCRIPT: &str = include_str!("decide.lua");
+
+/// What can go wrong between the sidecar and Redis.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedisError {
+    #[error("invalid Redis URL {0}")]
+    Url(String),
+    #[error("the Redis store must be opened inside a Tokio runtime")]
+    NoRuntime,
+    /// Redis refused this request (a script error, a key of another type):
+    /// Redis itself is fine.
+    #[error("Redis: {0}")]
+    Redis(String),
+    /// Redis cannot be reached or cannot serve (connection, failover, loading).
+    #[error("Redis unreachable: {0}")]
+    Unreachable(String),
+    #[error("Redis did not answer within {0} ms")]
+    Timeout(u64),
+    #[error("unexpected reply from the Charon script: {0}")]
+    Reply(String),
+    #[error("a key holds state Charon cannot read: {0}")]
+    State(String),
+}
+
+impl From<redis::RedisError> for RedisError {
+    fn from(error: redis::RedisError) -> Self {
+        // Only errors about this request leave Redis counted as healthy.
+        match error.code() {
+            Some("ERR" | "WRONGTYPE" | "NOSCRIPT") => RedisError::Redis(error.to_string()),
+            _ => RedisError::Unreachable(error.to_string()),
+        }
+    }
+}
+
+impl RedisError {
+    /// Whether this says Redis is away, rather than that one request failed.
+    pub fn is_outage(&self) -> bool {
+        matches!(self, RedisError::Unreachable(_) | RedisError::Timeout(_))
+    }
+}
+
+impl From<RedisError> for StoreError {
+    fn from(error: RedisError) -> Self {
+        match error {
+            RedisError::Timeout(ms) => StoreError::Timeout(ms),
+            other => StoreError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// How the Redis store behaves.
+#[derive(Clone)]
+pub struct RedisOptions {
+    /// The deadline of one decision, connection included.
+    pub timeout: Duration,
+    /// Reject locally keys known to be over (on by default).
+    pub local_rejections: bool,
+    /// Tests only: decide at this clock's time instead of Redis `TIME`.
+    pub injected_clock: Option<Arc<dyn Clock>>,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_millis(50),
+            local_rejections: true,
+            injected_clock: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisOptions")
+            .field("timeout", &self.timeout)
+            .field("local_rejections", &self.local_rejections)
+            .field("injected_clock", &self.injected_clock.is_some())
+            .finish()
+    }
+}
+
+/// The shared store.
+pub struct RedisStore {
+    connection: Connection,
+    script: redis::Script,
+    options: RedisOptions,
+    blocked: Blocked,
+}
+
+impl RedisStore {
+    /// A store for `url` (see [`url`]). Connects lazily: a Redis that is not
+    /// there yet is an error per decision, not at start. Call it inside a
+    /// Tokio runtime: the connection's reconnecting task lives there.
+    pub fn open(url: &str, options: RedisOptions) -> Result<Self, RedisError> {
+        let target = url::parse(url)?;
+        tokio::runtime::Handle::try_current().map_err(|_| RedisError::NoRuntime)?;
+        Ok(Self {
+            connection: Connection::new(target, options.timeout)?,
+            script: redis::Script::new(SCRIPT),
+            options,
+            blocked: Blocked::default(),
+        })
+    }
+
+    /// Whether Redis answers now (readiness and circuit-breaker probes).
+    pub async fn ping(&self) -> Result<(), RedisError> {
+        let deadline = self.options.timeout;
+        match tokio::time::timeout(deadline, self.connection.ping()).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::Timeout(millis(deadline))),
+        }
+    }
+
+    fn local_now(&self) -> u64 {
+        match &self.options.injected_clock {
+            Some(clock) => clock.now_ms(),
+            None => SystemClock.now_ms(),
+        }
+    }
+
+    /// Decides `batch` in Redis (or locally, for a key known to be over).
+    pub async fn decide_batch(&self, batch: &Batch<'_>) -> Result<Decision, RedisError> {
+        let sent = self.local_now();
+        if let Some(decision) = self.locally_rejected(batch, sent) {
+            return Ok(decision);
+        }
+        let deadline = self.options.timeout;
+        let decision = match tokio::time::timeout(deadline, self.decide_remote(batch)).await {
+            Ok(result) => result?,
+            Err(_) => return Err(RedisError::Timeout(millis(deadline))),
+        };
+        if self.options.local_rejections
+            && let Some((key, item)) = single_item(batch)
+            && let Some(outcome) = decision.outcomes.first()
+        {
+            self.blocked.remember(key, item, outcome, sent);
+        }
+        Ok(decision)
+    }
+
+    fn locally_rejected(&self, batch: &Batch<'_>, now: u64) -> Option<Decision> {
+        if !self.options.local_rejections {
+            return None;
+        }
+        let (key, item) = single_item(batch)?;
+        let outcome = self.blocked.check(key, item, now)?;
+        Some(Decision {
+            granted: false,
+            outcomes: SmallVec::from_elem(outcome, 1),
+            now,
+            degraded: false,
+        })
+    }
+
+    async fn decide_remote(&self, batch: &Batch<'_>) -> Result<Decision, RedisError> {
+        if batch.slots.is_empty() {
+            return Ok(engine::decide(&batch.items, &mut [], self.local_now()));
+        }
+        let groups = if self.connection.is_cluster() {
+            groups_by_tag(batch)
+        } else {
+            vec![Group::whole(batch)]
+        };
+        if groups.len() == 1 {
+            let group = &groups[0];
+            return self.decide_group(batch, group).await;
+        }
+        // Different cluster slots: one script per tag, concurrently; each is
+        // atomic, together they are not (documented in the README).
+        let decisions =
+            futures_util::future::try_join_all(groups.iter().map(|g| self.decide_group(batch, g)))
+                .await?;
+        let mut outcomes: SmallVec<[Option<engine::Outcome>; 2]> =
+            SmallVec::from_elem(None, batch.items.len());
+        let mut granted = true;
+        let mut now = 0;
+        for (group, decision) in groups.iter().zip(decisions) {
+            granted &= decision.granted;
+            now = now.max(decision.now);
+            for (index, outcome) in group.items.iter().zip(decision.outcomes) {
+                outcomes[*index] = Some(outcome);
+            }
+        }
+        Ok(Decision {
+            granted,
+            outcomes: outcomes.into_iter().flatten().collect(),
+            now,
+            degraded: false,
+        })
+    }
+
+    /// One script call over one group of keys.
+    async fn decide_group(&self, batch: &Batch<'_>, group: &Group) -> Result<Decision, RedisError> {
+        let items: SmallVec<[Item<'_>; 2]> = group
+            .items
+            .iter()
+            .map(|&i| group.rebase(batch.items[i]))
+            .collect();
+        let kinds: SmallVec<[SlotKind; 2]> =
+            group.slots.iter().map(|&s| batch.slots[s].kind).collect();
+        let injected = self
+            .options
+            .injected_clock
+            .as_ref()
+            .map_or(0, |clock| clock.now_ms().max(1));
+        let mut invocation = self.script.prepare_invoke();
+        for &slot in &group.slots {
+            invocation.key(batch.slots[slot].key.as_str());
+        }
+        for arg in codec::arguments(injected, &kinds, &items) {
+            invocation.arg(arg);
+        }
+        let value = self.connection.invoke(&invocation).await?;
+        let reply = codec::reply(value, group.slots.len())?;
+        let mut slots: SmallVec<[Slot; 2]> = kinds
+            .iter()
+            .zip(&reply.before)
+            .map(|(kind, raw)| codec::slot(*kind, raw.as_deref(), reply.now))
+            .collect::<Result<_, _>>()?;
+        let decision = engine::decide(&items, &mut slots, reply.now);
+        if decision.granted != reply.granted {
+            // The script and the engine disagree: a bug, and the script's
+            // verdict is what was recorded.
+            tracing::error!(
+                script = reply.granted,
+                engine = decision.granted,
+                "the Redis script and the engine decided differently"
+            );
+            return Err(RedisError::Reply("script and engine disagree".into()));
+        }
+        Ok(decision)
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The one key and item of a single-item, non-shadow batch.
+fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> {
+    let [item] = batch.items.as_slice() else {
+        return None;
+    };
+    // With a global log the domain's key names the rejection: the global log
+    // can only make it stricter.
+    let (slot, shadow) = match item {
+        Item::Window { slot, shadow, .. } | Item::Tiers { slot, shadow, .. } => (*slot, *shadow),
+    };
+    if shadow {
+        return None;
+    }
+    Some((batch.slots.get(slot)?.key.as_str(), item))
+}
+
+/// Items whose keys share a hash tag, with their keys.
+struct Group {
+    /// Indexes into the batch's items, in order.
+    items: SmallVec<[usize; 2]>,
+    /// Indexes into the batch's slots; position here is the script's slot.
+    slots: SmallVec<[usize; 2]>,
+}
+
+impl Group {
+    fn whole(batch: &Batch<'_>) -> Self {
+        Self {
+            items: (0..batch.items.len()).collect(),
+            slots: (0..batch.slots.len()).collect(),
+        }
+    }
+
+    fn local(&self, slot: usize) -> usize {
+        self.slots.iter().position(|&s| s == slot).unwrap_or(0)
+    }
+
+    /// `item` with its slot indexes made local to this group.
+    fn rebase<'a>(&self, item: Item<'a>) -> Item<'a> {
+        match item {
+            Item::Window { slot, .. } => {
+                let mut item = item;
+                if let Item::Window { slot: s, .. } = &mut item {
+                    *s = self.local(slot);
+                }
+                item
+            }
+            Item::Tiers {
+                slot, global_slot, ..
+            } => {
+                let mut item = item;
+                if let Item::Tiers {
+                    slot: s,
+                    global_slot: g,
+                    ..
+                } = &mut item
+                {
+                    *s = self.local(slot);
+                    *g = global_slot.map(|g| self.local(g));
+                }
+                item
+            }
+        }
+    }
+}
+
+/// Splits a batch by the hash tag of each item's first key (an item's keys
+/// always share one: see [`keys`]).
+fn groups_by_tag(batch: &Batch<'_>) -> Vec<Group> {
+    let mut tags: Vec<(&str, Group)> = Vec::new();
+    for (index, item) in batch.items.iter().enumerate() {
+        let (slot, global) = match item {
+            Item::Window { slot, .. } => (*slot, None),
+            Item::Tiers {
+                slot, global_slot, ..
+            } => (*slot, *global_slot),
+        };
+        let Some(key) = batch.slots.get(slot) else {
+            continue;
+        };
+        let tag = keys::tag_of(&key.key);
+        let position = match tags.iter().position(|(t, _)| *t == tag) {
+            Some(position) => position,
+            None => {
+                tags.push((
+                    tag,
+                    Group {
+                        items: SmallVec::new(),
+                        slots: SmallVec::new(),
+                    },
+                ));
+                tags.len() - 1
+            }
+        };
+        let group = &mut tags[position].1;
+        group.items.push(index);
+        for slot in std::iter::once(slot).chain(global) {
+            if !group.slots.contains(&slot) {
+                group.slots.push(slot);
+            }
+        }
+    }
+    tags.into_iter().map(|(_, group)| group).collect()
+}
+
+impl Store for RedisStore {
+    async fn decide(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
+        self.decide_batch(&batch).await.map_err(StoreError::from)
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}

@@ -1,0 +1,204 @@
+//! `--store` values: where the Redis store connects.
+//!
+//! - `redis://[user:password@]host:port[/db]` and `rediss://…` (TLS): one
+//!   Redis (redis-rs parses these itself, `#insecure` included);
+//! - `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]`
+//!   (`rediss+sentinel://` for TLS to the master): the master that Sentinel
+//!   names for `service`, followed across failovers; the credentials and db are
+//!   the master's, the sentinels are asked without them;
+//! - `redis+cluster://[user:password@]host:port[,host:port…]`
+//!   (`rediss+cluster://` for TLS): Redis Cluster, from any of its nodes.
+
+use super::RedisError;
+
+/// A parsed `--store` value for Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One URL that redis-rs understands.
+    Single(String),
+    Sentinel {
+        /// `redis://host:port` of every sentinel.
+        sentinels: Vec<String>,
+        service: String,
+        /// The master's URL prefix (`redis://user:password@`), for its
+        /// credentials; the host comes from Sentinel.
+        master: MasterAuth,
+    },
+    /// One URL per seed node, each with the credentials.
+    Cluster(Vec<String>),
+}
+
+/// Credentials, TLS and db for the master that Sentinel names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MasterAuth {
+    pub tls: bool,
+    /// `user:password` as written in the URL (still percent-encoded).
+    pub userinfo: Option<String>,
+    pub db: i64,
+}
+
+impl MasterAuth {
+    /// The master's URL once Sentinel has named its address.
+    pub fn url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let userinfo = self
+            .userinfo
+            .as_ref()
+            .map_or(String::new(), |u| format!("{u}@"));
+        format!("{scheme}://{userinfo}{host}:{port}/{}", self.db)
+    }
+}
+
+fn bad(url: &str, why: &str) -> RedisError {
+    RedisError::Url(format!("{}: {why}", redact(url)))
+}
+
+/// `url` without its password, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}:***@{hosts}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Parses a Redis `--store` value.
+pub fn parse(url: &str) -> Result<Target, RedisError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad(
+            url,
+            "expected `memory`, redis://, rediss://, redis+sentinel:// or redis+cluster://",
+        ));
+    };
+    match scheme {
+        "redis" | "rediss" => {
+            // Let redis-rs say what is wrong with the rest.
+            redis::Client::open(url).map_err(|e| bad(url, &e.to_string()))?;
+            Ok(Target::Single(url.to_string()))
+        }
+        "redis+sentinel" | "rediss+sentinel" => {
+            let (userinfo, hosts, path) = split(url, rest)?;
+            let mut parts = path.split('/').filter(|p| !p.is_empty());
+            let service = parts
+                .next()
+                .ok_or_else(|| bad(url, "the sentinel service name is missing (…/service)"))?
+                .to_string();
+            let db = match parts.next() {
+                None => 0,
+                Some(db) => db
+                    .parse()
+                    .map_err(|_| bad(url, "the database after the service is not a number"))?,
+            };
+            Ok(Target::Sentinel {
+                sentinels: hosts.iter().map(|h| format!("redis://{h}")).collect(),
+                service,
+                master: MasterAuth {
+                    tls: scheme == "rediss+sentinel",
+                    userinfo,
+                    db,
+                },
+            })
+        }
+        "redis+cluster" | "rediss+cluster" => {
+            let (userinfo, hosts, path) = split(url, rest)?;
+            if !path.trim_matches('/').is_empty() {
+                return Err(bad(url, "Redis Cluster has no databases: remove the path"));
+            }
+            let node_scheme = if scheme == "rediss+cluster" {
+                "rediss"
+            } else {
+                "redis"
+            };
+            let userinfo = userinfo.map_or(String::new(), |u| format!("{u}@"));
+            let nodes: Vec<String> = hosts
+                .iter()
+                .map(|h| format!("{node_scheme}://{userinfo}{h}"))
+                .collect();
+            for node in &nodes {
+                redis::Client::open(node.as_str()).map_err(|e| bad(url, &e.to_string()))?;
+            }
+            Ok(Target::Cluster(nodes))
+        }
+        _ => Err(bad(
+            url,
+            "unknown scheme; expected redis://, rediss://, redis+sentinel:// or redis+cluster://",
+        )),
+    }
+}
+
+/// Splits `[userinfo@]h:p,h:p[/path]` into its parts.
+fn split<'u>(
+    url: &str,
+    rest: &'u str,
+) -> Result<(Option<String>, Vec<&'u str>, &'u str), RedisError> {
+    let (userinfo, after) = match rest.rsplit_once('@') {
+        Some((userinfo, after)) => (Some(userinfo.to_string()), after),
+        None => (None, rest),
+    };
+    let (hosts, path) = after.split_once('/').unwrap_or((after, ""));
+    let hosts: Vec<&str> = hosts.split(',').map(str::trim).collect();
+    if hosts.iter().any(|h| h.is_empty()) {
+        return Err(bad(url, "expected host:port[,host:port…]"));
+    }
+    for host in &hosts {
+        let port = host.rsplit_once(':').map(|(_, port)| port);
+        if port.and_then(|p| p.parse::<u16>().ok()).is_none() {
+            return Err(bad(url, &format!("`{host}` is not host:port")));
+        }
+    }
+    Ok((userinfo, hosts, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_parses() {
+        assert_eq!(
+            parse("redis://127.0.0.1:6400/2"),
+            Ok(Target::Single("redis://127.0.0.1:6400/2".into()))
+        );
+        assert_eq!(
+            parse("redis+cluster://u:p@a:1,b:2"),
+            Ok(Target::Cluster(vec![
+                "redis://u:p@a:1".into(),
+                "redis://u:p@b:2".into()
+            ]))
+        );
+        let Ok(Target::Sentinel {
+            sentinels,
+            service,
+            master,
+        }) = parse("redis+sentinel://:secret@s1:26379,s2:26379/mymaster/3")
+        else {
+            panic!("a sentinel target");
+        };
+        assert_eq!(sentinels, ["redis://s1:26379", "redis://s2:26379"]);
+        assert_eq!(service, "mymaster");
+        assert_eq!(
+            master.url("10.0.0.1", 6379),
+            "redis://:secret@10.0.0.1:6379/3"
+        );
+    }
+
+    #[test]
+    fn mistakes_are_named_without_the_password() {
+        for url in [
+            "redis+cluster://u:hunter2@a:1,,b:2",
+            "redis+sentinel://u:hunter2@a:1",
+            "redis+cluster://u:hunter2@a",
+            "memcached://u:hunter2@a:1",
+            "redis+cluster://u:hunter2@a:1/0",
+        ] {
+            let error = parse(url).expect_err(url).to_string();
+            assert!(!error.contains("hunter2"), "{error}");
+            assert!(error.contains("u:***@"), "{error}");
+        }
+    }
+}
