@@ -30,9 +30,19 @@ enum Command {
         /// Where /healthz, /readyz and /metrics listen.
         #[arg(long, default_value = "127.0.0.1:9102")]
         admin_addr: SocketAddr,
-        /// Where state lives. Only `memory` (the embedded store) for now.
+        /// Where state lives: `memory` (embedded), or Redis shared by several
+        /// sidecars: redis://[user:password@]host:port[/db], rediss:// (TLS),
+        /// redis+sentinel://[user:password@]host:port[,…]/service[/db],
+        /// redis+cluster://[user:password@]host:port[,host:port…].
         #[arg(long, default_value = "memory")]
         store: String,
+        /// The deadline of one Redis decision, e.g. 50ms, 1s.
+        #[arg(long, default_value = "50ms", value_parser = parse_timeout)]
+        store_timeout: std::time::Duration,
+        /// What to answer while Redis is unreachable: `allow`, `deny`, or
+        /// `local` (decide on an in-process memory store with the same limits).
+        #[arg(long, default_value = "local")]
+        on_store_error: charon::store::OnStoreError,
         /// The memory store's cap on keys. At the cap, a request that needs a
         /// new key is decided as for a fresh tenant but not remembered.
         #[arg(long, default_value_t = charon::store::DEFAULT_MAX_KEYS)]
@@ -54,18 +64,21 @@ fn main() -> ExitCode {
             grpc_addr,
             admin_addr,
             store,
+            store_timeout,
+            on_store_error,
             max_keys,
         } => {
             init_tracing();
-            if store != "memory" {
-                eprintln!("error: --store {store}: only `memory` is supported by this build");
-                return ExitCode::from(2);
-            }
             let options = charon::server::ServeOptions {
                 config,
                 grpc_addr,
                 admin_addr,
-                max_keys,
+                store: charon::server::store::StoreOptions {
+                    url: store,
+                    timeout: store_timeout,
+                    on_error: on_store_error,
+                    max_keys,
+                },
             };
             let runtime = match tokio::runtime::Runtime::new() {
                 Ok(runtime) => runtime,
@@ -83,6 +96,17 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `--store-timeout`: a whole number of ms, s or m (at least 1 ms).
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let ms = charon::config::parse_duration(text)?;
+    if ms == 0 || ms == charon::config::FOREVER {
+        return Err(format!(
+            "{text:?}: a deadline must be at least 1ms and finite"
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 fn check(path: &std::path::Path) -> ExitCode {

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use descriptors::{Glob, Leaf, Level, Match, Node};
-pub use duration::{FOREVER, Millis};
+pub use duration::{FOREVER, Millis, parse as parse_duration};
 pub use error::{ConfigError, ConfigErrors, Note};
 pub use load::{Loaded, load_path, load_str};
 

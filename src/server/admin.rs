@@ -1,6 +1,13 @@
 //! The admin HTTP endpoints: `/healthz` (the process answers), `/readyz`
 //! (serving decisions; 503 while starting or shutting down) and `/metrics`
 //! (Prometheus text).
+//!
+//! With Redis, `/readyz` names the store's state in its body. While Redis is
+//! unreachable the sidecar still answers by `--on-store-error`: with `allow`
+//! or `local` it stays ready (200, body `ready, degraded: ...`), because a
+//! sidecar's readiness is its pod's, and a Redis outage must not take every
+//! pod out of service (no new single point of failure); with `deny` it is
+//! not ready (503), since every answer would be a rejection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,16 +18,17 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
-use crate::store::MemoryStats;
+use crate::store::OnStoreError;
 
 use super::metrics::Metrics;
+use super::store::StoreStatus;
 
 #[derive(Clone)]
 pub struct AdminState {
     pub ready: Arc<AtomicBool>,
     pub metrics: Arc<Metrics>,
     /// Read at each scrape, so the gauges are current.
-    pub store_stats: Arc<dyn Fn() -> MemoryStats + Send + Sync>,
+    pub store_status: Arc<dyn Fn() -> StoreStatus + Send + Sync>,
 }
 
 pub fn router(state: AdminState) -> Router {
@@ -32,15 +40,37 @@ pub fn router(state: AdminState) -> Router {
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    if state.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !state.ready.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string());
+    }
+    let status = (state.store_status)();
+    match (status.redis, status.on_error) {
+        (Some(redis), Some(policy)) if !redis.reachable => {
+            let code = if policy == OnStoreError::Deny {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
+            let verdict = if code == StatusCode::OK {
+                "ready, degraded"
+            } else {
+                "not ready"
+            };
+            (
+                code,
+                format!(
+                    "{verdict}: store unreachable, answering by --on-store-error {}\n",
+                    policy.as_str()
+                ),
+            )
+        }
+        (Some(_), _) => (StatusCode::OK, "ready: store reachable\n".to_string()),
+        _ => (StatusCode::OK, "ready\n".to_string()),
     }
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    state.metrics.set_store((state.store_stats)());
+    state.metrics.set_store((state.store_status)());
     (
         [(
             header::CONTENT_TYPE,

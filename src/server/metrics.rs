@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::store::MemoryStats;
+use super::store::StoreStatus;
 
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Decision {
@@ -69,6 +69,10 @@ pub struct Metrics {
     store_keys: Gauge,
     store_max_keys: Gauge,
     store_unrecorded: Gauge,
+    store_reachable: Gauge,
+    store_degraded: Counter,
+    store_errors: Counter,
+    store_outages: Counter,
 }
 
 impl Metrics {
@@ -102,7 +106,7 @@ impl Metrics {
         let store_keys = Gauge::default();
         registry.register(
             "store_keys",
-            "Keys holding state in the memory store",
+            "Keys holding state in the memory store (with Redis: its local fallback)",
             store_keys.clone(),
         );
         let store_max_keys = Gauge::default();
@@ -117,8 +121,36 @@ impl Metrics {
             "Decisions, since start, whose new state was not kept because the store was full",
             store_unrecorded.clone(),
         );
+        let store_reachable = Gauge::default();
+        registry.register(
+            "store_reachable",
+            "1 while the shared store (Redis) answers, 0 while answers come from --on-store-error",
+            store_reachable.clone(),
+        );
+        let store_degraded = Counter::default();
+        registry.register(
+            "store_degraded_decisions",
+            "Decisions answered by --on-store-error instead of the shared store",
+            store_degraded.clone(),
+        );
+        let store_errors = Counter::default();
+        registry.register(
+            "store_errors",
+            "Shared-store calls that failed or missed --store-timeout",
+            store_errors.clone(),
+        );
+        let store_outages = Counter::default();
+        registry.register(
+            "store_outages",
+            "Times the shared store became unreachable (the circuit breaker opened)",
+            store_outages.clone(),
+        );
         Self {
             registry,
+            store_reachable,
+            store_degraded,
+            store_errors,
+            store_outages,
             decisions,
             latency,
             reloads,
@@ -148,11 +180,21 @@ impl Metrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
-    pub fn set_store(&self, stats: MemoryStats) {
+    pub fn set_store(&self, status: StoreStatus) {
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let stats = status.memory;
         self.store_keys.set(gauge(stats.keys as u64));
         self.store_max_keys.set(gauge(stats.max_keys as u64));
         self.store_unrecorded.set(gauge(stats.unrecorded));
+        // Without Redis the memory store is the store, always reachable.
+        let redis = status.redis.unwrap_or_default();
+        self.store_reachable
+            .set(i64::from(status.redis.is_none() || redis.reachable));
+        // Totals kept by the store, copied at each scrape.
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        self.store_degraded.inner().store(redis.degraded, ordering);
+        self.store_errors.inner().store(redis.errors, ordering);
+        self.store_outages.inner().store(redis.opened, ordering);
     }
 
     /// The Prometheus text exposition.

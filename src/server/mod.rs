@@ -6,6 +6,7 @@ pub mod admin;
 pub mod metrics;
 pub mod reload;
 pub mod rls;
+pub mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,10 +22,11 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config;
 use crate::limiter::Limiter;
-use crate::store::{MemoryStore, Store};
+use crate::store::Store;
 
 use self::metrics::Metrics;
 use self::rls::RlsService;
+use self::store::{SidecarStore, StoreOptions};
 
 /// What `charon serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -32,8 +34,7 @@ pub struct ServeOptions {
     pub config: PathBuf,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
-    /// The memory store's cap on keys.
-    pub max_keys: usize,
+    pub store: StoreOptions,
 }
 
 /// How often the memory store drops state that can no longer matter.
@@ -48,7 +49,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     let metrics = Arc::new(Metrics::new());
     metrics.set_namespaces(loaded.config.namespaces().count());
-    let store = MemoryStore::new().with_max_keys(options.max_keys);
+    let store = SidecarStore::open(&options.store).context("cannot open --store")?;
     let limiter = Arc::new(Limiter::new(loaded.config, store));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
@@ -70,7 +71,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
-        .set_serving::<RateLimitServiceServer<RlsService<MemoryStore>>>()
+        .set_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
     let rls = RateLimitServiceServer::new(RlsService::new(limiter.clone(), metrics.clone()));
     let grpc = tonic::transport::Server::builder()
@@ -88,9 +89,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         admin::router(admin::AdminState {
             ready: ready.clone(),
             metrics: metrics.clone(),
-            store_stats: {
+            store_status: {
                 let limiter = limiter.clone();
-                Arc::new(move || limiter.store().stats())
+                Arc::new(move || limiter.store().status())
             },
         }),
     )
@@ -104,6 +105,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         admin = %options.admin_addr,
         config = %options.config.display(),
         store = limiter.store().name(),
+        on_store_error = options.store.on_error.as_str(),
         "charon serving"
     );
 
@@ -128,7 +130,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .set_service_status("", tonic_health::ServingStatus::NotServing)
         .await;
     health
-        .set_not_serving::<RateLimitServiceServer<RlsService<MemoryStore>>>()
+        .set_not_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
     let _ = shutdown_tx.send(true);
     grpc_task.await?.context("gRPC server failed")?;
@@ -164,14 +166,14 @@ async fn wait_for(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-fn spawn_sweeper(limiter: Arc<Limiter<MemoryStore>>, mut shutdown: watch::Receiver<bool>) {
+fn spawn_sweeper(limiter: Arc<Limiter<SidecarStore>>, mut shutdown: watch::Receiver<bool>) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = ticks.tick() => {
-                    let dropped = limiter.store().sweep();
+                    let dropped = limiter.store().memory().sweep();
                     tracing::trace!(dropped, "swept the memory store");
                 }
             }

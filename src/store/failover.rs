@@ -8,7 +8,8 @@
 //! - Open: decisions are answered by the policy without touching Redis, and
 //!   one background task pings Redis every [`PROBE_INTERVAL`]; the first
 //!   answer closes the breaker. Redis-backed answers are back within about
-//!   one probe interval of Redis returning.
+//!   one probe interval of Redis returning. While closed, the same task pings
+//!   every [`WATCH_INTERVAL`], so an idle sidecar notices an outage too.
 //!
 //! The breaker starts open, with the probe running: a sidecar starts and
 //! answers (by its policy) before Redis is reachable, and `/readyz` says so.
@@ -34,6 +35,8 @@ use super::{Batch, MemoryStore, Store, StoreError};
 
 /// How often an open breaker asks Redis whether it is back.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
+/// How often a closed breaker checks that Redis still answers.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// At most one log line per this long about a continuing outage.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// What a `deny` answer tells clients to wait.
@@ -96,7 +99,6 @@ struct Inner {
     policy: OnStoreError,
     local: MemoryStore,
     closed: AtomicBool,
-    probing: AtomicBool,
     degraded: AtomicU64,
     errors: AtomicU64,
     opened: AtomicU64,
@@ -113,14 +115,13 @@ impl Failover {
             policy,
             local,
             closed: AtomicBool::new(false),
-            probing: AtomicBool::new(false),
             degraded: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             opened: AtomicU64::new(0),
             unlogged: AtomicU64::new(0),
             logged_at: AtomicU64::new(0),
         });
-        Inner::probe(&inner);
+        Inner::watch(&inner);
         Self { inner }
     }
 
@@ -185,7 +186,6 @@ impl Inner {
             inner
                 .logged_at
                 .store(SystemClock.now_ms(), Ordering::Relaxed);
-            Inner::probe(inner);
         } else {
             inner.log_quietly(error);
         }
@@ -209,29 +209,40 @@ impl Inner {
         }
     }
 
-    /// Pings until Redis answers, then closes the breaker (one task at most).
-    fn probe(inner: &Arc<Inner>) {
-        if inner.probing.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let inner = inner.clone();
+    /// The one watcher task: while the breaker is closed it pings Redis every
+    /// [`WATCH_INTERVAL`] (so an idle sidecar notices an outage too, and
+    /// `/readyz` tells); while open, every [`PROBE_INTERVAL`], and the first
+    /// answer closes it. It ends when the store is dropped.
+    fn watch(inner: &Arc<Inner>) {
+        let weak = Arc::downgrade(inner);
         tokio::spawn(async move {
-            let mut failures: u64 = 0;
+            let mut failed_probes: u64 = 0;
             loop {
+                let Some(inner) = weak.upgrade() else { return };
+                let closed = inner.closed.load(Ordering::SeqCst);
                 match inner.redis.ping().await {
-                    Ok(()) => break,
+                    Ok(()) if !closed => {
+                        inner.closed.store(true, Ordering::SeqCst);
+                        tracing::info!(failed_probes, "store reachable");
+                        failed_probes = 0;
+                    }
+                    Ok(()) => {}
+                    Err(error) if closed => Inner::failed(&inner, &error.into()),
                     Err(error) => {
-                        failures += 1;
-                        if failures == 1 {
+                        failed_probes += 1;
+                        if failed_probes == 1 {
                             tracing::debug!(%error, "store probe failed");
                         }
                     }
                 }
-                tokio::time::sleep(PROBE_INTERVAL).await;
+                let pause = if inner.closed.load(Ordering::SeqCst) {
+                    WATCH_INTERVAL
+                } else {
+                    PROBE_INTERVAL
+                };
+                drop(inner);
+                tokio::time::sleep(pause).await;
             }
-            inner.probing.store(false, Ordering::SeqCst);
-            inner.closed.store(true, Ordering::SeqCst);
-            tracing::info!(after_failed_probes = failures, "store reachable");
         });
     }
 }

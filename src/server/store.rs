@@ -1,0 +1,107 @@
+//! The store `charon serve` runs on, chosen by `--store`: the embedded memory
+//! store, or Redis behind its failover (breaker and `--on-store-error`).
+//! One enum, so the servers are compiled once and dispatch statically.
+
+use std::time::Duration;
+
+use crate::engine::Decision;
+use crate::store::{
+    Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
+    RedisOptions, RedisStore, Store, StoreError,
+};
+
+/// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys`.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// `memory` or a Redis URL.
+    pub url: String,
+    pub timeout: Duration,
+    pub on_error: OnStoreError,
+    /// The memory store's cap on keys (the fallback's, with Redis).
+    pub max_keys: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            url: "memory".into(),
+            timeout: Duration::from_millis(50),
+            on_error: OnStoreError::default(),
+            max_keys: crate::store::DEFAULT_MAX_KEYS,
+        }
+    }
+}
+
+pub enum SidecarStore {
+    Memory(MemoryStore),
+    Redis(Failover),
+}
+
+/// What `/metrics` and `/readyz` show about the store.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreStatus {
+    /// The memory store: the store itself, or Redis's local fallback.
+    pub memory: MemoryStats,
+    pub redis: Option<FailoverStats>,
+    pub on_error: Option<OnStoreError>,
+}
+
+impl SidecarStore {
+    /// Opens the store (inside the runtime: Redis connects from there).
+    pub fn open(options: &StoreOptions) -> Result<Self, RedisError> {
+        let memory = MemoryStore::new().with_max_keys(options.max_keys);
+        if options.url == "memory" {
+            return Ok(SidecarStore::Memory(memory));
+        }
+        let redis = RedisStore::open(
+            &options.url,
+            RedisOptions {
+                timeout: options.timeout,
+                ..RedisOptions::default()
+            },
+        )?;
+        Ok(SidecarStore::Redis(Failover::new(
+            redis,
+            options.on_error,
+            memory,
+        )))
+    }
+
+    /// The in-process store, to sweep.
+    pub fn memory(&self) -> &MemoryStore {
+        match self {
+            SidecarStore::Memory(memory) => memory,
+            SidecarStore::Redis(failover) => failover.local(),
+        }
+    }
+
+    pub fn status(&self) -> StoreStatus {
+        StoreStatus {
+            memory: self.memory().stats(),
+            redis: match self {
+                SidecarStore::Memory(_) => None,
+                SidecarStore::Redis(failover) => Some(failover.stats()),
+            },
+            on_error: match self {
+                SidecarStore::Memory(_) => None,
+                SidecarStore::Redis(failover) => Some(failover.policy()),
+            },
+        }
+    }
+}
+
+impl Store for SidecarStore {
+    async fn decide(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
+        match self {
+            SidecarStore::Memory(memory) => memory.decide(batch).await,
+            SidecarStore::Redis(failover) => failover.decide(batch).await,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            SidecarStore::Memory(memory) => memory.name(),
+            SidecarStore::Redis(failover) => failover.name(),
+        }
+    }
+}
