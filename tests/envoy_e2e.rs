@@ -26,6 +26,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::HeaderMap;
 
+#[path = "support/redis.rs"]
+mod redis_support;
+
 /// How long Envoy, the sidecar and the Envoy -> sidecar path get to come up.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The ratelimit filter's timeout in the test's copy of the example.
@@ -214,7 +217,8 @@ impl Reply {
 }
 
 impl Harness {
-    async fn start() -> Harness {
+    /// Envoy in front of a sidecar started with `store_args` (`--store …`).
+    async fn start(store_args: &[String]) -> Harness {
         let envoy_bin = find_envoy();
         let dir = tempfile::tempdir().expect("temp dir");
 
@@ -242,7 +246,8 @@ impl Harness {
                 .arg("--grpc-addr")
                 .arg(format!("127.0.0.1:{grpc}"))
                 .arg("--admin-addr")
-                .arg(format!("127.0.0.1:{sidecar_admin}")),
+                .arg(format!("127.0.0.1:{sidecar_admin}"))
+                .args(store_args),
             dir.path(),
         );
 
@@ -446,8 +451,22 @@ fn assert_reset_header(value: Option<&str>, second: u64, context: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn envoy_asks_charon_and_fails_open() {
-    let mut h = Harness::start().await;
+    let mut h = Harness::start(&[]).await;
+    envoy_scenario(&mut h).await;
+}
 
+/// The same tour with the state in Redis: the answers are the same, and the
+/// state is in Redis (not in the sidecar's local fallback).
+#[tokio::test(flavor = "multi_thread")]
+async fn envoy_on_the_redis_store() {
+    let redis = redis_support::RedisServer::start();
+    let mut h = Harness::start(&["--store".to_string(), redis.url()]).await;
+    envoy_scenario(&mut h).await;
+    let keys: u64 = redis.command(&["DBSIZE"]).parse().expect("a count");
+    assert!(keys >= 2, "the tenants' state is in Redis ({keys} keys)");
+}
+
+async fn envoy_scenario(h: &mut Harness) {
     // d) No x-tenant header: no descriptor, so Envoy does not ask Charon.
     let before = h.ratelimit_stats().await;
     let reply = h.get(None).await;

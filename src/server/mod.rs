@@ -50,6 +50,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics.set_namespaces(loaded.config.namespaces().count());
     let store = SidecarStore::open(&options.store).context("cannot open --store")?;
+    store.settle().await;
     let limiter = Arc::new(Limiter::new(loaded.config, store));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)

@@ -32,6 +32,9 @@ impl Default for StoreOptions {
     }
 }
 
+/// How long a starting sidecar waits for Redis before serving without it.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
 pub enum SidecarStore {
     Memory(MemoryStore),
     Redis(Failover),
@@ -65,6 +68,19 @@ impl SidecarStore {
             options.on_error,
             memory,
         )))
+    }
+
+    /// Gives Redis a moment to answer before the sidecar says it is ready;
+    /// past it, the sidecar serves by its policy until Redis answers.
+    pub async fn settle(&self) {
+        if let SidecarStore::Redis(failover) = self
+            && !failover.wait_reachable(SETTLE_LIMIT).await
+        {
+            tracing::warn!(
+                policy = failover.policy().as_str(),
+                "store not reachable yet: answering by policy until it is"
+            );
+        }
     }
 
     /// The in-process store, to sweep.

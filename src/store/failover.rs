@@ -148,6 +148,19 @@ impl Failover {
         }
     }
 
+    /// Waits up to `limit` for Redis to answer a first time, so a sidecar
+    /// starting next to a working Redis serves from Redis at once.
+    pub async fn wait_reachable(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.inner.closed.load(Ordering::SeqCst) {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     pub async fn decide_batch(&self, batch: Batch<'_>) -> Decision {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
