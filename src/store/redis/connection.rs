@@ -5,57 +5,58 @@
 //! - one Redis: redis-rs's `ConnectionManager`, which reconnects in the
 //!   background after a failure;
 //! - Redis Cluster: redis-rs's cluster connection, which follows the slot map
-//!   and reconnects to nodes; it is opened on first use, so a sidecar can start
-//!   before the cluster;
+//!   and reconnects to nodes;
 //! - Sentinel: a `ConnectionManager` to the master Sentinel names, dropped on
-//!   a failure and looked up again, so a failover is followed.
+//!   a failure that may mean a failover and looked up again.
+//!
+//! The first connection (and Sentinel's lookups) run in a background task
+//! ([`Background`]): a TLS handshake or a cluster's slot map may take longer
+//! than one decision's deadline, and an attempt cut short by every deadline
+//! would never finish. Decisions wait for it within their own deadline.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, ScriptInvocation, Value};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::{Mutex, Notify};
 
 use super::RedisError;
 use super::url::{MasterAuth, Target};
 
-pub enum Connection {
-    Single(ConnectionManager),
-    Cluster(Box<ClusterConnector>),
-    Sentinel(Box<SentinelConnection>),
+pub struct Connection {
+    kind: Kind,
+    /// The live connection, once made.
+    live: Arc<Background>,
 }
 
-/// Redis Cluster, connected on first use.
-pub struct ClusterConnector {
-    client: redis::cluster::ClusterClient,
-    connection: OnceCell<ClusterConnection>,
+enum Kind {
+    Single(Box<redis::Client>),
+    Cluster(Box<redis::cluster::ClusterClient>),
+    Sentinel(Arc<SentinelLookup>),
 }
 
-impl ClusterConnector {
-    async fn connection(&self) -> Result<ClusterConnection, RedisError> {
-        Ok(self
-            .connection
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await?
-            .clone())
-    }
+/// A multiplexed connection of either kind.
+#[derive(Clone)]
+enum Live {
+    Manager(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
-pub struct SentinelConnection {
+struct SentinelLookup {
     sentinel: Mutex<redis::sentinel::Sentinel>,
     service: String,
     node: redis::sentinel::SentinelNodeConnectionInfo,
-    manager: ArcSwapOption<ConnectionManager>,
-    config: redis::aio::ConnectionManagerConfig,
 }
 
 /// Reconnection: try again soon, a few times; the failover layer's probes
 /// start a new round after that.
-fn manager_config(timeout: Duration) -> redis::aio::ConnectionManagerConfig {
-    redis::aio::ConnectionManagerConfig::new()
+fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout(timeout)))
         .set_response_timeout(None)
         .set_min_delay(Duration::from_millis(10))
@@ -63,90 +64,110 @@ fn manager_config(timeout: Duration) -> redis::aio::ConnectionManagerConfig {
         .set_number_of_retries(3)
 }
 
-/// Connecting may take longer than one decision may (TLS, a slow network):
-/// the attempt goes on in the background past a decision's deadline.
+/// Connecting may take longer than one decision may.
 fn connect_timeout(timeout: Duration) -> Duration {
-    timeout.max(Duration::from_millis(500))
+    timeout.max(Duration::from_secs(2))
 }
 
 impl Connection {
     pub fn new(target: Target, timeout: Duration) -> Result<Self, RedisError> {
-        match target {
-            Target::Single(url) => {
-                let client = redis::Client::open(url.as_str())?;
-                Ok(Connection::Single(ConnectionManager::new_lazy_with_config(
-                    client,
-                    manager_config(timeout),
-                )?))
-            }
-            Target::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClient::builder(nodes)
+        let kind = match target {
+            Target::Single(url) => Kind::Single(Box::new(redis::Client::open(url.as_str())?)),
+            Target::Cluster(nodes) => Kind::Cluster(Box::new(
+                redis::cluster::ClusterClient::builder(nodes)
                     .connection_timeout(connect_timeout(timeout))
                     .retries(2)
                     .min_retry_wait(10)
                     .max_retry_wait(100)
-                    .build()?;
-                Ok(Connection::Cluster(Box::new(ClusterConnector {
-                    client,
-                    connection: OnceCell::new(),
-                })))
-            }
+                    .build()?,
+            )),
             Target::Sentinel {
                 sentinels,
                 service,
                 master,
-            } => Ok(Connection::Sentinel(Box::new(SentinelConnection {
+            } => Kind::Sentinel(Arc::new(SentinelLookup {
                 sentinel: Mutex::new(redis::sentinel::Sentinel::build(sentinels)?),
                 service,
                 node: node_info(&master)?,
-                manager: ArcSwapOption::empty(),
-                config: manager_config(timeout),
-            }))),
-        }
+            })),
+        };
+        Ok(Self {
+            kind,
+            live: Arc::new(Background::new(manager_config(timeout))),
+        })
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
+        matches!(self.kind, Kind::Cluster(_))
+    }
+
+    async fn live(&self) -> Result<Live, RedisError> {
+        let config = self.live.config.clone();
+        match &self.kind {
+            Kind::Single(client) => {
+                let client = (**client).clone();
+                self.live
+                    .get(async move {
+                        Ok(Live::Manager(
+                            ConnectionManager::new_with_config(client, config).await?,
+                        ))
+                    })
+                    .await
+            }
+            Kind::Cluster(client) => {
+                let client = (**client).clone();
+                self.live
+                    .get(async move { Ok(Live::Cluster(client.get_async_connection().await?)) })
+                    .await
+            }
+            Kind::Sentinel(lookup) => {
+                let lookup = lookup.clone();
+                self.live
+                    .get(async move {
+                        let client = {
+                            let mut sentinel = lookup.sentinel.lock().await;
+                            sentinel
+                                .async_master_for(&lookup.service, Some(&lookup.node))
+                                .await?
+                        };
+                        Ok(Live::Manager(
+                            ConnectionManager::new_with_config(client, config).await?,
+                        ))
+                    })
+                    .await
+            }
+        }
+    }
+
+    /// After a failure that may mean a failover, Sentinel is asked again.
+    fn after<T>(&self, result: &redis::RedisResult<T>) {
+        if let (Kind::Sentinel(_), Err(error)) = (&self.kind, result)
+            && (error.is_io_error()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal()
+                || error.code() == Some("READONLY"))
+        {
+            self.live.forget();
+        }
     }
 
     pub async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> Result<Value, RedisError> {
-        match self {
-            Connection::Single(manager) => {
-                let mut manager = manager.clone();
-                Ok(invocation.invoke_async(&mut manager).await?)
-            }
-            Connection::Cluster(cluster) => {
-                let mut connection = cluster.connection().await?;
-                Ok(invocation.invoke_async(&mut connection).await?)
-            }
-            Connection::Sentinel(sentinel) => {
-                let mut manager = sentinel.master().await?;
-                let result = invocation.invoke_async(&mut manager).await;
-                sentinel.after(&result);
-                Ok(result?)
-            }
-        }
+        let result = match self.live().await? {
+            Live::Manager(mut manager) => invocation.invoke_async(&mut manager).await,
+            Live::Cluster(mut cluster) => invocation.invoke_async(&mut cluster).await,
+        };
+        self.after(&result);
+        Ok(result?)
     }
 
     pub async fn ping(&self) -> Result<(), RedisError> {
         let ping = redis::cmd("PING");
-        match self {
-            Connection::Single(manager) => {
-                let mut manager = manager.clone();
-                ping.query_async::<()>(&mut manager).await?;
-            }
-            Connection::Cluster(cluster) => {
-                let mut connection = cluster.connection().await?;
-                ping.query_async::<()>(&mut connection).await?;
-            }
-            Connection::Sentinel(sentinel) => {
-                let mut manager = sentinel.master().await?;
-                let result = ping.query_async::<()>(&mut manager).await;
-                sentinel.after(&result);
-                result?;
-            }
-        }
-        Ok(())
+        let result = match self.live().await? {
+            Live::Manager(mut manager) => ping.query_async::<()>(&mut manager).await,
+            Live::Cluster(mut cluster) => ping.query_async::<()>(&mut cluster).await,
+        };
+        self.after(&result);
+        Ok(result?)
     }
 }
 
@@ -163,34 +184,67 @@ fn node_info(
     Ok(node)
 }
 
-impl SentinelConnection {
-    /// The current master's connection, asking Sentinel if there is none.
-    async fn master(&self) -> Result<ConnectionManager, RedisError> {
-        if let Some(manager) = self.manager.load_full() {
-            return Ok((*manager).clone());
+/// A connection made by one background task at a time; callers wait for it
+/// as long as they like (their deadline), the attempt goes on regardless.
+struct Background {
+    live: ArcSwapOption<Live>,
+    connecting: AtomicBool,
+    done: Notify,
+    config: ConnectionManagerConfig,
+    last_error: std::sync::Mutex<Option<RedisError>>,
+}
+
+impl Background {
+    fn new(config: ConnectionManagerConfig) -> Self {
+        Self {
+            live: ArcSwapOption::empty(),
+            connecting: AtomicBool::new(false),
+            done: Notify::new(),
+            config,
+            last_error: std::sync::Mutex::new(None),
         }
-        let mut sentinel = self.sentinel.lock().await;
-        // Another decision may have looked it up while this one waited.
-        if let Some(manager) = self.manager.load_full() {
-            return Ok((*manager).clone());
-        }
-        let client = sentinel
-            .async_master_for(&self.service, Some(&self.node))
-            .await?;
-        let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())?;
-        self.manager.store(Some(Arc::new(manager.clone())));
-        Ok(manager)
     }
 
-    /// After a failure that may mean a failover, forget the master.
-    fn after<T>(&self, result: &redis::RedisResult<T>) {
-        if let Err(error) = result
-            && (error.is_io_error()
-                || error.is_connection_dropped()
-                || error.is_connection_refusal()
-                || error.to_string().contains("READONLY"))
-        {
-            self.manager.store(None);
+    fn forget(&self) {
+        self.live.store(None);
+    }
+
+    async fn get(
+        self: &Arc<Self>,
+        connect: impl Future<Output = Result<Live, RedisError>> + Send + 'static,
+    ) -> Result<Live, RedisError> {
+        if let Some(live) = self.live.load_full() {
+            return Ok((*live).clone());
+        }
+        let done = self.done.notified();
+        tokio::pin!(done);
+        // Registered before the check below, so a task finishing in between
+        // still wakes this caller.
+        done.as_mut().enable();
+        if !self.connecting.swap(true, Ordering::SeqCst) {
+            let background = self.clone();
+            tokio::spawn(async move {
+                match connect.await {
+                    Ok(live) => background.live.store(Some(Arc::new(live))),
+                    Err(error) => {
+                        if let Ok(mut last) = background.last_error.lock() {
+                            *last = Some(error);
+                        }
+                    }
+                }
+                background.connecting.store(false, Ordering::SeqCst);
+                background.done.notify_waiters();
+            });
+        }
+        done.await;
+        match self.live.load_full() {
+            Some(live) => Ok((*live).clone()),
+            None => Err(self
+                .last_error
+                .lock()
+                .ok()
+                .and_then(|last| last.clone())
+                .unwrap_or_else(|| RedisError::Unreachable("not connected".into()))),
         }
     }
 }

@@ -1,0 +1,1064 @@
+//! Sidecars sharing Redis, end to end: the real `charon` binary
+//! (`charon serve --store …`), several at once, on real `redis-server`
+//! processes (standalone, a three-master Cluster, a master behind Sentinel),
+//! asked by real gRPC clients (`envoy-types`' `RateLimitServiceClient`).
+//!
+//! What it proves:
+//!
+//! - three sidecars on one Redis grant exactly a limit between them, under
+//!   dozens of concurrent clients whose demand is far above it: the burst-tier
+//!   resource (500 an hour in all) and the fixed hour window (300);
+//! - a Redis killed (SIGKILL) under load costs no answer: every request is
+//!   still answered, quickly, by `--on-store-error local`; `/readyz` and the
+//!   metrics say the sidecar is degraded; once Redis is back on its port, the
+//!   sidecar notices by itself and its answers are Redis-backed again (the
+//!   degraded count stops growing, keys appear in the new Redis). With
+//!   `--on-store-error deny` the answers are OVER_LIMIT and `/readyz` is 503;
+//! - a sidecar starts before its Redis, answers by policy, and switches to
+//!   Redis when it appears;
+//! - Cluster and Sentinel give the same answers as one Redis, and two
+//!   sidecars on one cluster share their counts;
+//! - bad `--store`, `--store-timeout` and `--on-store-error` values stop the
+//!   sidecar at once with a message naming the problem, never the password;
+//!   a good URL's password is not shown by a running sidecar either.
+//!
+//! How: every process is a child of the test, on ports picked free at run
+//! time (through the Redis harness, `tests/support/redis.rs`, which also
+//! remembers the ports it handed out so parallel tests never share one), with
+//! its own temporary directory, and is stopped by PID (SIGKILL through
+//! `Child::kill`) when its handle is dropped. No assertion rests on a sleep:
+//! every wait is a poll against a generous deadline that fails with what it
+//! last saw (the one fixed wait keeps clients asking through two seconds of
+//! outage), and the only latency bound (1 s per answer during an outage) is
+//! a no-hang check, twenty times the deadline. Only the two load tests take
+//! turns (a lock), so the 48 clients of one do not starve the 50 ms deadlines
+//! of the other on a small machine.
+//!
+//! Exact counts are only promised while Redis answers: a decision that
+//! misses `--store-timeout` is answered by `--on-store-error`. The tests that
+//! count exactly, or that expect a given answer to come from Redis, therefore
+//! give Redis a generous `--store-timeout` (0.5 to 2 s, against a busy
+//! two-core machine) and check that no answer was degraded; the load test
+//! that kills Redis keeps the 50 ms default.
+#![cfg(all(unix, feature = "server"))]
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use redis_support::{RedisCluster, RedisSentinel, RedisServer, free_port};
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// The limits every test uses: a fixed hour window per `tenant` (its limit
+/// varies), and per `customer` a burst-tier resource granting 500 an hour.
+fn edge_config(tenant_limit: u64) -> String {
+    format!(
+        r#"domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {{unit: hour, requests_per_unit: {tenant_limit}}}
+  - key: customer
+    resource: api
+resources:
+  api:
+    rate:
+      tiers:
+        - {{limit: 300, window: 1h, active: forever}}
+        - {{limit: 200, window: 1h, active: 1h, cooldown: 1h}}
+"#
+    )
+}
+
+/// What the two tiers of `api` grant in an hour, in all.
+const TIER_TOTAL: u64 = 500;
+
+/// How long a sidecar (or a state change it must notice) may take.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one gRPC answer may take before it counts as missing.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long clients may hammer before demand must have exceeded the limit.
+const EXHAUST_DEADLINE: Duration = Duration::from_secs(60);
+/// Rejections in a row after which a hammering client stops.
+const REJECTIONS_TO_STOP: u32 = 5;
+/// How often a poll looks again.
+const POLL: Duration = Duration::from_millis(50);
+/// The bound on every answer during an outage (generous: it is a
+/// no-hang check, not a latency benchmark; the deadline is 50 ms).
+const OUTAGE_ANSWER_BOUND: Duration = Duration::from_secs(1);
+
+const READY_REACHABLE: &str = "ready: store reachable";
+const READY_DEGRADED_LOCAL: &str =
+    "ready, degraded: store unreachable, answering by --on-store-error local";
+const NOT_READY_DENY: &str = "not ready: store unreachable, answering by --on-store-error deny";
+
+/// The two load tests take turns (see the module documentation).
+static LOAD_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+// ---------------------------------------------------------------------------
+// Time
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970")
+}
+
+/// Which hour the fixed windows are in now (Redis runs on this machine's
+/// clock, and so does the local fallback).
+fn hour_index() -> u64 {
+    unix_now().as_secs() / 3_600
+}
+
+fn seconds_to_next_hour() -> u64 {
+    3_600 - unix_now().as_secs() % 3_600
+}
+
+// ---------------------------------------------------------------------------
+// The sidecar
+
+/// A running `charon serve`, killed (by PID) when dropped. Its stderr goes to
+/// a log file, printed when a test fails while the sidecar is alive.
+struct Sidecar {
+    child: Child,
+    grpc: u16,
+    admin: u16,
+    log: PathBuf,
+}
+
+impl Sidecar {
+    /// Starts `charon serve --config <config> --store <store> <extra…>` on
+    /// free ports; returns at once (see [`Sidecar::wait_ready`]).
+    fn start(dir: &Path, config: &Path, store: &str, extra: &[&str]) -> Sidecar {
+        let (grpc, admin) = (free_port(), free_port());
+        let log = dir.join(format!("sidecar-{grpc}.log"));
+        let stderr = File::create(&log).expect("the sidecar log can be created");
+        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(["--store", store])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("charon starts");
+        Sidecar {
+            child,
+            grpc,
+            admin,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log.display()))
+    }
+
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    /// `/readyz`: its status code and trimmed body.
+    async fn readyz(&self) -> Result<(u16, String), String> {
+        let response = reqwest::get(self.admin_url("/readyz"))
+            .await
+            .map_err(|error| format!("/readyz did not answer: {error}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .text()
+            .await
+            .map_err(|error| format!("/readyz body: {error}"))?;
+        Ok((status, body.trim().to_owned()))
+    }
+
+    async fn metrics(&self) -> Result<String, String> {
+        reqwest::get(self.admin_url("/metrics"))
+            .await
+            .map_err(|error| format!("/metrics did not answer: {error}"))?
+            .text()
+            .await
+            .map_err(|error| format!("/metrics body: {error}"))
+    }
+
+    /// One sample (a gauge, or a counter's `…_total`) from `/metrics`.
+    async fn metric(&self, name: &str) -> f64 {
+        let metrics = self
+            .metrics()
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+        metric_value(&metrics, name)
+            .unwrap_or_else(|| panic!("no sample {name} in /metrics:\n{metrics}"))
+    }
+
+    /// `charon_store_degraded_decisions_total`.
+    async fn degraded(&self) -> f64 {
+        self.metric("charon_store_degraded_decisions_total").await
+    }
+
+    /// Waits until `/readyz` answers `status` with `body`.
+    async fn wait_readyz(&self, status: u16, body: &str) {
+        eventually(
+            &format!("sidecar :{} /readyz answering {status} {body:?}", self.grpc),
+            READY_TIMEOUT,
+            async || match self.readyz().await? {
+                (code, text) if code == status && text == body => Ok(()),
+                (code, text) => Err(format!("{code} {text:?}")),
+            },
+        )
+        .await;
+    }
+
+    /// Waits until the sidecar is ready with Redis answering.
+    async fn wait_reachable(&self) {
+        self.wait_readyz(200, READY_REACHABLE).await;
+    }
+
+    async fn client(&self) -> RateLimitServiceClient<Channel> {
+        RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect to sidecar :{}: {error}", self.grpc))
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of sidecar grpc :{} admin :{}:\n{}",
+                self.grpc,
+                self.admin,
+                self.log()
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("edge.yaml");
+    std::fs::write(&path, yaml).expect("the config can be written");
+    let check = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("charon check runs");
+    assert!(
+        check.status.success(),
+        "charon check refuses the test config:\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    path
+}
+
+fn tempdir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("charon-sidecars-")
+        .tempdir()
+        .expect("a temporary directory")
+}
+
+/// The value of the sample `name` (no labels) in Prometheus text.
+fn metric_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        if key == name {
+            value.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+/// Polls `probe` until it returns `Ok`, or panics after `within` with `what`
+/// and the last `Err`.
+async fn eventually<T>(
+    what: &str,
+    within: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(last) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: did not happen within {within:?}; last seen: {last}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Requests
+
+fn request(key: &str, value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.to_owned(),
+                value: value.to_owned(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// A request for a fresh tenant and a fresh customer at once: granted,
+/// whoever decides it, and written to Redis when Redis decides it.
+fn fresh_request(name: &str) -> RateLimitRequest {
+    let mut both = request("tenant", name);
+    both.descriptors
+        .extend(request("customer", name).descriptors);
+    both
+}
+
+fn code_name(code: i32) -> String {
+    match Code::try_from(code) {
+        Ok(Code::Ok) => "OK".to_owned(),
+        Ok(Code::OverLimit) => "OVER_LIMIT".to_owned(),
+        _ => format!("code {code}"),
+    }
+}
+
+/// Asks once; the overall code and how long the answer took, or why there
+/// was none.
+async fn try_ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    request: RateLimitRequest,
+) -> Result<(i32, Duration), String> {
+    let started = Instant::now();
+    match tokio::time::timeout(ANSWER_TIMEOUT, client.should_rate_limit(request)).await {
+        Err(_) => Err(format!("no answer within {ANSWER_TIMEOUT:?}")),
+        Ok(Err(status)) => Err(format!("gRPC error: {status:?}")),
+        Ok(Ok(answer)) => Ok((answer.into_inner().overall_code, started.elapsed())),
+    }
+}
+
+async fn ask(client: &mut RateLimitServiceClient<Channel>, request: RateLimitRequest) -> String {
+    let (code, _) = try_ask(client, request)
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    code_name(code)
+}
+
+/// Asks for one tenant (limit 3 an hour) five times, in turn through
+/// `clients`: OK, OK, OK, then OVER_LIMIT. A fixed window restarts at the full
+/// hour; if one passed during the five, it tries again with another tenant.
+async fn expect_three_then_over(clients: &mut [RateLimitServiceClient<Channel>], tenant: &str) {
+    for attempt in 0..3 {
+        let hour = hour_index();
+        let name = format!("{tenant}-{attempt}");
+        let mut codes = Vec::new();
+        for i in 0..5 {
+            let client = &mut clients[i % clients.len()];
+            codes.push(ask(client, request("tenant", &name)).await);
+        }
+        if hour_index() != hour {
+            eprintln!("note: an hour began during the checks of tenant {name}; asking again");
+            continue;
+        }
+        assert_eq!(
+            codes,
+            ["OK", "OK", "OK", "OVER_LIMIT", "OVER_LIMIT"],
+            "tenant {name} (limit 3 an hour), asked through {} sidecar(s) in turn",
+            clients.len()
+        );
+        return;
+    }
+    panic!("three hour boundaries in a row: the clock is jumping");
+}
+
+/// OK and OVER_LIMIT answers counted by clients.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    ok: u64,
+    over_limit: u64,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, other: Tally) {
+        self.ok += other.ok;
+        self.over_limit += other.over_limit;
+    }
+}
+
+/// `tasks_per_sidecar` clients on each sidecar (one connection each), all
+/// released at once, ask for `request` until each saw [`REJECTIONS_TO_STOP`]
+/// rejections in a row. Returns the tally per sidecar. Panics on any missing
+/// answer or gRPC error, or if demand never exceeded the limit.
+async fn exhaust(
+    sidecars: &[&Sidecar],
+    tasks_per_sidecar: usize,
+    request: &RateLimitRequest,
+) -> Vec<Tally> {
+    let mut clients = Vec::new();
+    for (index, sidecar) in sidecars.iter().enumerate() {
+        for _ in 0..tasks_per_sidecar {
+            clients.push((index, sidecar.client().await));
+        }
+    }
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let deadline = Instant::now() + EXHAUST_DEADLINE;
+    let tasks: Vec<(usize, JoinHandle<Result<Tally, String>>)> = clients
+        .into_iter()
+        .map(|(index, mut client)| {
+            let start = start.clone();
+            let request = request.clone();
+            let task = tokio::spawn(async move {
+                start.wait().await;
+                let mut tally = Tally::default();
+                let mut in_a_row = 0;
+                while in_a_row < REJECTIONS_TO_STOP {
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "still granted after {EXHAUST_DEADLINE:?} (tally {tally:?})"
+                        ));
+                    }
+                    let (code, _) = try_ask(&mut client, request.clone()).await?;
+                    match Code::try_from(code) {
+                        Ok(Code::Ok) => {
+                            tally.ok += 1;
+                            in_a_row = 0;
+                        }
+                        Ok(Code::OverLimit) => {
+                            tally.over_limit += 1;
+                            in_a_row += 1;
+                        }
+                        _ => return Err(format!("unexpected answer {}", code_name(code))),
+                    }
+                }
+                Ok(tally)
+            });
+            (index, task)
+        })
+        .collect();
+    let mut tallies = vec![Tally::default(); sidecars.len()];
+    let mut failures = Vec::new();
+    for (index, task) in tasks {
+        match task.await {
+            Ok(Ok(tally)) => tallies[index] += tally,
+            Ok(Err(error)) => failures.push(format!("a client of sidecar #{index}: {error}")),
+            Err(error) => failures.push(format!("a client of sidecar #{index} panicked: {error}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "clients failed while exhausting {request:?}:\n{}",
+        failures.join("\n")
+    );
+    tallies
+}
+
+fn total(tallies: &[Tally]) -> Tally {
+    let mut sum = Tally::default();
+    for tally in tallies {
+        sum += *tally;
+    }
+    sum
+}
+
+/// Checks that the sidecar answered everything from Redis.
+async fn assert_never_degraded(sidecar: &Sidecar) {
+    let metrics = sidecar
+        .metrics()
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    for (name, expected) in [
+        ("charon_store_reachable", 1.0),
+        ("charon_store_degraded_decisions_total", 0.0),
+        ("charon_store_errors_total", 0.0),
+    ] {
+        assert_eq!(
+            metric_value(&metrics, name),
+            Some(expected),
+            "sidecar :{}: {name} (Redis missed its 2 s deadline?)\n{metrics}",
+            sidecar.grpc
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Continuous load
+
+/// Clients asking one sidecar continuously, each for a fresh tenant and
+/// customer every time (so every answer must be OK, and each one Redis
+/// decides writes keys), recording every failure and the slowest answer.
+struct Load {
+    stats: Arc<LoadStats>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct LoadStats {
+    answered: AtomicU64,
+    slowest_us: AtomicU64,
+    failures: AtomicU64,
+    /// The first few failures, word for word.
+    first_failures: Mutex<Vec<String>>,
+}
+
+impl LoadStats {
+    fn failed(&self, what: String) {
+        self.failures.fetch_add(1, Ordering::SeqCst);
+        let mut first = self
+            .first_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if first.len() < 20 {
+            first.push(what);
+        }
+    }
+
+    /// Panics if any request failed or took `bound` or longer.
+    fn assert_all_answered_within(&self, bound: Duration) {
+        let failures = self.failures.load(Ordering::SeqCst);
+        let first = self
+            .first_failures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        assert_eq!(
+            failures,
+            0,
+            "{failures} requests failed (of {}); the first ones:\n{}",
+            self.answered.load(Ordering::SeqCst),
+            first.join("\n")
+        );
+        let slowest = Duration::from_micros(self.slowest_us.load(Ordering::SeqCst));
+        assert!(
+            slowest < bound,
+            "the slowest answer took {slowest:?}, not under {bound:?}"
+        );
+    }
+}
+
+impl Load {
+    async fn start(sidecar: &Sidecar, clients: usize, label: &str) -> Load {
+        let stats = Arc::new(LoadStats::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        for task in 0..clients {
+            let mut client = sidecar.client().await;
+            let (stats, stop) = (stats.clone(), stop.clone());
+            let label = label.to_owned();
+            tasks.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    let name = format!("{label}-{task}-{n}");
+                    match try_ask(&mut client, fresh_request(&name)).await {
+                        Ok((code, took)) => {
+                            let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                            stats.slowest_us.fetch_max(micros, Ordering::SeqCst);
+                            if code != Code::Ok as i32 {
+                                stats.failed(format!(
+                                    "{name}: {} for a fresh name",
+                                    code_name(code)
+                                ));
+                            }
+                        }
+                        Err(error) => stats.failed(format!("{name}: {error}")),
+                    }
+                    stats.answered.fetch_add(1, Ordering::SeqCst);
+                    // Pacing, so that a few clients do not take both cores.
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }));
+        }
+        Load { stats, stop, tasks }
+    }
+
+    fn answered(&self) -> u64 {
+        self.stats.answered.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `more` requests were answered (or failed) from now on.
+    async fn wait_for_answers(&self, more: u64, what: &str) {
+        let target = self.answered() + more;
+        eventually(
+            &format!("{more} more answers {what}"),
+            READY_TIMEOUT,
+            async || {
+                let answered = self.answered();
+                if answered >= target {
+                    Ok(())
+                } else {
+                    Err(format!("{answered} answered, waiting for {target}"))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// Panics if any request failed or took `bound` or longer so far.
+    fn assert_all_answered_within(&self, bound: Duration) {
+        self.stats.assert_all_answered_within(bound);
+    }
+
+    async fn stop(self) -> Arc<LoadStats> {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            task.await.expect("a load client does not panic");
+        }
+        self.stats
+    }
+}
+
+/// `DBSIZE` of a standalone Redis.
+fn dbsize(port: u16) -> u64 {
+    let reply = redis_support::command(port, &["DBSIZE"]);
+    reply
+        .parse()
+        .unwrap_or_else(|_| panic!("DBSIZE answered {reply:?}"))
+}
+
+/// Waits until the standalone Redis on `port` holds a key.
+async fn wait_for_keys(port: u16, what: &str) {
+    eventually(what, READY_TIMEOUT, async || match dbsize(port) {
+        0 => Err("DBSIZE 0".to_owned()),
+        keys => Ok(keys),
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_sidecars_share_one_exact_limit() {
+    let _turn = LOAD_TESTS.lock().await;
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(300));
+    let sidecars: Vec<Sidecar> = (0..3)
+        .map(|_| {
+            Sidecar::start(
+                dir.path(),
+                &config,
+                &redis.url(),
+                &["--store-timeout", "2s"],
+            )
+        })
+        .collect();
+    for sidecar in &sidecars {
+        sidecar.wait_reachable().await;
+    }
+    let all: Vec<&Sidecar> = sidecars.iter().collect();
+
+    // The burst tiers: 300 then 200 more in the hour, 500 in all.
+    let tiers = exhaust(&all, 16, &request("customer", "acme")).await;
+    let sum = total(&tiers);
+    assert_eq!(
+        sum.ok, TIER_TOTAL,
+        "48 clients on 3 sidecars sharing one Redis: OK answers for one customer \
+         (per sidecar: {tiers:?})"
+    );
+    for (index, tally) in tiers.iter().enumerate() {
+        assert!(
+            tally.over_limit >= 16 * u64::from(REJECTIONS_TO_STOP),
+            "sidecar #{index} was not asked beyond the limit: {tally:?}"
+        );
+    }
+
+    // The fixed hour window: its count restarts at the full hour, so the run
+    // must not straddle one.
+    let left = seconds_to_next_hour();
+    if left < 30 {
+        eprintln!(
+            "note: {left} s before a full hour: the fixed-window part of this test is \
+             skipped (its window would restart during the run)"
+        );
+    } else {
+        let hour = hour_index();
+        let fixed = exhaust(&all, 16, &request("tenant", "acme")).await;
+        if hour_index() == hour {
+            assert_eq!(
+                total(&fixed).ok,
+                300,
+                "48 clients on 3 sidecars sharing one Redis: OK answers for one tenant \
+                 limited to 300 an hour (per sidecar: {fixed:?})"
+            );
+        } else {
+            eprintln!("note: an hour began during the fixed-window run ({fixed:?}): not checked");
+        }
+    }
+
+    for sidecar in &sidecars {
+        assert_never_degraded(sidecar).await;
+    }
+    assert!(
+        dbsize(redis.port) > 0,
+        "the shared state lives in Redis, which holds no key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_load_then_restarted() {
+    let _turn = LOAD_TESTS.lock().await;
+    let mut redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(300));
+    let mut sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--store-timeout", "50ms"],
+    );
+    sidecar.wait_reachable().await;
+
+    let load = Load::start(&sidecar, 4, "load").await;
+    load.wait_for_answers(100, "before the kill").await;
+    wait_for_keys(redis.port, "keys written to Redis").await;
+
+    // Redis dies (SIGKILL) while clients keep asking.
+    redis.kill();
+    let killed = Instant::now();
+    sidecar.wait_readyz(200, READY_DEGRADED_LOCAL).await;
+    eventually(
+        "charon_store_reachable 0 after the kill",
+        READY_TIMEOUT,
+        async || match sidecar.metric("charon_store_reachable").await {
+            0.0 => Ok(()),
+            other => Err(format!("charon_store_reachable {other}")),
+        },
+    )
+    .await;
+    // Keep asking through about two seconds of outage.
+    load.wait_for_answers(100, "during the outage").await;
+    let outage_left = Duration::from_secs(2).saturating_sub(killed.elapsed());
+    tokio::time::sleep(outage_left).await;
+    load.wait_for_answers(10, "after two seconds of outage")
+        .await;
+    load.assert_all_answered_within(OUTAGE_ANSWER_BOUND);
+    let degraded = sidecar.degraded().await;
+    assert!(
+        degraded > 0.0,
+        "answers during the outage are degraded ones"
+    );
+    assert!(sidecar.metric("charon_store_errors_total").await > 0.0);
+    assert!(sidecar.metric("charon_store_outages_total").await >= 1.0);
+    assert_eq!(sidecar.metric("charon_store_reachable").await, 0.0);
+    assert_eq!(
+        sidecar.readyz().await,
+        Ok((200, READY_DEGRADED_LOCAL.to_owned())),
+        "still degraded after {:?} of outage",
+        killed.elapsed()
+    );
+
+    // Redis comes back (empty) on the same port: the sidecar notices by itself.
+    redis.restart();
+    sidecar.wait_reachable().await;
+    eventually(
+        "charon_store_reachable 1 after the restart",
+        READY_TIMEOUT,
+        async || match sidecar.metric("charon_store_reachable").await {
+            1.0 => Ok(()),
+            other => Err(format!("charon_store_reachable {other}")),
+        },
+    )
+    .await;
+    // Redis-backed again: while the clients get 30 more answers, none is
+    // degraded (polled: one late answer around the switch may still be).
+    eventually(
+        "the degraded count stops increasing under load",
+        READY_TIMEOUT,
+        async || {
+            let before = sidecar.degraded().await;
+            load.wait_for_answers(30, "after the restart").await;
+            let after = sidecar.degraded().await;
+            if after == before {
+                Ok(())
+            } else {
+                Err(format!("degraded decisions went from {before} to {after}"))
+            }
+        },
+    )
+    .await;
+    wait_for_keys(redis.port, "keys written to the restarted Redis").await;
+
+    let stats = load.stop().await;
+    let answered = stats.answered.load(Ordering::SeqCst);
+    stats.assert_all_answered_within(OUTAGE_ANSWER_BOUND);
+    assert!(answered > 200, "only {answered} requests in the whole run");
+    assert!(sidecar.is_alive(), "the sidecar survived the outage");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_with_on_store_error_deny_answers_over_limit_and_is_not_ready() {
+    let mut redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(300));
+    let mut sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--on-store-error", "deny", "--store-timeout", "500ms"],
+    );
+    sidecar.wait_reachable().await;
+    let mut client = sidecar.client().await;
+    assert_eq!(ask(&mut client, fresh_request("before")).await, "OK");
+
+    redis.kill();
+    for n in 0..20 {
+        let (code, took) = try_ask(&mut client, fresh_request(&format!("down-{n}")))
+            .await
+            .unwrap_or_else(|error| panic!("request {n} with Redis down: {error}"));
+        assert_eq!(
+            code_name(code),
+            "OVER_LIMIT",
+            "request {n} for a fresh tenant with Redis down and --on-store-error deny"
+        );
+        assert!(
+            took < OUTAGE_ANSWER_BOUND,
+            "request {n} took {took:?} with Redis down"
+        );
+    }
+    sidecar.wait_readyz(503, NOT_READY_DENY).await;
+    assert_eq!(sidecar.metric("charon_store_reachable").await, 0.0);
+    assert!(sidecar.degraded().await >= 20.0);
+
+    redis.restart();
+    sidecar.wait_reachable().await;
+    eventually(
+        "a fresh tenant granted again after the restart",
+        READY_TIMEOUT,
+        async || match ask(&mut client, fresh_request("after")).await.as_str() {
+            "OK" => Ok(()),
+            other => Err(other.to_owned()),
+        },
+    )
+    .await;
+    assert!(sidecar.is_alive());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_starts_before_redis() {
+    let port = free_port();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &format!("redis://127.0.0.1:{port}"),
+        &["--store-timeout", "1s"],
+    );
+    // It starts without Redis, ready but degraded, and answers by the local
+    // fallback, which applies the same limits.
+    sidecar.wait_readyz(200, READY_DEGRADED_LOCAL).await;
+    let mut client = sidecar.client().await;
+    expect_three_then_over(std::slice::from_mut(&mut client), "early").await;
+    assert_eq!(sidecar.metric("charon_store_reachable").await, 0.0);
+    assert!(sidecar.degraded().await >= 5.0);
+
+    // Redis appears on that port: the sidecar switches to it by itself.
+    let redis = RedisServer::start_on(port);
+    sidecar.wait_reachable().await;
+    assert_eq!(sidecar.metric("charon_store_reachable").await, 1.0);
+    let degraded = sidecar.degraded().await;
+    expect_three_then_over(std::slice::from_mut(&mut client), "late").await;
+    assert_eq!(
+        sidecar.degraded().await,
+        degraded,
+        "answers once Redis is reachable come from Redis"
+    );
+    assert!(
+        dbsize(redis.port) > 0,
+        "the late tenant's window is in Redis"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_and_sentinel_serve_the_same_answers() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let timeout: &[&str] = &["--store-timeout", "2s"];
+
+    let cluster = RedisCluster::start(3);
+    let first = Sidecar::start(dir.path(), &config, &cluster.url(), timeout);
+    let second = Sidecar::start(dir.path(), &config, &cluster.url(), timeout);
+    let sentinel = RedisSentinel::start();
+    let behind_sentinel = Sidecar::start(dir.path(), &config, &sentinel.url(), timeout);
+    for sidecar in [&first, &second, &behind_sentinel] {
+        sidecar.wait_reachable().await;
+    }
+
+    // Cluster: the same answers, the count shared by two sidecars.
+    let mut clients = [first.client().await, second.client().await];
+    expect_three_then_over(&mut clients[..1], "cluster-alone").await;
+    expect_three_then_over(&mut clients, "cluster-shared").await;
+    let tiers = exhaust(&[&first, &second], 4, &request("customer", "acme")).await;
+    assert_eq!(
+        total(&tiers).ok,
+        TIER_TOTAL,
+        "two sidecars on one cluster: OK answers for one customer (per sidecar: {tiers:?})"
+    );
+    for sidecar in [&first, &second] {
+        assert_never_degraded(sidecar).await;
+    }
+    let keys: u64 = cluster.nodes.iter().map(|node| dbsize(node.port)).sum();
+    assert!(keys > 0, "the cluster holds the state");
+
+    // Sentinel: the same answers, from the master it names.
+    let mut client = behind_sentinel.client().await;
+    expect_three_then_over(std::slice::from_mut(&mut client), "sentinel").await;
+    let tiers = exhaust(&[&behind_sentinel], 8, &request("customer", "acme")).await;
+    assert_eq!(
+        total(&tiers).ok,
+        TIER_TOTAL,
+        "one sidecar behind Sentinel: OK answers for one customer"
+    );
+    assert_never_degraded(&behind_sentinel).await;
+    assert!(
+        dbsize(sentinel.master.port) > 0,
+        "the master Sentinel names holds the state"
+    );
+}
+
+#[test]
+fn bad_store_urls_are_refused_clearly() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["--store", "memcached://x"],
+            &["--store", "memcached://x", "unknown scheme"],
+        ),
+        (
+            &["--store", "redis+cluster://a"],
+            &["--store", "redis+cluster://a", "`a` is not host:port"],
+        ),
+        (
+            &["--store", "redis+cluster://u:hunter2@a"],
+            &["--store", "redis+cluster://u:***@a", "`a` is not host:port"],
+        ),
+        (
+            &["--store", "memcached://u:hunter2@x:1"],
+            &["--store", "unknown scheme"],
+        ),
+        (
+            &["--store", "redis+sentinel://u:hunter2@127.0.0.1:1"],
+            &["--store", "sentinel service name is missing"],
+        ),
+        (
+            &["--store", "redis://u:hunter2@127.0.0.1:notaport"],
+            &["--store", "Redis URL"],
+        ),
+        (
+            &["--on-store-error", "maybe"],
+            &["--on-store-error", "maybe", "allow, deny or local"],
+        ),
+        (
+            &["--store-timeout", "0ms"],
+            &["--store-timeout", "0ms", "at least 1ms"],
+        ),
+    ];
+    for (args, expected) in cases {
+        let (grpc, admin) = (free_port(), free_port());
+        let out = dir.path().join(format!("refused-{grpc}.out"));
+        let err = dir.path().join(format!("refused-{grpc}.err"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(*args)
+            .stdin(Stdio::null())
+            .stdout(File::create(&out).expect("stdout file"))
+            .stderr(File::create(&err).expect("stderr file"))
+            .spawn()
+            .expect("charon starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "`charon serve {}` still runs after 10 s instead of refusing; stderr:\n{}",
+                    args.join(" "),
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = std::fs::read_to_string(&out).expect("stdout readable");
+        let stderr = std::fs::read_to_string(&err).expect("stderr readable");
+        assert!(
+            !status.success(),
+            "`charon serve {}` exited {status} (success)",
+            args.join(" ")
+        );
+        for needle in *expected {
+            assert!(
+                stderr.contains(needle),
+                "`charon serve {}`: the message does not name {needle:?}:\n{stderr}",
+                args.join(" ")
+            );
+        }
+        assert!(
+            !stderr.contains("hunter2") && !stdout.contains("hunter2"),
+            "`charon serve {}` printed the password:\n{stdout}{stderr}",
+            args.join(" ")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_a_good_store_url_is_never_printed() {
+    // A well-formed URL with credentials, to a port where no Redis is: the
+    // sidecar serves (degraded) and says why, without the password.
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let store = format!("redis://u:hunter2@127.0.0.1:{}", free_port());
+    let sidecar = Sidecar::start(dir.path(), &config, &store, &[]);
+    sidecar.wait_readyz(200, READY_DEGRADED_LOCAL).await;
+    let mut client = sidecar.client().await;
+    assert_eq!(ask(&mut client, request("tenant", "t")).await, "OK");
+    let metrics = sidecar
+        .metrics()
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    let log = sidecar.log();
+    assert!(
+        log.contains("charon serving"),
+        "the log is the sidecar's:\n{log}"
+    );
+    for (what, text) in [("the log", &log), ("/metrics", &metrics)] {
+        assert!(
+            !text.contains("hunter2"),
+            "{what} shows the password:\n{text}"
+        );
+    }
+}
