@@ -1,15 +1,18 @@
 //! What to answer when the shared store is away (SPEC §7): a circuit breaker
 //! in front of the Redis store, and a policy for the answers it cannot get.
 //!
-//! - Closed: every decision goes to Redis, with its deadline. A failure
-//!   (error or deadline) opens the breaker at once: a sidecar answering
-//!   thousands of requests a second cannot afford to add the deadline to each
-//!   while Redis is down.
+//! - Closed: every decision goes to Redis, with its deadline. A failed call
+//!   (error or deadline) is answered by the policy; [`OPEN_AFTER`] failures in
+//!   a row, with no success between them, open the breaker: a sidecar
+//!   answering thousands of requests a second cannot afford to add the
+//!   deadline to each while Redis is down, but one slow call under load is
+//!   not an outage.
 //! - Open: decisions are answered by the policy without touching Redis, and
 //!   one background task pings Redis every [`PROBE_INTERVAL`]; the first
 //!   answer closes the breaker. Redis-backed answers are back within about
 //!   one probe interval of Redis returning. While closed, the same task pings
-//!   every [`WATCH_INTERVAL`], so an idle sidecar notices an outage too.
+//!   when no decision has succeeded for [`WATCH_INTERVAL`], so an idle
+//!   sidecar notices an outage too (and a busy one is not slowed by pings).
 //!
 //! The breaker starts open, with the probe running: a sidecar starts and
 //! answers (by its policy) before Redis is reachable, and `/readyz` says so.
@@ -35,7 +38,9 @@ use super::{Batch, MemoryStore, Store, StoreError};
 
 /// How often an open breaker asks Redis whether it is back.
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(100);
-/// How often a closed breaker checks that Redis still answers.
+/// Failed calls in a row that open the breaker.
+pub const OPEN_AFTER: u64 = 3;
+/// How often a closed breaker checks that an idle Redis still answers.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// At most one log line per this long about a continuing outage.
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -99,6 +104,10 @@ struct Inner {
     policy: OnStoreError,
     local: MemoryStore,
     closed: AtomicBool,
+    /// Failed calls since the last success.
+    failures_in_a_row: AtomicU64,
+    /// When a Redis call last succeeded (ms, this machine's clock).
+    last_success: AtomicU64,
     degraded: AtomicU64,
     errors: AtomicU64,
     opened: AtomicU64,
@@ -115,6 +124,8 @@ impl Failover {
             policy,
             local,
             closed: AtomicBool::new(false),
+            failures_in_a_row: AtomicU64::new(0),
+            last_success: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             opened: AtomicU64::new(0),
@@ -165,8 +176,11 @@ impl Failover {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             match inner.redis.decide_batch(&batch).await {
-                Ok(decision) => return decision,
-                Err(error) if error.is_outage() => Inner::failed(inner, &error.into()),
+                Ok(decision) => {
+                    inner.succeeded();
+                    return decision;
+                }
+                Err(error) if error.is_outage() => Inner::failed(inner, &error.into(), false),
                 Err(error) => {
                     // This request's keys, not Redis: answer it by policy
                     // and leave the breaker closed.
@@ -187,9 +201,20 @@ impl Failover {
 }
 
 impl Inner {
-    fn failed(inner: &Arc<Inner>, error: &StoreError) {
+    fn succeeded(&self) {
+        if self.failures_in_a_row.load(Ordering::Relaxed) != 0 {
+            self.failures_in_a_row.store(0, Ordering::Relaxed);
+        }
+        self.last_success
+            .store(SystemClock.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Counts a failed call; opens the breaker after [`OPEN_AFTER`] in a row
+    /// (`at_once` for the watcher's own probe of an idle Redis).
+    fn failed(inner: &Arc<Inner>, error: &StoreError, at_once: bool) {
         inner.errors.fetch_add(1, Ordering::Relaxed);
-        if inner.closed.swap(false, Ordering::SeqCst) {
+        let in_a_row = inner.failures_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+        if (at_once || in_a_row >= OPEN_AFTER) && inner.closed.swap(false, Ordering::SeqCst) {
             inner.opened.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 %error,
@@ -234,15 +259,25 @@ impl Inner {
             loop {
                 let Some(inner) = weak.upgrade() else { return };
                 let closed = inner.closed.load(Ordering::SeqCst);
+                let idle_for = SystemClock
+                    .now_ms()
+                    .saturating_sub(inner.last_success.load(Ordering::Relaxed));
+                if closed && u128::from(idle_for) < WATCH_INTERVAL.as_millis() {
+                    // Decisions are succeeding: they are the health check.
+                    drop(inner);
+                    tokio::time::sleep(WATCH_INTERVAL).await;
+                    continue;
+                }
                 match inner.redis.ping().await {
                     Ok(()) if !closed => {
+                        inner.succeeded();
                         inner.closed.store(true, Ordering::SeqCst);
                         tracing::info!(failed_probes, "store reachable");
                         failed_probes = 0;
                         last_reason = None;
                     }
-                    Ok(()) => {}
-                    Err(error) if closed => Inner::failed(&inner, &error.into()),
+                    Ok(()) => inner.succeeded(),
+                    Err(error) if closed => Inner::failed(&inner, &error.into(), true),
                     Err(error) => {
                         failed_probes += 1;
                         // Say why, once per distinct reason (a refused
