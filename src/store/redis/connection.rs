@@ -160,6 +160,15 @@ impl Connection {
         Ok(result?)
     }
 
+    /// Why the last attempt to connect failed, if it did.
+    pub fn last_connect_error(&self) -> Option<RedisError> {
+        self.live
+            .last_error
+            .lock()
+            .ok()
+            .and_then(|last| last.clone())
+    }
+
     pub async fn ping(&self) -> Result<(), RedisError> {
         let ping = redis::cmd("PING");
         let result = match self.live().await? {
@@ -225,7 +234,12 @@ impl Background {
             let background = self.clone();
             tokio::spawn(async move {
                 match connect.await {
-                    Ok(live) => background.live.store(Some(Arc::new(live))),
+                    Ok(live) => {
+                        background.live.store(Some(Arc::new(live)));
+                        if let Ok(mut last) = background.last_error.lock() {
+                            *last = None;
+                        }
+                    }
                     Err(error) => {
                         if let Ok(mut last) = background.last_error.lock() {
                             *last = Some(error);

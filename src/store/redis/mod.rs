@@ -144,7 +144,12 @@ impl RedisStore {
         let deadline = self.options.timeout;
         match tokio::time::timeout(deadline, self.connection.ping()).await {
             Ok(result) => result,
-            Err(_) => Err(RedisError::Timeout(millis(deadline))),
+            // A connection attempt that failed says more than the deadline
+            // (a refused password, a TLS error).
+            Err(_) => Err(self
+                .connection
+                .last_connect_error()
+                .unwrap_or(RedisError::Timeout(millis(deadline)))),
         }
     }
 
