@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use charon::clock::ManualClock;
+use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
 use charon::engine::{Item, SlotKind, keys};
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
@@ -183,7 +183,7 @@ fn same_decisions(url: &str, resources: &Resources, requests: &[(u64, Vec<Ask>)]
     let memory = MemoryStore::with_clock(clock.clone());
     for (index, (step, asks)) in requests.iter().enumerate() {
         clock.advance(*step);
-        let now = clock.now();
+        let now = clock.now_ms();
         let expected = memory.decide_at(batch(asks, resources), now);
         let actual = runtime
             .block_on(redis.decide_batch(&batch(asks, resources)))
@@ -194,16 +194,6 @@ fn same_decisions(url: &str, resources: &Resources, requests: &[(u64, Vec<Ask>)]
             "request {index} at +{} ms: {asks:?}",
             now - start
         );
-    }
-}
-
-trait Now {
-    fn now(&self) -> u64;
-}
-
-impl Now for ManualClock {
-    fn now(&self) -> u64 {
-        charon::clock::Clock::now_ms(self)
     }
 }
 

@@ -101,19 +101,42 @@ pub enum Item<'a> {
 }
 
 impl Item<'_> {
-    fn shadow(&self) -> bool {
+    /// Whether this item only reports, never rejects.
+    pub fn shadow(&self) -> bool {
         match self {
             Item::Window { shadow, .. } | Item::Tiers { shadow, .. } => *shadow,
         }
     }
 
-    fn slots(&self) -> [Option<usize>; 2] {
+    /// The slots this item reads: its own, then the global log if any.
+    pub fn slots(&self) -> [Option<usize>; 2] {
         match self {
             Item::Window { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
             } => [Some(*slot), *global_slot],
         }
+    }
+
+    /// The item's own slot (a domain's tier log, a window's counter).
+    pub fn slot(&self) -> usize {
+        match self {
+            Item::Window { slot, .. } | Item::Tiers { slot, .. } => *slot,
+        }
+    }
+
+    /// The same item over renumbered slots (a store deciding part of a batch).
+    pub fn map_slots(mut self, map: impl Fn(usize) -> usize) -> Self {
+        match &mut self {
+            Item::Window { slot, .. } => *slot = map(*slot),
+            Item::Tiers {
+                slot, global_slot, ..
+            } => {
+                *slot = map(*slot);
+                *global_slot = global_slot.map(&map);
+            }
+        }
+        self
     }
 }
 

@@ -92,16 +92,14 @@ impl SidecarStore {
     }
 
     pub fn status(&self) -> StoreStatus {
+        let (redis, on_error) = match self {
+            SidecarStore::Memory(_) => (None, None),
+            SidecarStore::Redis(failover) => (Some(failover.stats()), Some(failover.policy())),
+        };
         StoreStatus {
             memory: self.memory().stats(),
-            redis: match self {
-                SidecarStore::Memory(_) => None,
-                SidecarStore::Redis(failover) => Some(failover.stats()),
-            },
-            on_error: match self {
-                SidecarStore::Memory(_) => None,
-                SidecarStore::Redis(failover) => Some(failover.policy()),
-            },
+            redis,
+            on_error,
         }
     }
 }

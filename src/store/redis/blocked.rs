@@ -41,14 +41,40 @@ enum Limits {
     Tiers(crate::config::RatePolicy, Option<u64>),
 }
 
-fn limits_of(item: &Item<'_>) -> Limits {
-    match *item {
-        Item::Window { limit, period, .. } => Limits::Window { limit, period },
-        Item::Tiers {
-            policy,
-            global_limit,
-            ..
-        } => Limits::Tiers(policy.clone(), global_limit),
+impl Limits {
+    fn of(item: &Item<'_>) -> Self {
+        match *item {
+            Item::Window { limit, period, .. } => Limits::Window { limit, period },
+            Item::Tiers {
+                policy,
+                global_limit,
+                ..
+            } => Limits::Tiers(policy.clone(), global_limit),
+        }
+    }
+
+    /// Whether `item` asks under these limits (no copy of its policy: this
+    /// runs on every request for a blocked key).
+    fn govern(&self, item: &Item<'_>) -> bool {
+        match (self, item) {
+            (
+                Limits::Window { limit, period },
+                Item::Window {
+                    limit: l,
+                    period: p,
+                    ..
+                },
+            ) => limit == l && period == p,
+            (
+                Limits::Tiers(policy, global),
+                Item::Tiers {
+                    policy: p,
+                    global_limit: g,
+                    ..
+                },
+            ) => policy == *p && global == g,
+            _ => false,
+        }
     }
 }
 
@@ -67,7 +93,7 @@ impl Blocked {
     pub fn check(&self, key: &str, item: &Item<'_>, now: u64) -> Option<Outcome> {
         let mut keys = self.lock();
         let block = keys.get(key)?;
-        if now >= block.until || block.limits != limits_of(item) {
+        if now >= block.until || !block.limits.govern(item) {
             keys.remove(key);
             return None;
         }
@@ -99,7 +125,7 @@ impl Blocked {
                 until: sent.saturating_add(retry_after),
                 outcome: *outcome,
                 decided_at: sent,
-                limits: limits_of(item),
+                limits: Limits::of(item),
             },
         );
     }

@@ -8,7 +8,8 @@
 //! are capped at `u32::MAX` by the config and times at a century of
 //! milliseconds past the epoch.
 
-use redis::Value;
+use redis::{ScriptInvocation, Value};
+use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog};
@@ -24,20 +25,16 @@ pub struct Reply {
     pub before: Vec<Option<Vec<u8>>>,
 }
 
-fn push_number(args: &mut Vec<Vec<u8>>, n: u64) {
-    args.push(itoa::Buffer::new().format(n).as_bytes().to_vec());
-}
-
 /// `-1` for "none" or "forever".
-fn push_bounded(args: &mut Vec<Vec<u8>>, n: Option<u64>) {
+fn bounded(n: Option<u64>) -> i64 {
     match n {
-        Some(n) if n != FOREVER => push_number(args, n),
-        _ => args.push(b"-1".to_vec()),
+        Some(n) if n != FOREVER => i64::try_from(n).unwrap_or(-1),
+        _ => -1,
     }
 }
 
-fn push_flag(args: &mut Vec<Vec<u8>>, flag: bool) {
-    args.push(if flag { b"1".to_vec() } else { b"0".to_vec() });
+fn flag(flag: bool) -> &'static str {
+    if flag { "1" } else { "0" }
 }
 
 fn kind_letter(kind: SlotKind) -> u8 {
@@ -48,13 +45,20 @@ fn kind_letter(kind: SlotKind) -> u8 {
     }
 }
 
-/// The script's ARGV for `items` over slots of `kinds` (slot indexes are
-/// rebased to Lua's 1-based KEYS). `injected_now` 0 means Redis `TIME`.
-pub fn arguments(injected_now: u64, kinds: &[SlotKind], items: &[Item<'_>]) -> Vec<Vec<u8>> {
-    let mut args = Vec::with_capacity(4 + items.len() * 16);
-    push_number(&mut args, injected_now);
-    args.push(kinds.iter().map(|k| kind_letter(*k)).collect());
-    push_number(&mut args, items.len() as u64);
+/// Adds the script's ARGV for `items` over slots of `kinds` to `invocation`
+/// (slot indexes become Lua's 1-based KEYS). `injected_now` 0 means Redis
+/// `TIME`. Numbers are written by redis-rs as decimal text.
+pub fn arguments(
+    invocation: &mut ScriptInvocation<'_>,
+    injected_now: u64,
+    kinds: impl Iterator<Item = SlotKind>,
+    items: &[Item<'_>],
+) {
+    let kinds: SmallVec<[u8; 4]> = kinds.map(kind_letter).collect();
+    invocation
+        .arg(injected_now)
+        .arg(kinds.as_slice())
+        .arg(items.len());
     for item in items {
         match *item {
             Item::Window {
@@ -64,12 +68,13 @@ pub fn arguments(injected_now: u64, kinds: &[SlotKind], items: &[Item<'_>]) -> V
                 hits,
                 shadow,
             } => {
-                args.push(b"w".to_vec());
-                push_number(&mut args, slot as u64 + 1);
-                push_number(&mut args, limit);
-                push_number(&mut args, period);
-                push_number(&mut args, hits);
-                push_flag(&mut args, shadow);
+                invocation
+                    .arg("w")
+                    .arg(slot + 1)
+                    .arg(limit)
+                    .arg(period)
+                    .arg(hits)
+                    .arg(flag(shadow));
             }
             Item::Tiers {
                 slot,
@@ -81,27 +86,28 @@ pub fn arguments(injected_now: u64, kinds: &[SlotKind], items: &[Item<'_>]) -> V
                 check_only,
                 shadow,
             } => {
-                args.push(b"t".to_vec());
-                push_number(&mut args, slot as u64 + 1);
-                push_number(&mut args, global_slot.map_or(0, |g| g as u64 + 1));
-                push_bounded(&mut args, global_limit);
-                push_number(&mut args, copies);
-                push_number(&mut args, min_copies);
-                push_flag(&mut args, check_only);
-                push_flag(&mut args, shadow);
-                push_bounded(&mut args, policy.hard_limit);
-                push_number(&mut args, policy.tiers.len() as u64);
+                invocation
+                    .arg("t")
+                    .arg(slot + 1)
+                    .arg(global_slot.map_or(0, |g| g + 1))
+                    .arg(bounded(global_limit))
+                    .arg(copies)
+                    .arg(min_copies)
+                    .arg(flag(check_only))
+                    .arg(flag(shadow))
+                    .arg(bounded(policy.hard_limit))
+                    .arg(policy.tiers.len());
                 for tier in &policy.tiers {
-                    push_number(&mut args, tier.limit);
-                    push_bounded(&mut args, Some(tier.window));
-                    push_bounded(&mut args, Some(tier.active));
-                    push_bounded(&mut args, Some(tier.cooldown));
-                    push_flag(&mut args, tier.skippable);
+                    invocation
+                        .arg(tier.limit)
+                        .arg(bounded(Some(tier.window)))
+                        .arg(bounded(Some(tier.active)))
+                        .arg(bounded(Some(tier.cooldown)))
+                        .arg(flag(tier.skippable));
                 }
             }
         }
     }
-    args
 }
 
 fn integer(value: &Value) -> Result<i64, RedisError> {

@@ -32,6 +32,8 @@ pub struct Connection {
     kind: Kind,
     /// The live connection, once made.
     live: Arc<Background>,
+    /// For the `ConnectionManager`s of one Redis and of Sentinel's masters.
+    config: ConnectionManagerConfig,
 }
 
 enum Kind {
@@ -93,7 +95,8 @@ impl Connection {
         };
         Ok(Self {
             kind,
-            live: Arc::new(Background::new(manager_config(timeout))),
+            live: Arc::new(Background::new()),
+            config: manager_config(timeout),
         })
     }
 
@@ -102,7 +105,7 @@ impl Connection {
     }
 
     async fn live(&self) -> Result<Live, RedisError> {
-        let config = self.live.config.clone();
+        let config = self.config.clone();
         match &self.kind {
             Kind::Single(client) => {
                 let client = (**client).clone();
@@ -199,17 +202,15 @@ struct Background {
     live: ArcSwapOption<Live>,
     connecting: AtomicBool,
     done: Notify,
-    config: ConnectionManagerConfig,
     last_error: std::sync::Mutex<Option<RedisError>>,
 }
 
 impl Background {
-    fn new(config: ConnectionManagerConfig) -> Self {
+    fn new() -> Self {
         Self {
             live: ArcSwapOption::empty(),
             connecting: AtomicBool::new(false),
             done: Notify::new(),
-            config,
             last_error: std::sync::Mutex::new(None),
         }
     }

@@ -29,11 +29,11 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::{self, Decision, Item, Slot, SlotKind, keys};
+use crate::engine::{self, Decision, Item, Slot, keys};
 
 use self::blocked::Blocked;
 use self::connection::Connection;
-use super::{Batch, Store, StoreError};
+use super::{Batch, SlotKey, Store, StoreError};
 
 const SCRIPT: &str = include_str!("decide.lua");
 
@@ -198,20 +198,29 @@ impl RedisStore {
         if batch.slots.is_empty() {
             return Ok(engine::decide(&batch.items, &mut [], self.local_now()));
         }
-        let groups = if self.connection.is_cluster() {
-            groups_by_tag(batch)
-        } else {
-            vec![Group::whole(batch)]
-        };
-        if groups.len() == 1 {
-            let group = &groups[0];
-            return self.decide_group(batch, group).await;
+        if !self.connection.is_cluster() {
+            let slots: SmallVec<[&SlotKey; 2]> = batch.slots.iter().collect();
+            return self.run_script(&slots, &batch.items).await;
         }
+        let groups = groups_by_tag(batch);
         // Different cluster slots: one script per tag, concurrently; each is
         // atomic, together they are not (documented in the README).
-        let decisions =
-            futures_util::future::try_join_all(groups.iter().map(|g| self.decide_group(batch, g)))
-                .await?;
+        let mut decisions = futures_util::future::try_join_all(groups.iter().map(|group| {
+            let slots: SmallVec<[&SlotKey; 2]> =
+                group.slots.iter().map(|&s| &batch.slots[s]).collect();
+            let items: SmallVec<[Item<'_>; 2]> = group
+                .items
+                .iter()
+                .map(|&i| batch.items[i].map_slots(|s| group.local(s)))
+                .collect();
+            async move { self.run_script(&slots, &items).await }
+        }))
+        .await?;
+        if decisions.len() == 1
+            && let Some(decision) = decisions.pop()
+        {
+            return Ok(decision);
+        }
         let mut outcomes: SmallVec<[Option<engine::Outcome>; 2]> =
             SmallVec::from_elem(None, batch.items.len());
         let mut granted = true;
@@ -231,35 +240,35 @@ impl RedisStore {
         })
     }
 
-    /// One script call over one group of keys.
-    async fn decide_group(&self, batch: &Batch<'_>, group: &Group) -> Result<Decision, RedisError> {
-        let items: SmallVec<[Item<'_>; 2]> = group
-            .items
-            .iter()
-            .map(|&i| group.rebase(batch.items[i]))
-            .collect();
-        let kinds: SmallVec<[SlotKind; 2]> =
-            group.slots.iter().map(|&s| batch.slots[s].kind).collect();
+    /// One script call: `items` over `slots` (indexes into `slots`).
+    async fn run_script(
+        &self,
+        slots: &[&SlotKey],
+        items: &[Item<'_>],
+    ) -> Result<Decision, RedisError> {
         let injected = self
             .options
             .injected_clock
             .as_ref()
             .map_or(0, |clock| clock.now_ms().max(1));
         let mut invocation = self.script.prepare_invoke();
-        for &slot in &group.slots {
-            invocation.key(batch.slots[slot].key.as_str());
+        for slot in slots {
+            invocation.key(slot.key.as_str());
         }
-        for arg in codec::arguments(injected, &kinds, &items) {
-            invocation.arg(arg);
-        }
+        codec::arguments(
+            &mut invocation,
+            injected,
+            slots.iter().map(|s| s.kind),
+            items,
+        );
         let value = self.connection.invoke(&invocation).await?;
-        let reply = codec::reply(value, group.slots.len())?;
-        let mut slots: SmallVec<[Slot; 2]> = kinds
+        let reply = codec::reply(value, slots.len())?;
+        let mut state: SmallVec<[Slot; 2]> = slots
             .iter()
             .zip(&reply.before)
-            .map(|(kind, raw)| codec::slot(*kind, raw.as_deref(), reply.now))
+            .map(|(slot, raw)| codec::slot(slot.kind, raw.as_deref(), reply.now))
             .collect::<Result<_, _>>()?;
-        let decision = engine::decide(&items, &mut slots, reply.now);
+        let decision = engine::decide(items, &mut state, reply.now);
         if decision.granted != reply.granted {
             // The script and the engine disagree: a bug, and the script's
             // verdict is what was recorded.
@@ -278,20 +287,16 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The one key and item of a single-item, non-shadow batch.
+/// The one key and item of a single-item, non-shadow batch. With a global
+/// log the domain's key names a rejection: the global log only tightens it.
 fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> {
     let [item] = batch.items.as_slice() else {
         return None;
     };
-    // With a global log the domain's key names the rejection: the global log
-    // can only make it stricter.
-    let (slot, shadow) = match item {
-        Item::Window { slot, shadow, .. } | Item::Tiers { slot, shadow, .. } => (*slot, *shadow),
-    };
-    if shadow {
+    if item.shadow() {
         return None;
     }
-    Some((batch.slots.get(slot)?.key.as_str(), item))
+    Some((batch.slots.get(item.slot())?.key.as_str(), item))
 }
 
 /// Items whose keys share a hash tag, with their keys.
@@ -303,58 +308,17 @@ struct Group {
 }
 
 impl Group {
-    fn whole(batch: &Batch<'_>) -> Self {
-        Self {
-            items: (0..batch.items.len()).collect(),
-            slots: (0..batch.slots.len()).collect(),
-        }
-    }
-
     fn local(&self, slot: usize) -> usize {
         self.slots.iter().position(|&s| s == slot).unwrap_or(0)
     }
-
-    /// `item` with its slot indexes made local to this group.
-    fn rebase<'a>(&self, item: Item<'a>) -> Item<'a> {
-        match item {
-            Item::Window { slot, .. } => {
-                let mut item = item;
-                if let Item::Window { slot: s, .. } = &mut item {
-                    *s = self.local(slot);
-                }
-                item
-            }
-            Item::Tiers {
-                slot, global_slot, ..
-            } => {
-                let mut item = item;
-                if let Item::Tiers {
-                    slot: s,
-                    global_slot: g,
-                    ..
-                } = &mut item
-                {
-                    *s = self.local(slot);
-                    *g = global_slot.map(|g| self.local(g));
-                }
-                item
-            }
-        }
-    }
 }
 
-/// Splits a batch by the hash tag of each item's first key (an item's keys
+/// Splits a batch by the hash tag of each item's own key (an item's keys
 /// always share one: see [`keys`]).
 fn groups_by_tag(batch: &Batch<'_>) -> Vec<Group> {
     let mut tags: Vec<(&str, Group)> = Vec::new();
     for (index, item) in batch.items.iter().enumerate() {
-        let (slot, global) = match item {
-            Item::Window { slot, .. } => (*slot, None),
-            Item::Tiers {
-                slot, global_slot, ..
-            } => (*slot, *global_slot),
-        };
-        let Some(key) = batch.slots.get(slot) else {
+        let Some(key) = batch.slots.get(item.slot()) else {
             continue;
         };
         let tag = keys::tag_of(&key.key);
@@ -373,7 +337,7 @@ fn groups_by_tag(batch: &Batch<'_>) -> Vec<Group> {
         };
         let group = &mut tags[position].1;
         group.items.push(index);
-        for slot in std::iter::once(slot).chain(global) {
+        for slot in item.slots().into_iter().flatten() {
             if !group.slots.contains(&slot) {
                 group.slots.push(slot);
             }
