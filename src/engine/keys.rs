@@ -14,6 +14,10 @@
 //!   global limit, (namespace, resource) for every domain, because the global
 //!   log must be updated in the same script as the domain's log to stay exact.
 //!
+//! - a copy-limited resource: (namespace, resource), for every key of its copy
+//!   log (counts, each sidecar's contribution, staged transfers), because a
+//!   reserve checks the domain, its groups and the global count at once.
+//!
 //! The tag is a hash, not the parts themselves, because a part may contain
 //! `{` or `}`, which would move the tag Redis sees.
 
@@ -107,6 +111,95 @@ pub fn global_key(namespace: &str, resource: &str) -> String {
     key
 }
 
+/// The keys of one copy-limited resource's copy log, all under one tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyKeys {
+    /// HASH of holds: `g` (all domains), `d:<domain>`, `p:<group>`.
+    pub counts: String,
+    /// SET of the sidecars with a contribution to `counts`.
+    pub contributors: String,
+    /// ZSET of sidecars whose contribution was reaped (score: when), which
+    /// may never contribute again.
+    pub reaped: String,
+    /// ZSET of staged transfers' secrets by expiry.
+    pub transfers: String,
+    /// HASH of staged transfers: secret → the staged hold (JSON).
+    pub staged: String,
+    /// The prefix of a sidecar's contribution (a HASH like `counts`): append
+    /// the sidecar id.
+    pub contribution_prefix: String,
+}
+
+/// The copy log of one copy-limited resource.
+pub fn copy_keys(namespace: &str, resource: &str) -> CopyKeys {
+    let key = |kind: char| {
+        let mut key = String::with_capacity(TAG_LEN + 12 + namespace.len() + resource.len());
+        push_tag(&mut key, ["copies", namespace, resource]);
+        key.push(kind);
+        push_part(&mut key, namespace);
+        push_part(&mut key, resource);
+        key
+    };
+    let mut contribution_prefix = key('s');
+    contribution_prefix.push('@');
+    CopyKeys {
+        counts: key('c'),
+        contributors: key('m'),
+        reaped: key('r'),
+        transfers: key('q'),
+        staged: key('x'),
+        contribution_prefix,
+    }
+}
+
+/// The heartbeat of a sidecar serving copy operations.
+pub fn heartbeat_key(server_id: &str) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8 + server_id.len());
+    push_tag(&mut key, ["heartbeat", server_id]);
+    key.push('h');
+    push_part(&mut key, server_id);
+    key
+}
+
+/// The lease that elects the one sidecar reaping dead sidecars' holds.
+pub fn reaper_lease_key() -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8);
+    push_tag(&mut key, ["reaper"]);
+    key.push_str("lease");
+    key
+}
+
+/// The SET of every copy-limited resource ever held, so that the reaper also
+/// finds holds on resources no longer in its configuration.
+pub fn copy_index_key() -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8);
+    push_tag(&mut key, ["copy-index"]);
+    key.push_str("copies");
+    key
+}
+
+/// A member of [`copy_index_key`]: (namespace, resource), length-prefixed.
+pub fn copy_index_member(namespace: &str, resource: &str) -> String {
+    let mut member = String::with_capacity(12 + namespace.len() + resource.len());
+    push_part(&mut member, namespace);
+    push_part(&mut member, resource);
+    member
+}
+
+/// The (namespace, resource) of a [`copy_index_member`].
+pub fn parse_copy_index_member(member: &str) -> Option<(&str, &str)> {
+    let (namespace, rest) = take_part(member)?;
+    let (resource, rest) = take_part(rest)?;
+    rest.is_empty().then_some((namespace, resource))
+}
+
+fn take_part(text: &str) -> Option<(&str, &str)> {
+    let (len, rest) = text.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let part = rest.get(..len)?;
+    Some((part, &rest[len..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +249,24 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_hexdigit())
         );
+    }
+
+    #[test]
+    fn copy_keys_share_a_tag_and_index_members_round_trip() {
+        let keys = copy_keys("ns", "pool");
+        for key in [
+            &keys.contributors,
+            &keys.reaped,
+            &keys.transfers,
+            &keys.staged,
+            &keys.contribution_prefix,
+        ] {
+            assert_eq!(tag_of(key), tag_of(&keys.counts));
+            assert_ne!(key, &keys.counts);
+        }
+        assert_ne!(copy_keys("ns", "a:b").counts, copy_keys("ns:a", "b").counts);
+        let member = copy_index_member("n:s", "3:x");
+        assert_eq!(parse_copy_index_member(&member), Some(("n:s", "3:x")));
+        assert_eq!(parse_copy_index_member("9:ab"), None);
     }
 }

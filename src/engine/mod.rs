@@ -16,6 +16,7 @@
 //! assert!(!engine::decide(&items, &mut slots, 1_002).granted);
 //! ```
 
+pub mod copies;
 mod hit_log;
 pub mod keys;
 pub mod tiers;

@@ -9,6 +9,8 @@
 //! decision itself is the engine's, every store decides alike.
 
 #[cfg(feature = "redis")]
+pub mod copies;
+#[cfg(feature = "redis")]
 mod failover;
 mod memory;
 #[cfg(feature = "redis")]

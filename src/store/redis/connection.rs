@@ -172,6 +172,15 @@ impl Connection {
             .and_then(|last| last.clone())
     }
 
+    pub async fn query(&self, command: &redis::Cmd) -> Result<Value, RedisError> {
+        let result = match self.live().await? {
+            Live::Manager(mut manager) => command.query_async::<Value>(&mut manager).await,
+            Live::Cluster(mut cluster) => command.query_async::<Value>(&mut cluster).await,
+        };
+        self.after(&result);
+        Ok(result?)
+    }
+
     pub async fn ping(&self) -> Result<(), RedisError> {
         let ping = redis::cmd("PING");
         let result = match self.live().await? {

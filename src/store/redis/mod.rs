@@ -153,6 +153,34 @@ impl RedisStore {
         }
     }
 
+    /// Runs a script (the copy log's) within the store's deadline.
+    pub(crate) async fn invoke(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<redis::Value, RedisError> {
+        self.within_deadline(self.connection.invoke(invocation))
+            .await
+    }
+
+    /// Runs one command within the store's deadline.
+    pub(crate) async fn query(&self, command: &redis::Cmd) -> Result<redis::Value, RedisError> {
+        self.within_deadline(self.connection.query(command)).await
+    }
+
+    async fn within_deadline<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, RedisError> {
+        let deadline = self.options.timeout;
+        match tokio::time::timeout(deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(self
+                .connection
+                .last_connect_error()
+                .unwrap_or(RedisError::Timeout(millis(deadline)))),
+        }
+    }
+
     fn local_now(&self) -> u64 {
         match &self.options.injected_clock {
             Some(clock) => clock.now_ms(),

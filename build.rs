@@ -1,0 +1,23 @@
+//! Generates the Charon API (`proto/charon/v1/charon.proto`) for the server
+//! feature, with the protoc binary vendored by `protoc-bin-vendored`.
+
+fn main() {
+    println!("cargo:rerun-if-changed=proto/charon/v1/charon.proto");
+    #[cfg(feature = "server")]
+    generate();
+}
+
+#[cfg(feature = "server")]
+fn generate() {
+    let protoc = match protoc_bin_vendored::protoc_bin_path() {
+        Ok(path) => path,
+        Err(error) => panic!("no vendored protoc for this platform: {error}"),
+    };
+    // SAFETY: build scripts are single-threaded; prost-build reads PROTOC.
+    unsafe { std::env::set_var("PROTOC", protoc) };
+    if let Err(error) =
+        tonic_prost_build::configure().compile_protos(&["proto/charon/v1/charon.proto"], &["proto"])
+    {
+        panic!("cannot compile proto/charon/v1/charon.proto: {error}");
+    }
+}

@@ -1,0 +1,264 @@
+//! The copy log of one process: counts and staged transfers in a map behind
+//! one lock. Nothing to reap: when the process dies, its holds die with it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use super::{Changed, CopyError, CopyRef, Membership, Seized, Staged, hold_fields};
+use crate::clock::{Clock, SystemClock};
+use crate::engine::copies::{self, CopyCounts, CopyLimits};
+
+pub struct MemoryCopies<C = SystemClock> {
+    clock: C,
+    logs: Mutex<HashMap<(String, String), Log>>,
+    membership: watch::Sender<Membership>,
+}
+
+#[derive(Default)]
+struct Log {
+    /// `g`, `d:<domain>`, `p:<group>` → holds, as in the Redis copy log.
+    counts: HashMap<String, u64>,
+    staged: HashMap<String, StagedHold>,
+}
+
+struct StagedHold {
+    domain: String,
+    groups: Vec<String>,
+    copies: u64,
+    expires_at: u64,
+}
+
+impl Log {
+    fn get(&self, field: &str) -> u64 {
+        self.counts.get(field).copied().unwrap_or(0)
+    }
+
+    fn add(&mut self, fields: &[String], n: u64) {
+        for field in fields {
+            let count = self.counts.entry(field.clone()).or_default();
+            *count = count.saturating_add(n);
+        }
+    }
+
+    fn sub(&mut self, fields: &[String], n: u64) {
+        for field in fields {
+            if let Some(count) = self.counts.get_mut(field) {
+                *count = count.saturating_sub(n);
+                if *count == 0 {
+                    self.counts.remove(field);
+                }
+            }
+        }
+    }
+
+    fn context(&self, domain: &str, groups: &[&str]) -> CopyCounts {
+        CopyCounts {
+            domain: self.get(&format!("d:{domain}")),
+            global: self.get("g"),
+            groups: groups
+                .iter()
+                .map(|group| self.get(&format!("p:{group}")))
+                .collect(),
+        }
+    }
+
+    fn unstage_expired(&mut self, now: u64) -> usize {
+        let due: Vec<String> = self
+            .staged
+            .iter()
+            .filter(|(_, hold)| hold.expires_at <= now)
+            .map(|(secret, _)| secret.clone())
+            .collect();
+        for secret in &due {
+            if let Some(hold) = self.staged.remove(secret) {
+                self.sub(
+                    &hold_fields(&hold.domain, hold.groups.iter().map(String::as_str)),
+                    hold.copies,
+                );
+            }
+        }
+        due.len()
+    }
+}
+
+impl MemoryCopies {
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+}
+
+impl Default for MemoryCopies {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock> MemoryCopies<C> {
+    pub fn with_clock(clock: C) -> Self {
+        let (membership, _) = watch::channel(Membership {
+            generation: 0,
+            server_id: Arc::from("memory"),
+            serving: true,
+        });
+        Self {
+            clock,
+            logs: Mutex::new(HashMap::new()),
+            membership,
+        }
+    }
+
+    fn logs(&self) -> MutexGuard<'_, HashMap<(String, String), Log>> {
+        // A panic elsewhere while holding the lock leaves counts that are
+        // still whole (every change is a few integer updates).
+        self.logs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn with_log<T>(&self, at: CopyRef<'_>, change: impl FnOnce(&mut Log) -> T) -> T {
+        let mut logs = self.logs();
+        let key = (at.namespace.to_owned(), at.resource.to_owned());
+        let log = logs.entry(key.clone()).or_default();
+        let result = change(log);
+        if log.counts.is_empty() && log.staged.is_empty() {
+            logs.remove(&key);
+        }
+        result
+    }
+
+    pub fn reserve(
+        &self,
+        at: CopyRef<'_>,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+    ) -> Changed {
+        let groups: Vec<&str> = limits.group_names().collect();
+        self.with_log(at, |log| {
+            let before = log.context(at.domain, &groups);
+            let granted = copies::grantable(limits, &before, copies, min_copies);
+            if granted > 0 {
+                log.add(&hold_fields(at.domain, groups.iter().copied()), granted);
+            }
+            Changed {
+                copies: granted,
+                counts: log.context(at.domain, &groups),
+            }
+        })
+    }
+
+    pub fn release(
+        &self,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+    ) -> Changed {
+        self.with_log(at, |log| {
+            let fields = hold_fields(at.domain, groups.iter().map(String::as_str));
+            let held = fields.iter().map(|f| log.get(f)).min().unwrap_or(0);
+            let released = copies.min(held);
+            log.sub(&fields, released);
+            Changed {
+                copies: released,
+                counts: log.context(at.domain, now_groups),
+            }
+        })
+    }
+
+    pub fn transfer(
+        &self,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        ttl_ms: u64,
+    ) -> Result<Staged, CopyError> {
+        let secret = super::random_hex()?;
+        let now = self.clock.now_ms();
+        let changed = self.with_log(at, |log| {
+            let fields = hold_fields(at.domain, groups.iter().map(String::as_str));
+            let staged = fields
+                .iter()
+                .map(|f| log.get(f))
+                .min()
+                .unwrap_or(0)
+                .min(copies);
+            if staged > 0 {
+                log.staged.insert(
+                    secret.clone(),
+                    StagedHold {
+                        domain: at.domain.to_owned(),
+                        groups: groups.to_vec(),
+                        copies: staged,
+                        expires_at: now.saturating_add(ttl_ms),
+                    },
+                );
+            }
+            Changed {
+                copies: staged,
+                counts: log.context(at.domain, &[]),
+            }
+        });
+        Ok(Staged {
+            changed,
+            transfer_id: super::transfer_id(&secret, at.namespace, at.resource),
+        })
+    }
+
+    pub fn seize(&self, transfer_id: &str) -> Result<Seized, CopyError> {
+        let (secret, namespace, resource) =
+            super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
+        let now = self.clock.now_ms();
+        let at = CopyRef {
+            namespace: &namespace,
+            resource: &resource,
+            domain: "",
+        };
+        self.with_log(at, |log| {
+            log.unstage_expired(now);
+            let hold = log
+                .staged
+                .remove(secret)
+                .ok_or(CopyError::UnknownTransfer)?;
+            Ok(Seized {
+                namespace: namespace.clone(),
+                resource: resource.clone(),
+                domain: hold.domain,
+                groups: hold.groups,
+                copies: hold.copies,
+            })
+        })
+    }
+
+    pub fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> CopyCounts {
+        let logs = self.logs();
+        match logs.get(&(at.namespace.to_owned(), at.resource.to_owned())) {
+            Some(log) => log.context(at.domain, groups),
+            None => CopyCounts {
+                groups: vec![0; groups.len()],
+                ..CopyCounts::default()
+            },
+        }
+    }
+
+    /// Releases every staged transfer past its ttl; how many.
+    pub fn expire(&self) -> usize {
+        let now = self.clock.now_ms();
+        let mut logs = self.logs();
+        let expired = logs.values_mut().map(|log| log.unstage_expired(now)).sum();
+        logs.retain(|_, log| !log.counts.is_empty() || !log.staged.is_empty());
+        expired
+    }
+
+    /// Never changes: one process has nothing to resign from.
+    pub fn membership(&self) -> watch::Receiver<Membership> {
+        self.membership.subscribe()
+    }
+
+    /// Whether nothing is held or staged anywhere (tests, shutdown).
+    pub fn is_empty(&self) -> bool {
+        self.logs().is_empty()
+    }
+}

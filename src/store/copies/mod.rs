@@ -1,0 +1,262 @@
+//! Copy logs: where the holds of copy-limited resources are counted (SPEC §4).
+//!
+//! A copy log keeps, per resource, the holds of each domain, of each group
+//! and of all domains, and the staged transfers. [`CopyStore`] is the one the
+//! sidecar runs on: [`MemoryCopies`] (one process) or, with Redis, the shared
+//! log whose every sidecar also records its own contribution and heartbeat,
+//! so that a dead sidecar's holds are reaped by the others. Which session
+//! holds what is not the store's business: the sessions keep that (the
+//! server's hold sets); the store only counts.
+
+#[cfg(feature = "redis")]
+mod membership;
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+#[cfg(feature = "redis")]
+pub use membership::{CopyTimings, TimingsError};
+pub use memory::MemoryCopies;
+#[cfg(feature = "redis")]
+pub use redis::RedisCopies;
+
+use crate::engine::copies::{CopyCounts, CopyLimits};
+
+/// One (namespace, resource, domain) of an operation.
+#[derive(Debug, Clone, Copy)]
+pub struct CopyRef<'a> {
+    pub namespace: &'a str,
+    pub resource: &'a str,
+    pub domain: &'a str,
+}
+
+/// What an operation changed and the holds after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// Copies granted, released or staged.
+    pub copies: u64,
+    /// After the operation, over the groups the caller asked about.
+    pub counts: CopyCounts,
+}
+
+/// Copies moved into the staging area.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    pub changed: Changed,
+    pub transfer_id: String,
+}
+
+/// Copies moved out of the staging area into the caller's session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seized {
+    pub namespace: String,
+    pub resource: String,
+    pub domain: String,
+    /// The groups of the hold, as they were reserved.
+    pub groups: Vec<String>,
+    pub copies: u64,
+}
+
+/// Whether a sidecar may serve copy operations, and under which id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// Bumped on every resignation and registration: a session started under
+    /// another generation has lost its holds and must end.
+    pub generation: u64,
+    /// The id this sidecar's contributions are recorded under.
+    pub server_id: Arc<str>,
+    pub serving: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CopyError {
+    /// A server error: the store did not answer.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A server error: this sidecar's holds were reaped (its heartbeat
+    /// expired) or it has not registered yet.
+    #[error("this sidecar is not registered in the copy log ({0}); it has resigned")]
+    Resigned(String),
+    /// A client error.
+    #[error("no such transfer, or it has expired")]
+    UnknownTransfer,
+    #[error("copy log: {0}")]
+    Internal(String),
+}
+
+/// The copy log the sidecar runs on.
+pub enum CopyStore {
+    Memory(MemoryCopies),
+    #[cfg(feature = "redis")]
+    Redis(Arc<RedisCopies>),
+}
+
+impl CopyStore {
+    pub async fn reserve(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+    ) -> Result<Changed, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.reserve(at, limits, copies, min_copies)),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.reserve(server, at, limits, copies, min_copies).await,
+        }
+    }
+
+    /// Gives back up to `copies` of a hold of `groups`; `now_groups` are the
+    /// groups whose holds the answer reports.
+    pub async fn release(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+    ) -> Result<Changed, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.release(at, groups, copies, now_groups)),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.release(server, at, groups, copies, now_groups).await,
+        }
+    }
+
+    pub async fn transfer(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        ttl_ms: u64,
+    ) -> Result<Staged, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => memory.transfer(at, groups, copies, ttl_ms),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.transfer(server, at, groups, copies, ttl_ms).await,
+        }
+    }
+
+    pub async fn seize(&self, server: &str, transfer_id: &str) -> Result<Seized, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => memory.seize(transfer_id),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.seize(server, transfer_id).await,
+        }
+    }
+
+    /// The holds of a domain, of all domains and of `groups`.
+    pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.counts(at, groups)),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.counts(at, groups).await,
+        }
+    }
+
+    /// Who this sidecar is in the copy log, and its changes.
+    pub fn membership(&self) -> tokio::sync::watch::Receiver<Membership> {
+        match self {
+            CopyStore::Memory(memory) => memory.membership(),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.membership(),
+        }
+    }
+
+    /// The store showed that this sidecar's holds are gone: resign now.
+    pub fn resign(&self, reason: &str) {
+        match self {
+            CopyStore::Memory(_) => {}
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.resign(reason),
+        }
+    }
+}
+
+/// A transfer id: an unguessable secret, then the namespace and resource in
+/// hex, so that any sidecar can find the staged copies from the id alone.
+pub fn transfer_id(secret: &str, namespace: &str, resource: &str) -> String {
+    let mut id = String::with_capacity(secret.len() + 2 + 2 * (namespace.len() + resource.len()));
+    id.push_str(secret);
+    for part in [namespace, resource] {
+        id.push('.');
+        for byte in part.as_bytes() {
+            let _ = write!(id, "{byte:02x}");
+        }
+    }
+    id
+}
+
+/// The (secret, namespace, resource) of a transfer id.
+pub fn parse_transfer_id(id: &str) -> Option<(&str, String, String)> {
+    let mut parts = id.split('.');
+    let secret = parts.next()?;
+    let namespace = unhex(parts.next()?)?;
+    let resource = unhex(parts.next()?)?;
+    let well_formed = parts.next().is_none()
+        && secret.len() == 32
+        && secret.bytes().all(|b| b.is_ascii_hexdigit());
+    well_formed.then_some((secret, namespace, resource))
+}
+
+fn unhex(text: &str) -> Option<String> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    let bytes = (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect::<Option<Vec<u8>>>()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// 128 random bits in hex: a transfer's secret, a sidecar's id.
+pub fn random_hex() -> Result<String, CopyError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| CopyError::Internal(format!("no randomness: {error}")))?;
+    let mut hex = String::with_capacity(32);
+    for byte in bytes {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    Ok(hex)
+}
+
+/// The fields of the counts a hold of `domain` in `groups` counts in.
+fn hold_fields<'g>(domain: &str, groups: impl IntoIterator<Item = &'g str>) -> Vec<String> {
+    let mut fields = vec!["g".to_owned(), format!("d:{domain}")];
+    fields.extend(groups.into_iter().map(|group| format!("p:{group}")));
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfer_ids_round_trip_and_reject_garbage() {
+        let secret = random_hex().unwrap();
+        let id = transfer_id(&secret, "shop.eu", "ünïcode");
+        let (parsed, namespace, resource) = parse_transfer_id(&id).unwrap();
+        assert_eq!(
+            (parsed, namespace.as_str(), resource.as_str()),
+            (secret.as_str(), "shop.eu", "ünïcode")
+        );
+        for bad in [
+            "",
+            "x",
+            "abc.61.62",
+            &format!("{secret}.6"),
+            &format!("{secret}.61.62.63"),
+            &format!("{secret}.zz.61"),
+        ] {
+            assert!(parse_transfer_id(bad).is_none(), "{bad}");
+        }
+        assert_ne!(random_hex().unwrap(), secret);
+    }
+}

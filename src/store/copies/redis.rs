@@ -1,0 +1,605 @@
+//! The shared copy log on Redis: one script (`copies.lua`) per operation,
+//! each atomic on one resource's keys, plus the sidecar's membership tasks
+//! (heartbeat, resignation, reaper; see [`super::membership`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use redis::Value;
+use tokio::sync::{Notify, watch};
+
+use super::membership::CopyTimings;
+use super::{Changed, CopyError, CopyRef, Membership, Seized, Staged};
+use crate::engine::copies::{self, CopyCounts, CopyLimits};
+use crate::engine::keys::{self, CopyKeys};
+use crate::store::redis::{RedisError, RedisOptions, RedisStore};
+
+const SCRIPT: &str = include_str!("copies.lua");
+
+/// The configured copy-limited resources, as (namespace, resource): asked on
+/// every reap, so a reload is seen at once.
+pub type ResourceList = Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
+
+pub struct RedisCopies {
+    redis: RedisStore,
+    script: redis::Script,
+    timings: CopyTimings,
+    membership: watch::Sender<Membership>,
+    resign: Notify,
+    resign_reason: Mutex<Option<String>>,
+    /// Resources already in the copy index, so it is written once each.
+    indexed: Mutex<HashSet<(String, String)>>,
+}
+
+/// What one reaper pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    /// (sidecar id, copies subtracted across domains).
+    pub servers: Vec<(String, u64)>,
+    pub expired_transfers: u64,
+}
+
+impl From<RedisError> for CopyError {
+    fn from(error: RedisError) -> Self {
+        if error.is_outage() {
+            CopyError::Unavailable(error.to_string())
+        } else {
+            CopyError::Internal(error.to_string())
+        }
+    }
+}
+
+impl RedisCopies {
+    /// Connects lazily (inside a Tokio runtime), like [`RedisStore`]. Copy
+    /// operations are refused until [`spawn`](Self::spawn)'s tasks register.
+    pub fn open(
+        url: &str,
+        options: RedisOptions,
+        timings: CopyTimings,
+    ) -> Result<Self, RedisError> {
+        let (membership, _) = watch::channel(Membership {
+            generation: 0,
+            server_id: Arc::from(""),
+            serving: false,
+        });
+        Ok(Self {
+            redis: RedisStore::open(url, options)?,
+            script: redis::Script::new(SCRIPT),
+            timings,
+            membership,
+            resign: Notify::new(),
+            resign_reason: Mutex::new(None),
+            indexed: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub fn timings(&self) -> CopyTimings {
+        self.timings
+    }
+
+    pub fn membership(&self) -> watch::Receiver<Membership> {
+        self.membership.subscribe()
+    }
+
+    pub fn resign(&self, reason: &str) {
+        if let Ok(mut slot) = self.resign_reason.lock() {
+            *slot = Some(reason.to_owned());
+        }
+        self.resign.notify_one();
+    }
+
+    fn invocation<'s>(
+        &'s self,
+        keys: &CopyKeys,
+        contributor: &str,
+        op: &str,
+    ) -> redis::ScriptInvocation<'s> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(keys.counts.as_str())
+            .key(keys.contributors.as_str())
+            .key(keys.reaped.as_str())
+            .key(keys.transfers.as_str())
+            .key(keys.staged.as_str())
+            .key(format!("{}{contributor}", keys.contribution_prefix))
+            .arg(op);
+        invocation
+    }
+
+    async fn ensure_indexed(&self, namespace: &str, resource: &str) -> Result<(), CopyError> {
+        let entry = (namespace.to_owned(), resource.to_owned());
+        if self.indexed.lock().is_ok_and(|set| set.contains(&entry)) {
+            return Ok(());
+        }
+        let mut command = redis::cmd("SADD");
+        command
+            .arg(keys::copy_index_key())
+            .arg(keys::copy_index_member(namespace, resource));
+        self.redis.query(&command).await?;
+        if let Ok(mut set) = self.indexed.lock() {
+            set.insert(entry);
+        }
+        Ok(())
+    }
+
+    pub async fn reserve(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+    ) -> Result<Changed, CopyError> {
+        self.ensure_indexed(at.namespace, at.resource).await?;
+        let keys = keys::copy_keys(at.namespace, at.resource);
+        let mut invocation = self.invocation(&keys, server, "reserve");
+        invocation
+            .arg(server)
+            .arg(at.domain)
+            .arg(copies)
+            .arg(min_copies)
+            .arg(limit_arg(limits.domain_limit))
+            .arg(limit_arg(limits.global_limit))
+            .arg(limits.groups.len());
+        for (name, _) in &limits.groups {
+            invocation.arg(name.as_str());
+        }
+        invocation.arg(limits.groups.len());
+        for (_, limit) in &limits.groups {
+            invocation.arg(*limit);
+        }
+        let reply = array(self.redis.invoke(&invocation).await?)?;
+        if status(&reply) == Some("resigned") {
+            return Err(CopyError::Resigned("its holds were reaped".into()));
+        }
+        let granted = int(reply.first())?;
+        let before = counts(&reply, limits.groups.len())?;
+        // The script ports the engine; the engine has the last word on
+        // whether the script was right.
+        let expected = copies::grantable(limits, &before, copies, min_copies);
+        if expected != granted {
+            tracing::error!(
+                script = granted,
+                engine = expected,
+                "the copy script and the engine decided differently"
+            );
+            return Err(CopyError::Internal(
+                "copy script and engine disagree".into(),
+            ));
+        }
+        let mut after = before;
+        if granted > 0 {
+            after.domain += granted;
+            after.global += granted;
+            for group in &mut after.groups {
+                *group += granted;
+            }
+        }
+        Ok(Changed {
+            copies: granted,
+            counts: after,
+        })
+    }
+
+    pub async fn release(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+    ) -> Result<Changed, CopyError> {
+        let (changed, _) = self
+            .release_or_transfer(server, at, groups, copies, now_groups, None)
+            .await?;
+        Ok(changed)
+    }
+
+    async fn release_or_transfer(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+        transfer: Option<(&str, u64)>,
+    ) -> Result<(Changed, u64), CopyError> {
+        let keys = keys::copy_keys(at.namespace, at.resource);
+        let op = if transfer.is_some() {
+            "transfer"
+        } else {
+            "release"
+        };
+        let mut invocation = self.invocation(&keys, server, op);
+        invocation
+            .arg(server)
+            .arg(at.domain)
+            .arg(copies)
+            .arg(groups.len());
+        for group in groups {
+            invocation.arg(group.as_str());
+        }
+        invocation.arg(now_groups.len());
+        for group in now_groups {
+            invocation.arg(*group);
+        }
+        if let Some((secret, ttl_ms)) = transfer {
+            invocation.arg(secret).arg(ttl_ms);
+        }
+        let reply = array(self.redis.invoke(&invocation).await?)?;
+        let counts = counts(&reply, now_groups.len())?;
+        let moved = int(reply.get(3 + now_groups.len()))?;
+        let expires = int(reply.get(4 + now_groups.len()))?;
+        if moved < copies {
+            // The session held them, the log did not: the log was reaped or
+            // lost. Only what was there was taken.
+            tracing::warn!(
+                asked = copies,
+                moved,
+                namespace = at.namespace,
+                resource = at.resource,
+                "the copy log held less than this session"
+            );
+        }
+        Ok((
+            Changed {
+                copies: moved,
+                counts,
+            },
+            expires,
+        ))
+    }
+
+    pub async fn transfer(
+        &self,
+        server: &str,
+        at: CopyRef<'_>,
+        groups: &[String],
+        copies: u64,
+        ttl_ms: u64,
+    ) -> Result<Staged, CopyError> {
+        let secret = super::random_hex()?;
+        let (changed, _) = self
+            .release_or_transfer(server, at, groups, copies, &[], Some((&secret, ttl_ms)))
+            .await?;
+        Ok(Staged {
+            changed,
+            transfer_id: super::transfer_id(&secret, at.namespace, at.resource),
+        })
+    }
+
+    pub async fn seize(&self, server: &str, transfer_id: &str) -> Result<Seized, CopyError> {
+        let (secret, namespace, resource) =
+            super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
+        self.ensure_indexed(&namespace, &resource).await?;
+        let keys = keys::copy_keys(&namespace, &resource);
+        let mut invocation = self.invocation(&keys, server, "seize");
+        invocation.arg(server).arg(secret);
+        let reply = array(self.redis.invoke(&invocation).await?)?;
+        match status(&reply) {
+            Some("ok") => {}
+            Some("resigned") => return Err(CopyError::Resigned("its holds were reaped".into())),
+            Some("unknown") => return Err(CopyError::UnknownTransfer),
+            _ => return Err(CopyError::Internal("unexpected seize reply".into())),
+        }
+        let domain = text(reply.get(1))?;
+        let copies = int(reply.get(2))?;
+        let groups = reply
+            .get(3..)
+            .unwrap_or_default()
+            .iter()
+            .map(|group| text(Some(group)))
+            .collect::<Result<_, _>>()?;
+        Ok(Seized {
+            namespace,
+            resource,
+            domain,
+            groups,
+            copies,
+        })
+    }
+
+    pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
+        let keys = keys::copy_keys(at.namespace, at.resource);
+        let mut invocation = self.invocation(&keys, "", "counts");
+        invocation.arg(at.domain).arg(groups.len());
+        for group in groups {
+            invocation.arg(*group);
+        }
+        counts(&array(self.redis.invoke(&invocation).await?)?, groups.len())
+    }
+
+    /// Registers, renews and resigns until `shutdown`; and, while holding
+    /// the lease, reaps dead sidecars every `reap_interval`.
+    pub fn spawn(self: &Arc<Self>, resources: ResourceList, shutdown: watch::Receiver<bool>) {
+        tokio::spawn(self.clone().run_membership(shutdown.clone()));
+        tokio::spawn(self.clone().run_reaper(resources, shutdown));
+    }
+
+    async fn run_membership(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let ttl = millis(self.timings.ttl);
+        loop {
+            let Some((id, registered_at)) = self.register(&mut shutdown).await else {
+                return;
+            };
+            self.membership.send_modify(|m| {
+                m.generation += 1;
+                m.server_id = Arc::from(id.as_str());
+                m.serving = true;
+            });
+            tracing::info!(server_id = %id, "registered in the copy log");
+            let mut last_renewal = registered_at;
+            let mut ticks = tokio::time::interval(self.timings.heartbeat);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            let reason = loop {
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    () = self.resign.notified() => {
+                        break self
+                            .resign_reason
+                            .lock()
+                            .ok()
+                            .and_then(|mut reason| reason.take())
+                            .unwrap_or_else(|| "asked to".into());
+                    }
+                    _ = ticks.tick() => {
+                        let sent = Instant::now();
+                        let mut renew = redis::cmd("SET");
+                        renew.arg(keys::heartbeat_key(&id)).arg(&id).arg("PX").arg(ttl).arg("XX");
+                        match self.redis.query(&renew).await {
+                            Ok(Value::Okay) => last_renewal = sent,
+                            Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
+                            Err(error) if sent.duration_since(last_renewal) >= self.timings.resign_after() => {
+                                break format!("no heartbeat renewal for {:?}: {error}", sent.duration_since(last_renewal));
+                            }
+                            Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
+                        }
+                    }
+                }
+            };
+            tracing::warn!(server_id = %id, %reason, "resigning: ending every session; the other sidecars reap its holds");
+            self.membership.send_modify(|m| {
+                m.generation += 1;
+                m.serving = false;
+            });
+        }
+    }
+
+    /// Registers under a fresh id; `None` on shutdown.
+    async fn register(&self, shutdown: &mut watch::Receiver<bool>) -> Option<(String, Instant)> {
+        let mut warned = false;
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let id = match super::random_hex() {
+                Ok(id) => id,
+                Err(error) => {
+                    tracing::error!(%error, "cannot make a sidecar id");
+                    return None;
+                }
+            };
+            let sent = Instant::now();
+            let mut register = redis::cmd("SET");
+            register
+                .arg(keys::heartbeat_key(&id))
+                .arg(&id)
+                .arg("PX")
+                .arg(millis(self.timings.ttl))
+                .arg("NX");
+            match self.redis.query(&register).await {
+                Ok(Value::Okay) => return Some((id, sent)),
+                Ok(_) => continue,
+                Err(error) => {
+                    if !warned {
+                        tracing::warn!(%error, "cannot register in the copy log yet: copy operations are refused until then");
+                        warned = true;
+                    }
+                    tokio::select! {
+                        _ = shutdown.changed() => return None,
+                        () = tokio::time::sleep(self.timings.heartbeat) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes this sidecar's heartbeat on a clean shutdown (after its
+    /// sessions released their holds), so nothing waits for it to expire.
+    pub async fn deregister(&self) {
+        let id = self.membership.borrow().server_id.clone();
+        if id.is_empty() {
+            return;
+        }
+        let mut delete = redis::cmd("DEL");
+        delete.arg(keys::heartbeat_key(&id));
+        if let Err(error) = self.redis.query(&delete).await {
+            tracing::warn!(%error, "cannot remove the heartbeat; it expires on its own");
+        }
+    }
+
+    async fn run_reaper(
+        self: Arc<Self>,
+        resources: ResourceList,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut ticks = tokio::time::interval(self.timings.reap_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticks.tick() => {}
+            }
+            let membership = self.membership.borrow().clone();
+            if !membership.serving {
+                continue;
+            }
+            match self.hold_lease(&membership.server_id).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::debug!(%error, "reaper lease");
+                    continue;
+                }
+            }
+            match self.reap_once(&membership.server_id, resources()).await {
+                Ok(reaped) => {
+                    for (server, copies) in &reaped.servers {
+                        tracing::warn!(dead = %server, copies, "reaped the holds of a sidecar whose heartbeat expired");
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "reaper pass failed; next pass retries"),
+            }
+        }
+    }
+
+    async fn hold_lease(&self, id: &str) -> Result<bool, RedisError> {
+        let lease = keys::reaper_lease_key();
+        let ms = millis(self.timings.lease());
+        let mut take = redis::cmd("SET");
+        take.arg(&lease).arg(id).arg("NX").arg("PX").arg(ms);
+        if self.redis.query(&take).await? == Value::Okay {
+            return Ok(true);
+        }
+        let mut get = redis::cmd("GET");
+        get.arg(&lease);
+        let holder = self.redis.query(&get).await?;
+        if !matches!(&holder, Value::BulkString(bytes) if bytes == id.as_bytes()) {
+            return Ok(false);
+        }
+        // Two reapers for a moment are harmless: each reap is one atomic
+        // script that deletes what it subtracts.
+        let mut extend = redis::cmd("PEXPIRE");
+        extend.arg(&lease).arg(ms);
+        self.redis.query(&extend).await?;
+        Ok(true)
+    }
+
+    /// One reaper pass over `configured` and every resource ever held.
+    pub async fn reap_once(
+        &self,
+        own_id: &str,
+        configured: Vec<(String, String)>,
+    ) -> Result<Reaped, RedisError> {
+        let mut resources: HashSet<(String, String)> = configured.into_iter().collect();
+        let mut members = redis::cmd("SMEMBERS");
+        members.arg(keys::copy_index_key());
+        for member in strings(self.redis.query(&members).await?) {
+            if let Some((namespace, resource)) = keys::parse_copy_index_member(&member) {
+                resources.insert((namespace.to_owned(), resource.to_owned()));
+            }
+        }
+        let mut alive: HashMap<String, bool> = HashMap::new();
+        let mut reaped = Reaped::default();
+        for (namespace, resource) in resources {
+            let keys = keys::copy_keys(&namespace, &resource);
+            let mut contributors = redis::cmd("SMEMBERS");
+            contributors.arg(&keys.contributors);
+            for server in strings(self.redis.query(&contributors).await?) {
+                if server == own_id {
+                    continue;
+                }
+                let is_alive = match alive.get(&server) {
+                    Some(known) => *known,
+                    None => {
+                        let mut exists = redis::cmd("EXISTS");
+                        exists.arg(keys::heartbeat_key(&server));
+                        let known = self.redis.query(&exists).await? != Value::Int(0);
+                        alive.insert(server.clone(), known);
+                        known
+                    }
+                };
+                if is_alive {
+                    continue;
+                }
+                let mut invocation = self.invocation(&keys, &server, "reap");
+                invocation.arg(server.as_str());
+                let reply = array(self.redis.invoke(&invocation).await?)
+                    .map_err(|e| RedisError::Reply(e.to_string()))?;
+                let copies = int(reply.get(1)).unwrap_or(0);
+                match reaped.servers.iter_mut().find(|(id, _)| *id == server) {
+                    Some((_, total)) => *total += copies,
+                    None => reaped.servers.push((server, copies)),
+                }
+            }
+            let invocation = self.invocation(&keys, "", "expire");
+            let reply = array(self.redis.invoke(&invocation).await?)
+                .map_err(|e| RedisError::Reply(e.to_string()))?;
+            reaped.expired_transfers += int(reply.get(1)).unwrap_or(0);
+        }
+        Ok(reaped)
+    }
+}
+
+fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn limit_arg(limit: Option<u64>) -> String {
+    match limit {
+        Some(limit) => limit.to_string(),
+        None => "-1".into(),
+    }
+}
+
+fn array(value: Value) -> Result<Vec<Value>, CopyError> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(CopyError::Internal(format!(
+            "expected an array, got {other:?}"
+        ))),
+    }
+}
+
+fn status(reply: &[Value]) -> Option<&str> {
+    match reply.first() {
+        Some(Value::BulkString(bytes)) => std::str::from_utf8(bytes).ok(),
+        Some(Value::SimpleString(text)) => Some(text),
+        _ => None,
+    }
+}
+
+fn int(value: Option<&Value>) -> Result<u64, CopyError> {
+    match value {
+        Some(Value::Int(n)) => Ok(u64::try_from(*n).unwrap_or(0)),
+        other => Err(CopyError::Internal(format!(
+            "expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+fn text(value: Option<&Value>) -> Result<String, CopyError> {
+    match value {
+        Some(Value::BulkString(bytes)) => String::from_utf8(bytes.clone())
+            .map_err(|_| CopyError::Internal("a name that is not UTF-8".into())),
+        other => Err(CopyError::Internal(format!(
+            "expected a string, got {other:?}"
+        ))),
+    }
+}
+
+fn strings(value: Value) -> Vec<String> {
+    match value {
+        Value::Array(items) | Value::Set(items) => items
+            .into_iter()
+            .filter_map(|item| match item {
+                Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `[status, domain, global, group…]` → counts over `groups` groups.
+fn counts(reply: &[Value], groups: usize) -> Result<CopyCounts, CopyError> {
+    Ok(CopyCounts {
+        domain: int(reply.get(1))?,
+        global: int(reply.get(2))?,
+        groups: (0..groups)
+            .map(|i| int(reply.get(3 + i)))
+            .collect::<Result<_, _>>()?,
+    })
+}
