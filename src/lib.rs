@@ -31,3 +31,13 @@ pub mod store;
 
 #[cfg(feature = "server")]
 pub mod server;
+
+/// The Charon API's generated code (`proto/charon/v1/charon.proto`): the
+/// `Charon` service's server trait and client, and its messages.
+#[cfg(feature = "server")]
+pub mod api {
+    pub mod v1 {
+        #![allow(clippy::all, clippy::pedantic, missing_docs)]
+        tonic::include_proto!("charon.v1");
+    }
+}

@@ -304,6 +304,51 @@ impl<S: Store> Limiter<S> {
     }
 }
 
+impl<S: Store> Limiter<S> {
+    /// Hits on one rate-limited resource for one domain (the Charon API's
+    /// `request`): the largest `k` in `[min_copies, copies]`, or nothing.
+    /// `ignore_configured` grants and still counts what fits.
+    pub async fn request_hits(
+        &self,
+        namespace: &Namespace,
+        rate: &RateResource,
+        domain: &str,
+        copies: u64,
+        min_copies: u64,
+    ) -> Result<(TierOutcome, bool), StoreError> {
+        let mut batch = Batch::default();
+        let slot = batch.slot(
+            keys::tiers_key(
+                &namespace.name,
+                &rate.name,
+                domain,
+                rate.global_limit.is_some(),
+            ),
+            SlotKind::Tiers,
+        );
+        let global_slot = rate
+            .global_limit
+            .map(|_| batch.slot(keys::global_key(&namespace.name, &rate.name), SlotKind::Log));
+        batch.items.push(Item::Tiers {
+            slot,
+            global_slot,
+            policy: rate.policy_for(domain),
+            global_limit: rate.global_limit,
+            copies,
+            min_copies,
+            check_only: false,
+            shadow: namespace.settings.ignore_configured,
+        });
+        let decision = self.store.decide(batch).await?;
+        match decision.outcomes.first() {
+            Some(Outcome::Tiers(outcome)) => Ok((*outcome, decision.degraded)),
+            _ => Err(StoreError::Unavailable(
+                "the store answered another kind of decision".into(),
+            )),
+        }
+    }
+}
+
 fn validate(request: &RateLimitRequest) -> Result<(), LimitError> {
     let invalid = |message: String| Err(LimitError::InvalidArgument(message));
     if request.domain.is_empty() {

@@ -47,6 +47,21 @@ enum Command {
         /// new key is decided as for a fresh tenant but not remembered.
         #[arg(long, default_value_t = charon::store::DEFAULT_MAX_KEYS)]
         max_keys: usize,
+        /// With Redis: how often this sidecar renews its heartbeat in the copy log.
+        #[arg(long, default_value = "1s", value_parser = parse_timeout)]
+        heartbeat: std::time::Duration,
+        /// With Redis: how long a heartbeat lives. A sidecar that cannot renew
+        /// it for `ttl - heartbeat` resigns; one silent for `ttl` is dead and
+        /// its holds are reaped.
+        #[arg(long, default_value = "5s", value_parser = parse_timeout)]
+        heartbeat_ttl: std::time::Duration,
+        /// With Redis: how often the reaper looks for dead sidecars and
+        /// expired transfers.
+        #[arg(long, default_value = "1s", value_parser = parse_timeout)]
+        reap_interval: std::time::Duration,
+        /// Charon API sessions served at once; more are refused (RESOURCE_EXHAUSTED).
+        #[arg(long, default_value_t = 10_000)]
+        max_sessions: usize,
     },
     /// Validate a configuration file or directory; print it normalized, or the errors.
     Check {
@@ -67,6 +82,10 @@ fn main() -> ExitCode {
             store_timeout,
             on_store_error,
             max_keys,
+            heartbeat,
+            heartbeat_ttl,
+            reap_interval,
+            max_sessions,
         } => {
             init_tracing();
             let options = charon::server::ServeOptions {
@@ -78,6 +97,14 @@ fn main() -> ExitCode {
                     timeout: store_timeout,
                     on_error: on_store_error,
                     max_keys,
+                },
+                copies: charon::server::CopyOptions {
+                    timings: charon::store::copies::CopyTimings {
+                        heartbeat,
+                        ttl: heartbeat_ttl,
+                        reap_interval,
+                    },
+                    max_sessions,
                 },
             };
             let runtime = match tokio::runtime::Runtime::new() {

@@ -73,6 +73,17 @@ pub struct Metrics {
     store_degraded: Counter,
     store_errors: Counter,
     store_outages: Counter,
+    sessions: Gauge,
+    copy_operations: Family<CopyOperationLabels, Counter>,
+    copy_serving: Gauge,
+}
+
+/// A Charon API session operation and how it ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyOperationLabels {
+    pub operation: &'static str,
+    /// `ok`, `rejected` (a reserve granted nothing) or the error kind.
+    pub result: &'static str,
 }
 
 impl Metrics {
@@ -145,8 +156,29 @@ impl Metrics {
             "Times the shared store became unreachable (the circuit breaker opened)",
             store_outages.clone(),
         );
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "Open Charon API sessions",
+            sessions.clone(),
+        );
+        let copy_operations = Family::<CopyOperationLabels, Counter>::default();
+        registry.register(
+            "session_operations",
+            "Charon API session operations by operation and result",
+            copy_operations.clone(),
+        );
+        let copy_serving = Gauge::default();
+        registry.register(
+            "copy_log_registered",
+            "1 while this sidecar is registered in the copy log and serves copy operations",
+            copy_serving.clone(),
+        );
         Self {
             registry,
+            sessions,
+            copy_operations,
+            copy_serving,
             store_reachable,
             store_degraded,
             store_errors,
@@ -195,6 +227,20 @@ impl Metrics {
         self.store_degraded.inner().store(redis.degraded, ordering);
         self.store_errors.inner().store(redis.errors, ordering);
         self.store_outages.inner().store(redis.opened, ordering);
+    }
+
+    pub fn set_sessions(&self, open: usize) {
+        self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    pub fn session_operation(&self, operation: &'static str, result: &'static str) {
+        self.copy_operations
+            .get_or_create(&CopyOperationLabels { operation, result })
+            .inc();
+    }
+
+    pub fn set_copy_log_registered(&self, registered: bool) {
+        self.copy_serving.set(i64::from(registered));
     }
 
     /// The Prometheus text exposition.

@@ -3,9 +3,11 @@
 //! SIGINT (stop being ready, finish what is in flight, exit).
 
 pub mod admin;
+pub mod api;
 pub mod metrics;
 pub mod reload;
 pub mod rls;
+pub mod session;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -20,10 +22,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
-use crate::config;
+use crate::api::v1::charon_server::CharonServer;
+use crate::config::{self, Resource};
 use crate::limiter::Limiter;
 use crate::store::Store;
+use crate::store::copies::{CopyStore, CopyTimings};
 
+use self::api::{ApiService, Core};
 use self::metrics::Metrics;
 use self::rls::RlsService;
 use self::store::{SidecarStore, StoreOptions};
@@ -35,7 +40,27 @@ pub struct ServeOptions {
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     pub store: StoreOptions,
+    pub copies: CopyOptions,
 }
+
+/// `--heartbeat`, `--heartbeat-ttl`, `--reap-interval`, `--max-sessions`.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    pub timings: CopyTimings,
+    pub max_sessions: usize,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        Self {
+            timings: CopyTimings::default(),
+            max_sessions: 10_000,
+        }
+    }
+}
+
+/// How long a stopping sidecar waits for its sessions to release their holds.
+const RELEASE_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 
 /// How often the memory store drops state that can no longer matter.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -50,6 +75,15 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics.set_namespaces(loaded.config.namespaces().count());
     let store = SidecarStore::open(&options.store).context("cannot open --store")?;
+    options
+        .copies
+        .timings
+        .validate()
+        .context("invalid copy-log timings")?;
+    let copies = Arc::new(
+        store::open_copies(&options.store, options.copies.timings)
+            .context("cannot open --store")?,
+    );
     store.settle().await;
     let limiter = Arc::new(Limiter::new(loaded.config, store));
 
@@ -68,7 +102,25 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         metrics.clone(),
         shutdown_rx.clone(),
     )?;
-    spawn_sweeper(limiter.clone(), shutdown_rx.clone());
+    spawn_sweeper(limiter.clone(), copies.clone(), shutdown_rx.clone());
+    if let CopyStore::Redis(redis) = &*copies {
+        let limiter = limiter.clone();
+        redis.spawn(
+            Arc::new(move || copy_resources(&limiter)),
+            shutdown_rx.clone(),
+        );
+    }
+    spawn_membership_metric(copies.clone(), metrics.clone());
+    let api = ApiService::new(
+        Arc::new(Core {
+            limiter: limiter.clone(),
+            copies: copies.clone(),
+            metrics: metrics.clone(),
+        }),
+        options.copies.max_sessions,
+        shutdown_rx.clone(),
+    );
+    let open_sessions = api.open_sessions();
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -81,6 +133,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         ))
         .add_service(health_service)
         .add_service(rls)
+        .add_service(CharonServer::new(api))
         .serve_with_incoming_shutdown(
             TcpListenerStream::new(grpc_listener),
             wait_for(shutdown_rx.clone()),
@@ -136,6 +189,14 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let _ = shutdown_tx.send(true);
     grpc_task.await?.context("gRPC server failed")?;
     admin_task.await?.context("admin server failed")?;
+    // Sessions end on the shutdown signal and release what they hold.
+    let waiting = tokio::time::Instant::now();
+    while open_sessions.load(Ordering::SeqCst) > 0 && waiting.elapsed() < RELEASE_ON_SHUTDOWN {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if let CopyStore::Redis(redis) = &*copies {
+        redis.deregister().await;
+    }
     tracing::info!("stopped");
     Ok(())
 }
@@ -167,7 +228,38 @@ async fn wait_for(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-fn spawn_sweeper(limiter: Arc<Limiter<SidecarStore>>, mut shutdown: watch::Receiver<bool>) {
+/// The copy-limited resources of the running configuration.
+fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> {
+    let config = limiter.config();
+    config
+        .namespaces()
+        .flat_map(|namespace| {
+            namespace
+                .resources
+                .iter()
+                .filter(|(_, resource)| matches!(resource, Resource::Copies(_)))
+                .map(|(name, _)| (namespace.name.clone(), name.clone()))
+        })
+        .collect()
+}
+
+fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
+    let mut membership = copies.membership();
+    tokio::spawn(async move {
+        loop {
+            metrics.set_copy_log_registered(membership.borrow_and_update().serving);
+            if membership.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn spawn_sweeper(
+    limiter: Arc<Limiter<SidecarStore>>,
+    copies: Arc<CopyStore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
         loop {
@@ -175,6 +267,10 @@ fn spawn_sweeper(limiter: Arc<Limiter<SidecarStore>>, mut shutdown: watch::Recei
                 _ = shutdown.changed() => return,
                 _ = ticks.tick() => {
                     let dropped = limiter.store().memory().sweep();
+                    if let CopyStore::Memory(memory) = &*copies {
+                        let expired = memory.expire();
+                        tracing::trace!(expired, "released expired transfers");
+                    }
                     tracing::trace!(dropped, "swept the memory store");
                 }
             }

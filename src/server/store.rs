@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use crate::engine::Decision;
+use crate::store::copies::{CopyStore, CopyTimings, MemoryCopies, RedisCopies};
 use crate::store::{
     Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
     RedisOptions, RedisStore, Store, StoreError,
@@ -47,6 +50,26 @@ pub struct StoreStatus {
     pub memory: MemoryStats,
     pub redis: Option<FailoverStats>,
     pub on_error: Option<OnStoreError>,
+}
+
+/// The copy log for `--store`: in memory, or shared in Redis (its own
+/// connection, so copy traffic and rate traffic do not queue behind each
+/// other). Copy operations have no `--on-store-error` fallback: a semaphore
+/// split across sidecars would overcommit, so while Redis is unreachable they
+/// answer STORE_UNAVAILABLE and the client fails open (SPEC §7).
+pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyStore, RedisError> {
+    if options.url == "memory" {
+        return Ok(CopyStore::Memory(MemoryCopies::new()));
+    }
+    let redis = RedisCopies::open(
+        &options.url,
+        RedisOptions {
+            timeout: options.timeout,
+            ..RedisOptions::default()
+        },
+        timings,
+    )?;
+    Ok(CopyStore::Redis(Arc::new(redis)))
 }
 
 impl SidecarStore {

@@ -205,7 +205,7 @@ pub fn parse_transfer_id(id: &str) -> Option<(&str, String, String)> {
 }
 
 fn unhex(text: &str) -> Option<String> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let bytes = (0..text.len())
