@@ -104,7 +104,10 @@ impl Charon for ApiService {
         Ok(Response::new(ReceiverStream::new(receiver)))
     }
 
-    async fn request(&self, request: Request<RequestOp>) -> Result<Response<RequestAnswer>, Status> {
+    async fn request(
+        &self,
+        request: Request<RequestOp>,
+    ) -> Result<Response<RequestAnswer>, Status> {
         match self.core.request(&request.into_inner()).await {
             Ok(answer) => Ok(Response::new(answer)),
             Err(error) => Err(error.into_status()),
@@ -214,7 +217,12 @@ impl Core {
                     .request_hits(&namespace, &rate, &op.domain, copies, min_copies)
                     .await
                     .map_err(|error| ApiError::new(Kind::StoreUnavailable, error.to_string()))?;
-                Ok(rate_answer(&outcome, degraded, namespace.settings.ignore_configured, copies))
+                Ok(rate_answer(
+                    &outcome,
+                    degraded,
+                    namespace.settings.ignore_configured,
+                    copies,
+                ))
             }
             Target::Copies(..) => Err(ApiError::new(
                 Kind::WrongKind,
@@ -287,7 +295,11 @@ pub fn copy_context(limits: Option<&CopyLimits>, counts: &CopyCounts) -> CopyCon
 }
 
 pub fn check_names(namespace: &str, resource: &str, domain: &str) -> Result<(), ApiError> {
-    for (what, value) in [("namespace", namespace), ("resource", resource), ("domain", domain)] {
+    for (what, value) in [
+        ("namespace", namespace),
+        ("resource", resource),
+        ("domain", domain),
+    ] {
         check_name(what, value)?;
     }
     Ok(())
@@ -340,7 +352,13 @@ mod tests {
         assert_eq!(copies_range(None, None), Ok((1, 1)));
         assert_eq!(copies_range(Some(5), None), Ok((5, 5)));
         assert_eq!(copies_range(Some(5), Some(2)), Ok((5, 2)));
-        for (copies, min) in [(Some(-1), None), (Some(0), None), (Some(5), Some(6)), (Some(5), Some(0)), (Some(i64::MAX), None)] {
+        for (copies, min) in [
+            (Some(-1), None),
+            (Some(0), None),
+            (Some(5), Some(6)),
+            (Some(5), Some(0)),
+            (Some(i64::MAX), None),
+        ] {
             let error = copies_range(copies, min).unwrap_err();
             assert_eq!(error.kind, Kind::Malformed, "{copies:?} {min:?}");
             assert_eq!(error.code(), tonic::Code::InvalidArgument);

@@ -157,11 +157,7 @@ impl Metrics {
             store_outages.clone(),
         );
         let sessions = Gauge::default();
-        registry.register(
-            "sessions",
-            "Open Charon API sessions",
-            sessions.clone(),
-        );
+        registry.register("sessions", "Open Charon API sessions", sessions.clone());
         let copy_operations = Family::<CopyOperationLabels, Counter>::default();
         registry.register(
             "session_operations",

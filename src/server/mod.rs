@@ -59,6 +59,9 @@ impl Default for CopyOptions {
     }
 }
 
+/// How long a stopping sidecar waits for its gRPC clients to go.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// How long a stopping sidecar waits for its sessions to release their holds.
 const RELEASE_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 
@@ -187,7 +190,14 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .set_not_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
     let _ = shutdown_tx.send(true);
-    grpc_task.await?.context("gRPC server failed")?;
+    // A client that never reads its closed stream must not hold the process.
+    match tokio::time::timeout(DRAIN_LIMIT, &mut grpc_task).await {
+        Ok(ended) => ended?.context("gRPC server failed")?,
+        Err(_) => {
+            tracing::warn!(limit = ?DRAIN_LIMIT, "gRPC connections still open after the drain limit: closing them");
+            grpc_task.abort();
+        }
+    }
     admin_task.await?.context("admin server failed")?;
     // Sessions end on the shutdown signal and release what they hold.
     let waiting = tokio::time::Instant::now();

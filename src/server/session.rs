@@ -90,7 +90,9 @@ impl Session {
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds> {
-        self.holds.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.holds
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub async fn run(
@@ -150,7 +152,9 @@ impl Session {
             }
             End::Shutdown => {
                 let _ = outbound
-                    .send(Err(Status::unavailable("this sidecar is shutting down: reconnect")))
+                    .send(Err(Status::unavailable(
+                        "this sidecar is shutting down: reconnect",
+                    )))
                     .await;
                 self.release_everything().await;
             }
@@ -199,7 +203,10 @@ impl Session {
 
     async fn handle(&self, request: SessionRequest) -> SessionResponse {
         let (operation, result) = match &request.op {
-            None => ("none", Err(ApiError::malformed("the message names no operation"))),
+            None => (
+                "none",
+                Err(ApiError::malformed("the message names no operation")),
+            ),
             Some(Op::Request(op)) => ("request", self.core.request(op).await.map(Answer::Request)),
             Some(Op::Reserve(op)) => ("reserve", self.reserve(op).await.map(Answer::Reserve)),
             Some(Op::Release(op)) => ("release", self.release(op).await.map(Answer::Release)),
@@ -310,7 +317,10 @@ impl Session {
             Target::Rate(..) => {
                 return Err(ApiError::new(
                     Kind::WrongKind,
-                    format!("resource `{}` is rate-limited: use request, not reserve", op.resource),
+                    format!(
+                        "resource `{}` is rate-limited: use request, not reserve",
+                        op.resource
+                    ),
                 ));
             }
             Target::Unconfigured(_) => (None, CopyLimits::unlimited(Vec::new())),
@@ -326,7 +336,9 @@ impl Session {
             if holds.held.len() >= MAX_HOLDS && !holds.held.contains_key(&key) {
                 return Err(ApiError::new(
                     Kind::TooMany,
-                    format!("this session already holds {MAX_HOLDS} distinct (resource, domain, groups)"),
+                    format!(
+                        "this session already holds {MAX_HOLDS} distinct (resource, domain, groups)"
+                    ),
                 ));
             }
         }
@@ -334,7 +346,13 @@ impl Session {
         let changed = self
             .core
             .copies
-            .reserve(&membership.server_id, key.at(), &decide_with, copies, min_copies)
+            .reserve(
+                &membership.server_id,
+                key.at(),
+                &decide_with,
+                copies,
+                min_copies,
+            )
             .await
             .map_err(|error| self.copy_error(error))?;
         let groups: Vec<String> = decide_with.group_names().map(str::to_owned).collect();
@@ -350,10 +368,18 @@ impl Session {
         })
     }
 
-    fn hold_key(&self, namespace: &str, resource: &str, domain: &str, groups: &[String]) -> Result<HoldKey, ApiError> {
+    fn hold_key(
+        &self,
+        namespace: &str,
+        resource: &str,
+        domain: &str,
+        groups: &[String],
+    ) -> Result<HoldKey, ApiError> {
         check_names(namespace, resource, domain)?;
         if groups.len() > MAX_GROUPS {
-            return Err(ApiError::malformed(format!("more than {MAX_GROUPS} groups")));
+            return Err(ApiError::malformed(format!(
+                "more than {MAX_GROUPS} groups"
+            )));
         }
         for group in groups {
             check_name("a group name", group)?;
@@ -380,7 +406,13 @@ impl Session {
         match self
             .core
             .copies
-            .release(&membership.server_id, key.at(), &key.groups, copies, &now_groups)
+            .release(
+                &membership.server_id,
+                key.at(),
+                &key.groups,
+                copies,
+                &now_groups,
+            )
             .await
         {
             Ok(changed) => Ok(ReleaseAnswer {
@@ -408,7 +440,13 @@ impl Session {
         match self
             .core
             .copies
-            .transfer(&membership.server_id, key.at(), &key.groups, copies, op.ttl_ms)
+            .transfer(
+                &membership.server_id,
+                key.at(),
+                &key.groups,
+                copies,
+                op.ttl_ms,
+            )
             .await
         {
             Ok(staged) => Ok(TransferAnswer {
@@ -424,7 +462,10 @@ impl Session {
 
     async fn seize(&self, op: &SeizeOp) -> Result<SeizeAnswer, ApiError> {
         if op.transfer_id.is_empty() || op.transfer_id.len() > 2 * (32 + 2 * 4_096) {
-            return Err(ApiError::new(Kind::UnknownTransfer, "no such transfer, or it has expired"));
+            return Err(ApiError::new(
+                Kind::UnknownTransfer,
+                "no such transfer, or it has expired",
+            ));
         }
         let membership = self.serving()?;
         let seized = self

@@ -1,0 +1,352 @@
+//! A `charon serve` child process for end-to-end tests, and a Charon API
+//! session client over it. Included with
+//! `#[path = "support/sidecar.rs"] mod sidecar_support;` next to the Redis
+//! harness (`support/redis.rs`, as `redis_support`), whose `free_port` it uses.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use charon::api::v1::charon_client::CharonClient;
+use charon::api::v1::session_request::Op;
+use charon::api::v1::session_response::Result as Answer;
+use charon::api::v1::{ReleaseOp, ReserveOp, SeizeOp, SessionRequest, SessionResponse, TransferOp};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use super::redis_support::free_port;
+
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+pub const POLL: Duration = Duration::from_millis(50);
+
+/// A running `charon serve`, killed (by PID) when dropped; its stderr goes to
+/// a log file, printed when a test fails.
+pub struct Sidecar {
+    child: Child,
+    pub grpc: u16,
+    pub admin: u16,
+    log: PathBuf,
+}
+
+impl Sidecar {
+    pub fn start(dir: &Path, config: &Path, store: &str, extra: &[&str]) -> Sidecar {
+        let (grpc, admin) = (free_port(), free_port());
+        let log = dir.join(format!("sidecar-{grpc}.log"));
+        let stderr = File::create(&log).expect("the sidecar log can be created");
+        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(["--store", store])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("charon starts");
+        Sidecar {
+            child,
+            grpc,
+            admin,
+            log,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log.display()))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM (a clean shutdown), and wait (without blocking the runtime,
+    /// whose clients must see the sidecar close) for the exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the sidecar did not exit on SIGTERM"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin)
+    }
+
+    pub async fn metrics(&self) -> String {
+        match reqwest::get(self.admin_url("/metrics")).await {
+            Ok(response) => response.text().await.unwrap_or_default(),
+            Err(error) => format!("(no /metrics: {error})"),
+        }
+    }
+
+    /// Waits until `/readyz` is 200 and, with Redis, the sidecar is
+    /// registered in the copy log.
+    pub async fn wait_serving(&self) {
+        eventually(
+            &format!("sidecar :{} ready and registered", self.grpc),
+            READY_TIMEOUT,
+            async || {
+                let metrics = self.metrics().await;
+                match metric_value(&metrics, "charon_copy_log_registered") {
+                    Some(v) if v == 1.0 => Ok(()),
+                    other => Err(format!("charon_copy_log_registered = {other:?}")),
+                }
+            },
+        )
+        .await;
+    }
+
+    pub async fn client(&self) -> CharonClient<Channel> {
+        CharonClient::connect(format!("http://127.0.0.1:{}", self.grpc))
+            .await
+            .unwrap_or_else(|error| panic!("cannot connect to sidecar :{}: {error}", self.grpc))
+    }
+
+    pub async fn session(&self) -> Session {
+        Session::open(self.client().await).await
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- log of sidecar grpc :{} admin :{}:\n{}",
+                self.grpc,
+                self.admin,
+                self.log()
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One Charon API session: send an operation, wait for its answer.
+pub struct Session {
+    outbound: Option<mpsc::Sender<SessionRequest>>,
+    inbound: tonic::Streaming<SessionResponse>,
+    next_id: u64,
+}
+
+impl Session {
+    pub async fn open(mut client: CharonClient<Channel>) -> Session {
+        let (outbound, receiver) = mpsc::channel(16);
+        let inbound = client
+            .session(ReceiverStream::new(receiver))
+            .await
+            .expect("the session opens")
+            .into_inner();
+        Session {
+            outbound: Some(outbound),
+            inbound,
+            next_id: 1,
+        }
+    }
+
+    /// Sends `op` and returns its answer; `Err` when the stream ended (with
+    /// its status).
+    pub async fn call(&mut self, op: Op) -> Result<Answer, tonic::Status> {
+        self.call_raw(Some(op)).await
+    }
+
+    /// [`call`](Self::call) with any `op`, even none.
+    pub async fn call_raw(&mut self, op: Option<Op>) -> Result<Answer, tonic::Status> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let outbound = self.outbound.as_ref().expect("the session is open");
+        outbound
+            .send(SessionRequest { id, op })
+            .await
+            .map_err(|_| tonic::Status::unavailable("the session's sender is closed"))?;
+        let response = tokio::time::timeout(Duration::from_secs(10), self.inbound.message())
+            .await
+            .map_err(|_| tonic::Status::deadline_exceeded("no answer within 10 s"))??
+            .ok_or_else(|| tonic::Status::unavailable("the stream ended"))?;
+        assert_eq!(response.id, id, "answers carry the request's id");
+        Ok(response.result.expect("an answer has a result"))
+    }
+
+    /// The stream's end: its status, once the server ends it.
+    pub async fn ended(&mut self, within: Duration) -> tonic::Status {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.inbound.message()).await {
+                Err(_) => panic!("the session did not end within {within:?}"),
+                Ok(Err(status)) => return status,
+                Ok(Ok(None)) => return tonic::Status::ok("ended"),
+                Ok(Ok(Some(_))) => {}
+            }
+        }
+    }
+
+    /// Closes the sending side (a clean end of the session).
+    pub fn close(&mut self) {
+        self.outbound = None;
+    }
+
+    pub async fn reserve(
+        &mut self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        copies: i64,
+        min: i64,
+    ) -> Answer {
+        self.call(Op::Reserve(ReserveOp {
+            namespace: ns.into(),
+            resource: resource.into(),
+            domain: domain.into(),
+            copies: Some(copies),
+            min_copies: Some(min),
+        }))
+        .await
+        .expect("reserve is answered")
+    }
+
+    /// Reserves and returns (granted, groups), panicking on an error.
+    pub async fn hold(
+        &mut self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        copies: i64,
+    ) -> (u64, Vec<String>) {
+        match self.reserve(ns, resource, domain, copies, 1).await {
+            Answer::Reserve(answer) => (answer.granted, answer.groups),
+            other => panic!("reserve answered {other:?}"),
+        }
+    }
+
+    pub async fn release(
+        &mut self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        copies: i64,
+        groups: &[String],
+    ) -> Answer {
+        self.call(Op::Release(ReleaseOp {
+            namespace: ns.into(),
+            resource: resource.into(),
+            domain: domain.into(),
+            copies,
+            groups: groups.to_vec(),
+        }))
+        .await
+        .expect("release is answered")
+    }
+
+    pub async fn transfer(
+        &mut self,
+        ns: &str,
+        resource: &str,
+        domain: &str,
+        copies: i64,
+        groups: &[String],
+        ttl_ms: u64,
+    ) -> Answer {
+        self.call(Op::Transfer(TransferOp {
+            namespace: ns.into(),
+            resource: resource.into(),
+            domain: domain.into(),
+            copies,
+            groups: groups.to_vec(),
+            ttl_ms,
+        }))
+        .await
+        .expect("transfer is answered")
+    }
+
+    pub async fn seize(&mut self, transfer_id: &str) -> Answer {
+        self.call(Op::Seize(SeizeOp {
+            transfer_id: transfer_id.into(),
+        }))
+        .await
+        .expect("seize is answered")
+    }
+}
+
+pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("limits.yaml");
+    std::fs::write(&path, yaml).expect("the config can be written");
+    let check = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("check")
+        .arg(&path)
+        .output()
+        .expect("charon check runs");
+    assert!(
+        check.status.success(),
+        "charon check refuses the test config:\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    path
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("charon-copies-")
+        .tempdir()
+        .expect("a temporary directory")
+}
+
+/// The value of the sample `name` (no labels) in Prometheus text.
+pub fn metric_value(metrics: &str, name: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let (key, value) = line.rsplit_once(' ')?;
+        if key == name {
+            value.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+/// Polls `probe` until it returns `Ok`, or panics after `within` with `what`
+/// and the last `Err`.
+pub async fn eventually<T>(
+    what: &str,
+    within: Duration,
+    mut probe: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(value) => return value,
+            Err(last) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: did not happen within {within:?}; last seen: {last}"
+                );
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    }
+}
