@@ -720,3 +720,105 @@ async fn bad_input_is_a_clear_client_error_and_leaks_nothing() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_reserves_and_releases_on_two_sidecars_never_exceed_a_limit() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecars = [
+        Sidecar::start(dir.path(), &config, &redis.url(), &redis_args()),
+        Sidecar::start(dir.path(), &config, &redis.url(), &redis_args()),
+    ];
+    for sidecar in &sidecars {
+        sidecar.wait_serving().await;
+    }
+    let domains = ["acme", "globex", "initech", "umbrella"];
+    let mut clients = Vec::new();
+    for client in 0..16u64 {
+        let mut session = sidecars[(client % 2) as usize].session().await;
+        clients.push(tokio::spawn(async move {
+            // A small deterministic generator per client: reproducible runs.
+            let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ client;
+            let mut next = move |bound: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % bound
+            };
+            let mut held: Vec<(String, Vec<String>, u64)> = Vec::new();
+            let (mut grants, mut rejections) = (0u64, 0u64);
+            for _ in 0..150 {
+                if held.is_empty() || next(2) == 0 {
+                    let domain = domains[next(4) as usize];
+                    let copies = 1 + next(4) as i64;
+                    let min = 1 + next(copies as u64) as i64;
+                    match session.reserve(NS, POOL, domain, copies, min).await {
+                        Answer::Reserve(answer) => {
+                            let context = answer.context.expect("a context");
+                            let limit = if domain == "acme" { 6 } else { 4 };
+                            assert!(context.domain_holds <= limit, "{domain}: {context:?}");
+                            assert!(context.global_holds <= 10, "{context:?}");
+                            for group in &context.groups {
+                                assert!(group.holds <= group.limit, "{context:?}");
+                            }
+                            if answer.granted > 0 {
+                                assert!(answer.granted >= min as u64 && answer.granted <= copies as u64);
+                                grants += 1;
+                                held.push((domain.to_owned(), answer.groups, answer.granted));
+                            } else {
+                                rejections += 1;
+                            }
+                        }
+                        other => panic!("{other:?}"),
+                    }
+                } else {
+                    let index = next(held.len() as u64) as usize;
+                    let (domain, groups, copies) = held[index].clone();
+                    let part = 1 + next(copies);
+                    match session.release(NS, POOL, &domain, part as i64, &groups).await {
+                        Answer::Release(answer) => assert_eq!(answer.released, part),
+                        other => panic!("{other:?}"),
+                    }
+                    if part == copies {
+                        held.swap_remove(index);
+                    } else {
+                        held[index].2 -= part;
+                    }
+                }
+            }
+            // Half the clients release by hand, half just go away.
+            if client % 2 == 0 {
+                for (domain, groups, copies) in held {
+                    match session.release(NS, POOL, &domain, copies as i64, &groups).await {
+                        Answer::Release(_) => {}
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            drop(session);
+            (grants, rejections)
+        }));
+    }
+    let (mut grants, mut rejections) = (0, 0);
+    for client in clients {
+        let (g, r) = client.await.expect("the client ran to the end");
+        grants += g;
+        rejections += r;
+    }
+    // The limits were really contended.
+    assert!(grants > 100 && rejections > 10, "{grants} grants, {rejections} rejections");
+    eventually("every count back to zero", Duration::from_secs(10), async || {
+        match redis_counts(&redis) {
+            counts if counts.is_empty() => Ok(()),
+            counts => Err(format!("{counts:?}")),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn copy_semantics_on_a_redis_cluster() {
+    let cluster = redis_support::RedisCluster::start(3);
+    let (_sidecar, _dir) = semantics(&cluster.url(), &redis_args()).await;
+}
