@@ -11,6 +11,11 @@
 //! charon-load --target http://127.0.0.1:8081 --domain edge --key tenant \
 //!     --tenants 100000 --connections 4 --concurrency 64 --duration 20s [--hot]
 //! ```
+//!
+//! With `--copies RESOURCE` it measures the Charon API instead: each of the
+//! `--concurrency` workers opens one session and loops on a reserve of one
+//! copy of RESOURCE for domain PREFIX<N> and its release; one request is one
+//! reserve + release pair, OK when the reserve was granted.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -67,6 +72,10 @@ struct Args {
     /// A request that takes longer than this counts as an error.
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Measure reserve + release pairs of this copy-limited resource through
+    /// Charon API sessions (one per worker) instead of ShouldRateLimit.
+    #[arg(long)]
+    copies: Option<String>,
     /// Threads of the client's runtime (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -222,6 +231,97 @@ async fn worker(
     tally
 }
 
+/// One session looping on reserve + release of one copy.
+async fn copies_worker(
+    plan: Arc<Plan>,
+    channel: Channel,
+    seed: u64,
+    deadline: tokio::time::Instant,
+) -> Tally {
+    use charon::api::v1::charon_client::CharonClient;
+    use charon::api::v1::session_request::Op;
+    use charon::api::v1::session_response::Result as Answer;
+    use charon::api::v1::{ReleaseOp, ReserveOp, SessionRequest};
+
+    let mut tally = Tally::default();
+    let resource = plan.args.copies.clone().unwrap_or_default();
+    let (sender, receiver) = tokio::sync::mpsc::channel(4);
+    let mut client = CharonClient::new(channel);
+    let mut answers = match client
+        .session(tokio_stream::wrappers::ReceiverStream::new(receiver))
+        .await
+    {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => {
+            tally.error(format!("session: {:?}", status.code()));
+            return tally;
+        }
+    };
+    let mut rng = SplitMix(seed);
+    let mut id = 0u64;
+    let timeout = plan.args.timeout;
+    let mut call = async |op: Op| -> Result<Answer, String> {
+        id += 1;
+        sender
+            .send(SessionRequest { id, op: Some(op) })
+            .await
+            .map_err(|_| "SessionClosed".to_owned())?;
+        match tokio::time::timeout(timeout, answers.message()).await {
+            Ok(Ok(Some(response))) => response.result.ok_or_else(|| "Empty".to_owned()),
+            Ok(Ok(None)) => Err("SessionEnded".to_owned()),
+            Ok(Err(status)) => Err(format!("{:?}", status.code())),
+            Err(_) => Err("Timeout".to_owned()),
+        }
+    };
+    while tokio::time::Instant::now() < deadline {
+        let domain = plan.values[plan.tenant(&mut rng)].clone();
+        let started = Instant::now();
+        let reserved = call(Op::Reserve(ReserveOp {
+            namespace: plan.args.domain.clone(),
+            resource: resource.clone(),
+            domain: domain.clone(),
+            copies: Some(1),
+            min_copies: Some(1),
+        }))
+        .await;
+        let outcome = match reserved {
+            Ok(Answer::Reserve(answer)) if answer.granted == 1 => {
+                match call(Op::Release(ReleaseOp {
+                    namespace: plan.args.domain.clone(),
+                    resource: resource.clone(),
+                    domain,
+                    copies: 1,
+                    groups: answer.groups,
+                }))
+                .await
+                {
+                    Ok(Answer::Release(_)) => Ok(true),
+                    Ok(other) => Err(format!("release: {other:?}")),
+                    Err(error) => Err(error),
+                }
+            }
+            Ok(Answer::Reserve(_)) => Ok(false),
+            Ok(Answer::Error(error)) => Err(format!("reserve: {}", error.message)),
+            Ok(other) => Err(format!("reserve: {other:?}")),
+            Err(error) => Err(error),
+        };
+        tally
+            .latencies
+            .push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        match outcome {
+            Ok(true) => tally.ok += 1,
+            Ok(false) => tally.over_limit += 1,
+            Err(error) => {
+                tally.error(error);
+                if tally.error_count() > 100 {
+                    break;
+                }
+            }
+        }
+    }
+    tally
+}
+
 /// The `p`-th percentile (0 < p <= 1) of sorted values, nearest rank.
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
@@ -317,12 +417,17 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let mut workers = Vec::new();
     for index in 0..args.concurrency {
         let channel = channels[(index % args.connections) as usize].clone();
-        workers.push(tokio::spawn(worker(
-            plan.clone(),
-            channel,
-            seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F),
-            deadline,
-        )));
+        let seed = seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F);
+        if args.copies.is_some() {
+            workers.push(tokio::spawn(copies_worker(
+                plan.clone(),
+                channel,
+                seed,
+                deadline,
+            )));
+        } else {
+            workers.push(tokio::spawn(worker(plan.clone(), channel, seed, deadline)));
+        }
     }
     let mut total = Tally::default();
     for worker in workers {
@@ -337,6 +442,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     latencies.sort_unstable();
     let errors = total.error_count();
     let requests = total.ok + total.over_limit + total.other + errors;
+    if let Some(resource) = &args.copies {
+        println!(
+            "mode: reserve + release pairs of `{resource}`, one session per worker (a request is one pair; OK: granted, OVER_LIMIT: rejected)"
+        );
+    }
     println!("requests: {requests}");
     println!(
         "errors: {errors}{}",
