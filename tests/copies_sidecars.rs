@@ -7,9 +7,9 @@
 //!   atomically over `[min_copies, copies]`, with the context of paper §3.1;
 //!   release, transfer and seize work, and every mistake is a typed client
 //!   error, on the memory store and on Redis alike;
-//! - a sidecar SIGKILLed while its clients hold copies: within heartbeat ttl
-//!   + reap interval the counts drop by exactly its holds; the survivor's
-//!   holds are intact;
+//! - a sidecar SIGKILLed while its clients hold copies: within the heartbeat
+//!   ttl plus the reap interval, the counts drop by exactly its holds; the
+//!   survivor's holds are intact;
 //! - a client process SIGKILLed while holding: its copies are released at
 //!   once (no ttl involved);
 //! - a transfer staged on sidecar A is seized and released on sidecar B; an

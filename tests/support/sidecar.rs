@@ -114,7 +114,7 @@ impl Sidecar {
             async || {
                 let metrics = self.metrics().await;
                 match metric_value(&metrics, "charon_copy_log_registered") {
-                    Some(v) if v == 1.0 => Ok(()),
+                    Some(1.0) => Ok(()),
                     other => Err(format!("charon_copy_log_registered = {other:?}")),
                 }
             },
