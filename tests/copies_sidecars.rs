@@ -846,3 +846,121 @@ async fn copy_semantics_on_a_redis_cluster() {
     let cluster = redis_support::RedisCluster::start(3);
     let (_sidecar, _dir) = semantics(&cluster.url(), &redis_args()).await;
 }
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+#[tokio::test]
+async fn a_sidecar_cut_off_from_redis_resigns_then_registers_again() {
+    let mut redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    sidecar.wait_serving().await;
+    let mut session = sidecar.session().await;
+    assert_eq!(session.hold(NS, POOL, "acme", 3).await.0, 3);
+
+    redis.kill();
+    // Past ttl - heartbeat without a renewal, it resigns: the session ends.
+    let status = session.ended(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert!(status.message().contains("resigned"), "{status:?}");
+    let metrics = sidecar.metrics().await;
+    assert_eq!(
+        sidecar_support::metric_value(&metrics, "charon_copy_log_registered"),
+        Some(0.0)
+    );
+    // Copies are refused with a server error; rate limits answer degraded.
+    let mut session = sidecar.session().await;
+    match session.reserve(NS, POOL, "acme", 1, 1).await {
+        Answer::Error(error) => assert!(error.server_error, "{error:?}"),
+        other => panic!("{other:?}"),
+    }
+    let answer = session
+        .call(Op::Request(RequestOp {
+            namespace: NS.into(),
+            resource: "search".into(),
+            domain: "acme".into(),
+            copies: None,
+            min_copies: None,
+        }))
+        .await
+        .expect("answered");
+    match answer {
+        Answer::Request(answer) => assert!(answer.degraded && answer.granted == 1, "{answer:?}"),
+        other => panic!("{other:?}"),
+    }
+
+    // Redis is back (empty): the sidecar registers under a new id and serves.
+    redis.restart();
+    sidecar.wait_serving().await;
+    let mut session = sidecar.session().await;
+    assert_eq!(granted(&session.reserve(NS, POOL, "acme", 6, 6).await), 6);
+    assert_eq!(count(&redis_counts(&redis), "d:acme"), 6);
+}
+
+#[tokio::test]
+async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let paused = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    let other = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    paused.wait_serving().await;
+    other.wait_serving().await;
+    let mut on_paused = paused.session().await;
+    let mut on_other = other.session().await;
+    let (_, groups) = on_paused.hold(NS, POOL, "acme", 3).await;
+    assert_eq!(on_other.hold(NS, POOL, "acme", 2).await.0, 2);
+
+    // Frozen (a long GC pause, a stalled VM): its heartbeat expires and the
+    // other sidecar reaps its holds.
+    signal(paused.pid(), "STOP");
+    eventually(
+        "the paused sidecar's holds reaped",
+        Duration::from_secs(10),
+        async || match redis_counts(&redis) {
+            counts if count(&counts, "d:acme") == 2 => Ok(()),
+            counts => Err(format!("{counts:?}")),
+        },
+    )
+    .await;
+    signal(paused.pid(), "CONT");
+    // Awake, it must not give back what was already reaped: a release sent
+    // now is either refused or takes nothing, and the session ends.
+    let _ = on_paused
+        .call(Op::Release(charon::api::v1::ReleaseOp {
+            namespace: NS.into(),
+            resource: POOL.into(),
+            domain: "acme".into(),
+            copies: 3,
+            groups: groups.clone(),
+        }))
+        .await;
+    let status = on_paused.ended(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let counts = redis_counts(&redis);
+    assert_eq!(count(&counts, "d:acme"), 2, "{counts:?}");
+    assert_eq!(count(&counts, "g"), 2, "{counts:?}");
+    // It serves again under a new id; the other's holds are intact.
+    let mut again = paused.session().await;
+    eventually(
+        "the woken sidecar serves again",
+        Duration::from_secs(10),
+        async || match again.reserve(NS, POOL, "acme", 6, 1).await {
+            Answer::Reserve(answer) => Ok(assert_eq!(answer.granted, 4)),
+            answer => Err(format!("{answer:?}")),
+        },
+    )
+    .await;
+    match on_other.release(NS, POOL, "acme", 2, &groups).await {
+        Answer::Release(answer) => assert_eq!(answer.released, 2),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(count(&redis_counts(&redis), "d:acme"), 4);
+}

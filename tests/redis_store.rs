@@ -286,7 +286,15 @@ fn every_key_expires_when_it_stops_mattering() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    let store = RedisStore::open(&redis.url(), RedisOptions::default()).expect("a valid URL");
+    let store = RedisStore::open(
+        &redis.url(),
+        RedisOptions {
+            // Generous: the machine is shared with other tests.
+            timeout: Duration::from_secs(5),
+            ..RedisOptions::default()
+        },
+    )
+    .expect("a valid URL");
     let mut window = Batch::default();
     let key = keys::window_key(NS, [("tenant", "a")], 60_000);
     let slot = window.slot(key.clone(), SlotKind::Window);
@@ -323,7 +331,15 @@ fn a_flushed_script_is_loaded_again() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    let store = RedisStore::open(&redis.url(), RedisOptions::default()).expect("a valid URL");
+    let store = RedisStore::open(
+        &redis.url(),
+        RedisOptions {
+            // Generous: the machine is shared with other tests.
+            timeout: Duration::from_secs(5),
+            ..RedisOptions::default()
+        },
+    )
+    .expect("a valid URL");
     let policy = three_tiers();
     for _ in 0..2 {
         let decision = runtime
@@ -394,7 +410,12 @@ fn memory_per_active_domain_for_a_three_tier_resource() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    let store = RedisStore::open(&redis.url(), RedisOptions::default()).expect("a valid URL");
+    // A generous deadline: the machine is shared with other tests.
+    let options = RedisOptions {
+        timeout: Duration::from_secs(5),
+        ..RedisOptions::default()
+    };
+    let store = RedisStore::open(&redis.url(), options).expect("a valid URL");
     let policy = three_tiers();
     let domains = 1_000;
     let before: u64 = info_used_memory(&redis);

@@ -364,6 +364,10 @@ impl RedisCopies {
                 m.generation += 1;
                 m.serving = false;
             });
+            // Redis may have lost the copy index with everything else.
+            if let Ok(mut indexed) = self.indexed.lock() {
+                indexed.clear();
+            }
         }
     }
 
