@@ -953,7 +953,10 @@ async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
         "the woken sidecar serves again",
         Duration::from_secs(10),
         async || match again.reserve(NS, POOL, "acme", 6, 1).await {
-            Answer::Reserve(answer) => Ok(assert_eq!(answer.granted, 4)),
+            Answer::Reserve(answer) => {
+                assert_eq!(answer.granted, 4);
+                Ok(())
+            }
             answer => Err(format!("{answer:?}")),
         },
     )
