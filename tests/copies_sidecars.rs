@@ -971,3 +971,87 @@ async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
     }
     assert_eq!(count(&redis_counts(&redis), "d:acme"), 4);
 }
+
+/// Blocks Redis for `seconds` (`DEBUG SLEEP`) on a thread; returns at once.
+fn stall(redis: &RedisServer, seconds: &'static str) -> std::thread::JoinHandle<()> {
+    let port = redis.port;
+    let handle = std::thread::spawn(move || {
+        redis_support::command(port, &["DEBUG", "SLEEP", seconds]);
+    });
+    // Give the command a head start so the next call queues behind it.
+    std::thread::sleep(Duration::from_millis(100));
+    handle
+}
+
+#[tokio::test]
+async fn calls_whose_answers_time_out_neither_leak_nor_release_twice() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    // The default 50 ms deadline; heartbeats slow enough to outlive a stall.
+    let sidecar = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    sidecar.wait_serving().await;
+    let mut keeper = sidecar.session().await;
+    let (_, groups) = keeper.hold(NS, POOL, "acme", 2).await;
+    let mut session = sidecar.session().await;
+
+    // A reserve that times out, then runs when Redis wakes up: the session
+    // was told STORE_UNAVAILABLE, but the log counts its copies.
+    let stalled = stall(&redis, "0.5");
+    match session.reserve(NS, POOL, "acme", 3, 3).await {
+        Answer::Error(error) => assert!(error.server_error, "{error:?}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    stalled.join().expect("DEBUG SLEEP returns");
+    eventually(
+        "the late reserve counted",
+        Duration::from_secs(5),
+        async || match count(&redis_counts(&redis), "d:acme") {
+            5 => Ok(()),
+            n => Err(format!("d:acme = {n}")),
+        },
+    )
+    .await;
+
+    // A release that times out after taking effect, retried by the client:
+    // the retry takes nothing from the other session's copies.
+    let (held, _) = session.hold(NS, POOL, "acme", 1).await;
+    assert_eq!(held, 1);
+    let stalled = stall(&redis, "0.5");
+    match session.release(NS, POOL, "acme", 1, &groups).await {
+        Answer::Error(error) => assert!(error.server_error, "{error:?}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    stalled.join().expect("DEBUG SLEEP returns");
+    match session.release(NS, POOL, "acme", 1, &groups).await {
+        Answer::Release(_) => {}
+        other => panic!("{other:?}"),
+    }
+    // The retry could only take from this session's own contribution (the
+    // late reserve's 3): 2 (keeper) + 3 (late) + 1 - 1 (first release) - 1.
+    assert_eq!(count(&redis_counts(&redis), "d:acme"), 4);
+
+    // The session's end drops exactly what the log recorded for it.
+    session.close();
+    drop(session);
+    eventually(
+        "only the keeper's copies left",
+        Duration::from_secs(5),
+        async || match count(&redis_counts(&redis), "d:acme") {
+            2 => Ok(()),
+            n => Err(format!("d:acme = {n}")),
+        },
+    )
+    .await;
+    keeper.close();
+    drop(keeper);
+    eventually(
+        "counts back to zero",
+        Duration::from_secs(5),
+        async || match redis_counts(&redis) {
+            counts if counts.is_empty() => Ok(()),
+            counts => Err(format!("{counts:?}")),
+        },
+    )
+    .await;
+}

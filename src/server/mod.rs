@@ -65,6 +65,10 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// How long a stopping sidecar waits for its sessions to release their holds.
 const RELEASE_ON_SHUTDOWN: Duration = Duration::from_secs(5);
 
+/// How often the memory copy log releases expired transfers (a seize checks
+/// the expiry itself; this frees the copies).
+const TRANSFER_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How often the memory store drops state that can no longer matter.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
@@ -272,16 +276,19 @@ fn spawn_sweeper(
 ) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
+        let mut transfer_ticks = tokio::time::interval(TRANSFER_EXPIRY_INTERVAL);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = ticks.tick() => {
                     let dropped = limiter.store().memory().sweep();
+                    tracing::trace!(dropped, "swept the memory store");
+                }
+                _ = transfer_ticks.tick() => {
                     if let CopyStore::Memory(memory) = &*copies {
                         let expired = memory.expire();
                         tracing::trace!(expired, "released expired transfers");
                     }
-                    tracing::trace!(dropped, "swept the memory store");
                 }
             }
         }

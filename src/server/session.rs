@@ -9,7 +9,8 @@
 //! decided. A release takes its copies out of the hold set before it reaches
 //! the store, so two releases can never give back the same copy.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ use crate::api::v1::{
     SessionResponse, TransferAnswer, TransferOp,
 };
 use crate::engine::copies::{CopyLimits, canonical_groups};
-use crate::store::copies::{CopyError, CopyRef, Membership};
+use crate::store::copies::{Contributor, CopyError, CopyRef, Membership, parse_transfer_id};
 
 use super::api::{
     ApiError, Core, MAX_GROUPS, MAX_TRANSFER_TTL_MS, Target, check_name, check_names, copies_range,
@@ -41,6 +42,10 @@ pub const MAX_HOLDS: usize = 10_000;
 /// Between attempts to release a closed session's holds while the store is
 /// unreachable.
 const RELEASE_RETRY: Duration = Duration::from_millis(500);
+
+/// Numbers sessions within the process: with the sidecar's id, the name of
+/// a session's contribution in the copy log.
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
 /// What a hold is counted under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -65,12 +70,17 @@ impl HoldKey {
 #[derive(Default)]
 struct Holds {
     held: HashMap<HoldKey, u64>,
-    /// The membership generation the holds were made under.
-    generation: Option<u64>,
+    /// The membership of the session's first copy operation: all of them
+    /// are made under it, and it under one sidecar id.
+    bound: Option<Membership>,
+    /// Every (namespace, resource) a copy operation was sent for: at the
+    /// end, the session's contribution to each is dropped whole.
+    touched: HashSet<(String, String)>,
 }
 
 pub struct Session {
     core: Arc<Core>,
+    number: u64,
     holds: Mutex<Holds>,
 }
 
@@ -85,6 +95,7 @@ impl Session {
     pub fn new(core: Arc<Core>) -> Self {
         Self {
             core,
+            number: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             holds: Mutex::new(Holds::default()),
         }
     }
@@ -139,8 +150,11 @@ impl Session {
             }
         };
         // Operations already sent to the store finish (and land in the hold
-        // set) before the hold set is released.
-        while in_flight.next().await.is_some() {}
+        // set) before the hold set is released; their answers still go out
+        // if the client listens (one answer per message).
+        while let Some(response) = in_flight.next().await {
+            let _ = outbound.send(Ok(response)).await;
+        }
         drop(in_flight);
         match end {
             End::Resigned => {
@@ -165,38 +179,55 @@ impl Session {
     /// Whether the sidecar resigned since this session's holds were made.
     fn lost_holds(&self, membership: &Membership) -> bool {
         self.holds()
-            .generation
-            .is_some_and(|generation| generation != membership.generation)
+            .bound
+            .as_ref()
+            .is_some_and(|bound| bound.generation != membership.generation)
     }
 
-    /// Releases every hold, retrying while the store is unreachable, until it
-    /// is done or the sidecar resigns (then the reaper does it).
+    fn contributor<'m>(&self, membership: &'m Membership) -> Contributor<'m> {
+        Contributor {
+            server: &membership.server_id,
+            session: self.number,
+        }
+    }
+
+    /// Gives back everything the session holds, retrying while the store is
+    /// unreachable, until it is done or the sidecar resigns (then the reaper
+    /// does it).
     async fn release_everything(&self) {
-        let (mut left, generation): (Vec<(HoldKey, u64)>, _) = {
+        let (held, touched, bound) = {
             let mut holds = self.holds();
-            (holds.held.drain().collect(), holds.generation)
+            let held: Vec<(HoldKey, u64)> = holds.held.drain().collect();
+            let touched: Vec<(String, String)> = holds.touched.drain().collect();
+            (held, touched, holds.bound.clone())
+        };
+        let Some(bound) = bound else {
+            return;
         };
         let membership = self.core.copies.membership();
-        while !left.is_empty() {
-            let current = membership.borrow().clone();
-            if generation.is_some_and(|g| g != current.generation) {
+        loop {
+            if membership.borrow().generation != bound.generation {
                 return;
             }
-            let mut failed = Vec::new();
-            for (key, copies) in left {
-                let result = self
-                    .core
-                    .copies
-                    .release(&current.server_id, key.at(), &key.groups, copies, &[])
-                    .await;
-                if let Err(error) = result {
-                    tracing::warn!(%error, namespace = key.namespace, resource = key.resource, "cannot release a closed session's hold yet");
-                    failed.push((key, copies));
+            let held: Vec<(CopyRef<'_>, &[String], u64)> = held
+                .iter()
+                .map(|(key, copies)| (key.at(), key.groups.as_slice(), *copies))
+                .collect();
+            let touched: Vec<(&str, &str)> = touched
+                .iter()
+                .map(|(namespace, resource)| (namespace.as_str(), resource.as_str()))
+                .collect();
+            match self
+                .core
+                .copies
+                .end_session(self.contributor(&bound), &held, &touched)
+                .await
+            {
+                Ok(()) => return,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot release a closed session's holds yet; retrying");
+                    tokio::time::sleep(RELEASE_RETRY).await;
                 }
-            }
-            left = failed;
-            if !left.is_empty() {
-                tokio::time::sleep(RELEASE_RETRY).await;
             }
         }
     }
@@ -231,40 +262,55 @@ impl Session {
         }
     }
 
-    /// The membership to act under, if the sidecar serves copies now.
-    fn serving(&self) -> Result<Membership, ApiError> {
-        let membership = self.core.copies.membership().borrow().clone();
-        if !membership.serving {
+    /// The membership to change `namespace`/`resource` under, if the sidecar
+    /// serves copies now: the session's first copy operation binds it to the
+    /// membership of the moment; later ones must find the same.
+    fn serving(&self, namespace: &str, resource: &str) -> Result<Membership, ApiError> {
+        let current = self.core.copies.membership().borrow().clone();
+        if !current.serving {
             return Err(ApiError::new(
                 Kind::Resigned,
                 "this sidecar is not registered in the copy log (yet): try another or retry shortly",
             ));
         }
-        if self
-            .holds()
-            .generation
-            .is_some_and(|generation| generation != membership.generation)
-        {
+        let mut holds = self.holds();
+        let bound = holds.bound.get_or_insert_with(|| current.clone());
+        if bound.generation != current.generation {
             return Err(ApiError::new(
                 Kind::Resigned,
                 "this session's holds were lost when the sidecar resigned; reconnect",
             ));
         }
-        Ok(membership)
+        let bound = bound.clone();
+        let touched = (namespace.to_owned(), resource.to_owned());
+        if !holds.touched.contains(&touched) {
+            holds.touched.insert(touched);
+        }
+        Ok(bound)
     }
 
-    fn copy_error(&self, error: CopyError) -> ApiError {
+    fn copy_error(&self, membership: &Membership, error: CopyError) -> ApiError {
         if let CopyError::Resigned(reason) = &error {
-            self.core.copies.resign(reason);
+            self.core.copies.resign(&membership.server_id, reason);
         }
         error.into()
     }
 
     /// Adds granted copies to the hold set.
-    fn hold(&self, key: HoldKey, copies: u64, generation: u64) {
-        let mut holds = self.holds();
-        holds.generation.get_or_insert(generation);
-        *holds.held.entry(key).or_default() += copies;
+    fn hold(&self, key: HoldKey, copies: u64) {
+        *self.holds().held.entry(key).or_default() += copies;
+    }
+
+    /// A clearer error than NOT_HELD when nothing could ever be held there.
+    fn not_holdable(&self, namespace: &str, resource: &str) -> Option<ApiError> {
+        match self.core.target(namespace, resource) {
+            Ok(Target::Rate(..)) => Some(ApiError::new(
+                Kind::WrongKind,
+                format!("resource `{resource}` is rate-limited: nothing to release or transfer"),
+            )),
+            Err(error) => Some(error),
+            Ok(_) => None,
+        }
     }
 
     /// Takes `copies` out of the hold set, or says what is held.
@@ -272,6 +318,11 @@ impl Session {
         let mut holds = self.holds();
         let held = holds.held.get(key).copied().unwrap_or(0);
         if held < copies {
+            if held == 0
+                && let Some(error) = self.not_holdable(&key.namespace, &key.resource)
+            {
+                return Err(error);
+            }
             return Err(ApiError::new(
                 Kind::NotHeld,
                 format!(
@@ -342,22 +393,22 @@ impl Session {
                 ));
             }
         }
-        let membership = self.serving()?;
+        let membership = self.serving(&op.namespace, &op.resource)?;
         let changed = self
             .core
             .copies
             .reserve(
-                &membership.server_id,
+                self.contributor(&membership),
                 key.at(),
                 &decide_with,
                 copies,
                 min_copies,
             )
             .await
-            .map_err(|error| self.copy_error(error))?;
+            .map_err(|error| self.copy_error(&membership, error))?;
         let groups: Vec<String> = decide_with.group_names().map(str::to_owned).collect();
         if changed.copies > 0 {
-            self.hold(key, changed.copies, membership.generation);
+            self.hold(key, changed.copies);
         }
         Ok(ReserveAnswer {
             granted: changed.copies,
@@ -399,15 +450,21 @@ impl Session {
     async fn release(&self, op: &ReleaseOp) -> Result<ReleaseAnswer, ApiError> {
         let key = self.hold_key(&op.namespace, &op.resource, &op.domain, &op.groups)?;
         let copies = count("copies", op.copies)?;
-        let membership = self.serving()?;
         self.take(&key, copies)?;
+        let membership = match self.serving(&op.namespace, &op.resource) {
+            Ok(membership) => membership,
+            Err(error) => {
+                self.untake(key, copies);
+                return Err(error);
+            }
+        };
         let limits = self.limits_now(&op.namespace, &op.resource, &op.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         match self
             .core
             .copies
             .release(
-                &membership.server_id,
+                self.contributor(&membership),
                 key.at(),
                 &key.groups,
                 copies,
@@ -421,7 +478,7 @@ impl Session {
             }),
             Err(error) => {
                 self.untake(key, copies);
-                Err(self.copy_error(error))
+                Err(self.copy_error(&membership, error))
             }
         }
     }
@@ -435,13 +492,19 @@ impl Session {
                 op.ttl_ms
             )));
         }
-        let membership = self.serving()?;
         self.take(&key, copies)?;
+        let membership = match self.serving(&op.namespace, &op.resource) {
+            Ok(membership) => membership,
+            Err(error) => {
+                self.untake(key, copies);
+                return Err(error);
+            }
+        };
         match self
             .core
             .copies
             .transfer(
-                &membership.server_id,
+                self.contributor(&membership),
                 key.at(),
                 &key.groups,
                 copies,
@@ -449,13 +512,19 @@ impl Session {
             )
             .await
         {
+            // The log held none of them for this session (a store failure
+            // lost them): nothing was staged.
+            Ok(staged) if staged.changed.copies == 0 => Err(ApiError::new(
+                Kind::NotHeld,
+                "the copy log holds none of these copies for this session any more (lost in a store failure); nothing was staged",
+            )),
             Ok(staged) => Ok(TransferAnswer {
                 transfer_id: staged.transfer_id,
                 copies: staged.changed.copies,
             }),
             Err(error) => {
                 self.untake(key, copies);
-                Err(self.copy_error(error))
+                Err(self.copy_error(&membership, error))
             }
         }
     }
@@ -467,20 +536,26 @@ impl Session {
                 "no such transfer, or it has expired",
             ));
         }
-        let membership = self.serving()?;
+        let Some((_, namespace, resource)) = parse_transfer_id(&op.transfer_id) else {
+            return Err(ApiError::new(
+                Kind::UnknownTransfer,
+                "no such transfer, or it has expired",
+            ));
+        };
+        let membership = self.serving(&namespace, &resource)?;
         let seized = self
             .core
             .copies
-            .seize(&membership.server_id, &op.transfer_id)
+            .seize(self.contributor(&membership), &op.transfer_id)
             .await
-            .map_err(|error| self.copy_error(error))?;
+            .map_err(|error| self.copy_error(&membership, error))?;
         let key = HoldKey {
             namespace: seized.namespace.clone(),
             resource: seized.resource.clone(),
             domain: seized.domain.clone(),
             groups: canonical_groups(seized.groups.iter().map(String::as_str)),
         };
-        self.hold(key.clone(), seized.copies, membership.generation);
+        self.hold(key.clone(), seized.copies);
         let limits = self.limits_now(&seized.namespace, &seized.resource, &seized.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         // The context is a second read: the seize itself is already done.

@@ -334,6 +334,9 @@ impl RedisServer {
                 "no",
                 "--loglevel",
                 "warning",
+                // `DEBUG SLEEP` stalls Redis on purpose in the copy tests.
+                "--enable-debug-command",
+                "local",
             ]
             .map(str::to_owned)
             .to_vec(),

@@ -1,14 +1,16 @@
 -- Charon's copy log for one copy-limited resource (SPEC §4, paper §4.3.2).
 --
--- `counts` holds the resource's holds; every sidecar keeps its own share of
--- them in its `contribution`, changed in the same call, so that when a sidecar
--- dies the reaper can subtract exactly its holds. Staged transfers are counted
--- in `counts` but belong to no sidecar. Fields: `g` (all domains),
+-- `counts` holds the resource's holds; every session keeps its own share of
+-- them in a `contribution` named `<sidecar id>.<session number>`, changed in
+-- the same call, so that a session's end subtracts exactly what the log
+-- recorded for it (even after a call whose answer was lost to a timeout), and
+-- when a sidecar dies the reaper subtracts exactly its sessions' holds.
+-- Staged transfers are counted in `counts` but belong to no session. Fields: `g` (all domains),
 -- `d:<domain>`, `p:<group>`. Every key shares one hash tag: each call is
 -- atomic, on Redis and on a Redis Cluster alike.
 --
 -- KEYS: 1 counts, 2 contributors (SET), 3 reaped (ZSET), 4 transfers (ZSET
--- by expiry), 5 staged (HASH secret -> JSON), 6 a sidecar's contribution.
+-- by expiry), 5 staged (HASH secret -> JSON), 6 a session's contribution.
 -- ARGV[1] is the operation. Replies are arrays whose first element is a
 -- status: 'ok', 'resigned' (this sidecar was reaped: it must resign) or
 -- 'unknown' (no such transfer).
@@ -97,12 +99,12 @@ local function contributed(list)
 end
 
 if op == 'reserve' then
-  -- server, domain, copies, min, domain limit (-1: none), global limit
-  -- (-1: none), then the groups as n, names..., n, limits...
-  local server, domain = ARGV[2], ARGV[3]
-  local copies, min = tonumber(ARGV[4]), tonumber(ARGV[5])
-  local domain_limit, global_limit = tonumber(ARGV[6]), tonumber(ARGV[7])
-  local groups, next = strings(8)
+  -- contributor, sidecar, domain, copies, min, domain limit (-1: none),
+  -- global limit (-1: none), then the groups as n, names..., n, limits...
+  local contributor, server, domain = ARGV[2], ARGV[3], ARGV[4]
+  local copies, min = tonumber(ARGV[5]), tonumber(ARGV[6])
+  local domain_limit, global_limit = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local groups, next = strings(9)
   local limits = strings(next)
   if is_reaped(server) then
     return { 'resigned' }
@@ -124,23 +126,24 @@ if op == 'reserve' then
     local list = fields(domain, groups)
     add(counts, list, room)
     add(contribution, list, room)
-    redis.call('SADD', contributors, server)
+    redis.call('SADD', contributors, contributor)
   end
   before[1] = room
   return before
 elseif op == 'release' or op == 'transfer' then
-  -- server, domain, copies, the hold's groups, the domain's groups now
+  -- contributor, domain, copies, the hold's groups, the domain's groups now
   -- (for the answer's context); transfer: then secret, ttl ms.
-  local server, domain, copies = ARGV[2], ARGV[3], tonumber(ARGV[4])
+  local contributor, domain, copies = ARGV[2], ARGV[3], tonumber(ARGV[4])
   local groups, next = strings(5)
   local now_groups, after = strings(next)
   local list = fields(domain, groups)
-  -- Never more than this sidecar contributed: a release after its holds
-  -- were reaped (or the store lost them) must not take other sidecars'.
+  -- Never more than this session contributed: a release after its holds
+  -- were reaped (or the store lost them, or a retry of a release that did
+  -- happen) must not take other sessions' copies.
   local moved = math.min(copies, contributed(list))
   sub(contribution, list, moved)
   if redis.call('EXISTS', contribution) == 0 then
-    redis.call('SREM', contributors, server)
+    redis.call('SREM', contributors, contributor)
   end
   local expires = 0
   if op == 'release' then
@@ -156,8 +159,8 @@ elseif op == 'release' or op == 'transfer' then
   reply[#reply + 1] = expires
   return reply
 elseif op == 'seize' then
-  -- server, secret
-  local server, secret = ARGV[2], ARGV[3]
+  -- contributor, sidecar, secret
+  local contributor, server, secret = ARGV[2], ARGV[3], ARGV[4]
   if is_reaped(server) then
     return { 'resigned' }
   end
@@ -172,7 +175,7 @@ elseif op == 'seize' then
   end
   local hold = cjson.decode(record)
   add(contribution, fields(hold.d, hold.g), tonumber(hold.c))
-  redis.call('SADD', contributors, server)
+  redis.call('SADD', contributors, contributor)
   redis.call('HDEL', staged, secret)
   redis.call('ZREM', transfers, secret)
   local reply = { 'ok', hold.d, tonumber(hold.c) }
@@ -196,15 +199,18 @@ elseif op == 'expire' then
     end
   end
   return { 'ok', #due }
-elseif op == 'reap' then
-  -- dead server: subtract its contribution, and bar it from contributing
-  -- again (a sidecar that outlived its heartbeat must not add holds that
-  -- nobody would ever reap).
-  local server = ARGV[2]
-  local now = now_ms()
-  redis.call('ZADD', reaped, now, server)
-  redis.call('ZREMRANGEBYSCORE', reaped, '-inf', now - 86400000)
-  redis.call('PEXPIRE', reaped, 172800000)
+elseif op == 'reap' or op == 'drop' then
+  -- contributor, sidecar. Subtracts the contribution: 'drop' at the end of a
+  -- session, 'reap' for a dead sidecar's session, which also bars the
+  -- sidecar from contributing again (one that outlived its heartbeat must
+  -- not add holds that nobody would ever reap).
+  local contributor, server = ARGV[2], ARGV[3]
+  if op == 'reap' then
+    local now = now_ms()
+    redis.call('ZADD', reaped, now, server)
+    redis.call('ZREMRANGEBYSCORE', reaped, '-inf', now - 86400000)
+    redis.call('PEXPIRE', reaped, 172800000)
+  end
   local held = redis.call('HGETALL', contribution)
   local total = 0
   for i = 1, #held, 2 do
@@ -215,7 +221,7 @@ elseif op == 'reap' then
     end
   end
   redis.call('DEL', contribution)
-  redis.call('SREM', contributors, server)
+  redis.call('SREM', contributors, contributor)
   return { 'ok', total }
 end
 return redis.error_reply('charon copies: unknown operation ' .. tostring(op))

@@ -33,6 +33,24 @@ pub struct CopyRef<'a> {
     pub domain: &'a str,
 }
 
+/// Whose holds an operation changes: one session of one sidecar. The copy
+/// log keeps each session's contribution apart, so a session's end subtracts
+/// exactly what the log recorded for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Contributor<'a> {
+    /// The sidecar's id in the copy log (its membership's).
+    pub server: &'a str,
+    /// The session's number, unique within the sidecar's process.
+    pub session: u64,
+}
+
+impl Contributor<'_> {
+    /// `<sidecar id>.<session number>`: the contribution's name.
+    pub fn name(&self) -> String {
+        format!("{}.{}", self.server, self.session)
+    }
+}
+
 /// What an operation changed and the holds after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changed {
@@ -97,7 +115,7 @@ pub enum CopyStore {
 impl CopyStore {
     pub async fn reserve(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         limits: &CopyLimits,
         copies: u64,
@@ -106,7 +124,7 @@ impl CopyStore {
         match self {
             CopyStore::Memory(memory) => Ok(memory.reserve(at, limits, copies, min_copies)),
             #[cfg(feature = "redis")]
-            CopyStore::Redis(redis) => redis.reserve(server, at, limits, copies, min_copies).await,
+            CopyStore::Redis(redis) => redis.reserve(who, at, limits, copies, min_copies).await,
         }
     }
 
@@ -114,7 +132,7 @@ impl CopyStore {
     /// groups whose holds the answer reports.
     pub async fn release(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         groups: &[String],
         copies: u64,
@@ -123,13 +141,13 @@ impl CopyStore {
         match self {
             CopyStore::Memory(memory) => Ok(memory.release(at, groups, copies, now_groups)),
             #[cfg(feature = "redis")]
-            CopyStore::Redis(redis) => redis.release(server, at, groups, copies, now_groups).await,
+            CopyStore::Redis(redis) => redis.release(who, at, groups, copies, now_groups).await,
         }
     }
 
     pub async fn transfer(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         groups: &[String],
         copies: u64,
@@ -138,15 +156,19 @@ impl CopyStore {
         match self {
             CopyStore::Memory(memory) => memory.transfer(at, groups, copies, ttl_ms),
             #[cfg(feature = "redis")]
-            CopyStore::Redis(redis) => redis.transfer(server, at, groups, copies, ttl_ms).await,
+            CopyStore::Redis(redis) => redis.transfer(who, at, groups, copies, ttl_ms).await,
         }
     }
 
-    pub async fn seize(&self, server: &str, transfer_id: &str) -> Result<Seized, CopyError> {
+    pub async fn seize(
+        &self,
+        who: Contributor<'_>,
+        transfer_id: &str,
+    ) -> Result<Seized, CopyError> {
         match self {
             CopyStore::Memory(memory) => memory.seize(transfer_id),
             #[cfg(feature = "redis")]
-            CopyStore::Redis(redis) => redis.seize(server, transfer_id).await,
+            CopyStore::Redis(redis) => redis.seize(who, transfer_id).await,
         }
     }
 
@@ -168,12 +190,42 @@ impl CopyStore {
         }
     }
 
-    /// The store showed that this sidecar's holds are gone: resign now.
-    pub fn resign(&self, reason: &str) {
+    /// The store showed that the holds of sidecar `server_id` are gone: if
+    /// that is still this sidecar's id, resign now.
+    pub fn resign(&self, server_id: &str, reason: &str) {
         match self {
             CopyStore::Memory(_) => {}
             #[cfg(feature = "redis")]
-            CopyStore::Redis(redis) => redis.resign(reason),
+            CopyStore::Redis(redis) => redis.resign(server_id, reason),
+        }
+    }
+
+    /// Gives back everything a closed session holds. `held` is its hold set
+    /// (what the memory log releases); `touched` every resource it changed,
+    /// whose contribution the shared log drops whole, so that a call whose
+    /// answer was lost (a timeout) cannot leak or release twice.
+    pub async fn end_session(
+        &self,
+        who: Contributor<'_>,
+        held: &[(CopyRef<'_>, &[String], u64)],
+        touched: &[(&str, &str)],
+    ) -> Result<(), CopyError> {
+        match self {
+            CopyStore::Memory(memory) => {
+                for (at, groups, copies) in held {
+                    memory.release(*at, groups, *copies, &[]);
+                }
+                let _ = touched;
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => {
+                let _ = held;
+                for (namespace, resource) in touched {
+                    redis.drop_session(who, namespace, resource).await?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -10,7 +10,7 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use super::membership::CopyTimings;
-use super::{Changed, CopyError, CopyRef, Membership, Seized, Staged};
+use super::{Changed, Contributor, CopyError, CopyRef, Membership, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::engine::keys::{self, CopyKeys};
 use crate::store::redis::{RedisError, RedisOptions, RedisStore};
@@ -27,7 +27,8 @@ pub struct RedisCopies {
     timings: CopyTimings,
     membership: watch::Sender<Membership>,
     resign: Notify,
-    resign_reason: Mutex<Option<String>>,
+    /// (sidecar id, reason) of the last request to resign.
+    resign_request: Mutex<Option<(String, String)>>,
     /// Resources already in the copy index, so it is written once each.
     indexed: Mutex<HashSet<(String, String)>>,
 }
@@ -69,7 +70,7 @@ impl RedisCopies {
             timings,
             membership,
             resign: Notify::new(),
-            resign_reason: Mutex::new(None),
+            resign_request: Mutex::new(None),
             indexed: Mutex::new(HashSet::new()),
         })
     }
@@ -82,9 +83,11 @@ impl RedisCopies {
         self.membership.subscribe()
     }
 
-    pub fn resign(&self, reason: &str) {
-        if let Ok(mut slot) = self.resign_reason.lock() {
-            *slot = Some(reason.to_owned());
+    /// Resigns if `server_id` is still this sidecar's id: the late answers
+    /// of calls made under an id already given up change nothing.
+    pub fn resign(&self, server_id: &str, reason: &str) {
+        if let Ok(mut slot) = self.resign_request.lock() {
+            *slot = Some((server_id.to_owned(), reason.to_owned()));
         }
         self.resign.notify_one();
     }
@@ -125,7 +128,7 @@ impl RedisCopies {
 
     pub async fn reserve(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         limits: &CopyLimits,
         copies: u64,
@@ -133,9 +136,10 @@ impl RedisCopies {
     ) -> Result<Changed, CopyError> {
         self.ensure_indexed(at.namespace, at.resource).await?;
         let keys = keys::copy_keys(at.namespace, at.resource);
-        let mut invocation = self.invocation(&keys, server, "reserve");
+        let mut invocation = self.invocation(&keys, &who.name(), "reserve");
         invocation
-            .arg(server)
+            .arg(who.name())
+            .arg(who.server)
             .arg(at.domain)
             .arg(copies)
             .arg(min_copies)
@@ -155,8 +159,8 @@ impl RedisCopies {
         }
         let granted = int(reply.first())?;
         let before = counts(&reply, limits.groups.len())?;
-        // The script ports the engine; the engine has the last word on
-        // whether the script was right.
+        // The script ports the engine; a disagreement is a bug to report,
+        // but what the script recorded is what the session holds.
         let expected = copies::grantable(limits, &before, copies, min_copies);
         if expected != granted {
             tracing::error!(
@@ -164,9 +168,6 @@ impl RedisCopies {
                 engine = expected,
                 "the copy script and the engine decided differently"
             );
-            return Err(CopyError::Internal(
-                "copy script and engine disagree".into(),
-            ));
         }
         let mut after = before;
         if granted > 0 {
@@ -184,21 +185,21 @@ impl RedisCopies {
 
     pub async fn release(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
     ) -> Result<Changed, CopyError> {
         let (changed, _) = self
-            .release_or_transfer(server, at, groups, copies, now_groups, None)
+            .release_or_transfer(who, at, groups, copies, now_groups, None)
             .await?;
         Ok(changed)
     }
 
     async fn release_or_transfer(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         groups: &[String],
         copies: u64,
@@ -211,9 +212,9 @@ impl RedisCopies {
         } else {
             "release"
         };
-        let mut invocation = self.invocation(&keys, server, op);
+        let mut invocation = self.invocation(&keys, &who.name(), op);
         invocation
-            .arg(server)
+            .arg(who.name())
             .arg(at.domain)
             .arg(copies)
             .arg(groups.len());
@@ -253,7 +254,7 @@ impl RedisCopies {
 
     pub async fn transfer(
         &self,
-        server: &str,
+        who: Contributor<'_>,
         at: CopyRef<'_>,
         groups: &[String],
         copies: u64,
@@ -261,7 +262,7 @@ impl RedisCopies {
     ) -> Result<Staged, CopyError> {
         let secret = super::random_hex()?;
         let (changed, _) = self
-            .release_or_transfer(server, at, groups, copies, &[], Some((&secret, ttl_ms)))
+            .release_or_transfer(who, at, groups, copies, &[], Some((&secret, ttl_ms)))
             .await?;
         Ok(Staged {
             changed,
@@ -269,13 +270,18 @@ impl RedisCopies {
         })
     }
 
-    pub async fn seize(&self, server: &str, transfer_id: &str) -> Result<Seized, CopyError> {
+    pub async fn seize(
+        &self,
+        who: Contributor<'_>,
+        transfer_id: &str,
+    ) -> Result<Seized, CopyError> {
+        // No copy-index entry here: the reserve that made the hold wrote it,
+        // and a made-up id must not grow the index.
         let (secret, namespace, resource) =
             super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
-        self.ensure_indexed(&namespace, &resource).await?;
         let keys = keys::copy_keys(&namespace, &resource);
-        let mut invocation = self.invocation(&keys, server, "seize");
-        invocation.arg(server).arg(secret);
+        let mut invocation = self.invocation(&keys, &who.name(), "seize");
+        invocation.arg(who.name()).arg(who.server).arg(secret);
         let reply = array(self.redis.invoke(&invocation).await?)?;
         match status(&reply) {
             Some("ok") => {}
@@ -298,6 +304,22 @@ impl RedisCopies {
             groups,
             copies,
         })
+    }
+
+    /// Subtracts everything one session's contribution to one resource
+    /// still counts (the end of the session).
+    pub async fn drop_session(
+        &self,
+        who: Contributor<'_>,
+        namespace: &str,
+        resource: &str,
+    ) -> Result<(), CopyError> {
+        let keys = keys::copy_keys(namespace, resource);
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, "drop");
+        invocation.arg(name.as_str()).arg(who.server);
+        array(self.redis.invoke(&invocation).await?)?;
+        Ok(())
     }
 
     pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
@@ -334,15 +356,22 @@ impl RedisCopies {
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
             let reason = loop {
+                let resign_at =
+                    tokio::time::Instant::from_std(last_renewal + self.timings.resign_after());
                 tokio::select! {
                     _ = shutdown.changed() => return,
                     () = self.resign.notified() => {
-                        break self
-                            .resign_reason
-                            .lock()
-                            .ok()
-                            .and_then(|mut reason| reason.take())
-                            .unwrap_or_else(|| "asked to".into());
+                        let request = self.resign_request.lock().ok().and_then(|mut r| r.take());
+                        match request {
+                            Some((server_id, reason)) if server_id == id => break reason,
+                            // About an id already given up: stale.
+                            _ => {}
+                        }
+                    }
+                    // Not a renewal in time: resign before the heartbeat can
+                    // expire, even while a renewal call hangs.
+                    () = tokio::time::sleep_until(resign_at) => {
+                        break format!("no heartbeat renewal for {:?}", last_renewal.elapsed());
                     }
                     _ = ticks.tick() => {
                         let sent = Instant::now();
@@ -351,9 +380,6 @@ impl RedisCopies {
                         match self.redis.query(&renew).await {
                             Ok(Value::Okay) => last_renewal = sent,
                             Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
-                            Err(error) if sent.duration_since(last_renewal) >= self.timings.resign_after() => {
-                                break format!("no heartbeat renewal for {:?}: {error}", sent.duration_since(last_renewal));
-                            }
                             Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
                         }
                     }
@@ -501,7 +527,12 @@ impl RedisCopies {
             let keys = keys::copy_keys(&namespace, &resource);
             let mut contributors = redis::cmd("SMEMBERS");
             contributors.arg(&keys.contributors);
-            for server in strings(self.redis.query(&contributors).await?) {
+            for member in strings(self.redis.query(&contributors).await?) {
+                // `<sidecar id>.<session>`: alive while its sidecar is.
+                let server = member
+                    .split_once('.')
+                    .map_or(member.as_str(), |(server, _)| server)
+                    .to_owned();
                 if server == own_id {
                     continue;
                 }
@@ -518,8 +549,8 @@ impl RedisCopies {
                 if is_alive {
                     continue;
                 }
-                let mut invocation = self.invocation(&keys, &server, "reap");
-                invocation.arg(server.as_str());
+                let mut invocation = self.invocation(&keys, &member, "reap");
+                invocation.arg(member.as_str()).arg(server.as_str());
                 let reply = array(self.redis.invoke(&invocation).await?)
                     .map_err(|e| RedisError::Reply(e.to_string()))?;
                 let copies = int(reply.get(1)).unwrap_or(0);
