@@ -17,7 +17,10 @@
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
 //! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
-//!   admin HTTP endpoints, metrics, config reload and shutdown.
+//!   admin HTTP endpoints, metrics, config reload and shutdown; with the
+//!   Charon API (copy limits, sessions) beside it.
+//! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
+//!   webhook that adds the sidecar to pods.
 //!
 //! The binaries are thin: `src/main.rs` (`charon serve`, `charon check`)
 //! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load.rs`
@@ -29,6 +32,8 @@ pub mod engine;
 pub mod limiter;
 pub mod store;
 
+#[cfg(feature = "server")]
+pub mod inject;
 #[cfg(feature = "server")]
 pub mod server;
 

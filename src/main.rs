@@ -63,6 +63,25 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         max_sessions: usize,
     },
+    /// Serve the Kubernetes mutating admission webhook that adds the Charon
+    /// sidecar to pods annotated `charon.io/inject: "true"` (HTTPS, POST /mutate).
+    Inject {
+        /// Where the webhook listens (HTTPS).
+        #[arg(long, default_value = "127.0.0.1:8443")]
+        addr: SocketAddr,
+        /// The serving certificate (PEM chain); reloaded when the file changes.
+        #[arg(long)]
+        tls_cert: PathBuf,
+        /// The certificate's private key (PEM); reloaded when the file changes.
+        #[arg(long)]
+        tls_key: PathBuf,
+        /// The sidecar's image.
+        #[arg(long, default_value = "charon:0.1.0")]
+        image: String,
+        /// The sidecar's --store, unless the pod's `charon.io/store` annotation names one.
+        #[arg(long, default_value = "memory")]
+        store: String,
+    },
     /// Validate a configuration file or directory; print it normalized, or the errors.
     Check {
         /// A configuration file, or a directory of *.yaml files.
@@ -74,6 +93,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { path } => check(&path),
+        Command::Inject {
+            addr,
+            tls_cert,
+            tls_key,
+            image,
+            store,
+        } => inject(charon::inject::InjectOptions {
+            addr,
+            tls_cert,
+            tls_key,
+            template: charon::inject::review::SidecarTemplate { image, store },
+        }),
         Command::Serve {
             config,
             grpc_addr,
@@ -134,6 +165,24 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(std::time::Duration::from_millis(ms))
+}
+
+fn inject(options: charon::inject::InjectOptions) -> ExitCode {
+    init_tracing();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(charon::inject::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn check(path: &std::path::Path) -> ExitCode {

@@ -295,7 +295,7 @@ fn spawn_sweeper(
     });
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -1,0 +1,332 @@
+//! The decision of the webhook, pure: an AdmissionReview in, an
+//! AdmissionReview out, with a JSONPatch that adds Charon as a native sidecar
+//! to a pod that asks for it. Anything not understood is admitted unchanged
+//! and says why (the webhook never blocks a pod).
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// Pods opt in with `charon.io/inject: "true"`.
+pub const INJECT: &str = "charon.io/inject";
+/// The ConfigMap with the limits (default [`DEFAULT_CONFIG`]).
+pub const CONFIG: &str = "charon.io/config";
+/// Optional: the sidecar's `--store` (default: the injector's `--store`).
+pub const STORE: &str = "charon.io/store";
+/// Set on injected pods.
+pub const INJECTED: &str = "charon.io/injected";
+pub const DEFAULT_CONFIG: &str = "charon-limits";
+/// The sidecar container's name: a pod that has one is left alone.
+pub const SIDECAR: &str = "charon";
+const VOLUME: &str = "charon-config";
+
+/// What the injector puts in pods.
+#[derive(Debug, Clone)]
+pub struct SidecarTemplate {
+    pub image: String,
+    /// `--store` unless the pod names one.
+    pub store: String,
+}
+
+impl Default for SidecarTemplate {
+    fn default() -> Self {
+        Self {
+            image: "charon:0.1.0".into(),
+            store: "memory".into(),
+        }
+    }
+}
+
+/// The outcome for one review, and why (for the log).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// The AdmissionReview to answer.
+    pub response: Value,
+    pub patched: bool,
+    pub reason: String,
+}
+
+/// A body that is not an AdmissionReview with a request uid: nothing can be
+/// answered in the protocol (the API server then applies the webhook's
+/// `failurePolicy: Ignore`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReviewError {
+    #[error("the body is not JSON: {0}")]
+    NotJson(String),
+    #[error("not an admission.k8s.io/v1 AdmissionReview with request.uid")]
+    NotAReview,
+}
+
+/// Decides one review (the request body).
+pub fn review(body: &[u8], template: &SidecarTemplate) -> Result<Verdict, ReviewError> {
+    let review: Value =
+        serde_json::from_slice(body).map_err(|error| ReviewError::NotJson(error.to_string()))?;
+    let request = review.get("request").ok_or(ReviewError::NotAReview)?;
+    let uid = request
+        .get("uid")
+        .and_then(Value::as_str)
+        .filter(|uid| !uid.is_empty())
+        .ok_or(ReviewError::NotAReview)?;
+    let api_version = review
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("admission.k8s.io/v1");
+    let (patch, reason) = match plan(request, template) {
+        Ok(patch) => (Some(patch), "injected".to_owned()),
+        Err(reason) => (None, reason),
+    };
+    let mut response = json!({ "uid": uid, "allowed": true });
+    if let Some(patch) = &patch {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(encoded);
+    }
+    Ok(Verdict {
+        response: json!({
+            "apiVersion": api_version,
+            "kind": "AdmissionReview",
+            "response": response,
+        }),
+        patched: patch.is_some(),
+        reason,
+    })
+}
+
+/// The JSONPatch for a pod, or why it is left alone.
+fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
+    let kind = request.pointer("/kind/kind").and_then(Value::as_str);
+    if kind != Some("Pod") {
+        return Err(format!("not a Pod ({})", kind.unwrap_or("no kind")));
+    }
+    let pod = request
+        .get("object")
+        .filter(|object| object.is_object())
+        .ok_or("no pod object in the request")?;
+    let annotations = pod.pointer("/metadata/annotations");
+    let annotation = |name: &str| {
+        annotations
+            .and_then(|a| a.get(name))
+            .and_then(Value::as_str)
+    };
+    match annotation(INJECT) {
+        None => return Err(format!("no {INJECT} annotation")),
+        Some("true") => {}
+        Some("false") => return Err(format!("{INJECT} is \"false\"")),
+        Some(other) => {
+            return Err(format!(
+                "{INJECT} is {other:?}; only \"true\" injects (\"false\" or no annotation does not)"
+            ));
+        }
+    }
+    let spec = pod.get("spec").ok_or("the pod has no spec")?;
+    let containers = spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .filter(|containers| !containers.is_empty())
+        .ok_or("the pod has no containers")?;
+    let init_containers = spec.get("initContainers").and_then(Value::as_array);
+    let named_charon = |list: &Vec<Value>| {
+        list.iter()
+            .any(|c| c.get("name").and_then(Value::as_str) == Some(SIDECAR))
+    };
+    if named_charon(containers) || init_containers.is_some_and(named_charon) {
+        return Err(format!("already has a container named {SIDECAR:?}"));
+    }
+    let volumes = spec.get("volumes").and_then(Value::as_array);
+    if volumes.is_some_and(|volumes| {
+        volumes
+            .iter()
+            .any(|v| v.get("name").and_then(Value::as_str) == Some(VOLUME))
+    }) {
+        return Err(format!("already has a volume named {VOLUME:?}"));
+    }
+    let config = annotation(CONFIG).unwrap_or(DEFAULT_CONFIG);
+    if !is_dns_subdomain(config) {
+        return Err(format!("{CONFIG} {config:?} is not a valid ConfigMap name"));
+    }
+    let store = annotation(STORE).unwrap_or(&template.store);
+    if !is_store(store) {
+        return Err(format!(
+            "{STORE} {:?} is not `memory` or a Redis URL",
+            redact(store)
+        ));
+    }
+
+    let mut patch = Vec::new();
+    let sidecar = sidecar(&template.image, store);
+    // First among init containers: it runs before (and beside) the others.
+    match init_containers {
+        Some(_) => {
+            patch.push(json!({"op": "add", "path": "/spec/initContainers/0", "value": sidecar}))
+        }
+        None => {
+            patch.push(json!({"op": "add", "path": "/spec/initContainers", "value": [sidecar]}))
+        }
+    }
+    let volume = json!({"name": VOLUME, "configMap": {"name": config}});
+    match volumes {
+        Some(_) => patch.push(json!({"op": "add", "path": "/spec/volumes/-", "value": volume})),
+        None => patch.push(json!({"op": "add", "path": "/spec/volumes", "value": [volume]})),
+    }
+    let marker = format!(
+        "/metadata/annotations/{}",
+        INJECTED.replace('~', "~0").replace('/', "~1")
+    );
+    match annotations {
+        Some(_) => patch.push(json!({"op": "add", "path": marker, "value": "true"})),
+        None => patch.push(
+            json!({"op": "add", "path": "/metadata/annotations", "value": {INJECTED: "true"}}),
+        ),
+    }
+    Ok(Value::Array(patch))
+}
+
+/// The native sidecar (an init container that keeps running), the same as
+/// in `deploy/kubernetes/`.
+pub fn sidecar(image: &str, store: &str) -> Value {
+    json!({
+        "name": SIDECAR,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "restartPolicy": "Always",
+        "args": ["serve", "--config", "/etc/charon", "--grpc-addr", "127.0.0.1:8081",
+                 "--admin-addr", "0.0.0.0:9102", "--store", store],
+        "env": [{"name": "RUST_LOG", "value": "info"}],
+        "ports": [{"name": "charon-admin", "containerPort": 9102, "protocol": "TCP"}],
+        "startupProbe": {"httpGet": {"path": "/healthz", "port": "charon-admin"}, "periodSeconds": 1, "failureThreshold": 30},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "charon-admin"}, "periodSeconds": 10, "failureThreshold": 3},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "charon-admin"}, "periodSeconds": 5, "failureThreshold": 2},
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+            "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}
+        },
+        "volumeMounts": [{"name": VOLUME, "mountPath": "/etc/charon", "readOnly": true}]
+    })
+}
+
+/// RFC 1123 subdomain, as Kubernetes object names.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn is_store(store: &str) -> bool {
+    store == "memory" || crate::store::redis::url::parse(store).is_ok()
+}
+
+/// A store URL without its password, for logs.
+fn redact(store: &str) -> String {
+    match (store.find("://"), store.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://…@{}", &store[..scheme], &store[at + 1..])
+        }
+        _ => store.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod_review(annotations: Value, spec: Value) -> Vec<u8> {
+        json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "object": {"metadata": {"name": "p", "annotations": annotations}, "spec": spec}
+            }
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn patch_of(verdict: &Verdict) -> Value {
+        let encoded = verdict.response["response"]["patch"].as_str().unwrap();
+        serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_opted_in_pod_gets_the_sidecar_and_its_config() {
+        let body = pod_review(
+            json!({INJECT: "true", CONFIG: "shop-limits"}),
+            json!({"containers": [{"name": "app", "image": "app"}], "initContainers": [{"name": "migrate", "image": "m"}]}),
+        );
+        let verdict = review(&body, &SidecarTemplate::default()).unwrap();
+        assert!(verdict.patched, "{}", verdict.reason);
+        assert_eq!(verdict.response["response"]["allowed"], json!(true));
+        let patch = patch_of(&verdict);
+        assert_eq!(patch[0]["path"], json!("/spec/initContainers/0"));
+        assert_eq!(patch[0]["value"]["restartPolicy"], json!("Always"));
+        assert_eq!(
+            patch[1]["value"],
+            json!([{"name": "charon-config", "configMap": {"name": "shop-limits"}}])
+        );
+        assert_eq!(
+            patch[2]["path"],
+            json!("/metadata/annotations/charon.io~1injected")
+        );
+    }
+
+    #[test]
+    fn anything_else_is_admitted_unchanged_with_a_reason() {
+        let template = SidecarTemplate::default();
+        let app = json!({"containers": [{"name": "app"}]});
+        for (annotations, spec, why) in [
+            (json!({}), app.clone(), "no charon.io/inject"),
+            (json!({INJECT: "false"}), app.clone(), "\"false\""),
+            (json!({INJECT: "yes"}), app.clone(), "only \"true\""),
+            (
+                json!({INJECT: "true"}),
+                json!({"containers": []}),
+                "no containers",
+            ),
+            (json!({INJECT: "true"}), json!({}), "no containers"),
+            (
+                json!({INJECT: "true"}),
+                json!({"containers": [{"name": "app"}], "initContainers": [{"name": "charon"}]}),
+                "already",
+            ),
+            (
+                json!({INJECT: "true", CONFIG: "Bad_Name"}),
+                app.clone(),
+                "not a valid ConfigMap",
+            ),
+            (
+                json!({INJECT: "true", STORE: "mysql://u:secret@db"}),
+                app.clone(),
+                "not `memory`",
+            ),
+        ] {
+            let verdict = review(&pod_review(annotations, spec), &template).unwrap();
+            assert!(!verdict.patched);
+            assert!(verdict.reason.contains(why), "{} / {why}", verdict.reason);
+            assert!(!verdict.reason.contains("secret"));
+            assert_eq!(
+                verdict.response["response"],
+                json!({"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": true})
+            );
+        }
+        assert!(matches!(
+            review(b"{", &template),
+            Err(ReviewError::NotJson(_))
+        ));
+        assert_eq!(review(b"{}", &template), Err(ReviewError::NotAReview));
+        assert_eq!(
+            review(br#"{"request": {"uid": ""}}"#, &template),
+            Err(ReviewError::NotAReview)
+        );
+    }
+}
