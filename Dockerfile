@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# The Charon image: the `charon` binary (sidecar: `serve`; admission webhook:
+# `inject`; `check`) on distroless, as uid/gid 65532 (nonroot).
+#
+#   docker build -t charon:0.1.0 .
+#   kind load docker-image charon:0.1.0        # or push it to your registry
+#
+# BuildKit (the default builder) caches Cargo's registry and target folder
+# between builds.
+
+FROM rust:1.88-bookworm AS builder
+WORKDIR /src
+# Only what the build reads: the manifest and lock file, the build script and
+# the protos it compiles (protoc is vendored), the sources, and benches/
+# (Cargo.toml declares a bench, and Cargo wants its file present).
+COPY Cargo.toml Cargo.lock build.rs ./
+COPY proto ./proto
+COPY src ./src
+COPY benches ./benches
+# The release profile keeps line tables (debug = 1) for profiling on the
+# host; the image drops them by default. --build-arg STRIP=none keeps them.
+ARG STRIP=debuginfo
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    CARGO_PROFILE_RELEASE_STRIP="$STRIP" cargo build --release --locked --bin charon \
+    && install -D -m 0755 target/release/charon /out/charon
+
+# glibc and libgcc (the binary links them), CA certificates, tzdata; no
+# shell, no package manager.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=builder /out/charon /usr/local/bin/charon
+USER 65532:65532
+# gRPC (RateLimitService; the sidecar binds it to 127.0.0.1 in Kubernetes),
+# admin HTTP (/healthz, /readyz, /metrics), the webhook's HTTPS.
+EXPOSE 8081 9102 8443
+ENTRYPOINT ["/usr/local/bin/charon"]
+CMD ["serve", "--config", "/etc/charon"]
