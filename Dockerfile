@@ -8,7 +8,9 @@
 # BuildKit (the default builder) caches Cargo's registry and target folder
 # between builds.
 
-FROM rust:1.88-bookworm AS builder
+# The toolchain the tests run with (rustc 1.95); the crate's rust-version is
+# a floor, not what the dependencies were tested with.
+FROM rust:1.95-bookworm AS builder
 WORKDIR /src
 # Only what the build reads: the manifest and lock file, the build script and
 # the protos it compiles (protoc is vendored), the sources, and benches/
