@@ -8,6 +8,8 @@
 //!
 //! Kinds:
 //! - `fixed`: a fixed-window leaf (`tenant`, 10⁹ per hour: always granted).
+//! - `gcra`: a GCRA leaf (`bucket`, 1 000 per second, bursts of 2 000): the
+//!   hot tenant at 1 req/ms stays just within it.
 //! - `tiers`: a 3-tier burst resource (`burst`) with a hard and a global
 //!   limit; tier 1 is 1 000 per second, so the hot tenant, at 1 000 requests
 //!   per simulated second, bursts into tiers 2 and 3 and is refused while they
@@ -42,6 +44,8 @@ domain: bench
 descriptors:
   - key: tenant
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: bucket
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1000, burst: 2000}
   - key: burst
     resource: api
 resources:
@@ -105,7 +109,7 @@ fn new_limiter(
 
 fn bench_limiter(c: &mut Criterion) {
     let mut group = c.benchmark_group("limiter");
-    for (kind, key) in [("fixed", "tenant"), ("tiers", "burst")] {
+    for (kind, key) in [("fixed", "tenant"), ("gcra", "bucket"), ("tiers", "burst")] {
         // One hot tenant.
         let clock = ManualClock::new(START_MS);
         let hot = requests(key, 1);
@@ -181,6 +185,16 @@ fn bench_engine(c: &mut Criterion) {
         hits: 1,
         shadow: false,
     }];
+    let gcra = [Item::Gcra {
+        slot: 0,
+        limit: engine::GcraLimit {
+            count: 1_000,
+            period: 1_000,
+            burst: 2_000,
+        },
+        hits: 1,
+        shadow: false,
+    }];
     let tiers = [Item::Tiers {
         slot: 0,
         global_slot: Some(1),
@@ -194,6 +208,7 @@ fn bench_engine(c: &mut Criterion) {
     let mut group = c.benchmark_group("engine");
     for (kind, items, slots) in [
         ("fixed", &fixed[..], vec![Slot::new(SlotKind::Window)]),
+        ("gcra", &gcra[..], vec![Slot::new(SlotKind::Gcra)]),
         (
             "tiers",
             &tiers[..],

@@ -27,8 +27,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
-use crate::config::{Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit, duration};
-use crate::engine::{Item, Outcome, SlotKind, TierOutcome, keys};
+use crate::config::{
+    Algorithm, Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit, duration,
+};
+use crate::engine::{GcraLimit, Item, Outcome, SlotKind, TierOutcome, keys};
 use crate::store::{Batch, Store, StoreError};
 
 /// Request sizes past which a request is refused as invalid (see the README).
@@ -219,6 +221,14 @@ impl FixedLimitRef<'_> {
         match self {
             FixedLimitRef::Configured(l) => l.name.as_ref(),
             FixedLimitRef::Override(_) => None,
+        }
+    }
+    /// A limit sent with the request is a fixed window, as in
+    /// envoyproxy/ratelimit.
+    fn algorithm(&self) -> Algorithm {
+        match self {
+            FixedLimitRef::Configured(l) => l.algorithm,
+            FixedLimitRef::Override(_) => Algorithm::FixedWindow,
         }
     }
 }
@@ -478,13 +488,30 @@ fn add_item<'c>(
                     .unwrap_or(v.as_str());
                 (k.as_str(), value)
             });
-            let key = keys::window_key(&namespace.name, entries, period);
-            Item::Window {
-                slot: batch.slot(key, SlotKind::Window),
-                limit: limit.requests_per_unit(),
-                period,
-                hits,
-                shadow: *shadow || ignore,
+            match limit.algorithm() {
+                Algorithm::FixedWindow => {
+                    let key = keys::window_key(&namespace.name, entries, period);
+                    Item::Window {
+                        slot: batch.slot(key, SlotKind::Window),
+                        limit: limit.requests_per_unit(),
+                        period,
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
+                Algorithm::Gcra { burst } => {
+                    let key = keys::gcra_key(&namespace.name, entries, period);
+                    Item::Gcra {
+                        slot: batch.slot(key, SlotKind::Gcra),
+                        limit: GcraLimit {
+                            count: limit.requests_per_unit(),
+                            period,
+                            burst,
+                        },
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
             }
         }
         Resolved::Resource { rate, shadow } => {
@@ -545,6 +572,23 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 w.retry_after
             } else {
                 Some(w.reset_after)
+            },
+            tiers: None,
+        },
+        (Resolved::Fixed { limit, shadow, .. }, Some(Outcome::Gcra(g))) => DescriptorStatus {
+            over_limit: g.over && !shadow,
+            limit: Some(CurrentLimit {
+                name: limit.name().cloned(),
+                requests_per_unit: limit.requests_per_unit(),
+                unit: limit.unit(),
+            }),
+            remaining: g.remaining,
+            // Rejected: when the next hit passes; granted: when the bucket
+            // is full again (TAT - now), SPEC §5.3.
+            reset_after_ms: if g.over {
+                g.retry_after
+            } else {
+                Some(g.reset_after)
             },
             tiers: None,
         },

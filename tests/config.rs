@@ -18,8 +18,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use charon::config::{
-    ConfigError, CopyGroup, CopyResource, FOREVER, FixedLimit, Leaf, Loaded, Namespace, Note,
-    RatePolicy, RateResource, Resource, Tier, Unit, caps, load_path, load_str,
+    Algorithm, ConfigError, CopyGroup, CopyResource, FOREVER, FixedLimit, Leaf, Loaded, Namespace,
+    Note, RatePolicy, RateResource, Resource, Tier, Unit, caps, load_path, load_str,
 };
 
 // ---------------------------------------------------------------------------
@@ -108,6 +108,7 @@ fn limit(requests_per_unit: u64, unit: Unit) -> Leaf {
         unit_multiplier: 1,
         name: None,
         replaces: Vec::new(),
+        algorithm: Algorithm::FixedWindow,
     })
 }
 
@@ -344,6 +345,7 @@ fn name_and_replaces_are_kept() {
             unit_multiplier: 1,
             name: Some("specific_limit".into()),
             replaces: Vec::new(),
+            algorithm: Algorithm::FixedWindow,
         }))
     );
     assert_eq!(
@@ -354,6 +356,7 @@ fn name_and_replaces_are_kept() {
             unit_multiplier: 1,
             name: None,
             replaces: vec!["specific_limit".into()],
+            algorithm: Algorithm::FixedWindow,
         }))
     );
 }
@@ -2020,4 +2023,53 @@ fn whole_file_errors_print_without_a_fake_location() {
     let errors = load_path(Path::new("/nonexistent/charon.yaml")).expect_err("missing");
     let text = errors.0[0].to_string();
     assert!(text.starts_with("/nonexistent/charon.yaml: "), "{text}");
+}
+
+#[test]
+fn gcra_on_a_descriptor_leaf() {
+    let yaml = "domain: d
+descriptors:
+  - key: a
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 20, burst: 40}
+  - key: b
+    rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 3}
+  - key: c
+    rate_limit: {algorithm: fixed_window, unit: minute, requests_per_unit: 3}
+";
+    let loaded = load_str(yaml, "d.yaml").expect("valid");
+    let ns = only(&loaded);
+    let algorithm = |key: &str| match leaf(ns, &[(key, "x")]) {
+        Some(Leaf::Limit(limit)) => limit.algorithm,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(algorithm("a"), Algorithm::Gcra { burst: 40 });
+    assert_eq!(
+        algorithm("b"),
+        Algorithm::Gcra { burst: 3 },
+        "burst defaults to requests_per_unit"
+    );
+    assert_eq!(algorithm("c"), Algorithm::FixedWindow);
+
+    for (bad, message) in [
+        (
+            "{algorithm: leaky, unit: second, requests_per_unit: 1}",
+            "unknown algorithm `leaky`",
+        ),
+        (
+            "{unit: second, requests_per_unit: 1, burst: 5}",
+            "`burst` applies only to `algorithm: gcra`",
+        ),
+        (
+            "{algorithm: gcra, unit: second, requests_per_unit: 1, burst: 0}",
+            "burst must be at least 1",
+        ),
+        (
+            "{algorithm: gcra, unit: second, requests_per_unit: 1, burst: -2}",
+            "burst",
+        ),
+    ] {
+        let yaml = format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {bad}\n");
+        let errors = load_str(&yaml, "d.yaml").expect_err(bad);
+        assert!(errors.to_string().contains(message), "{bad}: {errors}");
+    }
 }

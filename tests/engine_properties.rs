@@ -181,7 +181,7 @@ impl Engine {
         }];
         match engine::decide(&items, &mut self.slots, now).outcomes[0] {
             Outcome::Tiers(outcome) => outcome,
-            Outcome::Window(_) => unreachable!(),
+            Outcome::Window(_) | Outcome::Gcra(_) => unreachable!(),
         }
     }
 
@@ -347,6 +347,113 @@ proptest! {
                 prop_assert!(!singles.request(domain, 1, 1, now).over);
             }
             prop_assert_eq!(&engine.slots, &singles.slots);
+        }
+    }
+}
+
+// GCRA (seed 003): the bucket's promises, over random traffic.
+
+mod gcra_properties {
+    use charon::engine::gcra::{GcraLimit, GcraState, decide};
+    use proptest::prelude::*;
+
+    fn arb_limit() -> impl Strategy<Value = GcraLimit> {
+        (
+            1u64..8,
+            prop::sample::select(vec![1_000u64, 2_500, 60_000]),
+            1u64..6,
+        )
+            .prop_map(|(count, period, burst)| GcraLimit {
+                count,
+                period,
+                burst,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Over any interval of length L, grants <= burst + L / T.
+        #[test]
+        fn no_interval_grants_more_than_burst_plus_rate(
+            limit in arb_limit(),
+            requests in prop::collection::vec((0u64..800, 0u64..4), 1..120),
+        ) {
+            let mut state = GcraState::default();
+            let mut now = 1_700_000_000_000u64;
+            let mut granted: Vec<(u64, u64)> = Vec::new();
+            for (step, hits) in requests {
+                now += step;
+                let before = state;
+                let outcome = decide(&limit, &mut state, hits, now, true);
+                if outcome.over || hits == 0 {
+                    // A denial (or a check) changes nothing.
+                    prop_assert_eq!(state, before);
+                } else {
+                    granted.push((now, hits));
+                }
+            }
+            for (i, (start, _)) in granted.iter().enumerate() {
+                let mut total = 0u128;
+                for (at, hits) in &granted[i..] {
+                    total += u128::from(*hits);
+                    let length = u128::from(at - start);
+                    // total <= burst + length * count / period, in integers.
+                    prop_assert!(
+                        total * u128::from(limit.period)
+                            <= u128::from(limit.burst) * u128::from(limit.period)
+                                + length * u128::from(limit.count),
+                        "{} hits in {} ms under {:?}", total, length, limit
+                    );
+                }
+            }
+        }
+
+        /// A client that never comes earlier than the emission interval is
+        /// never denied (whole-millisecond intervals).
+        #[test]
+        fn a_client_at_the_permitted_rate_is_never_denied(
+            interval in 1u64..500,
+            count in 1u64..10,
+            burst in 1u64..4,
+            lateness in prop::collection::vec(0u64..50, 1..200),
+        ) {
+            let limit = GcraLimit { count, period: interval * count, burst };
+            let mut state = GcraState::default();
+            let mut now = 1_700_000_000_000u64;
+            for late in lateness {
+                let outcome = decide(&limit, &mut state, 1, now, true);
+                prop_assert!(!outcome.over, "denied at {} under {:?}", now, limit);
+                now += interval + late;
+            }
+        }
+
+        /// remaining and retry_after say exactly what happens next.
+        #[test]
+        fn remaining_and_retry_after_are_exact(
+            limit in arb_limit(),
+            steps in prop::collection::vec(0u64..700, 1..60),
+        ) {
+            let mut state = GcraState::default();
+            let mut now = 1_700_000_000_000u64;
+            for step in steps {
+                now += step;
+                let outcome = decide(&limit, &mut state, 1, now, true);
+                // `remaining` more one-hit requests pass now, and not one more.
+                let mut probe = state;
+                for _ in 0..outcome.remaining {
+                    prop_assert!(!decide(&limit, &mut probe, 1, now, true).over);
+                }
+                prop_assert!(decide(&limit, &mut probe, 1, now, true).over);
+                // After a denial, one hit passes exactly at retry_after.
+                if outcome.over {
+                    let wait = outcome.retry_after.expect("a finite wait");
+                    prop_assert!(wait > 0);
+                    let mut later = state;
+                    prop_assert!(!decide(&limit, &mut later, 1, now + wait, false).over);
+                    prop_assert!(decide(&limit, &mut later, 1, now + wait - 1, false).over);
+                }
+            }
         }
     }
 }

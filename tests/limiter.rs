@@ -492,3 +492,43 @@ resources:
     // Demand (3200 each) far exceeds the limits: exactly the limit is granted.
     assert_eq!(total, (500, 500));
 }
+
+#[tokio::test]
+async fn gcra_statuses_are_exact_token_bucket_answers() {
+    let h = Harness::new(
+        "domain: shop
+descriptors:
+  - key: key
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 2, burst: 3}
+",
+    );
+    // A quiet key spends its burst at once; the bucket is full again
+    // `TAT - now` later.
+    for (remaining, full_in) in [(2, 500), (1, 1_000), (0, 1_500)] {
+        let answer = h.one("key", "k1").await;
+        assert!(!answer.over_limit);
+        let status = &answer.statuses[0];
+        let limit = status.limit.as_ref().expect("limited");
+        assert_eq!((limit.requests_per_unit, limit.unit), (2, Unit::Second));
+        assert_eq!(status.remaining, remaining);
+        assert_eq!(status.reset_after_ms, Some(full_in));
+    }
+    // Over: the exact wait for the next hit; a denial moves nothing.
+    for _ in 0..3 {
+        let answer = h.one("key", "k1").await;
+        assert!(answer.over_limit);
+        assert_eq!(answer.statuses[0].reset_after_ms, Some(500));
+    }
+    h.clock.advance(499);
+    assert!(h.one("key", "k1").await.over_limit);
+    h.clock.advance(1);
+    assert!(!h.one("key", "k1").await.over_limit);
+    // Other keys have their own bucket; a check-only descriptor (hits 0)
+    // records nothing.
+    let mut check = d("key", "k2");
+    check.hits_addend = Some(0);
+    for _ in 0..5 {
+        assert!(!h.ask(vec![check.clone()]).await.over_limit);
+    }
+    assert_eq!(h.one("key", "k2").await.statuses[0].remaining, 2);
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{Item, SlotKind, keys};
+use charon::engine::{GcraLimit, Item, SlotKind, keys};
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
 use redis_support::{RedisCluster, RedisServer};
@@ -58,10 +58,35 @@ enum Ask {
         check_only: bool,
         shadow: bool,
     },
+    Gcra {
+        key: usize,
+        count: u64,
+        period: u64,
+        burst: u64,
+        hits: u64,
+        shadow: bool,
+    },
 }
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // Rates that are not whole milliseconds (3 per second) included.
+        (
+            0usize..2,
+            prop::sample::select(vec![0u64, 1, 3, 7]),
+            prop::sample::select(vec![1_000u64, 60_000]),
+            1u64..5,
+            0u64..4,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, count, period, burst, hits, shadow)| Ask::Gcra {
+                key,
+                count,
+                period,
+                burst,
+                hits,
+                shadow,
+            }),
         (
             0usize..2,
             0u64..5,
@@ -134,6 +159,27 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                     slot: batch.slot(key, SlotKind::Window),
                     limit,
                     period,
+                    hits,
+                    shadow,
+                }
+            }
+            Ask::Gcra {
+                key,
+                count,
+                period,
+                burst,
+                hits,
+                shadow,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::gcra_key(NS, [("tenant", name.as_str())], period);
+                Item::Gcra {
+                    slot: batch.slot(key, SlotKind::Gcra),
+                    limit: GcraLimit {
+                        count,
+                        period,
+                        burst,
+                    },
                     hits,
                     shadow,
                 }

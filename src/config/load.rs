@@ -11,8 +11,8 @@ use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, FOREVER, Millis};
 use super::raw::{RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawTier};
 use super::{
-    Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace, Note,
-    RatePolicy, RateResource, Resource, Settings, Tier, Unit, caps,
+    Algorithm, Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace,
+    Note, RatePolicy, RateResource, Resource, Settings, Tier, Unit, caps,
 };
 
 /// A loaded configuration and what loading it changed.
@@ -544,16 +544,54 @@ impl Ctx {
                         Some(0)
                     }
                 };
-                match requests {
-                    Some(requests_per_unit) => Leaf::Limit(FixedLimit {
-                        requests_per_unit,
-                        unit,
-                        unit_multiplier,
-                        name: limit.name.clone(),
-                        replaces,
-                    }),
-                    None => Leaf::None,
-                }
+                let Some(requests_per_unit) = requests else {
+                    return Leaf::None;
+                };
+                let algorithm = match limit
+                    .algorithm
+                    .as_ref()
+                    .map(|a| (a.value.as_str(), a.referenced))
+                {
+                    None | Some(("fixed_window", _)) => {
+                        if let Some(burst) = &limit.burst {
+                            self.error(
+                                burst.referenced,
+                                "`burst` applies only to `algorithm: gcra`",
+                            );
+                            return Leaf::None;
+                        }
+                        Algorithm::FixedWindow
+                    }
+                    Some(("gcra", _)) => {
+                        let burst = match &limit.burst {
+                            None => requests_per_unit,
+                            Some(burst) => match self.count(burst, "burst") {
+                                Some(0) => {
+                                    self.error(burst.referenced, "burst must be at least 1");
+                                    return Leaf::None;
+                                }
+                                Some(burst) => burst,
+                                None => return Leaf::None,
+                            },
+                        };
+                        Algorithm::Gcra { burst }
+                    }
+                    Some((other, at)) => {
+                        self.error(
+                            at,
+                            format!("unknown algorithm `{other}`; use fixed_window (the default) or gcra"),
+                        );
+                        return Leaf::None;
+                    }
+                };
+                Leaf::Limit(FixedLimit {
+                    requests_per_unit,
+                    unit,
+                    unit_multiplier,
+                    name: limit.name.clone(),
+                    replaces,
+                    algorithm,
+                })
             }
         }
     }

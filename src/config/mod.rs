@@ -150,6 +150,19 @@ pub struct FixedLimit {
     pub unit_multiplier: u64,
     pub name: Option<String>,
     pub replaces: Vec<String>,
+    /// How hits are counted: a fixed window, or GCRA.
+    pub algorithm: Algorithm,
+}
+
+/// The algorithm of a descriptor's `rate_limit`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Algorithm {
+    /// envoyproxy/ratelimit's: a window aligned to the epoch.
+    #[default]
+    FixedWindow,
+    /// A token bucket (seed 003): `requests_per_unit` per unit, up to
+    /// `burst` at once.
+    Gcra { burst: u64 },
 }
 
 impl FixedLimit {

@@ -87,6 +87,12 @@ pub struct RawRateLimit {
     /// envoyproxy/ratelimit: the window is `unit_multiplier` units long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit_multiplier: Option<Spanned<i64>>,
+    /// Charon: `fixed_window` (the default) or `gcra`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Spanned<String>>,
+    /// Charon, GCRA only: requests allowed at once (default: requests_per_unit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Spanned<i64>>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
 }

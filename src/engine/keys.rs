@@ -69,11 +69,30 @@ pub fn window_key<'e>(
     entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     period_ms: u64,
 ) -> String {
+    descriptor_key('w', namespace, entries, period_ms)
+}
+
+/// The TAT of a GCRA limit on a descriptor: as a window's key (same tag, so
+/// nested descriptors still share a slot), of another kind.
+pub fn gcra_key<'e>(
+    namespace: &str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    period_ms: u64,
+) -> String {
+    descriptor_key('a', namespace, entries, period_ms)
+}
+
+fn descriptor_key<'e>(
+    kind: char,
+    namespace: &str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    period_ms: u64,
+) -> String {
     let mut entries = entries.into_iter().peekable();
     let first = entries.peek().copied().unwrap_or(("", ""));
     let mut key = String::with_capacity(64);
     push_tag(&mut key, [namespace, first.0, first.1]);
-    key.push('w');
+    key.push(kind);
     push_part(&mut key, namespace);
     for (k, v) in entries {
         push_part(&mut key, k);

@@ -17,11 +17,13 @@
 //! ```
 
 pub mod copies;
+pub mod gcra;
 mod hit_log;
 pub mod keys;
 pub mod tiers;
 pub mod window;
 
+pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
 pub use tiers::{Global, Phase, Snapshot, TierState};
 pub use window::WindowState;
@@ -37,6 +39,8 @@ pub enum Slot {
     Tiers(TierState),
     /// A resource's grants of the last second, across domains.
     Log(HitLog),
+    /// A GCRA key's theoretical arrival time.
+    Gcra(GcraState),
 }
 
 /// Which kind of state a key holds.
@@ -45,6 +49,7 @@ pub enum SlotKind {
     Window,
     Tiers,
     Log,
+    Gcra,
 }
 
 impl Slot {
@@ -53,6 +58,7 @@ impl Slot {
             SlotKind::Window => Slot::Window(WindowState::default()),
             SlotKind::Tiers => Slot::Tiers(TierState::default()),
             SlotKind::Log => Slot::Log(HitLog::default()),
+            SlotKind::Gcra => Slot::Gcra(GcraState::default()),
         }
     }
 
@@ -61,6 +67,7 @@ impl Slot {
             Slot::Window(_) => SlotKind::Window,
             Slot::Tiers(_) => SlotKind::Tiers,
             Slot::Log(_) => SlotKind::Log,
+            Slot::Gcra(_) => SlotKind::Gcra,
         }
     }
 
@@ -71,6 +78,7 @@ impl Slot {
             Slot::Window(w) => w.expires_at,
             Slot::Tiers(t) => t.expires_at,
             Slot::Log(log) => log.counts_until(tiers::SECOND),
+            Slot::Gcra(state) => state.expires_at(),
         }
     }
 }
@@ -83,6 +91,13 @@ pub enum Item<'a> {
         slot: usize,
         limit: u64,
         period: u64,
+        hits: u64,
+        shadow: bool,
+    },
+    /// GCRA (a token bucket). `hits == 0` only checks.
+    Gcra {
+        slot: usize,
+        limit: GcraLimit,
         hits: u64,
         shadow: bool,
     },
@@ -105,14 +120,16 @@ impl Item<'_> {
     /// Whether this item only reports, never rejects.
     pub fn shadow(&self) -> bool {
         match self {
-            Item::Window { shadow, .. } | Item::Tiers { shadow, .. } => *shadow,
+            Item::Window { shadow, .. }
+            | Item::Tiers { shadow, .. }
+            | Item::Gcra { shadow, .. } => *shadow,
         }
     }
 
     /// The slots this item reads: its own, then the global log if any.
     pub fn slots(&self) -> [Option<usize>; 2] {
         match self {
-            Item::Window { slot, .. } => [Some(*slot), None],
+            Item::Window { slot, .. } | Item::Gcra { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
             } => [Some(*slot), *global_slot],
@@ -122,14 +139,14 @@ impl Item<'_> {
     /// The item's own slot (a domain's tier log, a window's counter).
     pub fn slot(&self) -> usize {
         match self {
-            Item::Window { slot, .. } | Item::Tiers { slot, .. } => *slot,
+            Item::Window { slot, .. } | Item::Tiers { slot, .. } | Item::Gcra { slot, .. } => *slot,
         }
     }
 
     /// The same item over renumbered slots (a store deciding part of a batch).
     pub fn map_slots(mut self, map: impl Fn(usize) -> usize) -> Self {
         match &mut self {
-            Item::Window { slot, .. } => *slot = map(*slot),
+            Item::Window { slot, .. } | Item::Gcra { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
             } => {
@@ -159,6 +176,7 @@ pub struct Decision {
 pub enum Outcome {
     Window(WindowOutcome),
     Tiers(TierOutcome),
+    Gcra(GcraOutcome),
 }
 
 impl Outcome {
@@ -166,6 +184,7 @@ impl Outcome {
         match self {
             Outcome::Window(w) => w.over,
             Outcome::Tiers(t) => t.over,
+            Outcome::Gcra(g) => g.over,
         }
     }
 }
@@ -254,6 +273,13 @@ fn shares_slots(items: &[Item<'_>]) -> bool {
     used.len() != count
 }
 
+fn gcra_state(slots: &[Slot], index: usize) -> GcraState {
+    match slots.get(index) {
+        Some(Slot::Gcra(state)) => *state,
+        _ => GcraState::default(),
+    }
+}
+
 fn window_state(slots: &[Slot], index: usize) -> WindowState {
     match slots.get(index) {
         Some(Slot::Window(state)) => state.clone(),
@@ -290,6 +316,12 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => window::check(&window_state(slots, slot), limit, period, hits, now).over,
+        Item::Gcra {
+            slot, limit, hits, ..
+        } => {
+            let mut state = gcra_state(slots, slot);
+            gcra::decide(&limit, &mut state, hits, now, false).over
+        }
         Item::Tiers {
             slot,
             global_slot,
@@ -362,6 +394,20 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                     now,
                 ),
             })
+        }
+        Item::Gcra {
+            slot, limit, hits, ..
+        } => {
+            let mut state = gcra_state(slots, slot);
+            let outcome = gcra::decide(&limit, &mut state, hits, now, commit);
+            if commit
+                && !outcome.over
+                && hits > 0
+                && let Some(entry) = slots.get_mut(slot)
+            {
+                *entry = Slot::Gcra(state);
+            }
+            Outcome::Gcra(outcome)
         }
         Item::Tiers {
             slot,

@@ -325,6 +325,13 @@ fn by_fiat(batch: &Batch<'_>, grant: bool) -> Decision {
                     t.retry_after = Some(DENY_RETRY_AFTER_MS);
                 }
             }
+            Outcome::Gcra(g) => {
+                g.over = !grant;
+                if !grant {
+                    g.remaining = 0;
+                    g.retry_after = Some(DENY_RETRY_AFTER_MS);
+                }
+            }
         }
     }
     decision

@@ -39,12 +39,14 @@ struct Block {
 enum Limits {
     Window { limit: u64, period: u64 },
     Tiers(crate::config::RatePolicy, Option<u64>),
+    Gcra(crate::engine::GcraLimit),
 }
 
 impl Limits {
     fn of(item: &Item<'_>) -> Self {
         match *item {
             Item::Window { limit, period, .. } => Limits::Window { limit, period },
+            Item::Gcra { limit, .. } => Limits::Gcra(limit),
             Item::Tiers {
                 policy,
                 global_limit,
@@ -73,6 +75,7 @@ impl Limits {
                     ..
                 },
             ) => policy == *p && global == g,
+            (Limits::Gcra(limit), Item::Gcra { limit: l, .. }) => limit == l,
             _ => false,
         }
     }
@@ -143,6 +146,11 @@ fn age(outcome: Outcome, elapsed: u64) -> Outcome {
             t.retry_after = t.retry_after.map(|r| r.saturating_sub(elapsed));
             t.snapshot.reset_after = t.snapshot.reset_after.saturating_sub(elapsed);
             Outcome::Tiers(t)
+        }
+        Outcome::Gcra(mut g) => {
+            g.retry_after = g.retry_after.map(|r| r.saturating_sub(elapsed));
+            g.reset_after = g.reset_after.saturating_sub(elapsed);
+            Outcome::Gcra(g)
         }
     }
 }

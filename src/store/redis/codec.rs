@@ -12,7 +12,9 @@ use redis::{ScriptInvocation, Value};
 use smallvec::SmallVec;
 
 use crate::config::FOREVER;
-use crate::engine::{HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog};
+use crate::engine::{
+    GcraState, HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog,
+};
 
 use super::RedisError;
 
@@ -42,6 +44,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Window => b'w',
         SlotKind::Tiers => b't',
         SlotKind::Log => b'g',
+        SlotKind::Gcra => b'a',
     }
 }
 
@@ -73,6 +76,21 @@ pub fn arguments(
                     .arg(slot + 1)
                     .arg(limit)
                     .arg(period)
+                    .arg(hits)
+                    .arg(flag(shadow));
+            }
+            Item::Gcra {
+                slot,
+                limit,
+                hits,
+                shadow,
+            } => {
+                invocation
+                    .arg("a")
+                    .arg(slot + 1)
+                    .arg(limit.count)
+                    .arg(limit.period)
+                    .arg(limit.burst)
                     .arg(hits)
                     .arg(flag(shadow));
             }
@@ -167,6 +185,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Window => Slot::Window(window(text)?),
                 SlotKind::Tiers => Slot::Tiers(tiers(text)?),
                 SlotKind::Log => Slot::Log(log(text)?),
+                SlotKind::Gcra => Slot::Gcra(gcra(text)?),
             }
         }
     };
@@ -189,6 +208,17 @@ fn window(text: &str) -> Result<WindowState, RedisError> {
         start: next()?,
         count: next()?,
         expires_at: next()?,
+    })
+}
+
+/// `tat_ms,ticks,count`: the TAT is `tat_ms` plus `ticks`/`count` ms.
+fn gcra(text: &str) -> Result<GcraState, RedisError> {
+    let mut fields = text.split(',');
+    let mut next = || number(fields.next().unwrap_or(""));
+    let (ms, ticks, count) = (next()?, next()?, next()?);
+    Ok(GcraState {
+        tat: u128::from(ms) * u128::from(count) + u128::from(ticks),
+        count,
     })
 }
 

@@ -8,9 +8,11 @@
 --
 -- KEYS: the state keys of the batch.
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
--- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global log).
+-- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
+--   log), a (GCRA).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits shadow
+--   a slot count period burst hits shadow
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
 -- Slots are 1-based, global_slot 0 when absent; -1 means "none" for limits
@@ -20,6 +22,10 @@
 --
 -- State encodings (decimal, compact; also decoded by src/store/redis/codec.rs):
 --   w: "start,count,expires_at"
+--   a: "tat_ms,ticks,count": the GCRA theoretical arrival time, tat_ms plus
+--      ticks/count ms (GCRA counts time in ticks of 1/count ms, so that the
+--      emission interval period/count is exactly `period` ticks; this script
+--      computes relative to now, which keeps the numbers exact in doubles)
 --   g: hit log "t:n,t:n,..." (time in ms, hits granted at that ms)
 --   t: "expires_at|recent log|entered;log|entered;log..." with one
 --      "entered;log" per tier, entered empty when the tier is not entered,
@@ -165,6 +171,14 @@ local function window_decode(raw, now)
     end
   end
   return { start = 0, count = 0, exp = 0 }
+end
+
+local function gcra_decode(raw)
+  if not raw then
+    return { ms = 0, ticks = 0, count = -1 }
+  end
+  local f = split(raw, ',')
+  return { ms = num(f[1]), ticks = num(f[2]), count = num(f[3]) }
 end
 
 local function tiers_decode(raw, now)
@@ -381,6 +395,8 @@ for i = 1, #KEYS do
   raw[i] = value
   if kind == 'w' then
     slots[i] = window_decode(value, now)
+  elseif kind == 'a' then
+    slots[i] = gcra_decode(value)
   elseif kind == 't' then
     slots[i] = tiers_decode(value, now)
   else
@@ -412,6 +428,28 @@ for _ = 1, tonumber(ARGV[3]) do
       state.count = state.count + hits
       state.exp = start + period
       dirty[slot] = true
+    end
+  elseif ARGV[at] == 'a' then
+    local slot, count, period = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3])
+    local burst, hits = num(ARGV[at + 4]), num(ARGV[at + 5])
+    shadow = ARGV[at + 6] == '1'
+    at = at + 7
+    if count == 0 or period == 0 then
+      over = true
+    else
+      local state = slots[slot]
+      -- Ticks from now to the TAT (0 if it has passed or is of another rate).
+      local ahead = 0
+      if state.count == count then
+        ahead = math.max(0, (state.ms - now) * count + state.ticks)
+      end
+      local next = ahead + math.max(hits, 1) * period
+      over = next > burst * period
+      if not over and hits > 0 then
+        local ticks = math.fmod(next, count)
+        slots[slot] = { ms = now + (next - ticks) / count, ticks = ticks, count = count }
+        dirty[slot] = true
+      end
     end
   else
     local item = {
@@ -465,7 +503,14 @@ if granted then
   for i = 1, #KEYS do
     if dirty[i] then
       local kind, state = string.sub(kinds, i, i), slots[i]
-      if kind == 'w' then
+      if kind == 'a' then
+        local value = fmt(state.ms) .. ',' .. fmt(state.ticks) .. ',' .. fmt(state.count)
+        local until_ms = state.ms - now
+        if state.ticks > 0 then
+          until_ms = until_ms + 1
+        end
+        redis.call('SET', KEYS[i], value, 'PX', math.max(until_ms, 1) + slack)
+      elseif kind == 'w' then
         local value = fmt(state.start) .. ',' .. fmt(state.count) .. ',' .. fmt(state.exp)
         if fresh_window[i] then
           redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack)
