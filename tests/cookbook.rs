@@ -215,3 +215,45 @@ async fn batch_daily_five_thousand_then_closed_for_the_day() {
     book.at(86_400_000);
     assert!(!book.hit("reporter").await.over_limit);
 }
+
+#[tokio::test]
+async fn ban_after_two_thousand_in_twenty_minutes_for_an_hour() {
+    let book = Cookbook::load("ban.yaml");
+    book.at(0);
+    // 2 000 in the 1 200 s window, plus the request that trips the ban.
+    assert_eq!(book.grants_until_rejected("scraper").await, 2_001);
+    let banned = book.hit("scraper").await;
+    assert_eq!(banned.tiers.expect("tiers").snapshot.tier, 2);
+    assert_eq!(retry_after(&banned), 3_600_000);
+    book.at(3_599_999);
+    assert!(book.hit("scraper").await.over_limit, "still banned");
+    book.at(3_600_000);
+    assert!(!book.hit("scraper").await.over_limit, "the ban is over");
+    // A client under 2 000 per 20 minutes (90 a minute: at most 21 minutes'
+    // worth, 1 890, in any 1 200 s) is never banned.
+    for minute in 0..60 {
+        book.at(4_000_000 + minute * 60_000);
+        for _ in 0..90 {
+            assert!(!book.hit("polite").await.over_limit);
+        }
+    }
+}
+
+#[tokio::test]
+async fn token_bucket_ten_per_second_bursts_of_twenty() {
+    let book = Cookbook::load("token-bucket.yaml");
+    book.at(0);
+    // A quiet key spends its whole burst at once ...
+    assert_eq!(book.grants_until_rejected("client").await, 20);
+    let rejected = book.hit("client").await;
+    // ... then one every 100 ms, exactly.
+    assert_eq!(retry_after(&rejected), 100);
+    for step in 1..=50 {
+        book.at(step * 100);
+        assert!(!book.hit("client").await.over_limit, "at {} ms", step * 100);
+        assert!(book.hit("client").await.over_limit);
+    }
+    // After 2 s of quiet the bucket is full again.
+    book.at(7_000);
+    assert_eq!(book.grants_until_rejected("client").await, 20);
+}
