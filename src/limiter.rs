@@ -28,7 +28,8 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
 use crate::config::{
-    Algorithm, Config, FixedLimit, Leaf, Namespace, RateResource, Resource, Unit, duration,
+    Algorithm, Config, FixedLimit, Leaf, Namespace, RateResource, Resource, SoftLimit, Unit,
+    duration,
 };
 use crate::engine::{GcraLimit, Item, Outcome, SlotKind, TierOutcome, keys};
 use crate::store::{Batch, Store, StoreError};
@@ -116,6 +117,8 @@ pub struct DescriptorStatus {
     pub reset_after_ms: Option<u64>,
     /// For a burst-tier descriptor: the full engine answer.
     pub tiers: Option<TierOutcome>,
+    /// Granted, but past the limit's `soft_limit` (seed 004): warn.
+    pub soft_limit_exceeded: bool,
 }
 
 impl DescriptorStatus {
@@ -126,6 +129,7 @@ impl DescriptorStatus {
             remaining,
             reset_after_ms: None,
             tiers: None,
+            soft_limit_exceeded: false,
         }
     }
 }
@@ -220,6 +224,13 @@ impl FixedLimitRef<'_> {
     fn name(&self) -> Option<&String> {
         match self {
             FixedLimitRef::Configured(l) => l.name.as_ref(),
+            FixedLimitRef::Override(_) => None,
+        }
+    }
+    /// A limit sent with the request has no soft limit.
+    fn soft_limit(&self) -> Option<SoftLimit> {
+        match self {
+            FixedLimitRef::Configured(l) => l.soft_limit,
             FixedLimitRef::Override(_) => None,
         }
     }
@@ -574,6 +585,10 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 Some(w.reset_after)
             },
             tiers: None,
+            soft_limit_exceeded: !w.over
+                && limit.soft_limit().is_some_and(|soft| {
+                    soft.exceeded(w.limit.saturating_sub(w.remaining), w.limit)
+                }),
         },
         (Resolved::Fixed { limit, shadow, .. }, Some(Outcome::Gcra(g))) => DescriptorStatus {
             over_limit: g.over && !shadow,
@@ -591,6 +606,14 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 Some(g.reset_after)
             },
             tiers: None,
+            // In use: the burst not available now.
+            soft_limit_exceeded: !g.over
+                && match (limit.soft_limit(), limit.algorithm()) {
+                    (Some(soft), Algorithm::Gcra { burst }) => {
+                        soft.exceeded(burst.saturating_sub(g.remaining), burst)
+                    }
+                    _ => false,
+                },
         },
         (Resolved::Resource { rate, shadow }, Some(Outcome::Tiers(t))) => DescriptorStatus {
             over_limit: t.over && !shadow,
@@ -610,6 +633,11 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 Some(t.snapshot.reset_after)
             },
             tiers: Some(*t),
+            // The current tier's window fill.
+            soft_limit_exceeded: !t.over
+                && rate
+                    .soft_limit
+                    .is_some_and(|soft| soft.exceeded(t.snapshot.tier_hits, t.snapshot.tier_limit)),
         },
         _ => DescriptorStatus::unlimited(0),
     };

@@ -109,6 +109,7 @@ fn limit(requests_per_unit: u64, unit: Unit) -> Leaf {
         name: None,
         replaces: Vec::new(),
         algorithm: Algorithm::FixedWindow,
+        soft_limit: None,
     })
 }
 
@@ -346,6 +347,7 @@ fn name_and_replaces_are_kept() {
             name: Some("specific_limit".into()),
             replaces: Vec::new(),
             algorithm: Algorithm::FixedWindow,
+            soft_limit: None,
         }))
     );
     assert_eq!(
@@ -357,6 +359,7 @@ fn name_and_replaces_are_kept() {
             name: None,
             replaces: vec!["specific_limit".into()],
             algorithm: Algorithm::FixedWindow,
+            soft_limit: None,
         }))
     );
 }
@@ -2071,5 +2074,31 @@ descriptors:
         let yaml = format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {bad}\n");
         let errors = load_str(&yaml, "d.yaml").expect_err(bad);
         assert!(errors.to_string().contains(message), "{bad}: {errors}");
+    }
+}
+
+#[test]
+fn soft_limits_are_a_count_or_a_share() {
+    let yaml = r#"domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 10, soft_limit: 8}
+  - key: b
+    rate_limit: {unit: second, requests_per_unit: 10, soft_limit: "80%"}
+"#;
+    let loaded = load_str(yaml, "d.yaml").expect("valid");
+    let ns = only(&loaded);
+    let soft = |key: &str| match leaf(ns, &[(key, "x")]) {
+        Some(Leaf::Limit(limit)) => limit.soft_limit,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(soft("a"), Some(charon::config::SoftLimit::Count(8)));
+    assert_eq!(soft("b"), Some(charon::config::SoftLimit::Percent(80)));
+    for bad in ["-1", "\"120%\"", "\"0%\"", "\"lots\""] {
+        let yaml = format!(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: 1, soft_limit: {bad}}}\n"
+        );
+        let errors = load_str(&yaml, "d.yaml").expect_err(bad);
+        assert!(errors.to_string().contains("soft_limit"), "{bad}: {errors}");
     }
 }

@@ -60,6 +60,7 @@ resources:
         - {name: big, limit: 8, domains: [acme, globex]}
   search:
     rate:
+      soft_limit: 3
       tiers:
         - {limit: 5, window: 1s, active: forever, cooldown: 0s}
 ";
@@ -213,9 +214,13 @@ async fn semantics(store: &str, extra: &[&str]) -> (Sidecar, tempfile::TempDir) 
     let answer = session.call(request(POOL)).await.expect("answered");
     assert_eq!(error_kind(&answer), Kind::WrongKind);
     // A rate-limited request through the session: 5 per second.
-    for _ in 0..5 {
+    for i in 0..5 {
         match session.call(request("search")).await.expect("answered") {
-            Answer::Request(answer) => assert_eq!(answer.granted, 1, "{answer:?}"),
+            Answer::Request(answer) => {
+                assert_eq!(answer.granted, 1, "{answer:?}");
+                // Past the soft limit of 3: the 4th and 5th warn.
+                assert_eq!(answer.soft_limit_exceeded, i >= 3, "{i}: {answer:?}");
+            }
             other => panic!("{other:?}"),
         }
     }

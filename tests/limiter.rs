@@ -532,3 +532,42 @@ descriptors:
     }
     assert_eq!(h.one("key", "k2").await.statuses[0].remaining, 2);
 }
+
+#[tokio::test]
+async fn soft_limits_warn_before_the_hard_limit_rejects() {
+    let h = Harness::new(
+        r#"domain: shop
+descriptors:
+  - key: window
+    rate_limit: {unit: minute, requests_per_unit: 10, soft_limit: "80%"}
+  - key: bucket
+    rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1, burst: 4, soft_limit: 2}
+  - key: tenant
+    resource: api
+resources:
+  api:
+    rate:
+      soft_limit: 50%
+      tiers:
+        - {limit: 4, window: 1s, active: forever, cooldown: 0s}
+"#,
+    );
+    // Past 8 of 10: the 9th and 10th warn, the 11th is rejected (no warning).
+    for i in 1..=10 {
+        let answer = h.one("window", "w").await;
+        assert!(!answer.over_limit);
+        assert_eq!(answer.statuses[0].soft_limit_exceeded, i > 8, "request {i}");
+    }
+    let rejected = h.one("window", "w").await;
+    assert!(rejected.over_limit && !rejected.statuses[0].soft_limit_exceeded);
+    // GCRA: past 2 of the burst of 4 in use.
+    for i in 1..=4 {
+        let status = &h.one("bucket", "b").await.statuses[0];
+        assert_eq!(status.soft_limit_exceeded, i > 2, "request {i}");
+    }
+    // Tiers: past half the current tier's window.
+    for i in 1..=4 {
+        let status = &h.one("tenant", "t").await.statuses[0];
+        assert_eq!(status.soft_limit_exceeded, i > 2, "request {i}");
+    }
+}

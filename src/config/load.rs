@@ -9,10 +9,10 @@ use serde_saphyr::{Location, Spanned};
 
 use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, FOREVER, Millis};
-use super::raw::{RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawTier};
+use super::raw::{RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawSoftLimit, RawTier};
 use super::{
     Algorithm, Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace,
-    Note, RatePolicy, RateResource, Resource, Settings, Tier, Unit, caps,
+    Note, RatePolicy, RateResource, Resource, Settings, SoftLimit, Tier, Unit, caps,
 };
 
 /// A loaded configuration and what loading it changed.
@@ -584,6 +584,13 @@ impl Ctx {
                         return Leaf::None;
                     }
                 };
+                let soft_limit = match &limit.soft_limit {
+                    None => None,
+                    Some(soft) => match self.soft_limit(at, soft) {
+                        Some(soft) => Some(soft),
+                        None => return Leaf::None,
+                    },
+                };
                 Leaf::Limit(FixedLimit {
                     requests_per_unit,
                     unit,
@@ -591,6 +598,7 @@ impl Ctx {
                     name: limit.name.clone(),
                     replaces,
                     algorithm,
+                    soft_limit,
                 })
             }
         }
@@ -649,12 +657,50 @@ impl Ctx {
             );
             domains.insert(domain.clone(), Arc::new(policy));
         }
+        let soft_limit = rate
+            .soft_limit
+            .as_ref()
+            .and_then(|soft| self.soft_limit(at, soft));
         (self.errors.len() == errors_before).then(|| RateResource {
             name: name.to_owned(),
             global_limit,
             default: Arc::new(default),
             domains,
+            soft_limit,
         })
+    }
+
+    /// `soft_limit`: a count (0 or more), or a share `N%` (1 to 100).
+    fn soft_limit(&mut self, at: Location, raw: &RawSoftLimit) -> Option<SoftLimit> {
+        match raw {
+            RawSoftLimit::Count(count) => match u64::try_from(*count) {
+                Ok(count) if count <= u64::from(u32::MAX) => Some(SoftLimit::Count(count)),
+                _ => {
+                    self.error(
+                        at,
+                        format!("soft_limit {count} must be between 0 and {}", u32::MAX),
+                    );
+                    None
+                }
+            },
+            RawSoftLimit::Share(text) => {
+                let percent = text
+                    .trim()
+                    .strip_suffix('%')
+                    .and_then(|number| number.trim().parse::<u64>().ok())
+                    .filter(|percent| (1..=100).contains(percent));
+                match percent {
+                    Some(percent) => Some(SoftLimit::Percent(percent)),
+                    None => {
+                        self.error(
+                            at,
+                            format!("soft_limit `{text}`: write a count (8) or a share from 1% to 100% (80%)"),
+                        );
+                        None
+                    }
+                }
+            }
+        }
     }
 
     fn policy(

@@ -94,6 +94,8 @@ pub struct RateResource {
     pub default: Arc<RatePolicy>,
     /// Domain-specific configurations: replace the default whole.
     pub domains: HashMap<String, Arc<RatePolicy>>,
+    /// Past it (of the current tier's window), granted answers warn.
+    pub soft_limit: Option<SoftLimit>,
 }
 
 impl RateResource {
@@ -152,6 +154,31 @@ pub struct FixedLimit {
     pub replaces: Vec<String>,
     /// How hits are counted: a fixed window, or GCRA.
     pub algorithm: Algorithm,
+    /// Past it, granted answers carry a warning (seed 004).
+    pub soft_limit: Option<SoftLimit>,
+}
+
+/// A soft limit (seed 004, "Hard limit vs Soft limit"): granted requests
+/// past it are still granted, with a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftLimit {
+    /// Past this many in use.
+    Count(u64),
+    /// Past this percentage (1 to 100) of the limit in use.
+    Percent(u64),
+}
+
+impl SoftLimit {
+    /// Whether `used` of `limit` is past the soft limit.
+    pub fn exceeded(&self, used: u64, limit: u64) -> bool {
+        let threshold = match *self {
+            SoftLimit::Count(count) => count,
+            SoftLimit::Percent(percent) => {
+                u64::try_from(u128::from(limit) * u128::from(percent) / 100).unwrap_or(u64::MAX)
+            }
+        };
+        used > threshold
+    }
 }
 
 /// The algorithm of a descriptor's `rate_limit`.

@@ -93,6 +93,9 @@ pub struct RawRateLimit {
     /// Charon, GCRA only: requests allowed at once (default: requests_per_unit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Spanned<i64>>,
+    /// Charon: warn past this many (or this share, `80%`) of the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_limit: Option<RawSoftLimit>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
 }
@@ -128,6 +131,17 @@ pub struct RawRate {
         skip_serializing_if = "BTreeMap::is_empty"
     )]
     pub domains: BTreeMap<String, Spanned<RawDomainRate>>,
+    /// Charon: warn past this many (or this share) of the current tier's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_limit: Option<RawSoftLimit>,
+}
+
+/// `soft_limit: 8` or `soft_limit: "80%"`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RawSoftLimit {
+    Count(i64),
+    Share(String),
 }
 
 /// A domain-specific rate configuration: replaces the default one whole.

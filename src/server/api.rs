@@ -217,12 +217,17 @@ impl Core {
                     .request_hits(&namespace, &rate, &op.domain, copies, min_copies)
                     .await
                     .map_err(|error| ApiError::new(Kind::StoreUnavailable, error.to_string()))?;
-                Ok(rate_answer(
+                let mut answer = rate_answer(
                     &outcome,
                     degraded,
                     namespace.settings.ignore_configured,
                     copies,
-                ))
+                );
+                answer.soft_limit_exceeded = !outcome.over
+                    && rate.soft_limit.is_some_and(|soft| {
+                        soft.exceeded(outcome.snapshot.tier_hits, outcome.snapshot.tier_limit)
+                    });
+                Ok(answer)
             }
             Target::Copies(..) => Err(ApiError::new(
                 Kind::WrongKind,
@@ -236,6 +241,7 @@ impl Core {
                 retry_after_ms: Some(0),
                 degraded: false,
                 context: Some(RateContext::default()),
+                soft_limit_exceeded: false,
             }),
         }
     }
@@ -253,6 +259,7 @@ fn rate_answer(outcome: &TierOutcome, degraded: bool, ignore: bool, copies: u64)
         granted,
         retry_after_ms: outcome.retry_after,
         degraded,
+        soft_limit_exceeded: false,
         context: Some(RateContext {
             hard_limit: outcome.hard_limit,
             global_limit: outcome.global_limit,

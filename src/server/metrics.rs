@@ -74,8 +74,14 @@ pub struct Metrics {
     store_errors: Counter,
     store_outages: Counter,
     sessions: Gauge,
+    soft_limit_warnings: Family<NamespaceLabel, Counter>,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    pub namespace: String,
 }
 
 /// A Charon API session operation and how it ended.
@@ -156,6 +162,12 @@ impl Metrics {
             "Times the shared store became unreachable (the circuit breaker opened)",
             store_outages.clone(),
         );
+        let soft_limit_warnings = Family::<NamespaceLabel, Counter>::default();
+        registry.register(
+            "soft_limit_warnings",
+            "Granted answers past a soft limit (seed 004), by namespace",
+            soft_limit_warnings.clone(),
+        );
         let sessions = Gauge::default();
         registry.register("sessions", "Open Charon API sessions", sessions.clone());
         let copy_operations = Family::<CopyOperationLabels, Counter>::default();
@@ -172,6 +184,7 @@ impl Metrics {
         );
         Self {
             registry,
+            soft_limit_warnings,
             sessions,
             copy_operations,
             copy_serving,
@@ -223,6 +236,14 @@ impl Metrics {
         self.store_degraded.inner().store(redis.degraded, ordering);
         self.store_errors.inner().store(redis.errors, ordering);
         self.store_outages.inner().store(redis.opened, ordering);
+    }
+
+    pub fn soft_limit_warning(&self, namespace: &str) {
+        self.soft_limit_warnings
+            .get_or_create(&NamespaceLabel {
+                namespace: namespace.to_owned(),
+            })
+            .inc();
     }
 
     pub fn set_sessions(&self, open: usize) {

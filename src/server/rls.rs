@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as WireUnit,
 };
@@ -69,6 +70,9 @@ impl<S: Store> RateLimitService for RlsService<S> {
                 } else {
                     Decision::Ok
                 };
+                if !answer.over_limit && answer.statuses.iter().any(|s| s.soft_limit_exceeded) {
+                    self.metrics.soft_limit_warning(label);
+                }
                 self.metrics.decision(label, result, started.elapsed());
                 Ok(Response::new(to_wire(answer)))
             }
@@ -163,9 +167,30 @@ fn duration(ms: u64) -> WireDuration {
     }
 }
 
+/// The response header of a granted answer with descriptors past their soft
+/// limit (seed 004): their indexes in the request, `0,2`.
+pub const SOFT_LIMIT_HEADER: &str = "x-charon-soft-limit";
+
 fn to_wire(answer: limiter::RateLimitAnswer) -> RateLimitResponse {
     let code = |over: bool| if over { Code::OverLimit } else { Code::Ok } as i32;
+    let soft: Vec<String> = answer
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(_, status)| status.soft_limit_exceeded)
+        .map(|(index, _)| index.to_string())
+        .collect();
+    let response_headers_to_add = if answer.over_limit || soft.is_empty() {
+        Vec::new()
+    } else {
+        vec![HeaderValue {
+            key: SOFT_LIMIT_HEADER.to_owned(),
+            value: soft.join(","),
+            ..Default::default()
+        }]
+    };
     RateLimitResponse {
+        response_headers_to_add,
         overall_code: code(answer.over_limit),
         statuses: answer
             .statuses
@@ -183,5 +208,40 @@ fn to_wire(answer: limiter::RateLimitAnswer) -> RateLimitResponse {
             })
             .collect(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(soft: bool) -> limiter::DescriptorStatus {
+        limiter::DescriptorStatus {
+            over_limit: false,
+            limit: None,
+            remaining: 1,
+            reset_after_ms: None,
+            tiers: None,
+            soft_limit_exceeded: soft,
+        }
+    }
+
+    #[test]
+    fn granted_answers_past_a_soft_limit_carry_the_header() {
+        let answer = limiter::RateLimitAnswer {
+            over_limit: false,
+            statuses: vec![status(true), status(false), status(true)],
+            namespace_known: true,
+        };
+        let wire = to_wire(answer);
+        assert_eq!(wire.response_headers_to_add.len(), 1);
+        assert_eq!(wire.response_headers_to_add[0].key, SOFT_LIMIT_HEADER);
+        assert_eq!(wire.response_headers_to_add[0].value, "0,2");
+        let quiet = limiter::RateLimitAnswer {
+            over_limit: false,
+            statuses: vec![status(false)],
+            namespace_known: true,
+        };
+        assert!(to_wire(quiet).response_headers_to_add.is_empty());
     }
 }
