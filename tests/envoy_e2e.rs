@@ -502,6 +502,12 @@ async fn envoy_scenario(h: &mut Harness) {
             "{context}: x-ratelimit-remaining"
         );
         assert_reset_header(reply.header("x-ratelimit-reset"), second, &context);
+        // The soft limit (3): Envoy adds Charon's warning header.
+        assert_eq!(
+            reply.header("x-charon-soft-limit"),
+            (n > 3).then_some("0"),
+            "{context}: x-charon-soft-limit"
+        );
     }
     let second = second_of_minute();
     let reply = h.get(Some(&alice)).await;
