@@ -78,6 +78,7 @@ run() { # name config prefix load-args...
 
 run "fixed window, one hot tenant" examples/bench/fixed.yaml tenant- --hot
 run "fixed window, 100000 tenants" examples/bench/fixed.yaml tenant- --tenants 100000
+run "GCRA, 100000 tenants" examples/bench/gcra.yaml tenant- --tenants 100000
 run "3 tiers + H, one hot tenant" "$work/tiers-no-global.yaml" bursty- --hot
 run "3 tiers + H, 100000 tenants" "$work/tiers-no-global.yaml" bursty- --tenants 100000
 run "3 tiers + H + G, 100000 tenants" examples/bench/tiers.yaml bursty- --tenants 100000
