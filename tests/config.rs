@@ -2102,3 +2102,43 @@ descriptors:
         assert!(errors.to_string().contains("soft_limit"), "{bad}: {errors}");
     }
 }
+
+#[test]
+fn a_ban_is_shorthand_for_two_tiers() {
+    let dir = format!("{}/examples/cookbook", env!("CARGO_MANIFEST_DIR"));
+    let explicit = load_path(format!("{dir}/ban.yaml").as_ref()).expect("ban.yaml");
+    let shorthand = load_path(format!("{dir}/ban-shorthand.yaml").as_ref()).expect("shorthand");
+    let tiers = |loaded: &Loaded| rate(only(loaded), "api").default.tiers.clone();
+    assert_eq!(tiers(&shorthand), tiers(&explicit));
+    assert!(
+        shorthand
+            .notes
+            .iter()
+            .any(|note| note.to_string().contains("ban normalized into two tiers")),
+        "{:?}",
+        shorthand.notes
+    );
+    // `charon check` prints the tiers, not the shorthand.
+    let (_, yaml) = &shorthand.normalized[0];
+    assert!(yaml.contains("tiers") && !yaml.contains("ban:"), "{yaml}");
+
+    let both = "domain: d
+resources:
+  api:
+    rate:
+      ban: {limit: 1, window: 1s, duration: 1m}
+      tiers: [{limit: 1, window: 1s}]
+";
+    let errors = load_str(both, "d.yaml").expect_err("both");
+    assert!(
+        errors.to_string().contains("both `ban` and `tiers`"),
+        "{errors}"
+    );
+    let bad = "domain: d
+resources:
+  api:
+    rate:
+      ban: {limit: 1, window: 1s, duration: soon}
+";
+    assert!(load_str(bad, "d.yaml").is_err());
+}

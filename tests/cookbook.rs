@@ -218,7 +218,12 @@ async fn batch_daily_five_thousand_then_closed_for_the_day() {
 
 #[tokio::test]
 async fn ban_after_two_thousand_in_twenty_minutes_for_an_hour() {
-    let book = Cookbook::load("ban.yaml");
+    for file in ["ban.yaml", "ban-shorthand.yaml"] {
+        ban_scenario(Cookbook::load(file)).await;
+    }
+}
+
+async fn ban_scenario(book: Cookbook) {
     book.at(0);
     // 2 000 in the 1 200 s window, plus the request that trips the ban.
     assert_eq!(book.grants_until_rejected("scraper").await, 2_001);

@@ -9,7 +9,9 @@ use serde_saphyr::{Location, Spanned};
 
 use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, FOREVER, Millis};
-use super::raw::{RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawSoftLimit, RawTier};
+use super::raw::{
+    RawBan, RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawSoftLimit, RawTier,
+};
 use super::{
     Algorithm, Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace,
     Note, RatePolicy, RateResource, Resource, Settings, SoftLimit, Tier, Unit, caps,
@@ -639,6 +641,23 @@ impl Ctx {
             .global_limit
             .as_ref()
             .and_then(|g| self.count(g, "global_limit"));
+        if let Some(ban) = rate.ban.take() {
+            if rate.tiers.is_empty() {
+                self.note(
+                    ban.referenced,
+                    format!(
+                        "resource `{name}`: ban normalized into two tiers: {} per {}, then a prison tier of {}",
+                        ban.value.limit.value, ban.value.window.value, ban.value.duration.value
+                    ),
+                );
+                rate.tiers = ban_tiers(ban.value);
+            } else {
+                self.error(
+                    ban.referenced,
+                    format!("resource `{name}` has both `ban` and `tiers`; a ban is two tiers: give one or the other"),
+                );
+            }
+        }
         let default = self.policy(name, None, at, rate.hard_limit.as_ref(), &mut rate.tiers);
         let mut domains = HashMap::new();
         for (domain, config) in &mut rate.domains {
@@ -892,4 +911,48 @@ impl Ctx {
             groups,
         })
     }
+}
+
+/// A ban as burst tiers: `limit` per `window` for ever; the request that
+/// bursts out of it enters a prison tier (limit 1: that request) that stays
+/// current for `duration`, so nothing more passes until it ends.
+fn ban_tiers(ban: RawBan) -> Vec<Spanned<RawTier>> {
+    let text = |value: &str, like: &Spanned<String>| Spanned {
+        value: value.to_owned(),
+        referenced: like.referenced,
+        defined: like.defined,
+    };
+    let tier = |limit: Spanned<i64>, window: Spanned<String>, active: Spanned<String>| {
+        let cooldown = text("0s", &window);
+        Spanned {
+            referenced: limit.referenced,
+            defined: limit.defined,
+            value: RawTier {
+                limit,
+                window,
+                active,
+                cooldown,
+                skippable: false,
+            },
+        }
+    };
+    let normal = tier(
+        Spanned {
+            value: ban.limit.value,
+            referenced: ban.limit.referenced,
+            defined: ban.limit.defined,
+        },
+        text(&ban.window.value, &ban.window),
+        text("forever", &ban.window),
+    );
+    let prison = tier(
+        Spanned {
+            value: 1,
+            referenced: ban.duration.referenced,
+            defined: ban.duration.defined,
+        },
+        text(&ban.duration.value, &ban.duration),
+        text(&ban.duration.value, &ban.duration),
+    );
+    vec![normal, prison]
 }

@@ -134,6 +134,19 @@ pub struct RawRate {
     /// Charon: warn past this many (or this share) of the current tier's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_limit: Option<RawSoftLimit>,
+    /// Charon shorthand (seed 004): normalized into two tiers at load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ban: Option<Spanned<RawBan>>,
+}
+
+/// `ban: {limit: 2000, window: 1200s, duration: 3600s}`: more than `limit`
+/// hits in `window`, and the domain is banned for `duration`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBan {
+    pub limit: Spanned<i64>,
+    pub window: Spanned<String>,
+    pub duration: Spanned<String>,
 }
 
 /// `soft_limit: 8` or `soft_limit: "80%"`.
