@@ -338,28 +338,16 @@ impl<S: Store> Limiter<S> {
         min_copies: u64,
     ) -> Result<(TierOutcome, bool), StoreError> {
         let mut batch = Batch::default();
-        let slot = batch.slot(
-            keys::tiers_key(
-                &namespace.name,
-                &rate.name,
-                domain,
-                rate.global_limit.is_some(),
-            ),
-            SlotKind::Tiers,
-        );
-        let global_slot = rate
-            .global_limit
-            .map(|_| batch.slot(keys::global_key(&namespace.name, &rate.name), SlotKind::Log));
-        batch.items.push(Item::Tiers {
-            slot,
-            global_slot,
-            policy: rate.policy_for(domain),
-            global_limit: rate.global_limit,
+        let item = tiers_item(
+            &mut batch,
+            &namespace.name,
+            rate,
+            domain,
             copies,
             min_copies,
-            check_only: false,
-            shadow: namespace.settings.ignore_configured,
-        });
+            namespace.settings.ignore_configured,
+        );
+        batch.items.push(item);
         let decision = self.store.decide(batch).await?;
         match decision.outcomes.first() {
             Some(Outcome::Tiers(outcome)) => Ok((*outcome, decision.degraded)),
@@ -528,32 +516,51 @@ fn add_item<'c>(
         Resolved::Resource { rate, shadow } => {
             // The domain is the value of the descriptor's last entry.
             let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
-            let slot = batch.slot(
-                keys::tiers_key(
-                    &namespace.name,
-                    &rate.name,
-                    domain,
-                    rate.global_limit.is_some(),
-                ),
-                SlotKind::Tiers,
-            );
-            let global_slot = rate
-                .global_limit
-                .map(|_| batch.slot(keys::global_key(&namespace.name, &rate.name), SlotKind::Log));
-            Item::Tiers {
-                slot,
-                global_slot,
-                policy: rate.policy_for(domain),
-                global_limit: rate.global_limit,
-                copies: hits.max(1),
-                min_copies: hits.max(1),
-                check_only: hits == 0,
-                shadow: *shadow || ignore,
-            }
+            tiers_item(
+                batch,
+                &namespace.name,
+                rate,
+                domain,
+                hits,
+                hits.max(1),
+                *shadow || ignore,
+            )
         }
     };
     batch.items.push(item);
     Some(batch.items.len() - 1)
+}
+
+/// A burst-tier item for `domain` of `rate`, its keys added to `batch`:
+/// `copies` hits (0: only check whether one more would pass), at least
+/// `min_copies` of them or none.
+fn tiers_item<'c>(
+    batch: &mut Batch<'c>,
+    namespace: &str,
+    rate: &'c RateResource,
+    domain: &str,
+    copies: u64,
+    min_copies: u64,
+    shadow: bool,
+) -> Item<'c> {
+    let has_global = rate.global_limit.is_some();
+    let slot = batch.slot(
+        keys::tiers_key(namespace, &rate.name, domain, has_global),
+        SlotKind::Tiers,
+    );
+    let global_slot = rate
+        .global_limit
+        .map(|_| batch.slot(keys::global_key(namespace, &rate.name), SlotKind::Log));
+    Item::Tiers {
+        slot,
+        global_slot,
+        policy: rate.policy_for(domain),
+        global_limit: rate.global_limit,
+        copies: copies.max(1),
+        min_copies: min_copies.max(1),
+        check_only: copies == 0,
+        shadow,
+    }
 }
 
 /// `<resource>/tier<N>/<window>`: Envoy's units cannot say "10 s", so the

@@ -94,6 +94,15 @@ fn redis_counts(redis: &RedisServer) -> Vec<(String, u64)> {
     counts
 }
 
+/// Waits until the resource's counts are all gone from Redis.
+async fn counts_become_empty(redis: &RedisServer, what: &str, within: Duration) {
+    eventually(what, within, async || match redis_counts(redis) {
+        counts if counts.is_empty() => Ok(()),
+        counts => Err(format!("{counts:?}")),
+    })
+    .await;
+}
+
 fn count(counts: &[(String, u64)], field: &str) -> u64 {
     counts
         .iter()
@@ -300,15 +309,7 @@ async fn copy_semantics_on_redis() {
     let redis = RedisServer::start();
     let (_sidecar, _dir) = semantics(&redis.url(), &redis_args()).await;
     // Once the last session is gone, every count is back to zero.
-    eventually(
-        "counts back to zero",
-        Duration::from_secs(10),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
-    )
-    .await;
+    counts_become_empty(&redis, "counts back to zero", Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -421,13 +422,10 @@ async fn a_killed_clients_copies_are_released_at_once() {
     assert_eq!(count(&redis_counts(&redis), "d:acme"), 3);
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
-    eventually(
+    counts_become_empty(
+        &redis,
         "the killed client's copies released",
         Duration::from_secs(5),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
     )
     .await;
 }
@@ -503,13 +501,10 @@ async fn a_transfer_is_seized_on_another_sidecar_and_an_expired_one_is_released(
         Answer::Transfer(answer) => answer.transfer_id,
         other => panic!("{other:?}"),
     };
-    eventually(
+    counts_become_empty(
+        &redis,
         "the expired transfer released",
         Duration::from_secs(10),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
     )
     .await;
     assert_eq!(
@@ -585,15 +580,7 @@ async fn redis_restarted_with_copies_held_makes_sidecars_resign_and_start_clean(
     assert_eq!(count(&counts, "g"), 10, "{counts:?}");
     on_a.close();
     on_b.close();
-    eventually(
-        "counts back to zero",
-        Duration::from_secs(10),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
-    )
-    .await;
+    counts_become_empty(&redis, "counts back to zero", Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -726,15 +713,7 @@ async fn bad_input_is_a_clear_client_error_and_leaks_nothing() {
     drop(flood);
     session.close();
     drop(session);
-    eventually(
-        "counts back to zero",
-        Duration::from_secs(10),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
-    )
-    .await;
+    counts_become_empty(&redis, "counts back to zero", Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -835,15 +814,7 @@ async fn random_reserves_and_releases_on_two_sidecars_never_exceed_a_limit() {
         grants > 100 && rejections > 10,
         "{grants} grants, {rejections} rejections"
     );
-    eventually(
-        "every count back to zero",
-        Duration::from_secs(10),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
-    )
-    .await;
+    counts_become_empty(&redis, "every count back to zero", Duration::from_secs(10)).await;
 }
 
 #[tokio::test]
@@ -1050,13 +1021,5 @@ async fn calls_whose_answers_time_out_neither_leak_nor_release_twice() {
     .await;
     keeper.close();
     drop(keeper);
-    eventually(
-        "counts back to zero",
-        Duration::from_secs(5),
-        async || match redis_counts(&redis) {
-            counts if counts.is_empty() => Ok(()),
-            counts => Err(format!("{counts:?}")),
-        },
-    )
-    .await;
+    counts_become_empty(&redis, "counts back to zero", Duration::from_secs(5)).await;
 }
