@@ -136,9 +136,10 @@ impl RedisCopies {
     ) -> Result<Changed, CopyError> {
         self.ensure_indexed(at.namespace, at.resource).await?;
         let keys = keys::copy_keys(at.namespace, at.resource);
-        let mut invocation = self.invocation(&keys, &who.name(), "reserve");
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, "reserve");
         invocation
-            .arg(who.name())
+            .arg(name.as_str())
             .arg(who.server)
             .arg(at.domain)
             .arg(copies)
@@ -212,9 +213,10 @@ impl RedisCopies {
         } else {
             "release"
         };
-        let mut invocation = self.invocation(&keys, &who.name(), op);
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, op);
         invocation
-            .arg(who.name())
+            .arg(name.as_str())
             .arg(at.domain)
             .arg(copies)
             .arg(groups.len());
@@ -280,8 +282,9 @@ impl RedisCopies {
         let (secret, namespace, resource) =
             super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
         let keys = keys::copy_keys(&namespace, &resource);
-        let mut invocation = self.invocation(&keys, &who.name(), "seize");
-        invocation.arg(who.name()).arg(who.server).arg(secret);
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, "seize");
+        invocation.arg(name.as_str()).arg(who.server).arg(secret);
         let reply = array(self.redis.invoke(&invocation).await?)?;
         match status(&reply) {
             Some("ok") => {}
