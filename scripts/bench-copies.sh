@@ -9,23 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration="${1:-10}"
-cargo build --release --bins -q
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
-cpu_seconds() { awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"; }
-
-work=$(mktemp -d)
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
-
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-    --loglevel warning >"$work/redis.log" 2>&1 &
-redis_pid=$!
-pids+=("$redis_pid")
-until redis-cli -p "$redis_port" ping >/dev/null 2>&1; do sleep 0.1; done
+# shellcheck source=scripts/bench-lib.sh
+source scripts/bench-lib.sh
 
 cat >"$work/copies.yaml" <<'YAML'
 domain: bench

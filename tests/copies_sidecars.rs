@@ -94,6 +94,18 @@ fn redis_counts(redis: &RedisServer) -> Vec<(String, u64)> {
     counts
 }
 
+/// Two sidecars on `redis` with the test config and fast timings, both
+/// registered in the copy log (the directory holds their config and logs).
+async fn two_sidecars(redis: &RedisServer) -> (tempfile::TempDir, Sidecar, Sidecar) {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let a = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    let b = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    a.wait_serving().await;
+    b.wait_serving().await;
+    (dir, a, b)
+}
+
 /// Waits until the resource's counts are all gone from Redis.
 async fn counts_become_empty(redis: &RedisServer, what: &str, within: Duration) {
     eventually(what, within, async || match redis_counts(redis) {
@@ -315,12 +327,7 @@ async fn copy_semantics_on_redis() {
 #[tokio::test]
 async fn a_killed_sidecars_holds_are_reaped_and_the_survivors_kept() {
     let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let mut doomed = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    let survivor = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    doomed.wait_serving().await;
-    survivor.wait_serving().await;
+    let (_dir, mut doomed, survivor) = two_sidecars(&redis).await;
 
     let mut on_doomed = [doomed.session().await, doomed.session().await];
     let mut on_survivor = survivor.session().await;
@@ -433,12 +440,7 @@ async fn a_killed_clients_copies_are_released_at_once() {
 #[tokio::test]
 async fn a_transfer_is_seized_on_another_sidecar_and_an_expired_one_is_released() {
     let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let a = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    let b = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    a.wait_serving().await;
-    b.wait_serving().await;
+    let (_dir, a, b) = two_sidecars(&redis).await;
     let mut on_a = a.session().await;
     let mut on_b = b.session().await;
 
@@ -542,12 +544,7 @@ async fn transfers_work_on_the_memory_store_within_one_sidecar() {
 #[tokio::test]
 async fn redis_restarted_with_copies_held_makes_sidecars_resign_and_start_clean() {
     let mut redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let a = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    let b = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    a.wait_serving().await;
-    b.wait_serving().await;
+    let (_dir, a, b) = two_sidecars(&redis).await;
     let mut on_a = a.session().await;
     let mut on_b = b.session().await;
     assert_eq!(on_a.hold(NS, POOL, "acme", 6).await.0, 6);
@@ -719,15 +716,8 @@ async fn bad_input_is_a_clear_client_error_and_leaks_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_reserves_and_releases_on_two_sidecars_never_exceed_a_limit() {
     let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let sidecars = [
-        Sidecar::start(dir.path(), &config, &redis.url(), &redis_args()),
-        Sidecar::start(dir.path(), &config, &redis.url(), &redis_args()),
-    ];
-    for sidecar in &sidecars {
-        sidecar.wait_serving().await;
-    }
+    let (_dir, a, b) = two_sidecars(&redis).await;
+    let sidecars = [a, b];
     let domains = ["acme", "globex", "initech", "umbrella"];
     let mut clients = Vec::new();
     for client in 0..16u64 {
@@ -883,12 +873,7 @@ async fn a_sidecar_cut_off_from_redis_resigns_then_registers_again() {
 #[tokio::test]
 async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
     let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let paused = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    let other = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
-    paused.wait_serving().await;
-    other.wait_serving().await;
+    let (_dir, paused, other) = two_sidecars(&redis).await;
     let mut on_paused = paused.session().await;
     let mut on_other = other.session().await;
     let (_, groups) = on_paused.hold(NS, POOL, "acme", 3).await;

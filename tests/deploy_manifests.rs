@@ -13,32 +13,21 @@
 
 #[path = "support/redis.rs"]
 mod redis_support;
+#[path = "support/venv.rs"]
+mod venv;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-fn venv_tool(name: &str) -> PathBuf {
-    let venv = std::env::var("CHARON_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/envoy-venv"));
-    let path = venv.join("bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `bash scripts/test-deps.sh` (or set CHARON_VENV)",
-        path.display()
-    );
-    path
-}
 
 /// The objects of `kubectl kustomize <dir>`, as JSON.
 fn render(overlay: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/kubernetes")
         .join(overlay);
-    let yaml = Command::new(venv_tool("kubectl"))
+    let yaml = Command::new(venv::tool("kubectl"))
         .arg("kustomize")
         .arg(&dir)
         .output()
@@ -49,7 +38,7 @@ fn render(overlay: &str) -> Vec<Value> {
         String::from_utf8_lossy(&yaml.stderr)
     );
     // PyYAML comes with kubernetes-validate in the same venv.
-    let mut python = Command::new(venv_tool("python"))
+    let mut python = Command::new(venv::tool("python"))
         .args([
             "-c",
             "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",

@@ -11,8 +11,10 @@
 
 #[path = "support/redis.rs"]
 mod redis_support;
+#[path = "support/venv.rs"]
+mod venv;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -20,19 +22,6 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/admission");
-
-fn tool(name: &str) -> PathBuf {
-    let venv = std::env::var("CHARON_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/envoy-venv"));
-    let path = venv.join("bin").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `bash scripts/test-deps.sh` (or set CHARON_VENV)",
-        path.display()
-    );
-    path
-}
 
 fn run(command: &mut Command) -> String {
     let output = command.output().expect("the command runs");
@@ -220,7 +209,7 @@ fn apply_and_validate(dir: &Path, review: &Value, response: &Value) -> Value {
         .expect("base64");
     let pod_file = dir.join("pod.json");
     std::fs::write(&pod_file, review["request"]["object"].to_string()).expect("write pod");
-    let patched = run(Command::new(tool("kubectl"))
+    let patched = run(Command::new(venv::tool("kubectl"))
         .args(["patch", "--local", "--type", "json", "-o", "json", "-f"])
         .arg(&pod_file)
         .arg("-p")
@@ -237,7 +226,7 @@ fn apply_and_validate(dir: &Path, review: &Value, response: &Value) -> Value {
     }
     let patched_file = dir.join("patched.json");
     std::fs::write(&patched_file, pod.to_string()).expect("write patched");
-    run(Command::new(tool("kubernetes-validate"))
+    run(Command::new(venv::tool("kubernetes-validate"))
         .args(["--strict", "-k", "1.29"])
         .arg(&patched_file));
     pod

@@ -27,6 +27,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a Tokio runtime")
 }
 
+/// A store on Redis time with a generous deadline: the machine is shared
+/// with other tests.
+fn patient_store(url: &str) -> RedisStore {
+    RedisStore::open(
+        url,
+        RedisOptions {
+            timeout: Duration::from_secs(5),
+            ..RedisOptions::default()
+        },
+    )
+    .expect("a valid URL")
+}
+
 /// A store deciding at `clock`'s time, with nothing answered locally.
 fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
     RedisStore::open(
@@ -332,15 +345,7 @@ fn every_key_expires_when_it_stops_mattering() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    let store = RedisStore::open(
-        &redis.url(),
-        RedisOptions {
-            // Generous: the machine is shared with other tests.
-            timeout: Duration::from_secs(5),
-            ..RedisOptions::default()
-        },
-    )
-    .expect("a valid URL");
+    let store = patient_store(&redis.url());
     let mut window = Batch::default();
     let key = keys::window_key(NS, [("tenant", "a")], 60_000);
     let slot = window.slot(key.clone(), SlotKind::Window);
@@ -377,15 +382,7 @@ fn a_flushed_script_is_loaded_again() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    let store = RedisStore::open(
-        &redis.url(),
-        RedisOptions {
-            // Generous: the machine is shared with other tests.
-            timeout: Duration::from_secs(5),
-            ..RedisOptions::default()
-        },
-    )
-    .expect("a valid URL");
+    let store = patient_store(&redis.url());
     let policy = three_tiers();
     for _ in 0..2 {
         let decision = runtime
@@ -456,12 +453,7 @@ fn memory_per_active_domain_for_a_three_tier_resource() {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
-    // A generous deadline: the machine is shared with other tests.
-    let options = RedisOptions {
-        timeout: Duration::from_secs(5),
-        ..RedisOptions::default()
-    };
-    let store = RedisStore::open(&redis.url(), options).expect("a valid URL");
+    let store = patient_store(&redis.url());
     let policy = three_tiers();
     let domains = 1_000;
     let before: u64 = info_used_memory(&redis);
