@@ -836,11 +836,7 @@ async fn a_sidecar_cut_off_from_redis_resigns_then_registers_again() {
     let status = session.ended(Duration::from_secs(10)).await;
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert!(status.message().contains("resigned"), "{status:?}");
-    let metrics = sidecar.metrics().await;
-    assert_eq!(
-        sidecar_support::metric_value(&metrics, "charon_copy_log_registered"),
-        Some(0.0)
-    );
+    assert_eq!(sidecar.metric("charon_copy_log_registered").await, 0.0);
     // Copies are refused with a server error; rate limits answer degraded.
     let mut session = sidecar.session().await;
     match session.reserve(NS, POOL, "acme", 1, 1).await {

@@ -44,10 +44,11 @@
 
 #[path = "support/redis.rs"]
 mod redis_support;
+#[path = "support/sidecar.rs"]
+mod sidecar_support;
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -58,7 +59,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use redis_support::{RedisCluster, RedisSentinel, RedisServer, free_port};
-use tempfile::TempDir;
+use sidecar_support::{READY_TIMEOUT, Sidecar, eventually, metric_value, tempdir, write_config};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
@@ -85,16 +86,12 @@ resources:
 /// What the two tiers of `api` grant in an hour, in all.
 const TIER_TOTAL: u64 = 500;
 
-/// How long a sidecar (or a state change it must notice) may take.
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one gRPC answer may take before it counts as missing.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long clients may hammer before demand must have exceeded the limit.
 const EXHAUST_DEADLINE: Duration = Duration::from_secs(60);
 /// Rejections in a row after which a hammering client stops.
 const REJECTIONS_TO_STOP: u32 = 5;
-/// How often a poll looks again.
-const POLL: Duration = Duration::from_millis(50);
 /// The bound on every answer during an outage (generous: it is a
 /// no-hang check, not a latency benchmark; the deadline is 50 ms).
 const OUTAGE_ANSWER_BOUND: Duration = Duration::from_secs(1);
@@ -129,105 +126,12 @@ fn seconds_to_next_hour() -> u64 {
 // ---------------------------------------------------------------------------
 // The sidecar
 
-/// A running `charon serve`, killed (by PID) when dropped. Its stderr goes to
-/// a log file, printed when a test fails while the sidecar is alive.
-struct Sidecar {
-    child: Child,
-    grpc: u16,
-    admin: u16,
-    log: PathBuf,
-}
-
+// The harness is `tests/support/sidecar.rs`; what only these tests ask of
+// a sidecar is here.
 impl Sidecar {
-    /// Starts `charon serve --config <config> --store <store> <extra…>` on
-    /// free ports; returns at once (see [`Sidecar::wait_ready`]).
-    fn start(dir: &Path, config: &Path, store: &str, extra: &[&str]) -> Sidecar {
-        let (grpc, admin) = (free_port(), free_port());
-        let log = dir.join(format!("sidecar-{grpc}.log"));
-        let stderr = File::create(&log).expect("the sidecar log can be created");
-        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
-            .arg("serve")
-            .arg("--config")
-            .arg(config)
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(["--store", store])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("charon starts");
-        Sidecar {
-            child,
-            grpc,
-            admin,
-            log,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log.display()))
-    }
-
-    fn is_alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    fn admin_url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.admin)
-    }
-
-    /// `/readyz`: its status code and trimmed body.
-    async fn readyz(&self) -> Result<(u16, String), String> {
-        let response = reqwest::get(self.admin_url("/readyz"))
-            .await
-            .map_err(|error| format!("/readyz did not answer: {error}"))?;
-        let status = response.status().as_u16();
-        let body = response
-            .text()
-            .await
-            .map_err(|error| format!("/readyz body: {error}"))?;
-        Ok((status, body.trim().to_owned()))
-    }
-
-    async fn metrics(&self) -> Result<String, String> {
-        reqwest::get(self.admin_url("/metrics"))
-            .await
-            .map_err(|error| format!("/metrics did not answer: {error}"))?
-            .text()
-            .await
-            .map_err(|error| format!("/metrics body: {error}"))
-    }
-
-    /// One sample (a gauge, or a counter's `…_total`) from `/metrics`.
-    async fn metric(&self, name: &str) -> f64 {
-        let metrics = self
-            .metrics()
-            .await
-            .unwrap_or_else(|error| panic!("{error}"));
-        metric_value(&metrics, name)
-            .unwrap_or_else(|| panic!("no sample {name} in /metrics:\n{metrics}"))
-    }
-
     /// `charon_store_degraded_decisions_total`.
     async fn degraded(&self) -> f64 {
         self.metric("charon_store_degraded_decisions_total").await
-    }
-
-    /// Waits until `/readyz` answers `status` with `body`.
-    async fn wait_readyz(&self, status: u16, body: &str) {
-        eventually(
-            &format!("sidecar :{} /readyz answering {status} {body:?}", self.grpc),
-            READY_TIMEOUT,
-            async || match self.readyz().await? {
-                (code, text) if code == status && text == body => Ok(()),
-                (code, text) => Err(format!("{code} {text:?}")),
-            },
-        )
-        .await;
     }
 
     /// Waits until the sidecar is ready with Redis answering.
@@ -235,82 +139,10 @@ impl Sidecar {
         self.wait_readyz(200, READY_REACHABLE).await;
     }
 
-    async fn client(&self) -> RateLimitServiceClient<Channel> {
+    async fn rls_client(&self) -> RateLimitServiceClient<Channel> {
         RateLimitServiceClient::connect(format!("http://127.0.0.1:{}", self.grpc))
             .await
             .unwrap_or_else(|error| panic!("cannot connect to sidecar :{}: {error}", self.grpc))
-    }
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "--- log of sidecar grpc :{} admin :{}:\n{}",
-                self.grpc,
-                self.admin,
-                self.log()
-            );
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write_config(dir: &Path, yaml: &str) -> PathBuf {
-    let path = dir.join("edge.yaml");
-    std::fs::write(&path, yaml).expect("the config can be written");
-    let check = Command::new(env!("CARGO_BIN_EXE_charon"))
-        .arg("check")
-        .arg(&path)
-        .output()
-        .expect("charon check runs");
-    assert!(
-        check.status.success(),
-        "charon check refuses the test config:\n{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
-    path
-}
-
-fn tempdir() -> TempDir {
-    tempfile::Builder::new()
-        .prefix("charon-sidecars-")
-        .tempdir()
-        .expect("a temporary directory")
-}
-
-/// The value of the sample `name` (no labels) in Prometheus text.
-fn metric_value(metrics: &str, name: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let (key, value) = line.rsplit_once(' ')?;
-        if key == name {
-            value.parse().ok()
-        } else {
-            None
-        }
-    })
-}
-
-/// Polls `probe` until it returns `Ok`, or panics after `within` with `what`
-/// and the last `Err`.
-async fn eventually<T>(
-    what: &str,
-    within: Duration,
-    mut probe: impl AsyncFnMut() -> Result<T, String>,
-) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        match probe().await {
-            Ok(value) => return value,
-            Err(last) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: did not happen within {within:?}; last seen: {last}"
-                );
-                tokio::time::sleep(POLL).await;
-            }
-        }
     }
 }
 
@@ -422,7 +254,7 @@ async fn exhaust(
     let mut clients = Vec::new();
     for (index, sidecar) in sidecars.iter().enumerate() {
         for _ in 0..tasks_per_sidecar {
-            clients.push((index, sidecar.client().await));
+            clients.push((index, sidecar.rls_client().await));
         }
     }
     let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
@@ -567,7 +399,7 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         for task in 0..clients {
-            let mut client = sidecar.client().await;
+            let mut client = sidecar.rls_client().await;
             let (stats, stop) = (stats.clone(), stop.clone());
             let label = label.to_owned();
             tasks.push(tokio::spawn(async move {
@@ -824,7 +656,7 @@ async fn redis_down_with_on_store_error_deny_answers_over_limit_and_is_not_ready
         &["--on-store-error", "deny", "--store-timeout", "500ms"],
     );
     sidecar.wait_reachable().await;
-    let mut client = sidecar.client().await;
+    let mut client = sidecar.rls_client().await;
     assert_eq!(ask(&mut client, fresh_request("before")).await, "OK");
 
     redis.kill();
@@ -874,7 +706,7 @@ async fn a_sidecar_starts_before_redis() {
     // It starts without Redis, ready but degraded, and answers by the local
     // fallback, which applies the same limits.
     sidecar.wait_readyz(200, READY_DEGRADED_LOCAL).await;
-    let mut client = sidecar.client().await;
+    let mut client = sidecar.rls_client().await;
     expect_three_then_over(std::slice::from_mut(&mut client), "early").await;
     assert_eq!(sidecar.metric("charon_store_reachable").await, 0.0);
     assert!(sidecar.degraded().await >= 5.0);
@@ -912,7 +744,7 @@ async fn cluster_and_sentinel_serve_the_same_answers() {
     }
 
     // Cluster: the same answers, the count shared by two sidecars.
-    let mut clients = [first.client().await, second.client().await];
+    let mut clients = [first.rls_client().await, second.rls_client().await];
     expect_three_then_over(&mut clients[..1], "cluster-alone").await;
     expect_three_then_over(&mut clients, "cluster-shared").await;
     let tiers = exhaust(&[&first, &second], 4, &request("customer", "acme")).await;
@@ -928,7 +760,7 @@ async fn cluster_and_sentinel_serve_the_same_answers() {
     assert!(keys > 0, "the cluster holds the state");
 
     // Sentinel: the same answers, from the master it names.
-    let mut client = behind_sentinel.client().await;
+    let mut client = behind_sentinel.rls_client().await;
     expect_three_then_over(std::slice::from_mut(&mut client), "sentinel").await;
     let tiers = exhaust(&[&behind_sentinel], 8, &request("customer", "acme")).await;
     assert_eq!(
@@ -1044,7 +876,7 @@ async fn a_password_in_a_good_store_url_is_never_printed() {
     let store = format!("redis://u:hunter2@127.0.0.1:{}", free_port());
     let sidecar = Sidecar::start(dir.path(), &config, &store, &[]);
     sidecar.wait_readyz(200, READY_DEGRADED_LOCAL).await;
-    let mut client = sidecar.client().await;
+    let mut client = sidecar.rls_client().await;
     assert_eq!(ask(&mut client, request("tenant", "t")).await, "OK");
     let metrics = sidecar
         .metrics()

@@ -1,5 +1,6 @@
-//! A `charon serve` child process for end-to-end tests, and a Charon API
-//! session client over it. Included with
+//! A `charon serve` child process for end-to-end tests (admin probes,
+//! metrics, readiness waits), and a Charon API session client over it. Used
+//! by the copy tests and the Redis sidecar tests. Included with
 //! `#[path = "support/sidecar.rs"] mod sidecar_support;` next to the Redis
 //! harness (`support/redis.rs`, as `redis_support`), whose `free_port` it uses.
 #![allow(dead_code)]
@@ -98,11 +99,53 @@ impl Sidecar {
         format!("http://127.0.0.1:{}{path}", self.admin)
     }
 
-    pub async fn metrics(&self) -> String {
-        match reqwest::get(self.admin_url("/metrics")).await {
-            Ok(response) => response.text().await.unwrap_or_default(),
-            Err(error) => format!("(no /metrics: {error})"),
-        }
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub async fn metrics(&self) -> Result<String, String> {
+        reqwest::get(self.admin_url("/metrics"))
+            .await
+            .map_err(|error| format!("/metrics did not answer: {error}"))?
+            .text()
+            .await
+            .map_err(|error| format!("/metrics body: {error}"))
+    }
+
+    /// One sample (a gauge, or a counter's `…_total`) from `/metrics`.
+    pub async fn metric(&self, name: &str) -> f64 {
+        let metrics = self
+            .metrics()
+            .await
+            .unwrap_or_else(|error| panic!("{error}"));
+        metric_value(&metrics, name)
+            .unwrap_or_else(|| panic!("no sample {name} in /metrics:\n{metrics}"))
+    }
+
+    /// `/readyz`: its status code and trimmed body.
+    pub async fn readyz(&self) -> Result<(u16, String), String> {
+        let response = reqwest::get(self.admin_url("/readyz"))
+            .await
+            .map_err(|error| format!("/readyz did not answer: {error}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .text()
+            .await
+            .map_err(|error| format!("/readyz body: {error}"))?;
+        Ok((status, body.trim().to_owned()))
+    }
+
+    /// Waits until `/readyz` answers `status` with `body`.
+    pub async fn wait_readyz(&self, status: u16, body: &str) {
+        eventually(
+            &format!("sidecar :{} /readyz answering {status} {body:?}", self.grpc),
+            READY_TIMEOUT,
+            async || match self.readyz().await? {
+                (code, text) if code == status && text == body => Ok(()),
+                (code, text) => Err(format!("{code} {text:?}")),
+            },
+        )
+        .await;
     }
 
     /// Waits until `/readyz` is 200 and, with Redis, the sidecar is
@@ -112,7 +155,7 @@ impl Sidecar {
             &format!("sidecar :{} ready and registered", self.grpc),
             READY_TIMEOUT,
             async || {
-                let metrics = self.metrics().await;
+                let metrics = self.metrics().await?;
                 match metric_value(&metrics, "charon_copy_log_registered") {
                     Some(1.0) => Ok(()),
                     other => Err(format!("charon_copy_log_registered = {other:?}")),
@@ -312,7 +355,7 @@ pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
 
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
-        .prefix("charon-copies-")
+        .prefix("charon-sidecar-")
         .tempdir()
         .expect("a temporary directory")
 }
