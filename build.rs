@@ -1,13 +1,14 @@
-//! Generates the Charon API (`proto/charon/v1/charon.proto`) for the server
-//! feature, with the protoc binary vendored by `protoc-bin-vendored`.
+//! Generates the Charon API (`proto/charon/v1/charon.proto`) for the client
+//! feature (the server and the layer include it), with the protoc binary
+//! vendored by `protoc-bin-vendored`.
 
 fn main() {
     println!("cargo:rerun-if-changed=proto/charon/v1/charon.proto");
-    #[cfg(feature = "server")]
+    #[cfg(feature = "client")]
     generate();
 }
 
-#[cfg(feature = "server")]
+#[cfg(feature = "client")]
 fn generate() {
     let protoc = match protoc_bin_vendored::protoc_bin_path() {
         Ok(path) => path,

@@ -19,6 +19,11 @@
 //! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
 //!   admin HTTP endpoints, metrics, config reload and shutdown; with the
 //!   Charon API (copy limits, sessions) beside it.
+//! - `client` (feature `client`): the Rust client of a sidecar, or of an
+//!   engine embedded in the process: requests, hold guards, transfers,
+//!   retries and fail-open (SPEC §7).
+//! - `layer` (feature `layer`): Tower middleware on the client — a rate
+//!   limit per request, or a copy held for the life of the response.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
 //!
@@ -32,14 +37,18 @@ pub mod engine;
 pub mod limiter;
 pub mod store;
 
+#[cfg(feature = "client")]
+pub mod client;
 #[cfg(feature = "server")]
 pub mod inject;
+#[cfg(feature = "layer")]
+pub mod layer;
 #[cfg(feature = "server")]
 pub mod server;
 
 /// The Charon API's generated code (`proto/charon/v1/charon.proto`): the
 /// `Charon` service's server trait and client, and its messages.
-#[cfg(feature = "server")]
+#[cfg(feature = "client")]
 pub mod api {
     pub mod v1 {
         #![allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -272,6 +272,8 @@ fn rate_answer(outcome: &TierOutcome, degraded: bool, ignore: bool, copies: u64)
             limited_by_hard: outcome.limited_by_hard,
             limited_by_global: outcome.limited_by_global,
             remaining: snapshot.remaining,
+            tier_window_ms: snapshot.tier_window,
+            reset_after_ms: snapshot.reset_after,
         }),
     }
 }

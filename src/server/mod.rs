@@ -243,7 +243,7 @@ async fn wait_for(mut shutdown: watch::Receiver<bool>) {
 }
 
 /// The copy-limited resources of the running configuration.
-fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> {
+pub(crate) fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> {
     let config = limiter.config();
     config
         .namespaces()
@@ -269,7 +269,7 @@ fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
     });
 }
 
-fn spawn_sweeper(
+pub(crate) fn spawn_sweeper(
     limiter: Arc<Limiter<SidecarStore>>,
     copies: Arc<CopyStore>,
     mut shutdown: watch::Receiver<bool>,

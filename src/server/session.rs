@@ -194,7 +194,7 @@ impl Session {
     /// Gives back everything the session holds, retrying while the store is
     /// unreachable, until it is done or the sidecar resigns (then the reaper
     /// does it).
-    async fn release_everything(&self) {
+    pub(crate) async fn release_everything(&self) {
         let (held, touched, bound) = {
             let mut holds = self.holds();
             let held: Vec<(HoldKey, u64)> = holds.held.drain().collect();
@@ -232,7 +232,7 @@ impl Session {
         }
     }
 
-    async fn handle(&self, request: SessionRequest) -> SessionResponse {
+    pub(crate) async fn handle(&self, request: SessionRequest) -> SessionResponse {
         let (operation, result) = match &request.op {
             None => (
                 "none",

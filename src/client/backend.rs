@@ -1,0 +1,66 @@
+//! What the client talks to: one session of the Charon API, remote or in
+//! the process. A [`Backend`] sends one operation and returns its answer;
+//! the client builds retries, fail-open and hold guards on top, the same for
+//! every backend.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::api::v1::session_request::Op;
+use crate::api::v1::session_response::Result as Answer;
+use crate::api::v1::{ReleaseOp, ReserveOp};
+
+/// The answer to one operation, and the session that answered it.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub answer: Answer,
+    /// Holds belong to the session that made them: when it ends, the server
+    /// releases them, and a later release must not be sent.
+    pub session: u64,
+}
+
+/// No answer: the backend is unreachable, or its session ended before it
+/// answered. A server error: the client fails open (SPEC §7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
+/// The future of [`Backend::call`].
+pub type BackendFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, Unreachable>> + Send + 'a>>;
+
+/// One Charon API session: the remote [`Sidecar`](super::Sidecar), the
+/// in-process [`Embedded`](super::Embedded) engine, or your own.
+pub trait Backend: Send + Sync + 'static {
+    /// Sends `op` in the session and waits for its answer. Dropping the
+    /// future must not leak copies: an answer that arrives for nobody is
+    /// undone (see [`undo`]).
+    fn call(&self, op: Op) -> BackendFuture<'_>;
+
+    /// The session operations go to now.
+    fn session(&self) -> u64;
+}
+
+/// What gives back the copies of an answer nobody received: the reserve or
+/// seize that granted them was cancelled (its caller timed out) after it
+/// was sent.
+pub fn undo(op: Option<&ReserveOp>, answer: &Answer) -> Option<Op> {
+    match (op, answer) {
+        (Some(reserve), Answer::Reserve(granted)) if granted.granted > 0 => {
+            Some(Op::Release(ReleaseOp {
+                namespace: reserve.namespace.clone(),
+                resource: reserve.resource.clone(),
+                domain: reserve.domain.clone(),
+                copies: i64::try_from(granted.granted).unwrap_or(i64::MAX),
+                groups: granted.groups.clone(),
+            }))
+        }
+        (_, Answer::Seize(seized)) if seized.copies > 0 => Some(Op::Release(ReleaseOp {
+            namespace: seized.namespace.clone(),
+            resource: seized.resource.clone(),
+            domain: seized.domain.clone(),
+            copies: i64::try_from(seized.copies).unwrap_or(i64::MAX),
+            groups: seized.groups.clone(),
+        })),
+        _ => None,
+    }
+}

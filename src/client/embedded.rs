@@ -1,0 +1,171 @@
+//! The embedded backend: the sidecar's own Charon API session, run in this
+//! process on the memory store or on Redis (shared with sidecars and other
+//! embedded engines), with no sidecar and no network hop. Same engine, same
+//! answers, same hold sets as `charon serve`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio::sync::{oneshot, watch};
+
+use crate::api::v1::session_request::Op;
+use crate::api::v1::session_response::Result as Answer;
+use crate::api::v1::{Error as WireError, SessionRequest};
+use crate::config::Config;
+use crate::limiter::Limiter;
+use crate::server::api::Core;
+use crate::server::metrics::Metrics;
+use crate::server::session::Session;
+use crate::server::store::{SidecarStore, StoreOptions, open_copies};
+use crate::store::RedisError;
+use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
+
+use super::backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+
+/// Why an embedded engine did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbeddedError {
+    #[error("cannot open the store: {0}")]
+    Store(#[from] RedisError),
+    #[error(transparent)]
+    Timings(#[from] TimingsError),
+}
+
+/// The engine in this process, as one session.
+pub struct Embedded {
+    core: Arc<Core>,
+    session: Arc<Session>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Embedded {
+    /// On the memory store: state lives and dies with this value. Spawns
+    /// its housekeeping when called within a Tokio runtime.
+    pub fn memory(config: Config) -> Self {
+        let store = SidecarStore::Memory(crate::store::MemoryStore::new());
+        let copies = CopyStore::Memory(crate::store::copies::MemoryCopies::new());
+        Self::start(config, store, copies)
+    }
+
+    /// On the store `options.url` names (`memory` or a Redis URL), with the
+    /// sidecar's failure policy, heartbeat and reaper. Call within a Tokio
+    /// runtime.
+    pub async fn open(
+        config: Config,
+        options: &StoreOptions,
+        timings: CopyTimings,
+    ) -> Result<Self, EmbeddedError> {
+        timings.validate()?;
+        let store = SidecarStore::open(options)?;
+        let copies = open_copies(options, timings)?;
+        store.settle().await;
+        Ok(Self::start(config, store, copies))
+    }
+
+    fn start(config: Config, store: SidecarStore, copies: CopyStore) -> Self {
+        let limiter = Arc::new(Limiter::new(config, store));
+        let copies = Arc::new(copies);
+        let (shutdown, stop) = watch::channel(false);
+        if tokio::runtime::Handle::try_current().is_ok() {
+            crate::server::spawn_sweeper(limiter.clone(), copies.clone(), stop.clone());
+            if let CopyStore::Redis(redis) = &*copies {
+                let limiter = limiter.clone();
+                redis.spawn(
+                    Arc::new(move || crate::server::copy_resources(&limiter)),
+                    stop,
+                );
+            }
+        }
+        let core = Arc::new(Core {
+            limiter,
+            copies,
+            metrics: Arc::new(Metrics::new()),
+        });
+        Self {
+            session: Arc::new(Session::new(core.clone())),
+            core,
+            shutdown,
+        }
+    }
+
+    /// Replaces the configuration (as a sidecar's reload does).
+    pub fn replace_config(&self, config: Config) {
+        self.core.limiter.replace_config(config);
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let CopyStore::Redis(redis) = &*self.core.copies
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Shared holds must not outlive this engine.
+            let session = self.session.clone();
+            let redis = redis.clone();
+            runtime.spawn(async move {
+                session.release_everything().await;
+                redis.deregister().await;
+            });
+        }
+    }
+}
+
+impl Backend for Embedded {
+    fn call(&self, op: Op) -> BackendFuture<'_> {
+        let session = self.session.clone();
+        Box::pin(async move {
+            let reserve = match &op {
+                Op::Reserve(reserve) => Some(reserve.clone()),
+                _ => None,
+            };
+            let mut work = Box::pin(answer(session.clone(), op));
+            // The memory store decides within the first poll: no task then.
+            let first = std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await;
+            let result = match first {
+                Poll::Ready(result) => result,
+                Poll::Pending => {
+                    // Finished on its own task, so a caller that gives up
+                    // cannot cut an operation in half; a grant nobody
+                    // receives is undone.
+                    let (sender, answered) = oneshot::channel();
+                    tokio::spawn(async move {
+                        let result = work.await;
+                        if let Err(result) = sender.send(result)
+                            && let Some(undo) = undo(reserve.as_ref(), &result)
+                        {
+                            let _ = answer(session, undo).await;
+                        }
+                    });
+                    answered
+                        .await
+                        .map_err(|_| Unreachable("the embedded engine stopped".into()))?
+                }
+            };
+            Ok(Reply {
+                answer: result,
+                session: 0,
+            })
+        })
+    }
+
+    fn session(&self) -> u64 {
+        0
+    }
+}
+
+async fn answer(session: Arc<Session>, op: Op) -> Answer {
+    let response = session
+        .handle(SessionRequest {
+            id: 0,
+            op: Some(op),
+        })
+        .await;
+    response.result.unwrap_or_else(|| {
+        Answer::Error(WireError {
+            message: "no answer".into(),
+            ..WireError::default()
+        })
+    })
+}

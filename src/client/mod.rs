@@ -1,0 +1,592 @@
+//! The Rust client: how a Rust service asks Charon for hits and copies.
+//!
+//! A [`Client`] runs on one [`Backend`]: a remote [`Sidecar`] (one
+//! multiplexed Charon API session, reopened with backoff) or, with the
+//! `server` feature, an [`Embedded`] engine in the process, on the memory or
+//! Redis store. Switching is one line; everything else is the client's own
+//! and the same for both: a per-call deadline, retries within `max_wait`
+//! using the server's `retry_after` (SPEC §7), fail-open when the backend is
+//! unreachable or answers a server error (the grant is flagged `degraded`
+//! and recorded nowhere), a kill switch, hold guards that give back what is
+//! left when dropped (paper Figure 5), and the multi-resource pattern of
+//! paper §3.3 ([`Client::acquire`]).
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), charon::client::ClientError> {
+//! use std::time::Duration;
+//! use charon::client::Client;
+//! let client = Client::sidecar("http://127.0.0.1:8081")?;
+//! let answer = client.request("shop", "search", "acme").max_wait(Duration::from_secs(1)).await?;
+//! if answer.is_granted() {
+//!     // call the API
+//! }
+//! let mut hold = client.hold("shop", "workers", "acme").copies(10).min_copies(2).await?;
+//! if hold.is_granted() {
+//!     hold.release(hold.copies() / 2).await?; // keep the rest until `hold` drops
+//! }
+//! # Ok(()) }
+//! ```
+
+mod backend;
+#[cfg(feature = "server")]
+mod embedded;
+mod hold;
+pub mod retry;
+mod sidecar;
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub use backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+#[cfg(feature = "server")]
+pub use embedded::{Embedded, EmbeddedError};
+pub use hold::{Acquired, Hold, Target};
+pub use sidecar::{Sidecar, SidecarOptions};
+
+pub use crate::api::v1::error::Kind as ErrorKind;
+pub use crate::api::v1::{CopyContext, RateContext};
+
+use crate::api::v1::session_request::Op;
+use crate::api::v1::session_response::Result as Answer;
+use crate::api::v1::{Error as WireError, RequestOp, ReserveOp, SeizeOp};
+
+/// How the client calls its backend.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// The deadline of one call; past it the backend counts as unreachable.
+    pub call_timeout: Duration,
+    /// Unreachable backend or server error: grant `min_copies`, flagged
+    /// degraded (true), or return [`ClientError::Unavailable`] (false).
+    pub fail_open: bool,
+    /// The first backoff after a rejection (doubled each time).
+    pub retry_base: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            call_timeout: Duration::from_millis(100),
+            fail_open: true,
+            retry_base: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Why a call has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the call itself (a client error: unknown
+    /// resource, wrong kind, not held…): repeating it will fail again.
+    #[error("refused ({kind:?}): {message}")]
+    Refused { kind: ErrorKind, message: String },
+    /// No usable answer and fail-open is off.
+    #[error("charon unavailable: {0}")]
+    Unavailable(String),
+    /// Bad arguments, caught before sending.
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+/// What the client did, for metrics and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Answers granted without the server (fail-open).
+    pub degraded: u64,
+    /// Rejections turned into grants by the kill switch.
+    pub overridden: u64,
+}
+
+/// The answer to [`Client::request`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateAnswer {
+    /// Hits granted: 0 on rejection.
+    pub granted: u64,
+    /// Until one more hit would be granted (`None`: never, or unknown).
+    pub retry_after: Option<Duration>,
+    /// Granted without the server (it was unreachable or failed), or by a
+    /// sidecar that answered without its shared store.
+    pub degraded: bool,
+    /// Granted by the client itself: Charon did not answer (fail-open).
+    pub unanswered: bool,
+    /// The server rejected, the kill switch granted.
+    pub overridden: bool,
+    pub soft_limit_exceeded: bool,
+    /// What the server said (default when degraded).
+    pub context: RateContext,
+    /// Time spent retrying.
+    pub waited: Duration,
+}
+
+impl RateAnswer {
+    pub fn is_granted(&self) -> bool {
+        self.granted > 0
+    }
+}
+
+/// A client of Charon: cheap to clone, one session per backend.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    backend: Box<dyn Backend>,
+    options: ClientOptions,
+    kill_switch: AtomicBool,
+    degraded: AtomicU64,
+    overridden: AtomicU64,
+}
+
+/// A call that failed, sorted by what the caller does about it.
+enum Failure {
+    /// Fail open (or report unavailable).
+    Server(String),
+    Client(ClientError),
+}
+
+impl Client {
+    pub fn new(backend: impl Backend) -> Self {
+        Self::with_options(backend, ClientOptions::default())
+    }
+
+    pub fn with_options(backend: impl Backend, options: ClientOptions) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                backend: Box::new(backend),
+                options,
+                kill_switch: AtomicBool::new(false),
+                degraded: AtomicU64::new(0),
+                overridden: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A client of the sidecar at `url` (`http://127.0.0.1:8081`).
+    pub fn sidecar(url: &str) -> Result<Self, ClientError> {
+        Ok(Self::new(Sidecar::connect(url)?))
+    }
+
+    /// A client of an engine in this process, on the memory store.
+    #[cfg(feature = "server")]
+    pub fn embedded(config: crate::config::Config) -> Self {
+        Self::new(Embedded::memory(config))
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.shared.options
+    }
+
+    /// On: every rejection becomes a grant (flagged `overridden`), while the
+    /// server is still asked and its answer reported. For when limits are
+    /// wrong and must stop biting now.
+    pub fn set_kill_switch(&self, on: bool) {
+        self.shared.kill_switch.store(on, Ordering::Relaxed);
+    }
+
+    pub fn kill_switch(&self) -> bool {
+        self.shared.kill_switch.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            degraded: self.shared.degraded.load(Ordering::Relaxed),
+            overridden: self.shared.overridden.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hits on a rate-limited resource: `.copies(n)`, `.min_copies(m)`,
+    /// `.max_wait(d)`, then `.await`.
+    pub fn request<'c>(
+        &'c self,
+        namespace: impl Into<String>,
+        resource: impl Into<String>,
+        domain: impl Into<String>,
+    ) -> RequestCall<'c> {
+        RequestCall {
+            client: self,
+            namespace: namespace.into(),
+            resource: resource.into(),
+            domain: domain.into(),
+            amount: Amount::default(),
+        }
+    }
+
+    /// Copies of a copy-limited resource, held until the [`Hold`] is
+    /// dropped: `.copies(n)`, `.min_copies(m)`, `.max_wait(d)`, then
+    /// `.await`.
+    pub fn hold<'c>(
+        &'c self,
+        namespace: impl Into<String>,
+        resource: impl Into<String>,
+        domain: impl Into<String>,
+    ) -> HoldCall<'c> {
+        HoldCall {
+            client: self,
+            namespace: namespace.into(),
+            resource: resource.into(),
+            domain: domain.into(),
+            amount: Amount::default(),
+        }
+    }
+
+    /// Takes over the copies another session staged with
+    /// [`Hold::transfer`]; they are held until the returned hold drops.
+    pub async fn seize(&self, transfer_id: &str) -> Result<Hold, ClientError> {
+        let op = Op::Seize(SeizeOp {
+            transfer_id: transfer_id.to_owned(),
+        });
+        match self.call(op).await {
+            Ok(Reply {
+                answer: Answer::Seize(seized),
+                session,
+            }) => Ok(Hold::seized(self.clone(), seized, session)),
+            Ok(_) => Err(ClientError::Unavailable(
+                "the server answered another operation".into(),
+            )),
+            Err(Failure::Client(error)) => Err(error),
+            // Nothing to grant in the dark: the copies were someone else's.
+            Err(Failure::Server(reason)) => Err(ClientError::Unavailable(reason)),
+        }
+    }
+
+    /// One call with the deadline, its failures sorted.
+    async fn call(&self, op: Op) -> Result<Reply, Failure> {
+        let timeout = self.shared.options.call_timeout;
+        match tokio::time::timeout(timeout, self.shared.backend.call(op)).await {
+            Err(_) => Err(Failure::Server(format!("no answer within {timeout:?}"))),
+            Ok(Err(Unreachable(reason))) => Err(Failure::Server(reason)),
+            Ok(Ok(Reply {
+                answer: Answer::Error(error),
+                ..
+            })) => Err(failure(error)),
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+
+    /// Sends an operation that needs no answer beyond success (a release).
+    async fn call_quietly(&self, op: Op) -> Result<Reply, ClientError> {
+        self.call(op).await.map_err(|failure| match failure {
+            Failure::Client(error) => error,
+            Failure::Server(reason) => ClientError::Unavailable(reason),
+        })
+    }
+
+    fn session(&self) -> u64 {
+        self.shared.backend.session()
+    }
+
+    fn degraded(&self, reason: &str) -> Result<(), ClientError> {
+        if !self.shared.options.fail_open {
+            return Err(ClientError::Unavailable(reason.to_owned()));
+        }
+        let before = self.shared.degraded.fetch_add(1, Ordering::Relaxed);
+        if before == 0 || before.is_power_of_two() {
+            tracing::warn!(
+                reason,
+                degraded = before + 1,
+                "charon unavailable: failing open"
+            );
+        }
+        Ok(())
+    }
+
+    fn overridden(&self) -> bool {
+        let on = self.kill_switch();
+        if on {
+            self.shared.overridden.fetch_add(1, Ordering::Relaxed);
+        }
+        on
+    }
+
+    /// Runs `attempt` until it is granted or `max_wait` is spent (SPEC §7).
+    async fn retrying<T, F, Fut>(
+        &self,
+        max_wait: Duration,
+        mut attempt: F,
+    ) -> Result<(T, Duration), ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Attempt<T>, ClientError>>,
+    {
+        let started = Instant::now();
+        let mut rejections = 0;
+        loop {
+            match attempt().await? {
+                Attempt::Done(value) => return Ok((value, started.elapsed())),
+                // A limit of 0 never grants: waiting cannot help.
+                Attempt::Rejected(value, Some(Duration::MAX)) => {
+                    return Ok((value, started.elapsed()));
+                }
+                Attempt::Rejected(value, retry_after) => {
+                    let left = max_wait.saturating_sub(started.elapsed());
+                    let sleep = retry::sleep_before_retry(
+                        rejections,
+                        retry_after,
+                        self.shared.options.retry_base,
+                        left,
+                        retry::random_unit(),
+                    );
+                    match sleep {
+                        Some(sleep) => tokio::time::sleep(sleep).await,
+                        None => return Ok((value, started.elapsed())),
+                    }
+                    rejections = rejections.saturating_add(1);
+                }
+            }
+        }
+    }
+}
+
+enum Attempt<T> {
+    Done(T),
+    /// Rejected, with the server's retry-after (`Some(MAX)`: never).
+    Rejected(T, Option<Duration>),
+}
+
+fn failure(error: WireError) -> Failure {
+    let kind = ErrorKind::try_from(error.kind).unwrap_or(ErrorKind::Unspecified);
+    if error.server_error {
+        Failure::Server(format!("{}: {}", kind.as_str_name(), error.message))
+    } else {
+        Failure::Client(ClientError::Refused {
+            kind,
+            message: error.message,
+        })
+    }
+}
+
+/// How many copies (or hits) a call asks for, and how long it may wait.
+#[derive(Debug, Clone, Copy)]
+struct Amount {
+    copies: u64,
+    min_copies: Option<u64>,
+    max_wait: Duration,
+}
+
+impl Default for Amount {
+    fn default() -> Self {
+        Self {
+            copies: 1,
+            min_copies: None,
+            max_wait: Duration::ZERO,
+        }
+    }
+}
+
+impl Amount {
+    /// `(copies, min_copies)` as the wire wants them, checked.
+    fn wire(&self) -> Result<(i64, i64), ClientError> {
+        let min = self.min_copies.unwrap_or(self.copies);
+        if self.copies == 0 || min == 0 || min > self.copies {
+            return Err(ClientError::Invalid(format!(
+                "copies must be at least 1 and min_copies between 1 and copies (got {} and {min})",
+                self.copies
+            )));
+        }
+        let wide = |value: u64| {
+            i64::try_from(value)
+                .map_err(|_| ClientError::Invalid(format!("{value} copies is too many")))
+        };
+        Ok((wide(self.copies)?, wide(min)?))
+    }
+
+    fn min(&self) -> u64 {
+        self.min_copies.unwrap_or(self.copies)
+    }
+}
+
+macro_rules! amount_setters {
+    () => {
+        /// At most this many (default 1).
+        pub fn copies(mut self, copies: u64) -> Self {
+            self.amount.copies = copies;
+            self
+        }
+
+        /// At least this many, or nothing (default: `copies`).
+        pub fn min_copies(mut self, min_copies: u64) -> Self {
+            self.amount.min_copies = Some(min_copies);
+            self
+        }
+
+        /// Retry rejections for up to this long (default 0: no retries).
+        pub fn max_wait(mut self, max_wait: Duration) -> Self {
+            self.amount.max_wait = max_wait;
+            self
+        }
+    };
+}
+
+/// [`Client::request`], ready to be awaited.
+#[must_use = "a request does nothing until awaited"]
+pub struct RequestCall<'c> {
+    client: &'c Client,
+    namespace: String,
+    resource: String,
+    domain: String,
+    amount: Amount,
+}
+
+impl RequestCall<'_> {
+    amount_setters!();
+}
+
+impl<'c> IntoFuture for RequestCall<'c> {
+    type Output = Result<RateAnswer, ClientError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let (copies, min_copies) = self.amount.wire()?;
+            let op = RequestOp {
+                namespace: self.namespace,
+                resource: self.resource,
+                domain: self.domain,
+                copies: Some(copies),
+                min_copies: Some(min_copies),
+            };
+            let client = self.client;
+            let min = self.amount.min();
+            let (mut answer, waited) = client
+                .retrying(self.amount.max_wait, || {
+                    client.request_once(op.clone(), min)
+                })
+                .await?;
+            answer.waited = waited;
+            Ok(answer)
+        })
+    }
+}
+
+impl Client {
+    async fn request_once(
+        &self,
+        op: RequestOp,
+        min: u64,
+    ) -> Result<Attempt<RateAnswer>, ClientError> {
+        match self.call(Op::Request(op)).await {
+            Ok(Reply {
+                answer: Answer::Request(answer),
+                ..
+            }) => {
+                let retry_after = answer.retry_after_ms.map(Duration::from_millis);
+                let mut rate = RateAnswer {
+                    granted: answer.granted,
+                    retry_after,
+                    degraded: answer.degraded,
+                    unanswered: false,
+                    overridden: false,
+                    soft_limit_exceeded: answer.soft_limit_exceeded,
+                    context: answer.context.unwrap_or_default(),
+                    waited: Duration::ZERO,
+                };
+                if rate.granted > 0 {
+                    return Ok(Attempt::Done(rate));
+                }
+                if self.overridden() {
+                    rate.granted = min;
+                    rate.overridden = true;
+                    return Ok(Attempt::Done(rate));
+                }
+                Ok(Attempt::Rejected(
+                    rate,
+                    Some(retry_after.unwrap_or(Duration::MAX)),
+                ))
+            }
+            Ok(_) => Err(ClientError::Unavailable(
+                "the server answered another operation".into(),
+            )),
+            Err(Failure::Client(error)) => Err(error),
+            Err(Failure::Server(reason)) => {
+                self.degraded(&reason)?;
+                Ok(Attempt::Done(RateAnswer {
+                    granted: min,
+                    retry_after: None,
+                    degraded: true,
+                    unanswered: true,
+                    overridden: false,
+                    soft_limit_exceeded: false,
+                    context: RateContext::default(),
+                    waited: Duration::ZERO,
+                }))
+            }
+        }
+    }
+
+    async fn reserve_once(&self, op: ReserveOp, min: u64) -> Result<Attempt<Hold>, ClientError> {
+        let reserved = self.call(Op::Reserve(op.clone())).await;
+        match reserved {
+            Ok(Reply {
+                answer: Answer::Reserve(answer),
+                session,
+            }) => {
+                if answer.granted > 0 {
+                    return Ok(Attempt::Done(Hold::reserved(
+                        self.clone(),
+                        op,
+                        answer,
+                        session,
+                    )));
+                }
+                let mut hold = Hold::reserved(self.clone(), op, answer, session);
+                if self.overridden() {
+                    hold.set_overridden(min);
+                    return Ok(Attempt::Done(hold));
+                }
+                Ok(Attempt::Rejected(hold, None))
+            }
+            Ok(_) => Err(ClientError::Unavailable(
+                "the server answered another operation".into(),
+            )),
+            Err(Failure::Client(error)) => Err(error),
+            Err(Failure::Server(reason)) => {
+                self.degraded(&reason)?;
+                Ok(Attempt::Done(Hold::in_the_dark(self.clone(), op, min)))
+            }
+        }
+    }
+}
+
+/// [`Client::hold`], ready to be awaited.
+#[must_use = "a hold does nothing until awaited"]
+pub struct HoldCall<'c> {
+    client: &'c Client,
+    namespace: String,
+    resource: String,
+    domain: String,
+    amount: Amount,
+}
+
+impl HoldCall<'_> {
+    amount_setters!();
+}
+
+impl<'c> IntoFuture for HoldCall<'c> {
+    type Output = Result<Hold, ClientError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            let (copies, min_copies) = self.amount.wire()?;
+            let op = ReserveOp {
+                namespace: self.namespace,
+                resource: self.resource,
+                domain: self.domain,
+                copies: Some(copies),
+                min_copies: Some(min_copies),
+            };
+            let client = self.client;
+            let min = self.amount.min();
+            let (mut hold, waited) = client
+                .retrying(self.amount.max_wait, || {
+                    client.reserve_once(op.clone(), min)
+                })
+                .await?;
+            hold.set_waited(waited);
+            Ok(hold)
+        })
+    }
+}

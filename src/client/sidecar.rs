@@ -1,0 +1,283 @@
+//! The remote backend: one Charon API session to a sidecar over gRPC,
+//! multiplexed (every call has its own id, answers are routed back by it),
+//! and reopened with backoff when it breaks.
+//!
+//! A background task owns the connection. While a session is up, calls go
+//! straight into it; while the sidecar is away, calls fail at once (the
+//! client fails open) instead of each waiting for a connect timeout. When a
+//! session ends, the sidecar releases its holds, so the calls still waiting
+//! fail and the hold guards of that session release nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::api::v1::charon_client::CharonClient;
+use crate::api::v1::session_request::Op;
+use crate::api::v1::session_response::Result as Answer;
+use crate::api::v1::{ReserveOp, SessionRequest};
+
+use super::ClientError;
+use super::backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+
+/// How the sidecar backend connects and reconnects.
+#[derive(Debug, Clone)]
+pub struct SidecarOptions {
+    /// For one connection attempt.
+    pub connect_timeout: Duration,
+    /// The first wait after a failed attempt; it doubles up to
+    /// `max_backoff` and starts over once a session is up.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for SidecarOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(1),
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Operations in flight in one session: one per `SessionRequest`.
+const QUEUE: usize = 1024;
+
+/// The state of the link, as calls see it.
+#[derive(Clone)]
+enum Link {
+    /// Opening a session: calls wait (within their deadline).
+    Connecting,
+    Up {
+        outbound: mpsc::Sender<SessionRequest>,
+        session: u64,
+    },
+    /// The last attempt failed: calls fail at once until the next one.
+    Down(String),
+}
+
+struct Pending {
+    answer: oneshot::Sender<Answer>,
+    session: u64,
+    /// A reserve, to give back if its answer comes for nobody.
+    reserve: Option<ReserveOp>,
+}
+
+struct Shared {
+    link: watch::Sender<Link>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A session with a sidecar (`charon serve`), reopened when it breaks.
+pub struct Sidecar {
+    shared: Arc<Shared>,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        // Ending the session releases its holds on the sidecar.
+        self.driver.abort();
+    }
+}
+
+impl Sidecar {
+    /// Starts connecting to `url` (`http://host:port`) in the background; calls
+    /// made before the session is up wait for it within their deadline.
+    /// Must be called within a Tokio runtime.
+    pub fn connect(url: &str) -> Result<Self, ClientError> {
+        Self::connect_with(url, SidecarOptions::default())
+    }
+
+    pub fn connect_with(url: &str, options: SidecarOptions) -> Result<Self, ClientError> {
+        let endpoint = Endpoint::from_shared(url.to_owned())
+            .map_err(|error| ClientError::Invalid(format!("sidecar url `{url}`: {error}")))?
+            .connect_timeout(options.connect_timeout)
+            .tcp_nodelay(true)
+            // A sidecar that vanished without closing is noticed, so the
+            // session is reopened elsewhere instead of hanging.
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .keep_alive_while_idle(true);
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            ClientError::Invalid("Sidecar::connect must be called within a Tokio runtime".into())
+        })?;
+        let (link, _) = watch::channel(Link::Connecting);
+        let shared = Arc::new(Shared {
+            link,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        });
+        let driver = runtime.spawn(drive(endpoint.connect_lazy(), shared.clone(), options));
+        Ok(Self { shared, driver })
+    }
+
+    /// Whether a session is up now.
+    pub fn is_connected(&self) -> bool {
+        matches!(*self.shared.link.borrow(), Link::Up { .. })
+    }
+}
+
+impl Backend for Sidecar {
+    fn call(&self, op: Op) -> BackendFuture<'_> {
+        Box::pin(async move {
+            let mut link = self.shared.link.subscribe();
+            let (outbound, session) = loop {
+                match &*link.borrow_and_update() {
+                    Link::Up { outbound, session } => break (outbound.clone(), *session),
+                    Link::Down(reason) => return Err(Unreachable(reason.clone())),
+                    Link::Connecting => {}
+                }
+                if link.changed().await.is_err() {
+                    return Err(Unreachable("the client is closed".into()));
+                }
+            };
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let (answer, answered) = oneshot::channel();
+            let reserve = match &op {
+                Op::Reserve(reserve) => Some(reserve.clone()),
+                _ => None,
+            };
+            self.shared.pending().insert(
+                id,
+                Pending {
+                    answer,
+                    session,
+                    reserve,
+                },
+            );
+            // Until sent, a cancelled call leaves nothing behind; once sent,
+            // its answer removes the entry (or the session's end does).
+            let unsent = Unsent {
+                shared: &self.shared,
+                id,
+                armed: true,
+            };
+            let request = SessionRequest { id, op: Some(op) };
+            if outbound.send(request).await.is_err() {
+                return Err(Unreachable("the session ended".into()));
+            }
+            unsent.disarm();
+            match answered.await {
+                Ok(answer) => Ok(Reply { answer, session }),
+                Err(_) => Err(Unreachable(
+                    "the session ended before the sidecar answered".into(),
+                )),
+            }
+        })
+    }
+
+    fn session(&self) -> u64 {
+        match &*self.shared.link.borrow() {
+            Link::Up { session, .. } => *session,
+            _ => 0,
+        }
+    }
+}
+
+struct Unsent<'a> {
+    shared: &'a Shared,
+    id: u64,
+    armed: bool,
+}
+
+impl Unsent<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.pending().remove(&self.id);
+        }
+    }
+}
+
+/// Opens sessions for as long as the client lives.
+async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
+    let mut session = 0;
+    let mut backoff = options.initial_backoff;
+    loop {
+        shared.link.send_replace(Link::Connecting);
+        let (outbound, requests) = mpsc::channel(QUEUE);
+        let mut client = CharonClient::new(channel.clone());
+        let opened = tokio::time::timeout(
+            options.connect_timeout,
+            client.session(ReceiverStream::new(requests)),
+        )
+        .await;
+        let mut inbound = match opened {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => {
+                let reason = format!("cannot open a session: {}", status.message());
+                tracing::warn!(%reason, retry_in = ?backoff, "charon sidecar unreachable");
+                shared.link.send_replace(Link::Down(reason));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(options.max_backoff);
+                continue;
+            }
+            Err(_) => {
+                let reason = format!(
+                    "no session within the connect timeout ({:?})",
+                    options.connect_timeout
+                );
+                tracing::warn!(%reason, retry_in = ?backoff, "charon sidecar unreachable");
+                shared.link.send_replace(Link::Down(reason));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(options.max_backoff);
+                continue;
+            }
+        };
+        session += 1;
+        backoff = options.initial_backoff;
+        shared.link.send_replace(Link::Up {
+            outbound: outbound.clone(),
+            session,
+        });
+        tracing::debug!(session, "charon session open");
+        let reason = loop {
+            match inbound.message().await {
+                Ok(Some(response)) => {
+                    let Some(answer) = response.result else {
+                        continue;
+                    };
+                    let Some(pending) = shared.pending().remove(&response.id) else {
+                        continue;
+                    };
+                    if let Err(answer) = pending.answer.send(answer)
+                        && let Some(op) = undo(pending.reserve.as_ref(), &answer)
+                    {
+                        // The caller gave up; the copies must not stay held.
+                        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+                        let _ = outbound.try_send(SessionRequest { id, op: Some(op) });
+                    }
+                }
+                Ok(None) => break "the sidecar closed the session".to_owned(),
+                Err(status) => break format!("the session broke: {}", status.message()),
+            }
+        };
+        tracing::warn!(%reason, session, "charon session ended: reopening");
+        shared.link.send_replace(Link::Down(reason));
+        shared
+            .pending()
+            .retain(|_, pending| pending.session != session);
+    }
+}

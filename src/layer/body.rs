@@ -1,0 +1,98 @@
+//! The response body of both layers: the service's own, or the layer's
+//! short answer. The concurrency layer's hold rides along and is released
+//! when the body ends or is dropped (a client that disconnects mid-response
+//! gives its copy back).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use crate::client::Hold;
+
+pin_project! {
+    /// The body of a response that passed through a Charon layer.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+        // Dropped (released) at the end of the body, or with it.
+        hold: Option<Hold>,
+    }
+}
+
+pin_project! {
+    #[project = KindProjection]
+    enum Kind<B> {
+        Service { #[pin] body: B },
+        Layer { data: Option<Bytes> },
+    }
+}
+
+impl<B> ResponseBody<B> {
+    pub(super) fn service(body: B, hold: Option<Hold>) -> Self {
+        Self {
+            kind: Kind::Service { body },
+            hold,
+        }
+    }
+
+    pub(super) fn full(data: Bytes) -> Self {
+        Self {
+            kind: Kind::Layer {
+                data: (!data.is_empty()).then_some(data),
+            },
+            hold: None,
+        }
+    }
+
+    pub(super) fn empty() -> Self {
+        Self::full(Bytes::new())
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        match this.kind.project() {
+            KindProjection::Service { body } => {
+                let polled = body.poll_frame(cx);
+                if let Poll::Ready(None) = polled {
+                    // Fully sent: the copy is free now, not when the
+                    // connection gets around to dropping the body.
+                    this.hold.take();
+                }
+                polled
+            }
+            KindProjection::Layer { data } => {
+                Poll::Ready(data.take().map(|data| Ok(Frame::data(data))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Service { body } => body.is_end_stream(),
+            Kind::Layer { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Service { body } => body.size_hint(),
+            Kind::Layer { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |data| data.len() as u64))
+            }
+        }
+    }
+}

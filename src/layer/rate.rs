@@ -1,0 +1,195 @@
+//! [`RateLimitLayer`]: one hit per request on a rate-limited resource.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::{Layer, Service};
+
+use crate::client::{Client, ClientError, RateAnswer};
+
+use super::key::{DomainOf, Fixed, Header, ResourceOf, resolve_domain};
+use super::reply::{self, Quota};
+use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
+
+/// Applies a rate limit to every request: one hit of `resource` for the
+/// request's domain; a rejection is a 429 (gRPC `RESOURCE_EXHAUSTED`).
+#[derive(Clone)]
+pub struct RateLimitLayer<D = Header, R = Fixed> {
+    settings: Settings<D, R>,
+}
+
+impl RateLimitLayer {
+    /// Hits of `resource` in `namespace`, the domain from `x-tenant-id`.
+    pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
+        Self {
+            settings: Settings::new(client, namespace, Fixed::new(resource)),
+        }
+    }
+}
+
+layer_builders!(RateLimitLayer);
+
+impl<S, D: Clone, R: Clone> Layer<S> for RateLimitLayer<D, R> {
+    type Service = RateLimit<S, D, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            settings: Arc::new(self.settings.clone()),
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`].
+pub struct RateLimit<S, D = Header, R = Fixed> {
+    inner: S,
+    settings: Arc<Settings<D, R>>,
+}
+
+impl<S: Clone, D, R> Clone for RateLimit<S, D, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+impl<S, D, R, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, D, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    D: DomainOf<ReqBody>,
+    R: ResourceOf<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResBody, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let settings = self.settings.clone();
+        let grpc = reply::is_grpc(&request);
+        let domain = resolve_domain(settings.domain.domain_of(&request), &settings.missing);
+        let resource = settings.resource.resource_of(&request);
+        // The clone is the one that was not made ready.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::new(async move {
+            let domain = match domain {
+                Ok(domain) => domain,
+                Err(status) => return Ok(reply::failed(grpc, status, "missing or invalid domain")),
+            };
+            let answer = settings
+                .client
+                .request(&*settings.namespace, resource.as_str(), domain.as_str())
+                .await;
+            let mut quota = None;
+            let mut soft = false;
+            match answer {
+                Ok(answer) if answer.unanswered && settings.fail_closed => {
+                    return Ok(unavailable(grpc));
+                }
+                Ok(answer) if !answer.is_granted() => {
+                    let quota = rate_quota(&resource, &answer);
+                    return Ok(reply::rejected(
+                        grpc,
+                        "rate_limited",
+                        answer.retry_after,
+                        quota.as_ref(),
+                    ));
+                }
+                Ok(answer) => {
+                    if settings.headers {
+                        quota = rate_quota(&resource, &answer);
+                    }
+                    soft = answer.soft_limit_exceeded;
+                }
+                Err(error) => {
+                    if let Some(response) = refused(grpc, &error, settings.fail_closed) {
+                        return Ok(response);
+                    }
+                }
+            }
+            let response = inner.call(request).await?;
+            let (mut parts, body) = response.into_parts();
+            if let Some(quota) = quota {
+                quota.write(&mut parts.headers);
+            }
+            if soft && let Ok(value) = http::HeaderValue::try_from(resource) {
+                parts.headers.insert(reply::SOFT_LIMIT.clone(), value);
+            }
+            Ok(Response::from_parts(
+                parts,
+                ResponseBody::service(body, None),
+            ))
+        })
+    }
+}
+
+/// The quota headers of a rate answer (none when Charon did not answer or
+/// the resource has no limit).
+fn rate_quota(resource: &str, answer: &RateAnswer) -> Option<Quota> {
+    let context = &answer.context;
+    if answer.unanswered || context.tier_window_ms == 0 {
+        return None;
+    }
+    let granted = answer.is_granted();
+    Some(Quota {
+        name: resource.to_owned(),
+        limit: context.tier_limit,
+        window: Some(Duration::from_millis(context.tier_window_ms)),
+        remaining: if granted { context.remaining } else { 0 },
+        reset: if granted {
+            Some(Duration::from_millis(context.reset_after_ms))
+        } else {
+            answer.retry_after
+        },
+    })
+}
+
+pub(super) fn unavailable<B>(grpc: bool) -> Response<ResponseBody<B>> {
+    reply::failed(
+        grpc,
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "rate limiter unavailable",
+    )
+}
+
+/// What a failed call becomes: `None` lets the request through.
+pub(super) fn refused<B>(
+    grpc: bool,
+    error: &ClientError,
+    fail_closed: bool,
+) -> Option<Response<ResponseBody<B>>> {
+    use crate::client::ErrorKind;
+    match error {
+        ClientError::Unavailable(_) if fail_closed => Some(unavailable(grpc)),
+        ClientError::Unavailable(_) => None,
+        // As in Envoy: what no limit is configured for is not limited.
+        ClientError::Refused {
+            kind: ErrorKind::UnknownResource,
+            ..
+        } => None,
+        ClientError::Refused {
+            kind: ErrorKind::Malformed,
+            message,
+        } => Some(reply::failed(grpc, http::StatusCode::BAD_REQUEST, message)),
+        other => {
+            tracing::error!(error = %other, "charon refused the layer's call: check the layer's resource and the configuration");
+            Some(reply::failed(
+                grpc,
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "rate limiter misconfigured",
+            ))
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! What the layers answer without calling the service (rejections, missing
+//! domains, Charon unreachable), and the quota headers they add:
+//! `Retry-After` in whole seconds rounded up (at least 1), and
+//! `RateLimit-Policy` / `RateLimit` as draft-ietf-httpapi-ratelimit-headers-11
+//! writes them (`"name";q=5;w=10` and `"name";r=3;t=7`). A gRPC request gets
+//! its status in `grpc-status` instead of an HTTP error.
+
+use std::time::Duration;
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+
+use super::ResponseBody;
+
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// On granted responses past the resource's `soft_limit` (seed 004): the
+/// resource's name. The same header the sidecar asks Envoy to add.
+pub static SOFT_LIMIT: HeaderName = HeaderName::from_static("x-charon-soft-limit");
+
+/// One quota, as the headers describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// The policy's name: the resource.
+    pub name: String,
+    /// `q`: requests (or copies) the policy allows.
+    pub limit: u64,
+    /// `w`: its window (`None` for concurrency: no window).
+    pub window: Option<Duration>,
+    /// `r`: what is left of it.
+    pub remaining: u64,
+    /// `t`: until it is whole again.
+    pub reset: Option<Duration>,
+}
+
+impl Quota {
+    /// Adds `RateLimit-Policy` and `RateLimit`.
+    pub fn write(&self, headers: &mut HeaderMap) {
+        let name = sf_string(&self.name);
+        let mut policy = format!("{name};q={}", self.limit);
+        if let Some(window) = self.window {
+            policy.push_str(&format!(";w={}", whole_seconds(window).max(1)));
+        }
+        let mut current = format!("{name};r={}", self.remaining);
+        if let Some(reset) = self.reset {
+            current.push_str(&format!(";t={}", whole_seconds(reset)));
+        }
+        for (header, value) in [(&RATELIMIT_POLICY, policy), (&RATELIMIT, current)] {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(header.clone(), value);
+            }
+        }
+    }
+}
+
+/// Seconds, rounded up.
+pub fn whole_seconds(duration: Duration) -> u64 {
+    duration
+        .as_millis()
+        .div_ceil(1000)
+        .try_into()
+        .unwrap_or(u64::MAX)
+}
+
+/// The `Retry-After` value: whole seconds rounded up, at least 1.
+pub fn retry_after_seconds(retry_after: Option<Duration>) -> u64 {
+    retry_after.map_or(1, |after| whole_seconds(after).max(1))
+}
+
+/// A structured-field string (RFC 8941): printable ASCII, with `"` and `\`
+/// escaped; anything else becomes `?`.
+fn sf_string(text: &str) -> String {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    quoted.push('"');
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            ' '..='~' => quoted.push(c),
+            _ => quoted.push('?'),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+/// Whether the request is gRPC (answered with a `grpc-status`).
+pub fn is_grpc<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A rejection: 429 (gRPC: `RESOURCE_EXHAUSTED`) with its headers and a JSON
+/// body `{"error":…,"retry_after_ms":…}`.
+pub(super) fn rejected<B>(
+    grpc: bool,
+    error: &str,
+    retry_after: Option<Duration>,
+    quota: Option<&Quota>,
+) -> Response<ResponseBody<B>> {
+    let retry_after_ms =
+        retry_after.map_or_else(|| "null".to_owned(), |after| after.as_millis().to_string());
+    let mut response = if grpc {
+        grpc_status(8, &format!("{error}: retry after {retry_after_ms} ms"))
+    } else {
+        let body = format!(r#"{{"error":"{error}","retry_after_ms":{retry_after_ms}}}"#);
+        let mut response = Response::new(ResponseBody::full(body.into()));
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        RETRY_AFTER,
+        HeaderValue::from(retry_after_seconds(retry_after)),
+    );
+    if let Some(quota) = quota {
+        quota.write(headers);
+    }
+    response
+}
+
+/// An error answered by the layer itself (missing domain, Charon
+/// unreachable with fail-closed, a misconfigured layer).
+pub(super) fn failed<B>(
+    grpc: bool,
+    status: StatusCode,
+    message: &str,
+) -> Response<ResponseBody<B>> {
+    if grpc {
+        let code = match status {
+            StatusCode::BAD_REQUEST => 3,
+            StatusCode::UNAUTHORIZED => 16,
+            StatusCode::FORBIDDEN => 7,
+            StatusCode::SERVICE_UNAVAILABLE => 14,
+            StatusCode::INTERNAL_SERVER_ERROR => 13,
+            _ => 2,
+        };
+        return grpc_status(code, message);
+    }
+    let body = format!(r#"{{"error":"{}"}}"#, message.replace(['"', '\\'], "'"));
+    let mut response = Response::new(ResponseBody::full(body.into()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// A trailers-only gRPC response: the status in the headers.
+fn grpc_status<B>(code: u16, message: &str) -> Response<ResponseBody<B>> {
+    let mut response = Response::new(ResponseBody::empty());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(code));
+    // grpc-message is percent-encoded: keep it to plain printable ASCII.
+    let message: String = message
+        .chars()
+        .map(|c| {
+            if (' '..='~').contains(&c) && c != '%' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if let Ok(message) = HeaderValue::try_from(message) {
+        headers.insert("grpc-message", message);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_and_at_least_one() {
+        let ms = Duration::from_millis;
+        assert_eq!(retry_after_seconds(Some(ms(0))), 1);
+        assert_eq!(retry_after_seconds(Some(ms(1))), 1);
+        assert_eq!(retry_after_seconds(Some(ms(1000))), 1);
+        assert_eq!(retry_after_seconds(Some(ms(1001))), 2);
+        assert_eq!(retry_after_seconds(Some(ms(9_999))), 10);
+        assert_eq!(retry_after_seconds(None), 1);
+    }
+
+    #[test]
+    fn quota_headers_follow_the_draft() {
+        let mut headers = HeaderMap::new();
+        Quota {
+            name: "api".into(),
+            limit: 5,
+            window: Some(Duration::from_secs(10)),
+            remaining: 2,
+            reset: Some(Duration::from_millis(6_500)),
+        }
+        .write(&mut headers);
+        assert_eq!(headers["ratelimit-policy"], r#""api";q=5;w=10"#);
+        assert_eq!(headers["ratelimit"], r#""api";r=2;t=7"#);
+
+        let mut headers = HeaderMap::new();
+        Quota {
+            name: "we\"ird ünï".into(),
+            limit: 2,
+            window: None,
+            remaining: 0,
+            reset: None,
+        }
+        .write(&mut headers);
+        assert_eq!(headers["ratelimit-policy"], r#""we\"ird ?n?";q=2"#);
+        assert_eq!(headers["ratelimit"], r#""we\"ird ?n?";r=0"#);
+    }
+}
