@@ -34,7 +34,17 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub fn start(dir: &Path, config: &Path, store: &str, extra: &[&str]) -> Sidecar {
-        let (grpc, admin) = (free_port(), free_port());
+        Self::start_at(dir, config, store, (free_port(), free_port()), extra)
+    }
+
+    /// On given (grpc, admin) ports: a restart where clients expect it.
+    pub fn start_at(
+        dir: &Path,
+        config: &Path,
+        store: &str,
+        (grpc, admin): (u16, u16),
+        extra: &[&str],
+    ) -> Sidecar {
         let log = dir.join(format!("sidecar-{grpc}.log"));
         let stderr = File::create(&log).expect("the sidecar log can be created");
         let child = Command::new(env!("CARGO_BIN_EXE_charon"))
@@ -93,6 +103,10 @@ impl Sidecar {
             );
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    pub fn grpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc)
     }
 
     pub fn admin_url(&self, path: &str) -> String {
