@@ -1,1 +1,220 @@
-fn main() {}
+//! What the Tower layers add to a request (issue 5): an axum handler called
+//! through its `Router` (no sockets, so only the middleware differs), bare,
+//! behind `RateLimitLayer` on the embedded memory engine, behind
+//! tower-governor (the in-process baseline users compare with), and behind
+//! `RateLimitLayer` on a real sidecar over loopback gRPC. Every request is
+//! granted (limits far above the load), for the tenant in `x-tenant-id`.
+//!
+//! `cargo bench --bench layer` prints criterion's means, then the remote
+//! sidecar's latency distribution (p50/p99 over 20 000 sequential requests,
+//! bare handler's subtracted).
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use charon::client::Client;
+use charon::layer::RateLimitLayer;
+use criterion::Criterion;
+use http::Request;
+use tower::ServiceExt;
+use tower_governor::GovernorError;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::key_extractor::KeyExtractor;
+
+const CONFIG: &str = r#"
+domain: bench
+resources:
+  api:
+    rate:
+      tiers:
+        - {limit: 1000000000, window: 1s, active: forever, cooldown: 0s}
+"#;
+
+fn config() -> charon::config::Config {
+    charon::config::load_str(CONFIG, "bench.yaml")
+        .expect("the bench config loads")
+        .config
+}
+
+fn request() -> Request<Body> {
+    Request::builder()
+        .uri("/")
+        .header("x-tenant-id", "acme")
+        .body(Body::empty())
+        .expect("a request")
+}
+
+fn bare() -> Router {
+    Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// tower-governor keyed like Charon's layer: by `x-tenant-id`.
+#[derive(Clone)]
+struct Tenant;
+
+impl KeyExtractor for Tenant {
+    type Key = String;
+
+    fn extract<T>(&self, request: &Request<T>) -> Result<String, GovernorError> {
+        request
+            .headers()
+            .get("x-tenant-id")
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(GovernorError::UnableToExtractKey)
+    }
+}
+
+fn governed() -> Router {
+    let config = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(u32::MAX)
+        .key_extractor(Tenant)
+        .finish()
+        .expect("a governor config");
+    bare().layer(tower_governor::GovernorLayer::new(config))
+}
+
+/// A `charon serve` on loopback, killed on drop.
+struct Sidecar {
+    child: Child,
+    grpc: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port")
+}
+
+fn sidecar() -> Sidecar {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("bench.yaml");
+    std::fs::write(&path, CONFIG).expect("the config is written");
+    let grpc = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("charon starts");
+    Sidecar {
+        child,
+        grpc,
+        _dir: dir,
+    }
+}
+
+async fn call(app: &Router) {
+    let response = app.clone().oneshot(request()).await.expect("infallible");
+    assert!(response.status().is_success(), "{}", response.status());
+}
+
+fn bench_layers(c: &mut Criterion, runtime: &tokio::runtime::Runtime, remote: &Router) {
+    let embedded = runtime.block_on(async {
+        bare().layer(RateLimitLayer::new(
+            Client::embedded(config()),
+            "bench",
+            "api",
+        ))
+    });
+    let apps = [
+        ("bare", bare()),
+        ("charon-embedded-memory", embedded),
+        ("tower-governor", governed()),
+        ("charon-sidecar", remote.clone()),
+    ];
+    let mut group = c.benchmark_group("layer");
+    let client = runtime.block_on(async { Client::embedded(config()) });
+    group.bench_function("client-only", |b| {
+        b.to_async(runtime).iter(|| async {
+            let answer = client
+                .request("bench", "api", "acme")
+                .await
+                .expect("answer");
+            assert!(answer.is_granted());
+        })
+    });
+    for (name, app) in apps {
+        group.bench_function(name, |b| b.to_async(runtime).iter(|| call(&app)));
+    }
+    group.finish();
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let index = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[index]
+}
+
+fn latencies(runtime: &tokio::runtime::Runtime, app: &Router, count: usize) -> Vec<Duration> {
+    runtime.block_on(async {
+        let mut samples = Vec::with_capacity(count);
+        for _ in 0..count {
+            let started = Instant::now();
+            call(app).await;
+            samples.push(started.elapsed());
+        }
+        samples.sort();
+        samples
+    })
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let sidecar = sidecar();
+    let remote = runtime.block_on(async {
+        let client = Client::sidecar(&format!("http://127.0.0.1:{}", sidecar.grpc))
+            .expect("a sidecar client");
+        // Until the sidecar answers (not fail-open).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while client
+            .request("bench", "api", "warmup")
+            .await
+            .map_or(true, |answer| answer.unanswered)
+        {
+            assert!(Instant::now() < deadline, "the sidecar did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bare().layer(RateLimitLayer::new(client, "bench", "api"))
+    });
+
+    let mut criterion = Criterion::default().configure_from_args();
+    bench_layers(&mut criterion, &runtime, &remote);
+    criterion.final_summary();
+
+    let count = 20_000;
+    let bare = latencies(&runtime, &bare(), count);
+    let remote = latencies(&runtime, &remote, count);
+    for (name, samples) in [("bare", &bare), ("charon-sidecar", &remote)] {
+        println!(
+            "{name:16} p50 {:>9.1?}  p99 {:>9.1?}",
+            percentile(samples, 0.5),
+            percentile(samples, 0.99)
+        );
+    }
+    println!(
+        "sidecar adds     p50 {:>9.1?}  p99 {:>9.1?}",
+        percentile(&remote, 0.5).saturating_sub(percentile(&bare, 0.5)),
+        percentile(&remote, 0.99).saturating_sub(percentile(&bare, 0.99))
+    );
+}

@@ -38,6 +38,7 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use backend::{Backend, BackendFuture, Reply, Unreachable, undo};
@@ -199,14 +200,14 @@ impl Client {
 
     /// Hits on a rate-limited resource: `.copies(n)`, `.min_copies(m)`,
     /// `.max_wait(d)`, then `.await`.
-    pub fn request<'c>(
-        &'c self,
+    pub fn request(
+        &self,
         namespace: impl Into<String>,
         resource: impl Into<String>,
         domain: impl Into<String>,
-    ) -> RequestCall<'c> {
+    ) -> RequestCall {
         RequestCall {
-            client: self,
+            client: self.clone(),
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.into(),
@@ -217,14 +218,14 @@ impl Client {
     /// Copies of a copy-limited resource, held until the [`Hold`] is
     /// dropped: `.copies(n)`, `.min_copies(m)`, `.max_wait(d)`, then
     /// `.await`.
-    pub fn hold<'c>(
-        &'c self,
+    pub fn hold(
+        &self,
         namespace: impl Into<String>,
         resource: impl Into<String>,
         domain: impl Into<String>,
-    ) -> HoldCall<'c> {
+    ) -> HoldCall {
         HoldCall {
-            client: self,
+            client: self.clone(),
             namespace: namespace.into(),
             resource: resource.into(),
             domain: domain.into(),
@@ -255,14 +256,23 @@ impl Client {
     /// One call with the deadline, its failures sorted.
     async fn call(&self, op: Op) -> Result<Reply, Failure> {
         let timeout = self.shared.options.call_timeout;
-        match tokio::time::timeout(timeout, self.shared.backend.call(op)).await {
-            Err(_) => Err(Failure::Server(format!("no answer within {timeout:?}"))),
-            Ok(Err(Unreachable(reason))) => Err(Failure::Server(reason)),
-            Ok(Ok(Reply {
+        let mut call = self.shared.backend.call(op);
+        // An embedded engine answers within the first poll: no timer then.
+        let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
+        let answered = match first {
+            Poll::Ready(answered) => answered,
+            Poll::Pending => match tokio::time::timeout(timeout, call).await {
+                Ok(answered) => answered,
+                Err(_) => return Err(Failure::Server(format!("no answer within {timeout:?}"))),
+            },
+        };
+        match answered {
+            Err(Unreachable(reason)) => Err(Failure::Server(reason)),
+            Ok(Reply {
                 answer: Answer::Error(error),
                 ..
-            })) => Err(failure(error)),
-            Ok(Ok(reply)) => Ok(reply),
+            }) => Err(failure(error)),
+            Ok(reply) => Ok(reply),
         }
     }
 
@@ -422,21 +432,21 @@ macro_rules! amount_setters {
 
 /// [`Client::request`], ready to be awaited.
 #[must_use = "a request does nothing until awaited"]
-pub struct RequestCall<'c> {
-    client: &'c Client,
+pub struct RequestCall {
+    client: Client,
     namespace: String,
     resource: String,
     domain: String,
     amount: Amount,
 }
 
-impl RequestCall<'_> {
+impl RequestCall {
     amount_setters!();
 }
 
-impl<'c> IntoFuture for RequestCall<'c> {
+impl IntoFuture for RequestCall {
     type Output = Result<RateAnswer, ClientError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
@@ -552,21 +562,21 @@ impl Client {
 
 /// [`Client::hold`], ready to be awaited.
 #[must_use = "a hold does nothing until awaited"]
-pub struct HoldCall<'c> {
-    client: &'c Client,
+pub struct HoldCall {
+    client: Client,
     namespace: String,
     resource: String,
     domain: String,
     amount: Amount,
 }
 
-impl HoldCall<'_> {
+impl HoldCall {
     amount_setters!();
 }
 
-impl<'c> IntoFuture for HoldCall<'c> {
+impl IntoFuture for HoldCall {
     type Output = Result<Hold, ClientError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'c>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
@@ -580,6 +590,11 @@ impl<'c> IntoFuture for HoldCall<'c> {
             };
             let client = self.client;
             let min = self.amount.min();
+            if self.amount.max_wait.is_zero() {
+                return match client.reserve_once(op, min).await? {
+                    Attempt::Done(hold) | Attempt::Rejected(hold, _) => Ok(hold),
+                };
+            }
             let (mut hold, waited) = client
                 .retrying(self.amount.max_wait, || {
                     client.reserve_once(op.clone(), min)

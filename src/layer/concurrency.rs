@@ -1,14 +1,16 @@
 //! [`ConcurrencyLayer`]: one copy of a copy-limited resource per request,
 //! held until the response body has been sent or dropped.
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use crate::client::{Client, Hold};
+use crate::client::{Client, ClientError, Hold};
 
+use super::future::{self, Extra, Verdict};
 use super::key::{DomainOf, Fixed, Header, ResourceOf, resolve_domain};
 use super::rate::{refused, unavailable};
 use super::reply::{self, Quota};
@@ -70,66 +72,64 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = self.settings.clone();
+        let settings = &self.settings;
         let grpc = reply::is_grpc(&request);
-        let domain = resolve_domain(settings.domain.domain_of(&request), &settings.missing);
-        let resource = settings.resource.resource_of(&request);
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(async move {
-            let domain = match domain {
-                Ok(domain) => domain,
-                Err(status) => return Ok(reply::failed(grpc, status, "missing or invalid domain")),
-            };
-            let held = settings
-                .client
-                .hold(&*settings.namespace, resource.as_str(), domain.as_str())
-                .await;
-            let mut quota = None;
-            let hold = match held {
-                Ok(hold) if hold.unanswered() && settings.fail_closed => {
-                    return Ok(unavailable(grpc));
-                }
-                Ok(hold) if !hold.is_granted() => {
-                    let quota = copy_quota(&resource, &hold);
-                    return Ok(reply::rejected(
-                        grpc,
-                        "concurrency_limited",
-                        None,
-                        quota.as_ref(),
-                    ));
-                }
-                Ok(hold) => {
-                    if settings.headers {
-                        quota = copy_quota(&resource, &hold);
-                    }
-                    Some(hold)
-                }
-                Err(error) => {
-                    if let Some(response) = refused(grpc, &error, settings.fail_closed) {
-                        return Ok(response);
-                    }
-                    None
-                }
-            };
-            // If the service fails, the hold drops here and is released.
-            let response = inner.call(request).await?;
-            let (mut parts, body) = response.into_parts();
-            if let Some(quota) = quota {
-                quota.write(&mut parts.headers);
+        let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
+            Ok(domain) => domain,
+            Err(status) => {
+                return future::answered(reply::failed(grpc, status, "missing or invalid domain"));
             }
-            Ok(Response::from_parts(
-                parts,
-                ResponseBody::service(body, hold),
-            ))
+        };
+        let resource = settings.resource.resource_of(&request);
+        let deciding = settings
+            .client
+            .hold(&*settings.namespace, resource.clone(), domain)
+            .into_future();
+        let settings = settings.clone();
+        future::respond(&mut self.inner, request, deciding, move |held| {
+            verdict(&settings, grpc, &resource, held)
         })
+    }
+}
+
+fn verdict<D, R, B>(
+    settings: &Settings<D, R>,
+    grpc: bool,
+    resource: &str,
+    held: Result<Hold, ClientError>,
+) -> Verdict<B> {
+    match held {
+        Ok(hold) if hold.unanswered() && settings.fail_closed => Verdict::Answer(unavailable(grpc)),
+        Ok(hold) if !hold.is_granted() => {
+            let quota = copy_quota(resource, &hold);
+            Verdict::Answer(reply::rejected(
+                grpc,
+                "concurrency_limited",
+                None,
+                quota.as_ref(),
+            ))
+        }
+        // If the service fails, the hold drops with the future: released.
+        Ok(hold) => Verdict::Pass(Extra {
+            quota: if settings.headers {
+                copy_quota(resource, &hold)
+            } else {
+                None
+            },
+            soft_limit: None,
+            hold: Some(hold),
+        }),
+        Err(error) => match refused(grpc, &error, settings.fail_closed) {
+            Some(response) => Verdict::Answer(response),
+            None => Verdict::Pass(Extra::default()),
+        },
     }
 }
 

@@ -1,43 +1,155 @@
-//! The response future of both layers: ask Charon, then (if granted) the
-//! service. Boxed: the two steps are an `async` block, and one allocation
-//! per request is far below the cost of the decision itself.
+//! The response future of both layers, and the step they share: ask
+//! Charon, then answer or call the service.
+//!
+//! An embedded engine decides within the first poll, so `call` polls the
+//! decision once on the spot: when it is ready, the service is called at
+//! once (on the service that `poll_ready` readied, no clone, no box). Only
+//! a decision that must wait (a sidecar's round trip) takes the slow path:
+//! a boxed `async` block over a clone of the service.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
-use http::Response;
+use http::{HeaderValue, Request, Response};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use crate::client::Hold;
 
 use super::ResponseBody;
+use super::reply::{Quota, SOFT_LIMIT};
+
+/// What a layer does with a request once Charon has answered.
+pub(super) enum Verdict<B> {
+    /// Answer this, without calling the service.
+    Answer(Response<ResponseBody<B>>),
+    /// Call the service, and add these to its response.
+    Pass(Extra),
+}
+
+/// What a granted response carries from the decision.
+#[derive(Default)]
+pub(super) struct Extra {
+    pub quota: Option<Quota>,
+    /// `x-charon-soft-limit`, past the soft limit.
+    pub soft_limit: Option<HeaderValue>,
+    /// Released when the body ends.
+    pub hold: Option<Hold>,
+}
+
+impl Extra {
+    fn finish<B>(self, response: Response<B>) -> Response<ResponseBody<B>> {
+        let (mut parts, body) = response.into_parts();
+        if let Some(quota) = self.quota {
+            quota.write(&mut parts.headers);
+        }
+        if let Some(value) = self.soft_limit {
+            parts.headers.insert(SOFT_LIMIT.clone(), value);
+        }
+        Response::from_parts(parts, ResponseBody::service(body, self.hold))
+    }
+}
 
 type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
-/// The future of [`RateLimit`](super::RateLimit) and
-/// [`Concurrency`](super::Concurrency).
-pub struct ResponseFuture<B, E> {
-    inner: Boxed<B, E>,
+pin_project! {
+    /// The future of [`RateLimit`](super::RateLimit) and
+    /// [`Concurrency`](super::Concurrency).
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        state: State<F, B, E>,
+    }
 }
 
-impl<B, E> ResponseFuture<B, E> {
-    pub(super) fn new(
-        future: impl Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static,
-    ) -> Self {
-        Self {
-            inner: Box::pin(future),
+pin_project! {
+    #[project = StateProjection]
+    enum State<F, B, E> {
+        Answered { response: Option<Response<ResponseBody<B>>> },
+        Service { #[pin] future: F, extra: Option<Extra> },
+        Deciding { future: Boxed<B, E> },
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProjection::Answered { response } => match response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                // Polled after completion.
+                None => Poll::Pending,
+            },
+            StateProjection::Service { future, extra } => {
+                let response = std::task::ready!(future.poll(cx))?;
+                Poll::Ready(Ok(extra.take().unwrap_or_default().finish(response)))
+            }
+            StateProjection::Deciding { future } => future.as_mut().poll(cx),
         }
     }
 }
 
-impl<B, E> Future for ResponseFuture<B, E> {
-    type Output = Result<Response<ResponseBody<B>>, E>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.inner.as_mut().poll(cx)
+impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
     }
 }
 
-impl<B, E> std::fmt::Debug for ResponseFuture<B, E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+/// Answers `request` at once with `response`.
+pub(super) fn answered<F, B, E>(response: Response<ResponseBody<B>>) -> ResponseFuture<F, B, E> {
+    ResponseFuture {
+        state: State::Answered {
+            response: Some(response),
+        },
+    }
+}
+
+/// Decides with `deciding`, then answers or calls `inner` (see the module
+/// doc for the two paths).
+pub(super) fn respond<S, ReqBody, ResBody, D>(
+    inner: &mut S,
+    request: Request<ReqBody>,
+    mut deciding: Pin<Box<dyn Future<Output = D> + Send>>,
+    verdict: impl FnOnce(D) -> Verdict<ResBody> + Send + 'static,
+) -> ResponseFuture<S::Future, ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    D: Send + 'static,
+{
+    let mut cx = Context::from_waker(Waker::noop());
+    match deciding.as_mut().poll(&mut cx) {
+        Poll::Ready(decided) => match verdict(decided) {
+            Verdict::Answer(response) => answered(response),
+            Verdict::Pass(extra) => ResponseFuture {
+                state: State::Service {
+                    future: inner.call(request),
+                    extra: Some(extra),
+                },
+            },
+        },
+        Poll::Pending => {
+            // The service `poll_ready` readied goes into the future; the
+            // clone stays, to be readied next time.
+            let clone = inner.clone();
+            let mut inner = std::mem::replace(inner, clone);
+            ResponseFuture {
+                state: State::Deciding {
+                    future: Box::pin(async move {
+                        match verdict(deciding.await) {
+                            Verdict::Answer(response) => Ok(response),
+                            Verdict::Pass(extra) => Ok(extra.finish(inner.call(request).await?)),
+                        }
+                    }),
+                },
+            }
+        }
     }
 }

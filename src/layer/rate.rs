@@ -1,5 +1,6 @@
 //! [`RateLimitLayer`]: one hit per request on a rate-limited resource.
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use tower::{Layer, Service};
 
 use crate::client::{Client, ClientError, RateAnswer};
 
+use super::future::{self, Extra, Verdict};
 use super::key::{DomainOf, Fixed, Header, ResourceOf, resolve_domain};
 use super::reply::{self, Quota};
 use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
@@ -69,69 +71,69 @@ where
 {
     type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
+    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = self.settings.clone();
+        let settings = &self.settings;
         let grpc = reply::is_grpc(&request);
-        let domain = resolve_domain(settings.domain.domain_of(&request), &settings.missing);
+        let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
+            Ok(domain) => domain,
+            Err(status) => {
+                return future::answered(reply::failed(grpc, status, "missing or invalid domain"));
+            }
+        };
         let resource = settings.resource.resource_of(&request);
-        // The clone is the one that was not made ready.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::new(async move {
-            let domain = match domain {
-                Ok(domain) => domain,
-                Err(status) => return Ok(reply::failed(grpc, status, "missing or invalid domain")),
-            };
-            let answer = settings
-                .client
-                .request(&*settings.namespace, resource.as_str(), domain.as_str())
-                .await;
-            let mut quota = None;
-            let mut soft = false;
-            match answer {
-                Ok(answer) if answer.unanswered && settings.fail_closed => {
-                    return Ok(unavailable(grpc));
-                }
-                Ok(answer) if !answer.is_granted() => {
-                    let quota = rate_quota(&resource, &answer);
-                    return Ok(reply::rejected(
-                        grpc,
-                        "rate_limited",
-                        answer.retry_after,
-                        quota.as_ref(),
-                    ));
-                }
-                Ok(answer) => {
-                    if settings.headers {
-                        quota = rate_quota(&resource, &answer);
-                    }
-                    soft = answer.soft_limit_exceeded;
-                }
-                Err(error) => {
-                    if let Some(response) = refused(grpc, &error, settings.fail_closed) {
-                        return Ok(response);
-                    }
-                }
-            }
-            let response = inner.call(request).await?;
-            let (mut parts, body) = response.into_parts();
-            if let Some(quota) = quota {
-                quota.write(&mut parts.headers);
-            }
-            if soft && let Ok(value) = http::HeaderValue::try_from(resource) {
-                parts.headers.insert(reply::SOFT_LIMIT.clone(), value);
-            }
-            Ok(Response::from_parts(
-                parts,
-                ResponseBody::service(body, None),
-            ))
+        let deciding = settings
+            .client
+            .request(&*settings.namespace, resource.clone(), domain)
+            .into_future();
+        let settings = settings.clone();
+        future::respond(&mut self.inner, request, deciding, move |answer| {
+            verdict(&settings, grpc, resource, answer)
         })
+    }
+}
+
+fn verdict<D, R, B>(
+    settings: &Settings<D, R>,
+    grpc: bool,
+    resource: String,
+    answer: Result<RateAnswer, ClientError>,
+) -> Verdict<B> {
+    match answer {
+        Ok(answer) if answer.unanswered && settings.fail_closed => {
+            Verdict::Answer(unavailable(grpc))
+        }
+        Ok(answer) if !answer.is_granted() => {
+            let quota = rate_quota(&resource, &answer);
+            Verdict::Answer(reply::rejected(
+                grpc,
+                "rate_limited",
+                answer.retry_after,
+                quota.as_ref(),
+            ))
+        }
+        Ok(answer) => Verdict::Pass(Extra {
+            quota: if settings.headers {
+                rate_quota(&resource, &answer)
+            } else {
+                None
+            },
+            soft_limit: if answer.soft_limit_exceeded {
+                http::HeaderValue::try_from(resource).ok()
+            } else {
+                None
+            },
+            hold: None,
+        }),
+        Err(error) => match refused(grpc, &error, settings.fail_closed) {
+            Some(response) => Verdict::Answer(response),
+            None => Verdict::Pass(Extra::default()),
+        },
     }
 }
 

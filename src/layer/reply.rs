@@ -36,14 +36,23 @@ pub struct Quota {
 impl Quota {
     /// Adds `RateLimit-Policy` and `RateLimit`.
     pub fn write(&self, headers: &mut HeaderMap) {
+        // Per request, so no `format!`: two small strings built in place.
+        let mut numbers = itoa::Buffer::new();
         let name = sf_string(&self.name);
-        let mut policy = format!("{name};q={}", self.limit);
+        let mut policy = String::with_capacity(name.len() + 32);
+        policy.push_str(&name);
+        policy.push_str(";q=");
+        policy.push_str(numbers.format(self.limit));
         if let Some(window) = self.window {
-            policy.push_str(&format!(";w={}", whole_seconds(window).max(1)));
+            policy.push_str(";w=");
+            policy.push_str(numbers.format(whole_seconds(window).max(1)));
         }
-        let mut current = format!("{name};r={}", self.remaining);
+        let mut current = name;
+        current.push_str(";r=");
+        current.push_str(numbers.format(self.remaining));
         if let Some(reset) = self.reset {
-            current.push_str(&format!(";t={}", whole_seconds(reset)));
+            current.push_str(";t=");
+            current.push_str(numbers.format(whole_seconds(reset)));
         }
         for (header, value) in [(&RATELIMIT_POLICY, policy), (&RATELIMIT, current)] {
             if let Ok(value) = HeaderValue::try_from(value) {
