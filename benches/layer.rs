@@ -127,7 +127,12 @@ async fn call(app: &Router) {
     assert!(response.status().is_success(), "{}", response.status());
 }
 
-fn bench_layers(c: &mut Criterion, runtime: &tokio::runtime::Runtime, remote: &Router) {
+fn bench_layers(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    remote: &Router,
+    with_remote: bool,
+) {
     let embedded = runtime.block_on(async {
         bare().layer(RateLimitLayer::new(
             Client::embedded(config()),
@@ -141,6 +146,11 @@ fn bench_layers(c: &mut Criterion, runtime: &tokio::runtime::Runtime, remote: &R
         ("tower-governor", governed()),
         ("charon-sidecar", remote.clone()),
     ];
+    let apps = apps
+        .into_iter()
+        .filter(|(name, _)| with_remote || *name != "charon-sidecar");
+    // As `axum::serve` does once: routes built now, not per request.
+    let apps = apps.map(|(name, app)| (name, app.with_state::<()>(())));
     let mut group = c.benchmark_group("layer");
     let client = runtime.block_on(async { Client::embedded(config()) });
     group.bench_function("client-only", |b| {
@@ -181,16 +191,19 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    // `CHARON_BENCH_REMOTE=0`: in-process rows only (for profiling).
+    let with_remote = std::env::var("CHARON_BENCH_REMOTE").map_or(true, |value| value != "0");
     let sidecar = sidecar();
     let remote = runtime.block_on(async {
         let client = Client::sidecar(&format!("http://127.0.0.1:{}", sidecar.grpc))
             .expect("a sidecar client");
         // Until the sidecar answers (not fail-open).
         let deadline = Instant::now() + Duration::from_secs(30);
-        while client
-            .request("bench", "api", "warmup")
-            .await
-            .map_or(true, |answer| answer.unanswered)
+        while with_remote
+            && client
+                .request("bench", "api", "warmup")
+                .await
+                .map_or(true, |answer| answer.unanswered)
         {
             assert!(Instant::now() < deadline, "the sidecar did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -199,11 +212,15 @@ fn main() {
     });
 
     let mut criterion = Criterion::default().configure_from_args();
-    bench_layers(&mut criterion, &runtime, &remote);
+    bench_layers(&mut criterion, &runtime, &remote, with_remote);
     criterion.final_summary();
 
+    if !with_remote {
+        return;
+    }
     let count = 20_000;
-    let bare = latencies(&runtime, &bare(), count);
+    let bare = latencies(&runtime, &bare().with_state(()), count);
+    let remote = remote.with_state(());
     let remote = latencies(&runtime, &remote, count);
     for (name, samples) in [("bare", &bare), ("charon-sidecar", &remote)] {
         println!(

@@ -239,10 +239,21 @@ impl Session {
                 Err(ApiError::malformed("the message names no operation")),
             ),
             Some(Op::Request(op)) => ("request", self.core.request(op).await.map(Answer::Request)),
-            Some(Op::Reserve(op)) => ("reserve", self.reserve(op).await.map(Answer::Reserve)),
-            Some(Op::Release(op)) => ("release", self.release(op).await.map(Answer::Release)),
-            Some(Op::Transfer(op)) => ("transfer", self.transfer(op).await.map(Answer::Transfer)),
-            Some(Op::Seize(op)) => ("seize", self.seize(op).await.map(Answer::Seize)),
+            // Copy operations are boxed so that the future of a `request`
+            // (the hot path) stays small.
+            Some(Op::Reserve(op)) => (
+                "reserve",
+                Box::pin(self.reserve(op)).await.map(Answer::Reserve),
+            ),
+            Some(Op::Release(op)) => (
+                "release",
+                Box::pin(self.release(op)).await.map(Answer::Release),
+            ),
+            Some(Op::Transfer(op)) => (
+                "transfer",
+                Box::pin(self.transfer(op)).await.map(Answer::Transfer),
+            ),
+            Some(Op::Seize(op)) => ("seize", Box::pin(self.seize(op)).await.map(Answer::Seize)),
         };
         let label = match &result {
             Ok(Answer::Request(answer)) if answer.granted == 0 => "rejected",

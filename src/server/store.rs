@@ -131,7 +131,9 @@ impl Store for SidecarStore {
     async fn decide(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
         match self {
             SidecarStore::Memory(memory) => memory.decide(batch).await,
-            SidecarStore::Redis(failover) => failover.decide(batch).await,
+            // Boxed: the Redis path's future is large, and every memory
+            // decision would otherwise move it around.
+            SidecarStore::Redis(failover) => Box::pin(failover.decide(batch)).await,
         }
     }
 
