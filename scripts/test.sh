@@ -4,7 +4,7 @@
 # Installs what the tests need (scripts/test-deps.sh: redis-server, Envoy),
 # then runs, stopping at the first failure:
 #   cargo fmt --check, cargo clippy (warnings are errors), the library built
-#   without default features,
+#   without default features and with only the client and layers,
 #   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
 #   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
@@ -29,6 +29,9 @@ cargo clippy --all-targets -- -D warnings
 
 step "cargo check --no-default-features --lib (the library without the sidecar's dependencies)"
 cargo check --no-default-features --lib
+
+step "cargo check --no-default-features --features layer --lib (the client and Tower layers without the sidecar)"
+cargo check --no-default-features --features layer --lib
 
 step "cargo test --all-targets"
 cargo test --all-targets

@@ -8,7 +8,8 @@
 //! limit when many run at once; fail open and fail closed; a concurrency
 //! hold released when the client disconnects mid-response; gRPC requests
 //! refused with `RESOURCE_EXHAUSTED`; rejected requests never reach the
-//! upstream the service calls (a wiremock stand-in).
+//! upstream the service calls (a wiremock stand-in); granted responses past
+//! a soft limit carry `x-charon-soft-limit`.
 #![cfg(all(unix, feature = "server"))]
 
 #[path = "support/redis.rs"]
@@ -38,6 +39,11 @@ resources:
         - {limit: 5, window: 10s, active: forever, cooldown: 0s}
   streams:
     copies: {domain_limit: 1}
+  warned:
+    rate:
+      soft_limit: 3
+      tiers:
+        - {limit: 5, window: 10s, active: forever, cooldown: 0s}
   "GET /users/{id}":
     rate:
       tiers:
@@ -421,4 +427,37 @@ async fn rejected_requests_never_reach_the_upstream() {
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429]);
     // `expect(5)` is verified when the mock server drops.
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn granted_responses_past_the_soft_limit_carry_a_warning() {
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            Client::embedded(config()),
+            "shop",
+            "warned",
+        ));
+    let address = serve(app).await;
+    let mut warnings = Vec::new();
+    for _ in 0..6 {
+        let response = get_as(address, "/", Some("acme")).await;
+        warnings.push((
+            response.status().as_u16(),
+            header(&response, "x-charon-soft-limit"),
+        ));
+    }
+    let quiet = (200, String::new());
+    let warned = (200, "warned".to_owned());
+    assert_eq!(
+        warnings,
+        [
+            quiet.clone(),
+            quiet.clone(),
+            quiet,
+            warned.clone(),
+            warned,
+            (429, String::new())
+        ]
+    );
 }
