@@ -600,6 +600,7 @@ fn spec_example_loads() {
                 tier(5, S, FOREVER, 0, false),
                 tier(50, S, 5 * S, 15 * S, false),
             ],
+            gcra: None,
         }
     );
     assert_eq!(
@@ -607,6 +608,7 @@ fn spec_example_loads() {
         RatePolicy {
             hard_limit: Some(100),
             tiers: vec![tier(50, S, FOREVER, 0, false)],
+            gcra: None,
         }
     );
     assert_eq!(search.policy_for("globex"), &search.default);
@@ -1473,6 +1475,7 @@ fn normalized_rate_tiers() {
                 // a 1m window is shortened to the 30s active period
                 tier(40, 30 * S, 30 * S, HOUR, true),
             ],
+            gcra: None,
         }
     );
     // Domain configurations are normalized the same way, and replace the
@@ -1482,6 +1485,7 @@ fn normalized_rate_tiers() {
         RatePolicy {
             hard_limit: None,
             tiers: vec![tier(7, 300, 900, 0, false)],
+            gcra: None,
         }
     );
     assert_eq!(api.policy_for("other"), &api.default);
@@ -2141,4 +2145,47 @@ resources:
       ban: {limit: 1, window: 1s, duration: soon}
 ";
     assert!(load_str(bad, "d.yaml").is_err());
+}
+
+#[test]
+fn gcra_resources_load_with_overrides_and_refuse_nonsense() {
+    let yaml = "domain: shop\nresources:\n  api:\n    rate:\n      hard_limit: 30\n      gcra: {burst: 20, count: 10, period: 1s}\n      domains:\n        acme:\n          gcra: {count: 5, period: 2s}\n";
+    let loaded = charon::config::load_str(yaml, "shop.yaml").expect("loads");
+    let namespace = loaded.config.namespace("shop").expect("namespace");
+    let Some(charon::config::Resource::Rate(api)) = namespace.resources.get("api") else {
+        panic!("api is a rate resource");
+    };
+    let bucket = |count, period, burst| charon::engine::GcraLimit {
+        count,
+        period,
+        burst,
+    };
+    assert_eq!(api.default.gcra, Some(bucket(10, 1_000, 20)));
+    assert_eq!(api.default.hard_limit, Some(30));
+    assert!(api.default.tiers.is_empty());
+    // burst defaults to count; a domain replaces the default whole.
+    assert_eq!(api.policy_for("acme").gcra, Some(bucket(5, 2_000, 5)));
+    assert_eq!(api.policy_for("acme").hard_limit, None);
+
+    for (bad, expected) in [
+        ("gcra: {count: 0, period: 1s}", "at least 1"),
+        ("gcra: {count: 5, burst: 0, period: 1s}", "at least 1"),
+        ("gcra: {count: 5, period: 0s}", "longer than 0s"),
+        ("gcra: {count: 5, period: forever}", "longer than 0s"),
+        ("gcra: {count: -1, period: 1s}", "between 0 and"),
+        ("gcra: {count: 5, period: soon}", "soon"),
+        ("gcra: {count: 5}", "period"),
+        ("gcra: {count: 5, period: 1s, rate: 3}", "rate"),
+        (
+            "gcra: {count: 5, period: 1s}\n      tiers: [{limit: 1, window: 1s}]",
+            "both `gcra` and `tiers`",
+        ),
+    ] {
+        let yaml = format!("domain: shop\nresources:\n  api:\n    rate:\n      {bad}\n");
+        let errors = charon::config::load_str(&yaml, "shop.yaml")
+            .err()
+            .unwrap_or_else(|| panic!("`{bad}` loads"))
+            .to_string();
+        assert!(errors.contains(expected), "`{bad}`: {errors}");
+    }
 }

@@ -262,3 +262,28 @@ async fn token_bucket_ten_per_second_bursts_of_twenty() {
     book.at(7_000);
     assert_eq!(book.grants_until_rejected("client").await, 20);
 }
+
+#[tokio::test]
+async fn token_bucket_on_a_resource_under_hard_and_global_limits() {
+    let book = Cookbook::load("token-bucket-resource.yaml");
+    book.at(0);
+    // A burst of 20 is allowed by the bucket, but H = 15 per second caps it.
+    assert_eq!(book.grants_until_rejected("client").await, 15);
+    let rejected = book.hit("client").await;
+    assert_eq!(retry_after(&rejected), 1_001, "H frees up after a second");
+    // bigcorp has its own bucket (100 at once), but G = 100 per second
+    // across tenants leaves it 85 now.
+    assert_eq!(book.grants_until_rejected("bigcorp").await, 85);
+    assert_eq!(retry_after(&book.hit("bigcorp").await), 1_001);
+    // Later the bucket is what limits: one hit every 100 ms on average.
+    book.at(60_000);
+    assert_eq!(book.grants_until_rejected("client").await, 15);
+    book.at(61_001);
+    // 15 spent 1 s ago: the bucket has refilled 10 and had 5 left.
+    assert_eq!(book.grants_until_rejected("client").await, 15);
+    book.at(62_002);
+    assert_eq!(book.grants_until_rejected("client").await, 10);
+    let rejected = book.hit("client").await;
+    // The next 100 ms slot opens at 62 100 ms: exactly 98 ms from now.
+    assert_eq!(retry_after(&rejected), 98);
+}

@@ -18,6 +18,8 @@ struct RefDomain {
     entered: Vec<Option<u64>>,
     hits: Vec<Vec<u64>>,
     recent: Vec<u64>,
+    /// A bucket's theoretical arrival time, in 1/count ms (seed 003).
+    tat: u128,
 }
 
 #[derive(Clone, Debug)]
@@ -42,6 +44,7 @@ impl Reference {
             entered: vec![None; n],
             hits: vec![Vec::new(); n],
             recent: Vec::new(),
+            tat: 0,
         };
         Self {
             policy,
@@ -87,6 +90,19 @@ impl Reference {
             && Self::in_window(&self.global, 1000, now) >= g
         {
             return None;
+        }
+        if let Some(gcra) = self.policy.gcra {
+            // Seed 003: allowed if max(TAT, now) + T <= now + burst·T.
+            let now_t = u128::from(now) * u128::from(gcra.count);
+            let interval = u128::from(gcra.period);
+            let tat = self.domains[d].tat.max(now_t);
+            if tat + interval > now_t + u128::from(gcra.burst) * interval {
+                return None;
+            }
+            next.domains[d].tat = tat + interval;
+            next.domains[d].recent.push(now);
+            next.global.push(now);
+            return Some(next);
         }
         let n = self.policy.tiers.len();
         let current = (0..n)

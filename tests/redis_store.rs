@@ -321,6 +321,7 @@ fn three_tiers() -> RatePolicy {
             tier(20, 1_000, 10_000, 60_000),
             tier(40, 1_000, 5_000, 600_000),
         ],
+        gcra: None,
     }
 }
 

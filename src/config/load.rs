@@ -9,8 +9,10 @@ use serde_saphyr::{Location, Spanned};
 
 use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, FOREVER, Millis};
+use crate::engine::GcraLimit;
+
 use super::raw::{
-    RawBan, RawCopies, RawDescriptor, RawFile, RawRate, RawResource, RawSoftLimit, RawTier,
+    RawBan, RawCopies, RawDescriptor, RawFile, RawGcra, RawRate, RawResource, RawSoftLimit, RawTier,
 };
 use super::{
     Algorithm, Config, ConfigError, ConfigErrors, CopyGroup, CopyResource, FixedLimit, Namespace,
@@ -658,7 +660,14 @@ impl Ctx {
                 );
             }
         }
-        let default = self.policy(name, None, at, rate.hard_limit.as_ref(), &mut rate.tiers);
+        let default = self.policy(
+            name,
+            None,
+            at,
+            rate.hard_limit.as_ref(),
+            &mut rate.tiers,
+            rate.gcra.as_ref(),
+        );
         let mut domains = HashMap::new();
         for (domain, config) in &mut rate.domains {
             if domain.is_empty() {
@@ -673,6 +682,7 @@ impl Ctx {
                 domain_at,
                 config.hard_limit.as_ref(),
                 &mut config.tiers,
+                config.gcra.as_ref(),
             );
             domains.insert(domain.clone(), Arc::new(policy));
         }
@@ -729,12 +739,26 @@ impl Ctx {
         resource_at: Location,
         hard_limit: Option<&Spanned<i64>>,
         raw_tiers: &mut Vec<Spanned<RawTier>>,
+        raw_gcra: Option<&Spanned<RawGcra>>,
     ) -> RatePolicy {
         let whose = match domain {
             Some(domain) => format!("resource `{resource}`, domain `{domain}`"),
             None => format!("resource `{resource}`"),
         };
         let hard_limit = hard_limit.and_then(|h| self.count(h, "hard_limit"));
+        if let Some(raw) = raw_gcra {
+            if !raw_tiers.is_empty() {
+                self.error(
+                    raw.referenced,
+                    format!("{whose} has both `gcra` and `tiers` (or `ban`): a token bucket replaces the tiers, give one or the other"),
+                );
+            }
+            return RatePolicy {
+                hard_limit,
+                tiers: Vec::new(),
+                gcra: self.gcra(&whose, raw),
+            };
+        }
         if raw_tiers.len() > caps::MAX_TIERS {
             if let Some(first) = raw_tiers.first() {
                 self.error(
@@ -749,6 +773,7 @@ impl Ctx {
             return RatePolicy {
                 hard_limit,
                 tiers: Vec::new(),
+                gcra: None,
             };
         }
         let had_tiers = !raw_tiers.is_empty();
@@ -834,7 +859,37 @@ impl Ctx {
                 format!("{whose} {why}: every request for it will be rejected"),
             );
         }
-        RatePolicy { hard_limit, tiers }
+        RatePolicy {
+            hard_limit,
+            tiers,
+            gcra: None,
+        }
+    }
+
+    /// `gcra: {burst, count, period}`: count and burst at least 1, a period
+    /// longer than 0s.
+    fn gcra(&mut self, whose: &str, raw: &Spanned<RawGcra>) -> Option<GcraLimit> {
+        let count = self.count(&raw.value.count, "gcra count");
+        let burst = match &raw.value.burst {
+            Some(burst) => self.count(burst, "gcra burst"),
+            None => count,
+        };
+        let period = self.duration(&raw.value.period, "gcra period");
+        let (Some(count), Some(burst), Some(period)) = (count, burst, period) else {
+            return None;
+        };
+        if count == 0 || burst == 0 || period == 0 || period == FOREVER {
+            self.error(
+                raw.referenced,
+                format!("{whose}: gcra count and burst must be at least 1, and period a duration longer than 0s"),
+            );
+            return None;
+        }
+        Some(GcraLimit {
+            count,
+            period,
+            burst,
+        })
     }
 
     fn copies(&mut self, name: &str, copies: &mut RawCopies) -> Option<CopyResource> {

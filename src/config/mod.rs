@@ -112,6 +112,9 @@ pub struct RatePolicy {
     pub hard_limit: Option<u64>,
     /// One-indexed in the paper; index 0 here is tier 1.
     pub tiers: Vec<Tier>,
+    /// Instead of tiers: a token bucket (seed 003's `burst`, `count`,
+    /// `period`), with H and G still applying.
+    pub gcra: Option<crate::engine::GcraLimit>,
 }
 
 /// One burst tier, normalized: `window <= active`, and a finite `active` is a

@@ -137,6 +137,20 @@ pub struct RawRate {
     /// Charon shorthand (seed 004): normalized into two tiers at load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ban: Option<Spanned<RawBan>>,
+    /// A token bucket instead of tiers (seed 003).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcra: Option<Spanned<RawGcra>>,
+}
+
+/// `gcra: {burst: 20, count: 20, period: 1s}` (seed 003's vocabulary):
+/// `count` per `period` on average, up to `burst` at once (default `count`).
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawGcra {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Spanned<i64>>,
+    pub count: Spanned<i64>,
+    pub period: Spanned<String>,
 }
 
 /// `ban: {limit: 2000, window: 1200s, duration: 3600s}`: more than `limit`
@@ -165,6 +179,8 @@ pub struct RawDomainRate {
     pub hard_limit: Option<Spanned<i64>>,
     #[serde(default, deserialize_with = "null_as_default")]
     pub tiers: Vec<Spanned<RawTier>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gcra: Option<Spanned<RawGcra>>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

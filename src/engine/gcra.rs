@@ -114,6 +114,63 @@ pub fn decide(
     }
 }
 
+/// The TAT a key starts from at `now` (a state of another rate is ignored).
+fn start(limit: &GcraLimit, state: &GcraState, now: u64) -> u128 {
+    let now_t = ticks(now, limit.count);
+    if state.count == limit.count {
+        state.tat.max(now_t)
+    } else {
+        now_t
+    }
+}
+
+/// Hits the bucket allows at once at `now` (burst tiers' room, for a
+/// resource whose policy is a bucket).
+pub fn room(limit: &GcraLimit, state: &GcraState, now: u64) -> u64 {
+    if limit.count == 0 || limit.period == 0 {
+        return 0;
+    }
+    let interval = u128::from(limit.period);
+    let ceiling = ticks(now, limit.count) + u128::from(limit.burst) * interval;
+    let room = ceiling.saturating_sub(start(limit, state, now)) / interval;
+    u64::try_from(room).unwrap_or(u64::MAX)
+}
+
+/// Records `hits` granted at `now` (as [`room`] allowed).
+pub fn spend(limit: &GcraLimit, state: &mut GcraState, hits: u64, now: u64) {
+    if limit.count == 0 || limit.period == 0 || hits == 0 {
+        return;
+    }
+    let tat = start(limit, state, now) + u128::from(hits) * u128::from(limit.period);
+    *state = GcraState {
+        tat,
+        count: limit.count,
+    };
+}
+
+/// The instant (ms) from which one hit fits; `None`: never (count 0).
+pub fn room_at(limit: &GcraLimit, state: &GcraState, now: u64) -> Option<u64> {
+    if limit.count == 0 || limit.period == 0 || limit.burst == 0 {
+        return None;
+    }
+    let interval = u128::from(limit.period);
+    let capacity = u128::from(limit.burst) * interval;
+    // One hit fits once tat + interval <= t + capacity.
+    let at = (start(limit, state, now) + interval).saturating_sub(capacity);
+    Some(ceil_ms(at, limit.count).max(now))
+}
+
+/// Until the bucket is full again (ms).
+pub fn full_after(limit: &GcraLimit, state: &GcraState, now: u64) -> u64 {
+    if limit.count == 0 {
+        return 0;
+    }
+    ceil_ms(
+        start(limit, state, now) - ticks(now, limit.count),
+        limit.count,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

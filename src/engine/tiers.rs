@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::config::{FOREVER, RatePolicy, Tier};
 
+use super::gcra::{self, GcraState};
 use super::hit_log::HitLog;
 
 /// The span of the hard and global limits' sliding window.
@@ -26,6 +27,8 @@ pub struct TierState {
     pub recent: HitLog,
     /// After this instant nothing in this state can change a decision.
     pub expires_at: u64,
+    /// The token bucket of a policy with `gcra` instead of tiers.
+    pub bucket: GcraState,
 }
 
 /// One tier's part of the access log.
@@ -116,6 +119,9 @@ impl View<'_> {
 
     /// Room in the tiers, bursting as far as needed for `asked` hits.
     fn tier_room(&self, asked: u64) -> u64 {
+        if let Some(gcra) = &self.policy.gcra {
+            return gcra::room(gcra, &self.state.bucket, self.now);
+        }
         let current = self.current();
         let mut room = self.room_in_current(current);
         for index in current..self.policy.tiers.len() {
@@ -170,6 +176,9 @@ pub fn grant(
     k: u64,
     now: u64,
 ) -> bool {
+    if let Some(gcra) = &policy.gcra {
+        gcra::spend(gcra, &mut state.bucket, k, now);
+    }
     let tiers = &policy.tiers;
     state.tiers.resize_with(tiers.len(), TierLog::default);
     for (tier, log) in tiers.iter().zip(&mut state.tiers) {
@@ -231,6 +240,9 @@ pub fn grant(
 /// once its window is empty.
 pub fn expiry(policy: &RatePolicy, state: &TierState) -> u64 {
     let mut until = state.recent.counts_until(SECOND);
+    if policy.gcra.is_some() {
+        until = until.max(state.bucket.expires_at());
+    }
     for (index, (tier, log)) in policy.tiers.iter().zip(&state.tiers).enumerate() {
         if let Some(entered) = log.entered_at {
             if tier.active == FOREVER {
@@ -279,6 +291,9 @@ pub fn retry_after(
     // At most three instants per tier (two phase ends, one window).
     let mut candidates: SmallVec<[u64; 16]> = SmallVec::new();
     candidates.push(earliest);
+    if let Some(gcra) = &policy.gcra {
+        candidates.push(gcra::room_at(gcra, &state.bucket, now)?);
+    }
     for (tier, log) in policy.tiers.iter().zip(&state.tiers) {
         let Some(entered) = log.entered_at else {
             continue;
@@ -343,8 +358,19 @@ pub fn snapshot(
     let global_room = global.map_or(u64::MAX, |g| {
         g.limit.saturating_sub(g.log.count(now, SECOND))
     });
-    let (tier_limit, tier_window, tier_hits, tier_room, reset_after) = match current {
-        0 => match policy.tiers.first() {
+    let shown = match (current, &policy.gcra) {
+        // A token bucket shows as tier 1: its burst per period.
+        (_, Some(gcra)) => {
+            let room = gcra::room(gcra, &state.bucket, now);
+            (
+                gcra.burst,
+                gcra.period,
+                gcra.burst.saturating_sub(room),
+                room,
+                gcra::full_after(gcra, &state.bucket, now),
+            )
+        }
+        (0, None) => match policy.tiers.first() {
             Some(first) => {
                 let room = if view.phase(0) == Phase::Inactive {
                     first.limit
@@ -355,7 +381,7 @@ pub fn snapshot(
             }
             None => (0, SECOND, 0, 0, 0),
         },
-        c => {
+        (c, None) => {
             let tier = &policy.tiers[c - 1];
             let hits = view.count(c - 1);
             let reset = state.tiers[c - 1]
@@ -371,9 +397,10 @@ pub fn snapshot(
             )
         }
     };
+    let (tier_limit, tier_window, tier_hits, tier_room, reset_after) = shown;
     Snapshot {
         tier: current,
-        shown_tier: if current == 0 && !policy.tiers.is_empty() {
+        shown_tier: if current == 0 && (!policy.tiers.is_empty() || policy.gcra.is_some()) {
             1
         } else {
             current

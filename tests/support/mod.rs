@@ -3,10 +3,12 @@
 use std::ops::Range;
 
 use charon::config::{FOREVER, RatePolicy, Tier};
+use charon::engine::GcraLimit;
 use proptest::prelude::*;
 
 /// A normalized burst-tier policy (windows of 100 ms steps, active a whole
-/// number of windows or `forever`) with optional H, and an optional G.
+/// number of windows or `forever`) with optional H, and an optional G; or,
+/// one time in four, a GCRA bucket instead of the tiers.
 /// The ranges bound the number of tiers and the values of H and G.
 pub fn arb_policy(
     tiers: Range<usize>,
@@ -32,10 +34,30 @@ pub fn arb_policy(
                 }
             },
         );
+    // One policy in four is a token bucket instead of tiers.
+    let gcra = prop::option::weighted(
+        0.25,
+        (1u64..20, 1u64..30, 1u64..30).prop_map(|(count, period_tenths, burst)| GcraLimit {
+            count,
+            period: period_tenths * 100,
+            burst,
+        }),
+    );
     (
         prop::collection::vec(tier, tiers),
         prop::option::of(hard),
         prop::option::of(global),
+        gcra,
     )
-        .prop_map(|(tiers, hard_limit, global)| (RatePolicy { hard_limit, tiers }, global))
+        .prop_map(|(tiers, hard_limit, global, gcra)| {
+            let tiers = if gcra.is_some() { Vec::new() } else { tiers };
+            (
+                RatePolicy {
+                    hard_limit,
+                    tiers,
+                    gcra,
+                },
+                global,
+            )
+        })
 }

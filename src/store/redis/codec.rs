@@ -123,6 +123,10 @@ pub fn arguments(
                         .arg(bounded(Some(tier.cooldown)))
                         .arg(flag(tier.skippable));
                 }
+                match policy.gcra {
+                    Some(gcra) => invocation.arg(gcra.count).arg(gcra.period).arg(gcra.burst),
+                    None => invocation.arg(0).arg(0).arg(0),
+                };
             }
         }
     }
@@ -240,25 +244,30 @@ fn tiers(text: &str) -> Result<TierState, RedisError> {
         other => number(other.unwrap_or(""))?,
     };
     let recent = log(fields.next().unwrap_or(""))?;
-    let tiers = fields
-        .map(|field| {
-            let (entered, hits) = field
-                .split_once(';')
-                .ok_or_else(|| RedisError::State(format!("not a tier: {field:?}")))?;
-            Ok(TierLog {
-                entered_at: if entered.is_empty() {
-                    None
-                } else {
-                    Some(number(entered)?)
-                },
-                hits: log(hits)?,
-            })
-        })
-        .collect::<Result<_, RedisError>>()?;
+    let mut bucket = GcraState::default();
+    let mut tiers = Vec::new();
+    for field in fields {
+        if let Some(encoded) = field.strip_prefix('b') {
+            bucket = gcra(encoded)?;
+            continue;
+        }
+        let (entered, hits) = field
+            .split_once(';')
+            .ok_or_else(|| RedisError::State(format!("not a tier: {field:?}")))?;
+        tiers.push(TierLog {
+            entered_at: if entered.is_empty() {
+                None
+            } else {
+                Some(number(entered)?)
+            },
+            hits: log(hits)?,
+        });
+    }
     Ok(TierState {
         tiers,
         recent,
         expires_at,
+        bucket,
     })
 }
 

@@ -15,6 +15,8 @@
 --   a slot count period burst hits shadow
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
+--     gcra_count gcra_period gcra_burst (a token bucket instead of tiers;
+--     gcra_count 0 when there is none)
 -- Slots are 1-based, global_slot 0 when absent; -1 means "none" for limits
 -- and "forever" for durations.
 --
@@ -29,7 +31,9 @@
 --   g: hit log "t:n,t:n,..." (time in ms, hits granted at that ms)
 --   t: "expires_at|recent log|entered;log|entered;log..." with one
 --      "entered;log" per tier, entered empty when the tier is not entered,
---      and "f" for an expiry that never comes.
+--      and "f" for an expiry that never comes; a resource with a token
+--      bucket instead of tiers has one "b" field instead: "btat_ms,ticks,count"
+--      (as the GCRA encoding above)
 
 local INF = math.huge
 local SECOND = 1000
@@ -187,12 +191,16 @@ local function tiers_decode(raw, now)
     local state = { exp = expiry_decode(f[1]), recent = log_decode(f[2]), tiers = {} }
     if state.exp > now then
       for i = 3, #f do
-        local entered, hits = string.match(f[i], '^(%d*);(.*)$')
-        local tier = { hits = log_decode(hits) }
-        if entered ~= nil and entered ~= '' then
-          tier.entered = tonumber(entered)
+        if string.sub(f[i], 1, 1) == 'b' then
+          state.bucket = gcra_decode(string.sub(f[i], 2))
+        else
+          local entered, hits = string.match(f[i], '^(%d*);(.*)$')
+          local tier = { hits = log_decode(hits) }
+          if entered ~= nil and entered ~= '' then
+            tier.entered = tonumber(entered)
+          end
+          state.tiers[#state.tiers + 1] = tier
         end
-        state.tiers[#state.tiers + 1] = tier
       end
       return state
     end
@@ -209,6 +217,10 @@ local function tiers_encode(state)
       entered = fmt(tier.entered)
     end
     parts[#parts + 1] = entered .. ';' .. log_encode(tier.hits)
+  end
+  local b = state.bucket
+  if b ~= nil then
+    parts[#parts + 1] = 'b' .. fmt(b.ms) .. ',' .. fmt(b.ticks) .. ',' .. fmt(b.count)
   end
   return table.concat(parts, '|')
 end
@@ -259,7 +271,22 @@ local function current_tier(policy, state, now)
   return 0
 end
 
+-- A token bucket instead of tiers (src/engine/gcra.rs): ticks from now to
+-- its TAT (0 if passed, or of another rate).
+local function bucket_ahead(gcra, state, now)
+  local b = state.bucket
+  if b == nil or b.count ~= gcra.count then
+    return 0
+  end
+  return math.max(0, (b.ms - now) * gcra.count + b.ticks)
+end
+
 local function tier_room(policy, state, asked, now)
+  local gcra = policy.gcra
+  if gcra ~= nil then
+    local space = gcra.burst * gcra.period - bucket_ahead(gcra, state, now)
+    return math.max(0, math.floor(space / gcra.period))
+  end
   local current = current_tier(policy, state, now)
   local room = 0
   if current > 0 then
@@ -296,6 +323,14 @@ end
 
 local function tiers_expiry(policy, state)
   local until_ = log_counts_until(state.recent, SECOND)
+  local b = state.bucket
+  if policy.gcra ~= nil and b ~= nil then
+    local full = b.ms
+    if b.ticks > 0 then
+      full = full + 1
+    end
+    until_ = math.max(until_, full)
+  end
   for i = 1, #policy.tiers do
     local tier, log = policy.tiers[i], state.tiers[i]
     if log.entered ~= nil then
@@ -316,6 +351,12 @@ local function tiers_expiry(policy, state)
 end
 
 local function grant(policy, state, global, k, now)
+  local gcra = policy.gcra
+  if gcra ~= nil then
+    local next = bucket_ahead(gcra, state, now) + k * gcra.period
+    local ticks = math.fmod(next, gcra.count)
+    state.bucket = { ms = now + (next - ticks) / gcra.count, ticks = ticks, count = gcra.count }
+  end
   local tiers = policy.tiers
   for i = 1, #tiers do
     local log = state.tiers[i]
@@ -474,6 +515,11 @@ for _ = 1, tonumber(ARGV[3]) do
       }
       at = at + 5
     end
+    local gcra_count = num(ARGV[at])
+    if gcra_count > 0 then
+      item.policy.gcra = { count = gcra_count, period = num(ARGV[at + 1]), burst = num(ARGV[at + 2]) }
+    end
+    at = at + 3
     local state = slots[item.slot]
     local global = nil
     if item.global_slot > 0 then
