@@ -208,8 +208,12 @@ fn main() {
             assert!(Instant::now() < deadline, "the sidecar did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        bare().layer(RateLimitLayer::new(client, "bench", "api"))
+        (
+            bare().layer(RateLimitLayer::new(client.clone(), "bench", "api")),
+            client,
+        )
     });
+    let (remote, remote_client) = remote;
 
     let mut criterion = Criterion::default().configure_from_args();
     bench_layers(&mut criterion, &runtime, &remote, with_remote);
@@ -218,9 +222,16 @@ fn main() {
     if !with_remote {
         return;
     }
+    // Fail-open answers would pass for fast ones: there must be none.
+    assert_eq!(
+        remote_client.stats().degraded,
+        0,
+        "the sidecar answered every call"
+    );
     let count = 20_000;
     let bare = latencies(&runtime, &bare().with_state(()), count);
     let remote = remote.with_state(());
+    let degraded_before = remote_client.stats().degraded;
     let remote = latencies(&runtime, &remote, count);
     for (name, samples) in [("bare", &bare), ("charon-sidecar", &remote)] {
         println!(
@@ -229,6 +240,11 @@ fn main() {
             percentile(samples, 0.99)
         );
     }
+    assert_eq!(
+        remote_client.stats().degraded,
+        degraded_before,
+        "no fail-open"
+    );
     println!(
         "sidecar adds     p50 {:>9.1?}  p99 {:>9.1?}",
         percentile(&remote, 0.5).saturating_sub(percentile(&bare, 0.5)),

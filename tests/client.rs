@@ -38,6 +38,23 @@ resources:
     copies: {domain_limit: 10}
 "#;
 
+/// A client of `sidecar`, once its session is up, with a deadline that a
+/// loaded test machine cannot miss.
+async fn sidecar_client(sidecar: &sidecar_support::Sidecar) -> Client {
+    let client = Client::with_options(
+        Sidecar::connect(&sidecar.grpc_url()).unwrap(),
+        ClientOptions {
+            call_timeout: Duration::from_secs(5),
+            ..ClientOptions::default()
+        },
+    );
+    assert!(
+        client.ready(Duration::from_secs(20)).await,
+        "the session opens"
+    );
+    client
+}
+
 fn config() -> charon::config::Config {
     charon::config::load_str(CONFIG, "shop.yaml")
         .expect("the test config loads")
@@ -160,7 +177,7 @@ async fn a_sidecar_client_decides_as_configured() {
         &[],
     );
     sidecar.wait_readyz(200, "ready").await;
-    let client = Client::sidecar(&sidecar.grpc_url()).unwrap();
+    let client = sidecar_client(&sidecar).await;
     decides_as_configured(&client).await;
 }
 
@@ -187,7 +204,7 @@ async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
     .await
     .unwrap();
     let embedded = Client::new(embedded);
-    let remote = Client::sidecar(&sidecar.grpc_url()).unwrap();
+    let remote = sidecar_client(&sidecar).await;
     let ours = eventually(
         "the embedded engine registered",
         Duration::from_secs(10),
@@ -264,8 +281,8 @@ async fn transfers_move_copies_between_clients() {
         &[],
     );
     sidecar.wait_readyz(200, "ready").await;
-    let giver = Client::sidecar(&sidecar.grpc_url()).unwrap();
-    let taker = Client::sidecar(&sidecar.grpc_url()).unwrap();
+    let giver = sidecar_client(&sidecar).await;
+    let taker = sidecar_client(&sidecar).await;
     let mut hold = giver
         .hold("shop", "disks", "acme")
         .copies(10)
@@ -414,7 +431,7 @@ async fn a_restarted_sidecar_is_reconnected_to() {
     let mut sidecar = sidecar_support::Sidecar::start(dir.path(), &path, "memory", &[]);
     sidecar.wait_readyz(200, "ready").await;
     let (grpc, admin) = (sidecar.grpc, sidecar.admin);
-    let client = Client::sidecar(&sidecar.grpc_url()).unwrap();
+    let client = sidecar_client(&sidecar).await;
     let hold = client.hold("shop", "pool", "acme").copies(2).await.unwrap();
     assert!(!hold.unanswered());
     sidecar.kill();
@@ -508,4 +525,116 @@ async fn acquire_takes_the_same_number_of_everything_or_nothing() {
             .unwrap_err(),
         ClientError::Invalid(_)
     ));
+}
+
+/// Blocks Redis for `seconds` (`DEBUG SLEEP`) on a thread; returns at once.
+fn stall(port: u16, seconds: &'static str) -> std::thread::JoinHandle<()> {
+    let handle = std::thread::spawn(move || {
+        redis_support::command(port, &["DEBUG", "SLEEP", seconds]);
+    });
+    // Give the command a head start so the next call queues behind it.
+    std::thread::sleep(Duration::from_millis(100));
+    handle
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_answered_after_its_deadline_is_given_back() {
+    let redis = redis_support::RedisServer::start();
+    let dir = tempdir();
+    let path = write_config(dir.path(), CONFIG);
+    // The sidecar waits for Redis longer than the client waits for it.
+    let sidecar = sidecar_support::Sidecar::start(
+        dir.path(),
+        &path,
+        &redis.url(),
+        &["--store-timeout", "3s", "--heartbeat-ttl", "60s"],
+    );
+    sidecar.wait_serving().await;
+    let hasty = Client::with_options(
+        Sidecar::connect(&sidecar.grpc_url()).unwrap(),
+        ClientOptions {
+            call_timeout: Duration::from_millis(100),
+            ..ClientOptions::default()
+        },
+    );
+    assert!(hasty.ready(Duration::from_secs(20)).await);
+    let stalled = stall(redis.port, "0.5");
+    let hold = hasty.hold("shop", "pool", "acme").copies(2).await.unwrap();
+    assert!(hold.unanswered(), "the deadline passed: {hold:?}");
+    stalled.join().expect("DEBUG SLEEP returns");
+    // The sidecar granted the reserve after all; nobody received it, so the
+    // client gave it back: the whole limit is free again.
+    let patient = sidecar_client(&sidecar).await;
+    eventually(
+        "the late grant given back",
+        Duration::from_secs(10),
+        async || {
+            let all = patient
+                .hold("shop", "pool", "acme")
+                .copies(4)
+                .await
+                .map_err(|e| e.to_string())?;
+            if all.copies() == 4 {
+                Ok(())
+            } else {
+                Err(format!("{} granted", all.copies()))
+            }
+        },
+    )
+    .await;
+    drop(hold);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_engine_recovers_after_resigning() {
+    let mut redis = redis_support::RedisServer::start();
+    let embedded = charon::client::Embedded::open(
+        config(),
+        &charon::server::store::StoreOptions {
+            url: redis.url(),
+            ..Default::default()
+        },
+        charon::store::copies::CopyTimings {
+            heartbeat: Duration::from_millis(100),
+            ttl: Duration::from_millis(600),
+            reap_interval: Duration::from_millis(100),
+        },
+    )
+    .await
+    .unwrap();
+    let client = Client::new(embedded);
+    let hold = eventually("registered", Duration::from_secs(10), async || {
+        let hold = client
+            .hold("shop", "pool", "acme")
+            .copies(3)
+            .await
+            .map_err(|e| e.to_string())?;
+        if hold.unanswered() {
+            Err("not registered yet".into())
+        } else {
+            Ok(hold)
+        }
+    })
+    .await;
+    // Redis loses everything: the engine resigns (its holds are gone) ...
+    redis.restart();
+    // ... and serves copies again from a new session, with the whole limit.
+    eventually(
+        "serving copies again",
+        Duration::from_secs(20),
+        async || {
+            let all = client
+                .hold("shop", "pool", "acme")
+                .copies(4)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !all.unanswered() && all.copies() == 4 {
+                Ok(())
+            } else {
+                Err(format!("{all:?}"))
+            }
+        },
+    )
+    .await;
+    drop(hold);
 }

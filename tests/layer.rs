@@ -50,6 +50,23 @@ resources:
         - {limit: 2, window: 10s, active: forever, cooldown: 0s}
 "#;
 
+/// A client of `sidecar`, once its session is up, with a deadline that a
+/// loaded test machine cannot miss.
+async fn sidecar_client(sidecar: &sidecar_support::Sidecar) -> Client {
+    let client = Client::with_options(
+        charon::client::Sidecar::connect(&sidecar.grpc_url()).unwrap(),
+        charon::client::ClientOptions {
+            call_timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+    );
+    assert!(
+        client.ready(Duration::from_secs(20)).await,
+        "the session opens"
+    );
+    client
+}
+
 fn config() -> charon::config::Config {
     charon::config::load_str(CONFIG, "shop.yaml")
         .expect("the test config loads")
@@ -148,7 +165,7 @@ async fn the_rate_layer_limits_each_tenant_on_a_sidecar() {
         &[],
     );
     sidecar.wait_readyz(200, "ready").await;
-    limits_each_tenant(Client::sidecar(&sidecar.grpc_url()).unwrap()).await;
+    limits_each_tenant(sidecar_client(&sidecar).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +245,7 @@ async fn concurrent_requests_never_exceed_the_limit() {
         &[],
     );
     sidecar.wait_readyz(200, "ready").await;
-    never_more_than_the_limit(Client::sidecar(&sidecar.grpc_url()).unwrap()).await;
+    never_more_than_the_limit(sidecar_client(&sidecar).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,16 +303,33 @@ async fn holds_until_the_body_ends(client: Client) {
         .route("/short", get(|| async { "done" }))
         .layer(ConcurrencyLayer::new(client, "shop", "streams"));
     let address = serve(app).await;
-    // A complete response gives its copy back as soon as it is sent.
+    // A complete response gives its copy back once it is sent (the
+    // release runs in the background: poll for it).
     for _ in 0..3 {
-        let short = get_as(address, "/short", Some("acme")).await;
-        assert_eq!(short.status(), StatusCode::OK);
+        let short = eventually(
+            "the last copy released",
+            Duration::from_secs(10),
+            async || {
+                let short = get_as(address, "/short", Some("acme")).await;
+                match short.status() {
+                    StatusCode::OK => Ok(short),
+                    other => Err(other.to_string()),
+                }
+            },
+        )
+        .await;
         assert_eq!(header(&short, "ratelimit-policy"), r#""streams";q=1"#);
         assert_eq!(header(&short, "ratelimit"), r#""streams";r=0"#);
         assert_eq!(short.text().await.unwrap(), "done");
     }
-    let mut streaming = get_as(address, "/stream", Some("acme")).await;
-    assert_eq!(streaming.status(), StatusCode::OK);
+    let mut streaming = eventually("the stream starts", Duration::from_secs(10), async || {
+        let streaming = get_as(address, "/stream", Some("acme")).await;
+        match streaming.status() {
+            StatusCode::OK => Ok(streaming),
+            other => Err(other.to_string()),
+        }
+    })
+    .await;
     assert_eq!(streaming.chunk().await.unwrap().unwrap(), "first chunk\n");
     let busy = get_as(address, "/short", Some("acme")).await;
     assert_eq!(busy.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -334,7 +368,7 @@ async fn a_concurrency_hold_lasts_until_the_body_ends_on_a_sidecar() {
         &[],
     );
     sidecar.wait_readyz(200, "ready").await;
-    holds_until_the_body_ends(Client::sidecar(&sidecar.grpc_url()).unwrap()).await;
+    holds_until_the_body_ends(sidecar_client(&sidecar).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
@@ -38,6 +41,56 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The session operations go to now.
     fn session(&self) -> u64;
+
+    /// Waits (up to `timeout`) until calls can be answered; false if they
+    /// cannot yet. A backend that is always ready says so at once.
+    fn ready(&self, timeout: Duration) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        let _ = timeout;
+        Box::pin(std::future::ready(true))
+    }
+}
+
+/// The receiving end of one call's answer. If the caller gives up (drops
+/// the call) while the answer is on its way, `on_lost` gets it: an answer
+/// that arrives just as the caller leaves is never silently dropped.
+pub(crate) struct Awaited {
+    receiver: Option<oneshot::Receiver<Answer>>,
+    on_lost: Option<Box<dyn FnOnce(Answer) + Send>>,
+}
+
+impl Awaited {
+    pub(crate) fn new(
+        receiver: oneshot::Receiver<Answer>,
+        on_lost: impl FnOnce(Answer) + Send + 'static,
+    ) -> Self {
+        Self {
+            receiver: Some(receiver),
+            on_lost: Some(Box::new(on_lost)),
+        }
+    }
+
+    /// The answer, or `None` if its sender went away without one.
+    pub(crate) async fn answer(mut self) -> Option<Answer> {
+        let receiver = self.receiver.as_mut()?;
+        let answer = receiver.await.ok();
+        self.receiver = None;
+        answer
+    }
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        if let Some(mut receiver) = self.receiver.take() {
+            // After `close`, an answer is either here now or its sender
+            // finds the channel closed (and undoes it itself).
+            receiver.close();
+            if let Ok(answer) = receiver.try_recv()
+                && let Some(on_lost) = self.on_lost.take()
+            {
+                on_lost(answer);
+            }
+        }
+    }
 }
 
 /// What gives back the copies of an answer nobody received: the reserve or

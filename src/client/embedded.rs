@@ -5,10 +5,14 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
+
+use arc_swap::ArcSwap;
 
 use tokio::sync::{oneshot, watch};
 
+use crate::api::v1::error::Kind as ErrorKind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{Error as WireError, SessionRequest};
@@ -21,7 +25,7 @@ use crate::server::store::{SidecarStore, StoreOptions, open_copies};
 use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
 
-use super::backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+use super::backend::{Awaited, Backend, BackendFuture, Reply, Unreachable, undo};
 
 /// Why an embedded engine did not start.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +39,11 @@ pub enum EmbeddedError {
 /// The engine in this process, as one session.
 pub struct Embedded {
     core: Arc<Core>,
-    session: Arc<Session>,
+    /// Replaced when the copy log says this engine resigned (its holds were
+    /// reaped): the old session's holds are gone, a new one starts empty.
+    session: ArcSwap<Session>,
+    /// Bumped with every new session, so older hold guards release nothing.
+    generation: AtomicU64,
     shutdown: watch::Sender<bool>,
 }
 
@@ -83,7 +91,8 @@ impl Embedded {
             metrics: Arc::new(Metrics::new()),
         });
         Self {
-            session: Arc::new(Session::new(core.clone())),
+            session: ArcSwap::from_pointee(Session::new(core.clone())),
+            generation: AtomicU64::new(0),
             core,
             shutdown,
         }
@@ -102,7 +111,7 @@ impl Drop for Embedded {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             // Shared holds must not outlive this engine.
-            let session = self.session.clone();
+            let session = self.session.load_full();
             let redis = redis.clone();
             runtime.spawn(async move {
                 session.release_everything().await;
@@ -114,7 +123,8 @@ impl Drop for Embedded {
 
 impl Backend for Embedded {
     fn call(&self, op: Op) -> BackendFuture<'_> {
-        let session = self.session.clone();
+        let session = self.session.load_full();
+        let generation = self.generation.load(Ordering::Acquire);
         Box::pin(async move {
             let reserve = match &op {
                 Op::Reserve(reserve) => Some(reserve.clone()),
@@ -126,32 +136,64 @@ impl Backend for Embedded {
             let result = match first {
                 Poll::Ready(result) => result,
                 Poll::Pending => {
+                    let runtime = tokio::runtime::Handle::try_current()
+                        .map_err(|_| Unreachable("no Tokio runtime to run the engine on".into()))?;
                     // Finished on its own task, so a caller that gives up
                     // cannot cut an operation in half; a grant nobody
                     // receives is undone.
-                    let (sender, answered) = oneshot::channel();
-                    tokio::spawn(async move {
+                    let (sender, receiver) = oneshot::channel();
+                    let undoing = session.clone();
+                    let late = reserve.clone();
+                    runtime.spawn(async move {
                         let result = work.await;
                         if let Err(result) = sender.send(result)
-                            && let Some(undo) = undo(reserve.as_ref(), &result)
+                            && let Some(undo) = undo(late.as_ref(), &result)
                         {
-                            let _ = answer(session, undo).await;
+                            let _ = answer(undoing, undo).await;
+                        }
+                    });
+                    let undoing = session.clone();
+                    let answered = Awaited::new(receiver, move |result| {
+                        if let (Some(undo), Ok(runtime)) = (
+                            undo(reserve.as_ref(), &result),
+                            tokio::runtime::Handle::try_current(),
+                        ) {
+                            runtime.spawn(answer(undoing, undo));
                         }
                     });
                     answered
+                        .answer()
                         .await
-                        .map_err(|_| Unreachable("the embedded engine stopped".into()))?
+                        .ok_or_else(|| Unreachable("the embedded engine stopped".into()))?
                 }
             };
+            if let Answer::Error(error) = &result
+                && error.kind == ErrorKind::Resigned as i32
+            {
+                self.renew(&session);
+            }
             Ok(Reply {
                 answer: result,
-                session: 0,
+                session: generation,
             })
         })
     }
 
     fn session(&self) -> u64 {
-        0
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+impl Embedded {
+    /// After a resignation every operation of the old session answers
+    /// RESIGNED: start a new one (once, whoever notices first).
+    fn renew(&self, resigned: &Arc<Session>) {
+        let fresh = Arc::new(Session::new(self.core.clone()));
+        let previous = self.session.compare_and_swap(resigned, fresh);
+        if Arc::ptr_eq(&previous, resigned) {
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            tracing::warn!("the embedded engine resigned from the copy log: new session");
+        }
     }
 }
 

@@ -178,14 +178,25 @@ impl Hold {
         if copies == 0 {
             return Ok(0);
         }
+        // Counted as given back before the call: a release whose answer is
+        // lost (past the deadline, or cancelled) may have happened, and must
+        // never be sent twice; if it did not, the session's end frees them.
+        self.held -= copies;
         if !self.recorded() {
             // Granted in the dark, or the session that held them has ended
             // (the server released them then).
-            self.held -= copies;
             return Ok(copies);
         }
-        let reply = self.client.call_quietly(self.release_op(copies)).await?;
-        self.held -= copies;
+        let reply = match self.client.call_quietly(self.release_op(copies)).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                if matches!(error, ClientError::Refused { .. }) {
+                    // Refused: certainly not released.
+                    self.held += copies;
+                }
+                return Err(error);
+            }
+        };
         if let Answer::Release(answer) = reply.answer
             && let Some(context) = answer.context
         {
@@ -218,12 +229,19 @@ impl Hold {
             groups: self.groups.clone(),
             ttl_ms,
         });
-        let reply = self.client.call_quietly(op).await?;
-        match reply.answer {
-            Answer::Transfer(answer) => {
-                self.held -= answer.copies.min(self.held);
-                Ok(answer.transfer_id)
+        // As for a release: no longer this guard's once sent.
+        self.held -= copies;
+        let reply = match self.client.call_quietly(op).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                if matches!(error, ClientError::Refused { .. }) {
+                    self.held += copies;
+                }
+                return Err(error);
             }
+        };
+        match reply.answer {
+            Answer::Transfer(answer) => Ok(answer.transfer_id),
             _ => Err(ClientError::Unavailable(
                 "the server answered another operation".into(),
             )),
@@ -252,9 +270,12 @@ impl Drop for Hold {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    if let Err(error) = client.call_quietly(op).await {
-                        // The session's end releases them in any case.
-                        tracing::warn!(%error, "cannot release a dropped hold");
+                    // No deadline: a backend answers or ends the session
+                    // (which releases everything), and a release given up
+                    // on would stay held for the session's life.
+                    match client.release_unbounded(op).await {
+                        Ok(()) => {}
+                        Err(reason) => tracing::debug!(%reason, "a dropped hold's release got no answer: its session released it"),
                     }
                 });
             }

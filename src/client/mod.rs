@@ -288,6 +288,25 @@ impl Client {
         self.shared.backend.session()
     }
 
+    /// A release sent without the call deadline (for dropped holds).
+    async fn release_unbounded(&self, op: Op) -> Result<(), String> {
+        match self.shared.backend.call(op).await {
+            Ok(Reply {
+                answer: Answer::Error(error),
+                ..
+            }) => Err(error.message),
+            Ok(_) => Ok(()),
+            Err(Unreachable(reason)) => Err(reason),
+        }
+    }
+
+    /// Waits up to `timeout` until the backend can answer (a sidecar
+    /// client's first session is open); false if it cannot yet. Calls made
+    /// before that fail open. Worth awaiting once at startup.
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        self.shared.backend.ready(timeout).await
+    }
+
     fn degraded(&self, reason: &str) -> Result<(), ClientError> {
         if !self.shared.options.fail_open {
             return Err(ClientError::Unavailable(reason.to_owned()));

@@ -9,6 +9,8 @@
 //! fail and the hold guards of that session release nothing.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -24,7 +26,7 @@ use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{ReserveOp, SessionRequest};
 
 use super::ClientError;
-use super::backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+use super::backend::{Awaited, Backend, BackendFuture, Reply, Unreachable, undo};
 
 /// How the sidecar backend connects and reconnects.
 #[derive(Debug, Clone)]
@@ -159,9 +161,16 @@ impl Backend for Sidecar {
                 Pending {
                     answer,
                     session,
-                    reserve,
+                    reserve: reserve.clone(),
                 },
             );
+            // The session may have ended between reading the link and
+            // registering: its end cleared the pending calls before this one.
+            if !matches!(&*self.shared.link.borrow(), Link::Up { session: now, .. } if *now == session)
+            {
+                self.shared.pending().remove(&id);
+                return Err(Unreachable("the session ended".into()));
+            }
             // Until sent, a cancelled call leaves nothing behind; once sent,
             // its answer removes the entry (or the session's end does).
             let unsent = Unsent {
@@ -174,9 +183,13 @@ impl Backend for Sidecar {
                 return Err(Unreachable("the session ended".into()));
             }
             unsent.disarm();
-            match answered.await {
-                Ok(answer) => Ok(Reply { answer, session }),
-                Err(_) => Err(Unreachable(
+            let shared = self.shared.clone();
+            let answered = Awaited::new(answered, move |answer| {
+                shared.undo(reserve.as_ref(), &answer, &outbound);
+            });
+            match answered.answer().await {
+                Some(answer) => Ok(Reply { answer, session }),
+                None => Err(Unreachable(
                     "the session ended before the sidecar answered".into(),
                 )),
             }
@@ -187,6 +200,48 @@ impl Backend for Sidecar {
         match &*self.shared.link.borrow() {
             Link::Up { session, .. } => *session,
             _ => 0,
+        }
+    }
+
+    fn ready(&self, timeout: Duration) -> Pin<Box<dyn Future<Output = bool> + Send + '_>> {
+        Box::pin(async move {
+            let mut link = self.shared.link.subscribe();
+            let up = link.wait_for(|link| matches!(link, Link::Up { .. }));
+            matches!(tokio::time::timeout(timeout, up).await, Ok(Ok(_)))
+        })
+    }
+}
+
+impl Shared {
+    /// Gives back what an answer nobody received granted.
+    fn undo(
+        &self,
+        reserve: Option<&ReserveOp>,
+        answer: &Answer,
+        outbound: &mpsc::Sender<SessionRequest>,
+    ) {
+        let Some(op) = undo(reserve, answer) else {
+            return;
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let outbound = outbound.clone();
+        let request = SessionRequest { id, op: Some(op) };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if outbound.send(request).await.is_err() {
+                        // The session ended: it released everything anyway.
+                        tracing::debug!("an undo found its session ended");
+                    }
+                });
+            }
+            Err(_) => {
+                if outbound.try_send(request).is_err() {
+                    tracing::warn!(
+                        "cannot undo a late grant: its copies go back when the session ends"
+                    );
+                }
+            }
         }
     }
 }
@@ -224,25 +279,21 @@ async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
             client.session(ReceiverStream::new(requests)),
         )
         .await;
-        let mut inbound = match opened {
-            Ok(Ok(response)) => response.into_inner(),
-            Ok(Err(status)) => {
-                let reason = format!("cannot open a session: {}", status.message());
+        let failure = match opened {
+            Ok(Ok(response)) => Ok(response.into_inner()),
+            Ok(Err(status)) => Err(format!("cannot open a session: {}", status.message())),
+            Err(_) => Err(format!(
+                "no session within the connect timeout ({:?})",
+                options.connect_timeout
+            )),
+        };
+        let mut inbound = match failure {
+            Ok(inbound) => inbound,
+            Err(reason) => {
                 tracing::warn!(%reason, retry_in = ?backoff, "charon sidecar unreachable");
                 shared.link.send_replace(Link::Down(reason));
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(options.max_backoff);
-                continue;
-            }
-            Err(_) => {
-                let reason = format!(
-                    "no session within the connect timeout ({:?})",
-                    options.connect_timeout
-                );
-                tracing::warn!(%reason, retry_in = ?backoff, "charon sidecar unreachable");
-                shared.link.send_replace(Link::Down(reason));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(options.max_backoff);
+                backoff = backoff.saturating_mul(2).min(options.max_backoff);
                 continue;
             }
         };
@@ -262,12 +313,9 @@ async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
                     let Some(pending) = shared.pending().remove(&response.id) else {
                         continue;
                     };
-                    if let Err(answer) = pending.answer.send(answer)
-                        && let Some(op) = undo(pending.reserve.as_ref(), &answer)
-                    {
+                    if let Err(answer) = pending.answer.send(answer) {
                         // The caller gave up; the copies must not stay held.
-                        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-                        let _ = outbound.try_send(SessionRequest { id, op: Some(op) });
+                        shared.undo(pending.reserve.as_ref(), &answer, &outbound);
                     }
                 }
                 Ok(None) => break "the sidecar closed the session".to_owned(),

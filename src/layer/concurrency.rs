@@ -109,10 +109,11 @@ fn verdict<D, R, B>(
         Ok(hold) if hold.unanswered() && settings.fail_closed => Verdict::Answer(unavailable(grpc)),
         Ok(hold) if !hold.is_granted() => {
             let quota = copy_quota(resource, &hold);
+            // A semaphore cannot say when a copy frees up: try in a second.
             Verdict::Answer(reply::rejected(
                 grpc,
                 "concurrency_limited",
-                None,
+                Some(std::time::Duration::from_secs(1)),
                 quota.as_ref(),
             ))
         }
