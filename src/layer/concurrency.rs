@@ -1,7 +1,8 @@
 //! [`ConcurrencyLayer`]: one copy of a copy-limited resource per request,
 //! held until the response body has been sent or dropped.
 
-use std::future::IntoFuture;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -11,8 +12,7 @@ use tower::{Layer, Service};
 use crate::client::{Client, ClientError, Hold};
 
 use super::future::{self, Extra, Verdict};
-use super::key::{DomainOf, Fixed, Header, ResourceOf, resolve_domain};
-use super::rate::{refused, unavailable};
+use super::key::{DomainOf, Fixed, Header, ResourceOf};
 use super::reply::{self, Quota};
 use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
 
@@ -79,36 +79,32 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = &self.settings;
-        let grpc = reply::is_grpc(&request);
-        let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
-            Ok(domain) => domain,
-            Err(status) => {
-                return future::answered(reply::failed(grpc, status, "missing or invalid domain"));
-            }
-        };
-        let resource = settings.resource.resource_of(&request);
-        let deciding = settings
-            .client
-            .hold(&*settings.namespace, resource.clone(), domain)
-            .into_future();
-        let settings = settings.clone();
-        future::respond(&mut self.inner, request, deciding, move |held| {
-            verdict(&settings, grpc, &resource, held)
-        })
+        future::limit(&mut self.inner, &self.settings, request, ask, verdict)
     }
+}
+
+/// One copy of `resource` for `domain`, held until the body ends.
+fn ask(
+    client: &Client,
+    namespace: &str,
+    resource: String,
+    domain: String,
+) -> Pin<Box<dyn Future<Output = Result<Hold, ClientError>> + Send>> {
+    client.hold(namespace, resource, domain).into_future()
 }
 
 fn verdict<D, R, B>(
     settings: &Settings<D, R>,
     grpc: bool,
-    resource: &str,
+    resource: String,
     held: Result<Hold, ClientError>,
 ) -> Verdict<B> {
     match held {
-        Ok(hold) if hold.unanswered() && settings.fail_closed => Verdict::Answer(unavailable(grpc)),
+        Ok(hold) if hold.unanswered() && settings.fail_closed => {
+            Verdict::Answer(reply::unavailable(grpc))
+        }
         Ok(hold) if !hold.is_granted() => {
-            let quota = copy_quota(resource, &hold);
+            let quota = copy_quota(&resource, &hold);
             // A semaphore cannot say when a copy frees up: try in a second.
             Verdict::Answer(reply::rejected(
                 grpc,
@@ -120,14 +116,14 @@ fn verdict<D, R, B>(
         // If the service fails, the hold drops with the future: released.
         Ok(hold) => Verdict::Pass(Extra {
             quota: if settings.headers {
-                copy_quota(resource, &hold)
+                copy_quota(&resource, &hold)
             } else {
                 None
             },
             soft_limit: None,
             hold: Some(hold),
         }),
-        Err(error) => match refused(grpc, &error, settings.fail_closed) {
+        Err(error) => match reply::refused(grpc, &error, settings.fail_closed) {
             Some(response) => Verdict::Answer(response),
             None => Verdict::Pass(Extra::default()),
         },

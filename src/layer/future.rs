@@ -9,16 +9,18 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use crate::client::Hold;
+use crate::client::{Client, Hold};
 
-use super::ResponseBody;
-use super::reply::{Quota, SOFT_LIMIT};
+use super::key::{DomainOf, ResourceOf, resolve_domain};
+use super::reply::{self, Quota, SOFT_LIMIT};
+use super::{ResponseBody, Settings};
 
 /// What a layer does with a request once Charon has answered.
 pub(super) enum Verdict<B> {
@@ -100,7 +102,7 @@ impl<F, B, E> std::fmt::Debug for ResponseFuture<F, B, E> {
 }
 
 /// Answers `request` at once with `response`.
-pub(super) fn answered<F, B, E>(response: Response<ResponseBody<B>>) -> ResponseFuture<F, B, E> {
+fn answered<F, B, E>(response: Response<ResponseBody<B>>) -> ResponseFuture<F, B, E> {
     ResponseFuture {
         state: State::Answered {
             response: Some(response),
@@ -108,9 +110,51 @@ pub(super) fn answered<F, B, E>(response: Response<ResponseBody<B>>) -> Response
     }
 }
 
+/// Starts a layer's decision: (client, namespace, resource, domain).
+pub(super) type Ask<Decided> =
+    fn(&Client, &str, String, String) -> Pin<Box<dyn Future<Output = Decided> + Send>>;
+
+/// One request through a layer: its domain and resource, the decision
+/// `ask` starts, and `verdict` on it; a request without a usable domain is
+/// answered at once.
+pub(super) fn limit<S, D, R, ReqBody, ResBody, Decided>(
+    inner: &mut S,
+    settings: &Arc<Settings<D, R>>,
+    request: Request<ReqBody>,
+    ask: Ask<Decided>,
+    verdict: fn(&Settings<D, R>, bool, String, Decided) -> Verdict<ResBody>,
+) -> ResponseFuture<S::Future, ResBody, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    D: DomainOf<ReqBody>,
+    R: ResourceOf<ReqBody>,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+    Decided: Send + 'static,
+{
+    let grpc = reply::is_grpc(&request);
+    let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
+        Ok(domain) => domain,
+        Err(status) => return answered(reply::failed(grpc, status, "missing or invalid domain")),
+    };
+    let resource = settings.resource.resource_of(&request);
+    let deciding = ask(
+        &settings.client,
+        &settings.namespace,
+        resource.clone(),
+        domain,
+    );
+    let settings = settings.clone();
+    respond(inner, request, deciding, move |decided| {
+        verdict(&settings, grpc, resource, decided)
+    })
+}
+
 /// Decides with `deciding`, then answers or calls `inner` (see the module
 /// doc for the two paths).
-pub(super) fn respond<S, ReqBody, ResBody, D>(
+fn respond<S, ReqBody, ResBody, D>(
     inner: &mut S,
     request: Request<ReqBody>,
     mut deciding: Pin<Box<dyn Future<Output = D> + Send>>,

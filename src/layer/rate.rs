@@ -1,6 +1,7 @@
 //! [`RateLimitLayer`]: one hit per request on a rate-limited resource.
 
-use std::future::IntoFuture;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,7 +12,7 @@ use tower::{Layer, Service};
 use crate::client::{Client, ClientError, RateAnswer};
 
 use super::future::{self, Extra, Verdict};
-use super::key::{DomainOf, Fixed, Header, ResourceOf, resolve_domain};
+use super::key::{DomainOf, Fixed, Header, ResourceOf};
 use super::reply::{self, Quota};
 use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
 
@@ -78,24 +79,18 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let settings = &self.settings;
-        let grpc = reply::is_grpc(&request);
-        let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
-            Ok(domain) => domain,
-            Err(status) => {
-                return future::answered(reply::failed(grpc, status, "missing or invalid domain"));
-            }
-        };
-        let resource = settings.resource.resource_of(&request);
-        let deciding = settings
-            .client
-            .request(&*settings.namespace, resource.clone(), domain)
-            .into_future();
-        let settings = settings.clone();
-        future::respond(&mut self.inner, request, deciding, move |answer| {
-            verdict(&settings, grpc, resource, answer)
-        })
+        future::limit(&mut self.inner, &self.settings, request, ask, verdict)
     }
+}
+
+/// One hit of `resource` for `domain`.
+fn ask(
+    client: &Client,
+    namespace: &str,
+    resource: String,
+    domain: String,
+) -> Pin<Box<dyn Future<Output = Result<RateAnswer, ClientError>> + Send>> {
+    client.request(namespace, resource, domain).into_future()
 }
 
 fn verdict<D, R, B>(
@@ -106,7 +101,7 @@ fn verdict<D, R, B>(
 ) -> Verdict<B> {
     match answer {
         Ok(answer) if answer.unanswered && settings.fail_closed => {
-            Verdict::Answer(unavailable(grpc))
+            Verdict::Answer(reply::unavailable(grpc))
         }
         Ok(answer) if !answer.is_granted() => {
             let quota = rate_quota(&resource, &answer);
@@ -130,7 +125,7 @@ fn verdict<D, R, B>(
             },
             hold: None,
         }),
-        Err(error) => match refused(grpc, &error, settings.fail_closed) {
+        Err(error) => match reply::refused(grpc, &error, settings.fail_closed) {
             Some(response) => Verdict::Answer(response),
             None => Verdict::Pass(Extra::default()),
         },
@@ -156,42 +151,4 @@ fn rate_quota(resource: &str, answer: &RateAnswer) -> Option<Quota> {
             answer.retry_after
         },
     })
-}
-
-pub(super) fn unavailable<B>(grpc: bool) -> Response<ResponseBody<B>> {
-    reply::failed(
-        grpc,
-        http::StatusCode::SERVICE_UNAVAILABLE,
-        "rate limiter unavailable",
-    )
-}
-
-/// What a failed call becomes: `None` lets the request through.
-pub(super) fn refused<B>(
-    grpc: bool,
-    error: &ClientError,
-    fail_closed: bool,
-) -> Option<Response<ResponseBody<B>>> {
-    use crate::client::ErrorKind;
-    match error {
-        ClientError::Unavailable(_) if fail_closed => Some(unavailable(grpc)),
-        ClientError::Unavailable(_) => None,
-        // As in Envoy: what no limit is configured for is not limited.
-        ClientError::Refused {
-            kind: ErrorKind::UnknownResource,
-            ..
-        } => None,
-        ClientError::Refused {
-            kind: ErrorKind::Malformed,
-            message,
-        } => Some(reply::failed(grpc, http::StatusCode::BAD_REQUEST, message)),
-        other => {
-            tracing::error!(error = %other, "charon refused the layer's call: check the layer's resource and the configuration");
-            Some(reply::failed(
-                grpc,
-                http::StatusCode::INTERNAL_SERVER_ERROR,
-                "rate limiter misconfigured",
-            ))
-        }
-    }
 }

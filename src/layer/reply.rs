@@ -10,6 +10,8 @@ use std::time::Duration;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 
+use crate::client::{ClientError, ErrorKind};
+
 use super::ResponseBody;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -183,6 +185,43 @@ fn grpc_status<B>(code: u16, message: &str) -> Response<ResponseBody<B>> {
         headers.insert("grpc-message", message);
     }
     response
+}
+
+pub(super) fn unavailable<B>(grpc: bool) -> Response<ResponseBody<B>> {
+    failed(
+        grpc,
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "rate limiter unavailable",
+    )
+}
+
+/// What a failed call becomes: `None` lets the request through.
+pub(super) fn refused<B>(
+    grpc: bool,
+    error: &ClientError,
+    fail_closed: bool,
+) -> Option<Response<ResponseBody<B>>> {
+    match error {
+        ClientError::Unavailable(_) if fail_closed => Some(unavailable(grpc)),
+        ClientError::Unavailable(_) => None,
+        // As in Envoy: what no limit is configured for is not limited.
+        ClientError::Refused {
+            kind: ErrorKind::UnknownResource,
+            ..
+        } => None,
+        ClientError::Refused {
+            kind: ErrorKind::Malformed,
+            message,
+        } => Some(failed(grpc, http::StatusCode::BAD_REQUEST, message)),
+        other => {
+            tracing::error!(error = %other, "charon refused the layer's call: check the layer's resource and the configuration");
+            Some(failed(
+                grpc,
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "rate limiter misconfigured",
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
