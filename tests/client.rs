@@ -19,7 +19,7 @@ mod sidecar_support;
 use std::time::Duration;
 
 use charon::client::{Client, ClientError, ClientOptions, ErrorKind, Sidecar, Target};
-use sidecar_support::{eventually, tempdir, write_config};
+use sidecar_support::{eventually, sidecar_client, tempdir, write_config};
 
 const CONFIG: &str = r#"
 domain: shop
@@ -38,21 +38,21 @@ resources:
     copies: {domain_limit: 10}
 "#;
 
-/// A client of `sidecar`, once its session is up, with a deadline that a
-/// loaded test machine cannot miss.
-async fn sidecar_client(sidecar: &sidecar_support::Sidecar) -> Client {
-    let client = Client::with_options(
-        Sidecar::connect(&sidecar.grpc_url()).unwrap(),
-        ClientOptions {
-            call_timeout: Duration::from_secs(5),
-            ..ClientOptions::default()
-        },
-    );
-    assert!(
-        client.ready(Duration::from_secs(20)).await,
-        "the session opens"
-    );
-    client
+/// Waits until a hold of all `copies` of `resource` is granted for acme
+/// (releases of dropped holds run in the background).
+async fn until_whole(client: &Client, resource: &str, copies: u64, what: &str) {
+    eventually(what, Duration::from_secs(10), async || {
+        let all = client
+            .hold("shop", resource, "acme")
+            .copies(copies)
+            .await
+            .map_err(|e| e.to_string())?;
+        match all.copies() {
+            granted if granted == copies => Ok(()),
+            granted => Err(format!("{granted} granted")),
+        }
+    })
+    .await;
 }
 
 fn config() -> charon::config::Config {
@@ -100,23 +100,7 @@ async fn decides_as_configured(client: &Client) {
     drop(second);
     drop(first);
     // Both drops release in the background: all 4 come back.
-    eventually(
-        "dropped holds released",
-        Duration::from_secs(10),
-        async || {
-            let all = client
-                .hold("shop", "pool", "acme")
-                .copies(4)
-                .await
-                .map_err(|e| e.to_string())?;
-            if all.copies() == 4 {
-                Ok(())
-            } else {
-                Err(format!("{} granted", all.copies()))
-            }
-        },
-    )
-    .await;
+    until_whole(client, "pool", 4, "dropped holds released").await;
 
     let unknown = client.request("shop", "nope", "acme").await.unwrap_err();
     assert!(
@@ -301,19 +285,7 @@ async fn transfers_move_copies_between_clients() {
     ));
     assert_eq!(seized.release(6).await.unwrap(), 6);
     drop(hold);
-    eventually("everything released", Duration::from_secs(10), async || {
-        let all = taker
-            .hold("shop", "disks", "acme")
-            .copies(10)
-            .await
-            .map_err(|e| e.to_string())?;
-        if all.copies() == 10 {
-            Ok(())
-        } else {
-            Err(format!("{} granted", all.copies()))
-        }
-    })
-    .await;
+    until_whole(&taker, "disks", 10, "everything released").await;
     assert!(matches!(
         hold_transfer_too_many(&giver).await,
         ClientError::Invalid(_)
@@ -500,19 +472,7 @@ async fn acquire_takes_the_same_number_of_everything_or_nothing() {
         .unwrap();
     assert!(!none.is_granted() && none.holds.is_empty());
     drop(got);
-    eventually("everything released", Duration::from_secs(10), async || {
-        let pool = client
-            .hold("shop", "pool", "acme")
-            .copies(4)
-            .await
-            .map_err(|e| e.to_string())?;
-        if pool.copies() == 4 {
-            Ok(())
-        } else {
-            Err(format!("{} granted", pool.copies()))
-        }
-    })
-    .await;
+    until_whole(&client, "pool", 4, "everything released").await;
 
     let misplaced = [
         Target::rate("shop", "api", "acme"),
@@ -565,23 +525,7 @@ async fn a_reserve_answered_after_its_deadline_is_given_back() {
     // The sidecar granted the reserve after all; nobody received it, so the
     // client gave it back: the whole limit is free again.
     let patient = sidecar_client(&sidecar).await;
-    eventually(
-        "the late grant given back",
-        Duration::from_secs(10),
-        async || {
-            let all = patient
-                .hold("shop", "pool", "acme")
-                .copies(4)
-                .await
-                .map_err(|e| e.to_string())?;
-            if all.copies() == 4 {
-                Ok(())
-            } else {
-                Err(format!("{} granted", all.copies()))
-            }
-        },
-    )
-    .await;
+    until_whole(&patient, "pool", 4, "the late grant given back").await;
     drop(hold);
 }
 

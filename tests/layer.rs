@@ -28,7 +28,7 @@ use bytes::Bytes;
 use charon::client::Client;
 use charon::layer::{ConcurrencyLayer, MethodAndRoute, MissingDomain, RateLimitLayer};
 use http::StatusCode;
-use sidecar_support::{eventually, tempdir, write_config};
+use sidecar_support::{eventually, sidecar_client, tempdir, write_config};
 
 const CONFIG: &str = r#"
 domain: shop
@@ -49,23 +49,6 @@ resources:
       tiers:
         - {limit: 2, window: 10s, active: forever, cooldown: 0s}
 "#;
-
-/// A client of `sidecar`, once its session is up, with a deadline that a
-/// loaded test machine cannot miss.
-async fn sidecar_client(sidecar: &sidecar_support::Sidecar) -> Client {
-    let client = Client::with_options(
-        charon::client::Sidecar::connect(&sidecar.grpc_url()).unwrap(),
-        charon::client::ClientOptions {
-            call_timeout: Duration::from_secs(5),
-            ..Default::default()
-        },
-    );
-    assert!(
-        client.ready(Duration::from_secs(20)).await,
-        "the session opens"
-    );
-    client
-}
 
 fn config() -> charon::config::Config {
     charon::config::load_str(CONFIG, "shop.yaml")

@@ -331,19 +331,25 @@ impl Client {
     }
 
     /// Runs `attempt` until it is granted or `max_wait` is spent (SPEC §7).
-    async fn retrying<T, F, Fut>(
+    /// `op` is sent as it is when there will be no retry, cloned otherwise.
+    async fn retrying<O: Clone, T, Fut>(
         &self,
         max_wait: Duration,
-        mut attempt: F,
+        op: O,
+        attempt: impl Fn(O) -> Fut,
     ) -> Result<(T, Duration), ClientError>
     where
-        F: FnMut() -> Fut,
         Fut: Future<Output = Result<Attempt<T>, ClientError>>,
     {
+        if max_wait.is_zero() {
+            return match attempt(op).await? {
+                Attempt::Done(value) | Attempt::Rejected(value, _) => Ok((value, Duration::ZERO)),
+            };
+        }
         let started = Instant::now();
         let mut rejections = 0;
         loop {
-            match attempt().await? {
+            match attempt(op.clone()).await? {
                 Attempt::Done(value) => return Ok((value, started.elapsed())),
                 // A limit of 0 never grants: waiting cannot help.
                 Attempt::Rejected(value, Some(Duration::MAX)) => {
@@ -477,12 +483,10 @@ impl IntoFuture for RequestCall {
                 copies: Some(copies),
                 min_copies: Some(min_copies),
             };
-            let client = self.client;
+            let client = &self.client;
             let min = self.amount.min();
             let (mut answer, waited) = client
-                .retrying(self.amount.max_wait, || {
-                    client.request_once(op.clone(), min)
-                })
+                .retrying(self.amount.max_wait, op, |op| client.request_once(op, min))
                 .await?;
             answer.waited = waited;
             Ok(answer)
@@ -607,17 +611,10 @@ impl IntoFuture for HoldCall {
                 copies: Some(copies),
                 min_copies: Some(min_copies),
             };
-            let client = self.client;
+            let client = &self.client;
             let min = self.amount.min();
-            if self.amount.max_wait.is_zero() {
-                return match client.reserve_once(op, min).await? {
-                    Attempt::Done(hold) | Attempt::Rejected(hold, _) => Ok(hold),
-                };
-            }
             let (mut hold, waited) = client
-                .retrying(self.amount.max_wait, || {
-                    client.reserve_once(op.clone(), min)
-                })
+                .retrying(self.amount.max_wait, op, |op| client.reserve_once(op, min))
                 .await?;
             hold.set_waited(waited);
             Ok(hold)

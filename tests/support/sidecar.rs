@@ -351,6 +351,23 @@ impl Session {
     }
 }
 
+/// A Rust client of `sidecar` once its session is up, with a deadline that
+/// a loaded test machine cannot miss.
+pub async fn sidecar_client(sidecar: &Sidecar) -> charon::client::Client {
+    let client = charon::client::Client::with_options(
+        charon::client::Sidecar::connect(&sidecar.grpc_url()).expect("a sidecar url"),
+        charon::client::ClientOptions {
+            call_timeout: Duration::from_secs(5),
+            ..Default::default()
+        },
+    );
+    assert!(
+        client.ready(Duration::from_secs(20)).await,
+        "the session opens"
+    );
+    client
+}
+
 pub fn write_config(dir: &Path, yaml: &str) -> PathBuf {
     let path = dir.join("limits.yaml");
     std::fs::write(&path, yaml).expect("the config can be written");
