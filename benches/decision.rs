@@ -48,7 +48,14 @@ descriptors:
     rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1000, burst: 2000}
   - key: burst
     resource: api
+  - key: bucketed
+    resource: uploads
 resources:
+  uploads:
+    rate:
+      hard_limit: 20000
+      global_limit: 1000000
+      gcra: {burst: 2000, count: 1000, period: 1s}
   api:
     rate:
       hard_limit: 20000
@@ -71,8 +78,8 @@ fn config() -> Config {
         .config
 }
 
-fn rate_resource(config: &Config) -> Arc<RateResource> {
-    match config.namespace("bench").unwrap().resources.get("api") {
+fn rate_resource(config: &Config, name: &str) -> Arc<RateResource> {
+    match config.namespace("bench").unwrap().resources.get(name) {
         Some(Resource::Rate(rate)) => rate.clone(),
         _ => panic!("bench.yaml: `api` is not a rate resource"),
     }
@@ -109,7 +116,12 @@ fn new_limiter(
 
 fn bench_limiter(c: &mut Criterion) {
     let mut group = c.benchmark_group("limiter");
-    for (kind, key) in [("fixed", "tenant"), ("gcra", "bucket"), ("tiers", "burst")] {
+    for (kind, key) in [
+        ("fixed", "tenant"),
+        ("gcra", "bucket"),
+        ("tiers", "burst"),
+        ("gcra-resource", "bucketed"),
+    ] {
         // One hot tenant.
         let clock = ManualClock::new(START_MS);
         let hot = requests(key, 1);
@@ -176,8 +188,10 @@ fn report_mix(request: &RateLimitRequest) {
 
 fn bench_engine(c: &mut Criterion) {
     let config = config();
-    let rate = rate_resource(&config);
+    let rate = rate_resource(&config, "api");
     let policy: &RatePolicy = rate.policy_for("t0");
+    let uploads = rate_resource(&config, "uploads");
+    let bucket_policy: &RatePolicy = uploads.policy_for("t0");
     let fixed = [Item::Window {
         slot: 0,
         limit: 1_000_000_000,
@@ -205,6 +219,16 @@ fn bench_engine(c: &mut Criterion) {
         check_only: false,
         shadow: false,
     }];
+    let bucketed = [Item::Tiers {
+        slot: 0,
+        global_slot: Some(1),
+        policy: bucket_policy,
+        global_limit: uploads.global_limit,
+        copies: 1,
+        min_copies: 1,
+        check_only: false,
+        shadow: false,
+    }];
     let mut group = c.benchmark_group("engine");
     for (kind, items, slots) in [
         ("fixed", &fixed[..], vec![Slot::new(SlotKind::Window)]),
@@ -212,6 +236,11 @@ fn bench_engine(c: &mut Criterion) {
         (
             "tiers",
             &tiers[..],
+            vec![Slot::new(SlotKind::Tiers), Slot::new(SlotKind::Log)],
+        ),
+        (
+            "gcra-resource",
+            &bucketed[..],
             vec![Slot::new(SlotKind::Tiers), Slot::new(SlotKind::Log)],
         ),
     ] {

@@ -287,3 +287,22 @@ async fn token_bucket_on_a_resource_under_hard_and_global_limits() {
     // The next 100 ms slot opens at 62 100 ms: exactly 98 ms from now.
     assert_eq!(retry_after(&rejected), 98);
 }
+
+#[tokio::test]
+async fn soft_limit_warns_past_eighty_percent_before_the_hard_limit() {
+    let book = Cookbook::load("soft-limit.yaml");
+    book.at(0);
+    let mut seen = Vec::new();
+    for _ in 0..11 {
+        let status = book.hit("client").await;
+        seen.push((status.over_limit, status.soft_limit_exceeded));
+    }
+    let quiet = (false, false);
+    let warned = (false, true);
+    let mut expected = vec![quiet; 8];
+    expected.extend([warned, warned, (true, false)]);
+    assert_eq!(
+        seen, expected,
+        "8 quiet, 2 warned, then refused (never warned)"
+    );
+}
