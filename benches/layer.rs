@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
-use charon::client::{Client, ClientOptions, Sidecar};
+use charon::client::{Client, ClientOptions};
 use charon::layer::RateLimitLayer;
 use criterion::Criterion;
 use http::Request;
@@ -198,7 +198,7 @@ fn main() {
         // A deadline that a loaded machine cannot miss: a fail-open answer
         // would look fast (and is refused below).
         let client = Client::with_options(
-            Sidecar::connect(&format!("http://127.0.0.1:{}", sidecar.grpc))
+            charon::client::Sidecar::connect(&format!("http://127.0.0.1:{}", sidecar.grpc))
                 .expect("a sidecar client"),
             ClientOptions {
                 call_timeout: Duration::from_secs(5),
