@@ -19,6 +19,8 @@
 //! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
 //!   admin HTTP endpoints, metrics, config reload and shutdown; with the
 //!   Charon API (copy limits, sessions) beside it.
+//! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
+//!   request pattern, summarized per tick.
 //! - `client` (feature `client`): the Rust client of a sidecar, or of an
 //!   engine embedded in the process: requests, hold guards, transfers,
 //!   retries and fail-open (SPEC §7).
@@ -35,6 +37,7 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod limiter;
+pub mod simulate;
 pub mod store;
 
 #[cfg(feature = "client")]

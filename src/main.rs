@@ -82,6 +82,35 @@ enum Command {
         #[arg(long, default_value = "memory")]
         store: String,
     },
+    /// Run the real engine on a virtual clock for a request pattern and print
+    /// the timeline: per tick, grants, rejections, tiers and retry-after.
+    Simulate {
+        /// A configuration file or directory (or give --rate).
+        #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
+        config: Option<PathBuf>,
+        /// The namespace (`domain:`) in --config; needed if it has several.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// The rate-limited resource; needed if the namespace has several.
+        #[arg(long)]
+        resource: Option<String>,
+        /// Limits inline, as a resource's `rate:` block in YAML flow style:
+        /// '{tiers: [{limit: 5, window: 1s}, {limit: 20, window: 1s, active: 5s, cooldown: 10s}]}'.
+        #[arg(long)]
+        rate: Option<String>,
+        /// The tenant the requests come from (per-domain overrides apply).
+        #[arg(long, default_value = "tenant")]
+        domain: String,
+        /// The requests: '10/s for 3s, pause 2s, 50/s for 1s, burst 30, at 100ms 250ms'.
+        #[arg(long)]
+        pattern: String,
+        /// The timeline's step.
+        #[arg(long, default_value = "1s")]
+        tick: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate a configuration file or directory; print it normalized, or the errors.
     Check {
         /// A configuration file, or a directory of *.yaml files.
@@ -93,6 +122,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Check { path } => check(&path),
+        Command::Simulate {
+            config,
+            namespace,
+            resource,
+            rate,
+            domain,
+            pattern,
+            tick,
+            json,
+        } => {
+            let source = match (&config, &rate) {
+                (Some(path), _) => charon::simulate::Source::Config {
+                    path,
+                    namespace: namespace.as_deref(),
+                    resource: resource.as_deref(),
+                },
+                (None, Some(rate)) => charon::simulate::Source::Inline(rate),
+                (None, None) => {
+                    eprintln!("error: give --config or --rate");
+                    return ExitCode::FAILURE;
+                }
+            };
+            simulate(source, &domain, &pattern, &tick, json)
+        }
         Command::Inject {
             addr,
             tls_cert,
@@ -178,6 +231,37 @@ fn inject(options: charon::inject::InjectOptions) -> ExitCode {
     };
     match runtime.block_on(charon::inject::run(options)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate(
+    source: charon::simulate::Source<'_>,
+    domain: &str,
+    pattern: &str,
+    tick: &str,
+    json: bool,
+) -> ExitCode {
+    let run = || -> Result<String, String> {
+        let rate = charon::simulate::resolve(source)?;
+        let pattern = charon::simulate::parse_pattern(pattern)?;
+        let tick =
+            charon::config::parse_duration(tick).map_err(|error| format!("--tick: {error}"))?;
+        let timeline = charon::simulate::simulate(&rate, domain, &pattern, tick)?;
+        if json {
+            serde_json::to_string_pretty(&timeline).map_err(|error| error.to_string())
+        } else {
+            Ok(timeline.to_text())
+        }
+    };
+    match run() {
+        Ok(output) => {
+            println!("{output}");
+            ExitCode::SUCCESS
+        }
         Err(error) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE

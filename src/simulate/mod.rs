@@ -1,0 +1,399 @@
+//! `charon simulate`: the real engine on a virtual clock, fed a request
+//! pattern, summarized per tick — what a configuration will do before it is
+//! deployed. Each request is one `engine::decide` call on the same state a
+//! store would keep, at its instant; after each tick the tiers are read back
+//! (phase, window fill, current tier, `retry_after`) exactly as the engine
+//! sees them. Work and memory are bounded by the pattern's caps
+//! ([`pattern::MAX_REQUESTS`], [`pattern::MAX_SPAN_MS`]) and [`MAX_TICKS`].
+
+pub mod pattern;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::config::{FOREVER, RateResource, Resource, duration, load_path, load_str};
+use crate::engine::tiers::{self, Global, Phase};
+use crate::engine::{self, Item, Outcome, Slot, SlotKind, gcra};
+
+pub use pattern::{Pattern, parse as parse_pattern};
+
+/// At most this many ticks in a timeline.
+pub const MAX_TICKS: u64 = 100_000;
+/// The virtual clock's epoch: a realistic instant, so nothing sits at 0.
+const EPOCH: u64 = 1_700_000_000_000;
+
+/// What a simulation shows, tick by tick.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Timeline {
+    pub resource: String,
+    pub domain: String,
+    pub tick_ms: u64,
+    pub hard_limit: Option<u64>,
+    pub global_limit: Option<u64>,
+    /// The tiers (or the bucket, shown as one tier).
+    pub tiers: Vec<TierConfig>,
+    pub granted: u64,
+    pub rejected: u64,
+    /// Granted past the resource's `soft_limit` (seed 004).
+    pub warned: u64,
+    pub ticks: Vec<Tick>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TierConfig {
+    pub limit: u64,
+    pub window_ms: u64,
+    /// `None`: forever.
+    pub active_ms: Option<u64>,
+    pub cooldown_ms: u64,
+    pub skippable: bool,
+    /// A GCRA bucket (limit = burst, window = period, count per period).
+    pub bucket_count: Option<u64>,
+}
+
+/// One tick: its requests, and the state at its last millisecond.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tick {
+    /// The tick's start, from the start of the pattern.
+    pub at_ms: u64,
+    pub granted: u64,
+    pub rejected: u64,
+    /// Of the granted, those past the soft limit.
+    pub warned: u64,
+    /// One-indexed; 0 when no tier is active.
+    pub tier: usize,
+    pub tiers: Vec<TierView>,
+    /// Until one more request would be granted; `None`: never.
+    pub retry_after_ms: Option<u64>,
+    /// The domain's grants in the last second (what H counts).
+    pub domain_hits_last_second: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseName {
+    Active,
+    Cooldown,
+    Inactive,
+    Bucket,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TierView {
+    pub phase: PhaseName,
+    /// Hits in the tier's window now (a bucket: the part of its burst in use).
+    pub hits: u64,
+    pub limit: u64,
+}
+
+/// Where the limits come from: a configuration file or directory (and which
+/// namespace and resource in it), or an inline `rate:` block in YAML flow
+/// style (`{tiers: [{limit: 5, window: 1s}], hard_limit: 8}`).
+pub enum Source<'a> {
+    Config {
+        path: &'a Path,
+        namespace: Option<&'a str>,
+        resource: Option<&'a str>,
+    },
+    Inline(&'a str),
+}
+
+/// The rate-limited resource `source` names, validated as `charon serve`
+/// would; a namespace or resource may be left out when there is only one.
+pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
+    let (loaded, namespace, resource) = match source {
+        Source::Config {
+            path,
+            namespace,
+            resource,
+        } => (load_path(path), namespace, resource),
+        Source::Inline(rate) => {
+            if rate.contains('\n') {
+                return Err("write the inline rate on one line, in YAML flow style: {tiers: [{limit: 5, window: 1s}]}".into());
+            }
+            let yaml = format!("domain: simulate\nresources:\n  inline:\n    rate: {rate}\n");
+            (load_str(&yaml, "--rate"), None, None)
+        }
+    };
+    let config = loaded
+        .map_err(|errors| format!("invalid configuration:\n{errors}"))?
+        .config;
+    let namespaces: Vec<_> = config.namespaces().collect();
+    let found = match namespace {
+        Some(name) => config
+            .namespace(name)
+            .ok_or_else(|| format!("no namespace `{name}` in the configuration"))?,
+        None => match namespaces.as_slice() {
+            [only] => *only,
+            _ => {
+                return Err(
+                    "the configuration has several namespaces: name one with --namespace".into(),
+                );
+            }
+        },
+    };
+    let rates: Vec<(&String, &Arc<RateResource>)> = found
+        .resources
+        .iter()
+        .filter_map(|(name, resource)| match resource {
+            Resource::Rate(rate) => Some((name, rate)),
+            Resource::Copies(_) => None,
+        })
+        .collect();
+    match resource {
+        Some(name) => match found.resources.get(name) {
+            Some(Resource::Rate(rate)) => Ok(rate.clone()),
+            Some(Resource::Copies(_)) => Err(format!(
+                "resource `{name}` is copy-limited: simulate shows rate limits (tiers and buckets)"
+            )),
+            None => Err(format!(
+                "no resource `{name}` in namespace `{}`",
+                found.name
+            )),
+        },
+        None => match rates.as_slice() {
+            [(_, rate)] => Ok((*rate).clone()),
+            [] => Err(format!(
+                "namespace `{}` has no rate-limited resource",
+                found.name
+            )),
+            _ => Err(format!(
+                "namespace `{}` has several rate-limited resources: name one with --resource",
+                found.name
+            )),
+        },
+    }
+}
+
+/// Runs `pattern` for `domain` against `rate`, summarized every `tick_ms`.
+pub fn simulate(
+    rate: &RateResource,
+    domain: &str,
+    pattern: &Pattern,
+    tick_ms: u64,
+) -> Result<Timeline, String> {
+    if tick_ms == 0 || tick_ms == FOREVER {
+        return Err("the tick must be a duration longer than 0ms".into());
+    }
+    let ticks = pattern.span_ms.div_ceil(tick_ms).max(1);
+    if ticks > MAX_TICKS {
+        return Err(format!(
+            "{ticks} ticks of {}: at most {MAX_TICKS}; choose a longer tick",
+            duration::format(tick_ms)
+        ));
+    }
+    let policy = rate.policy_for(domain);
+    let global_limit = rate.global_limit;
+    let item = Item::Tiers {
+        slot: 0,
+        global_slot: global_limit.map(|_| 1),
+        policy,
+        global_limit,
+        copies: 1,
+        min_copies: 1,
+        check_only: false,
+        shadow: false,
+    };
+    let mut slots = vec![Slot::new(SlotKind::Tiers), Slot::new(SlotKind::Log)];
+    let mut timeline = Timeline {
+        resource: rate.name.clone(),
+        domain: domain.to_owned(),
+        tick_ms,
+        hard_limit: policy.hard_limit,
+        global_limit,
+        tiers: tier_configs(rate, domain),
+        granted: 0,
+        rejected: 0,
+        warned: 0,
+        ticks: Vec::new(),
+    };
+    let mut requests = pattern.requests.iter().peekable();
+    for index in 0..ticks {
+        let start = index * tick_ms;
+        let end = start.saturating_add(tick_ms);
+        let (mut granted, mut rejected, mut warned) = (0, 0, 0);
+        while let Some(&&(at, count)) = requests.peek() {
+            if at >= end {
+                break;
+            }
+            requests.next();
+            for _ in 0..count {
+                let decision = engine::decide(&[item], &mut slots, EPOCH + at);
+                match decision.outcomes.first() {
+                    Some(Outcome::Tiers(outcome)) if outcome.granted > 0 => {
+                        granted += 1;
+                        let snapshot = &outcome.snapshot;
+                        if rate.soft_limit.is_some_and(|soft| {
+                            soft.exceeded(snapshot.tier_hits, snapshot.tier_limit)
+                        }) {
+                            warned += 1;
+                        }
+                    }
+                    _ => rejected += 1,
+                }
+            }
+        }
+        timeline.granted += granted;
+        timeline.rejected += rejected;
+        timeline.warned += warned;
+        let mut tick = read_back(rate, domain, &slots, EPOCH + end - 1, start);
+        (tick.granted, tick.rejected, tick.warned) = (granted, rejected, warned);
+        timeline.ticks.push(tick);
+    }
+    Ok(timeline)
+}
+
+fn tier_configs(rate: &RateResource, domain: &str) -> Vec<TierConfig> {
+    let policy = rate.policy_for(domain);
+    if let Some(bucket) = &policy.gcra {
+        return vec![TierConfig {
+            limit: bucket.burst,
+            window_ms: bucket.period,
+            active_ms: None,
+            cooldown_ms: 0,
+            skippable: false,
+            bucket_count: Some(bucket.count),
+        }];
+    }
+    policy
+        .tiers
+        .iter()
+        .map(|tier| TierConfig {
+            limit: tier.limit,
+            window_ms: tier.window,
+            active_ms: (tier.active != FOREVER).then_some(tier.active),
+            cooldown_ms: tier.cooldown,
+            skippable: tier.skippable,
+            bucket_count: None,
+        })
+        .collect()
+}
+
+/// The state at `now`, as the engine sees it.
+fn read_back(rate: &RateResource, domain: &str, slots: &[Slot], now: u64, at_ms: u64) -> Tick {
+    let policy = rate.policy_for(domain);
+    let empty = tiers::TierState::default();
+    let state = match slots.first() {
+        Some(Slot::Tiers(state)) => state,
+        _ => &empty,
+    };
+    let log = match slots.get(1) {
+        Some(Slot::Log(log)) => Some(log),
+        _ => None,
+    };
+    let global = log
+        .zip(rate.global_limit)
+        .map(|(log, limit)| Global { log, limit });
+    let snapshot = tiers::snapshot(policy, state, global, now);
+    let views = match &policy.gcra {
+        Some(bucket) => vec![TierView {
+            phase: PhaseName::Bucket,
+            hits: bucket
+                .burst
+                .saturating_sub(gcra::room(bucket, &state.bucket, now)),
+            limit: bucket.burst,
+        }],
+        None => policy
+            .tiers
+            .iter()
+            .enumerate()
+            .map(|(index, tier)| {
+                let log = state.tiers.get(index);
+                let phase = tiers::phase(tier, log.and_then(|log| log.entered_at), now);
+                TierView {
+                    phase: match phase {
+                        Phase::Active => PhaseName::Active,
+                        Phase::Cooldown => PhaseName::Cooldown,
+                        Phase::Inactive => PhaseName::Inactive,
+                    },
+                    hits: match phase {
+                        Phase::Inactive => 0,
+                        _ => log.map_or(0, |log| log.hits.count(now, tier.window)),
+                    },
+                    limit: tier.limit,
+                }
+            })
+            .collect(),
+    };
+    Tick {
+        at_ms,
+        granted: 0,
+        rejected: 0,
+        warned: 0,
+        tier: snapshot.tier,
+        tiers: views,
+        retry_after_ms: tiers::retry_after(policy, state, global, now),
+        domain_hits_last_second: snapshot.domain_hits,
+    }
+}
+
+impl Timeline {
+    /// The timeline as text: a header, then one line per tick.
+    pub fn to_text(&self) -> String {
+        let mut text = format!(
+            "resource {} for domain {}: {} granted, {} rejected\n",
+            self.resource, self.domain, self.granted, self.rejected
+        );
+        for (index, tier) in self.tiers.iter().enumerate() {
+            let line = match tier.bucket_count {
+                Some(count) => format!(
+                    "  bucket: {count} per {}, bursts of {}\n",
+                    duration::format(tier.window_ms),
+                    tier.limit
+                ),
+                None => format!(
+                    "  tier {}: {} per {}, active {}, cooldown {}{}\n",
+                    index + 1,
+                    tier.limit,
+                    duration::format(tier.window_ms),
+                    tier.active_ms.map_or("forever".into(), duration::format),
+                    duration::format(tier.cooldown_ms),
+                    if tier.skippable { ", skippable" } else { "" }
+                ),
+            };
+            text.push_str(&line);
+        }
+        if let Some(hard) = self.hard_limit {
+            text.push_str(&format!("  hard limit: {hard} per second\n"));
+        }
+        if let Some(global) = self.global_limit {
+            text.push_str(&format!("  global limit: {global} per second\n"));
+        }
+        if self.warned > 0 {
+            text.push_str(&format!(
+                "  {} of the granted were past the soft limit\n",
+                self.warned
+            ));
+        }
+        text.push_str(
+            "      at  granted rejected  tier  tiers (phase hits/limit)            retry after\n",
+        );
+        for tick in &self.ticks {
+            let tiers: Vec<String> = tick
+                .tiers
+                .iter()
+                .map(|view| {
+                    let phase = match view.phase {
+                        PhaseName::Active => "active",
+                        PhaseName::Cooldown => "cooldown",
+                        PhaseName::Inactive => "inactive",
+                        PhaseName::Bucket => "bucket",
+                    };
+                    format!("{phase} {}/{}", view.hits, view.limit)
+                })
+                .collect();
+            text.push_str(&format!(
+                "{:>8}  {:>7} {:>8}  {:>4}  {:<36} {}\n",
+                duration::format(tick.at_ms),
+                tick.granted,
+                tick.rejected,
+                tick.tier,
+                tiers.join(" | "),
+                tick.retry_after_ms.map_or("never".into(), duration::format)
+            ));
+        }
+        text
+    }
+}

@@ -1,0 +1,259 @@
+//! `charon simulate` (issue 7, part 1): the timeline is exactly what the
+//! limiter decides for the same requests at the same instants, for every
+//! rate pattern of the cookbook (tiers, prisons, batches, buckets, soft
+//! limits); the CLI prints it as text or JSON, and refuses nonsense and
+//! oversized input with a clear message.
+#![cfg(feature = "server")]
+
+use std::process::Command;
+
+use charon::clock::ManualClock;
+use charon::config::{self, Resource};
+use charon::limiter::Limiter;
+use charon::simulate::{self, PhaseName, Source};
+use charon::store::MemoryStore;
+
+fn cookbook(file: &str) -> String {
+    format!("{}/examples/cookbook/{file}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs the pattern through a real limiter on a manual clock; grants per tick.
+async fn limiter_grants(file: &str, domain: &str, pattern: &str, tick: u64) -> Vec<u64> {
+    let loaded = config::load_path(cookbook(file).as_ref()).unwrap();
+    let namespace = loaded.config.namespaces().next().unwrap().clone();
+    let rate = namespace
+        .resources
+        .values()
+        .find_map(|resource| match resource {
+            Resource::Rate(rate) => Some(rate.clone()),
+            Resource::Copies(_) => None,
+        })
+        .unwrap();
+    let start = 1_800_000_000_000;
+    let clock = ManualClock::new(start);
+    let limiter = Limiter::new(
+        loaded.config.clone(),
+        MemoryStore::with_clock(clock.clone()),
+    );
+    let pattern = simulate::parse_pattern(pattern).unwrap();
+    let mut grants = vec![0; pattern.span_ms.div_ceil(tick).max(1) as usize];
+    for &(at, count) in &pattern.requests {
+        clock.set(start + at);
+        for _ in 0..count {
+            let (outcome, _) = limiter
+                .request_hits(&namespace, &rate, domain, 1, 1)
+                .await
+                .unwrap();
+            grants[(at / tick) as usize] += outcome.granted;
+        }
+    }
+    grants
+}
+
+#[tokio::test]
+async fn the_timeline_is_what_the_limiter_decides() {
+    for (file, domain, pattern) in [
+        ("simple.yaml", "acme", "10/s for 3s, pause 1s, burst 8"),
+        (
+            "penalty.yaml",
+            "acme",
+            "10/s for 8s, pause 5s, 30/s for 12s",
+        ),
+        (
+            "penalty-stacked.yaml",
+            "acme",
+            "60/s for 20s, pause 30s, 15/s for 10s",
+        ),
+        ("punishment.yaml", "acme", "8/s for 3s, 2/s for 20s"),
+        ("batch.yaml", "acme", "20/s for 5s, pause 10s, 20/s for 40s"),
+        (
+            "token-bucket-resource.yaml",
+            "client",
+            "40/s for 5s, at 7s 7001ms",
+        ),
+        ("token-bucket-resource.yaml", "bigcorp", "200/s for 3s"),
+    ] {
+        let rate = simulate::resolve(Source::Config {
+            path: cookbook(file).as_ref(),
+            namespace: None,
+            resource: None,
+        })
+        .unwrap();
+        let parsed = simulate::parse_pattern(pattern).unwrap();
+        let timeline = simulate::simulate(&rate, domain, &parsed, 1_000).unwrap();
+        let shown: Vec<u64> = timeline.ticks.iter().map(|tick| tick.granted).collect();
+        let decided = limiter_grants(file, domain, pattern, 1_000).await;
+        assert_eq!(shown, decided, "{file} {domain} `{pattern}`");
+        assert_eq!(timeline.granted + timeline.rejected, parsed.total());
+    }
+}
+
+#[test]
+fn the_penalty_tier_is_entered_then_cools_down() {
+    let rate = simulate::resolve(Source::Config {
+        path: cookbook("penalty.yaml").as_ref(),
+        namespace: None,
+        resource: None,
+    })
+    .unwrap();
+    let pattern = simulate::parse_pattern("10/s for 8s").unwrap();
+    let timeline = simulate::simulate(&rate, "acme", &pattern, 1_000).unwrap();
+    let phases: Vec<(usize, PhaseName)> = timeline
+        .ticks
+        .iter()
+        .map(|tick| (tick.tier, tick.tiers[1].phase))
+        .collect();
+    // 10/s needs the 20/s tier, entered at 500 ms by the 6th request, for
+    // 5 s; then 10 s of cooldown at 5/s (phases as at each tick's end).
+    assert_eq!(&phases[..5], &[(2, PhaseName::Active); 5]);
+    assert_eq!(&phases[5..], &[(1, PhaseName::Cooldown); 3]);
+    let grants: Vec<u64> = timeline.ticks.iter().map(|tick| tick.granted).collect();
+    assert_eq!(grants, [10, 10, 10, 10, 10, 10, 4, 4]);
+}
+
+fn charon(args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("charon runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_cli_prints_text_and_json() {
+    let penalty = cookbook("penalty.yaml");
+    let (ok, text, _) = charon(&["--config", &penalty, "--pattern", "10/s for 3s"]);
+    assert!(ok);
+    assert!(
+        text.starts_with("resource api for domain tenant: 30 granted, 0 rejected"),
+        "{text}"
+    );
+    assert!(
+        text.contains("tier 2: 20 per 1s, active 5s, cooldown 10s"),
+        "{text}"
+    );
+
+    let (ok, json, _) = charon(&["--config", &penalty, "--pattern", "10/s for 3s", "--json"]);
+    assert!(ok);
+    let timeline: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(timeline["granted"], 30);
+    assert_eq!(timeline["ticks"].as_array().unwrap().len(), 3);
+    assert_eq!(timeline["ticks"][0]["tier"], 2);
+    assert_eq!(timeline["ticks"][0]["tiers"][1]["phase"], "active");
+    assert_eq!(timeline["tiers"][1]["active_ms"], 5_000);
+
+    // Inline limits, with a soft limit.
+    let (ok, json, _) = charon(&[
+        "--rate",
+        "{soft_limit: 3, tiers: [{limit: 5, window: 1s}]}",
+        "--pattern",
+        "burst 10",
+        "--json",
+    ]);
+    assert!(ok);
+    let timeline: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(
+        (timeline["granted"].as_u64(), timeline["warned"].as_u64()),
+        (Some(5), Some(2))
+    );
+}
+
+#[test]
+fn nonsense_and_oversized_input_get_a_clear_message() {
+    let bulkhead = cookbook("copies-bulkhead.yaml");
+    for (args, expected) in [
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: -5, window: 1s}]}",
+                "--pattern",
+                "burst 1",
+            ],
+            "limit must be between",
+        ),
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: 5, window: 0s}]}",
+                "--pattern",
+                "burst 1",
+            ],
+            "window must be longer",
+        ),
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: 5, window: 1s}]}",
+                "--pattern",
+                "10000000/s for 1s",
+            ],
+            "more than 1000000 requests",
+        ),
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: 5, window: 1s}]}",
+                "--pattern",
+                "pause 7d",
+                "--tick",
+                "1ms",
+            ],
+            "choose a longer tick",
+        ),
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: 5, window: 1s}]}",
+                "--pattern",
+                "often",
+            ],
+            "cannot read",
+        ),
+        (
+            vec![
+                "--rate",
+                "{tiers: [{limit: 5, window: 1s}]}",
+                "--pattern",
+                "burst 1",
+                "--tick",
+                "0s",
+            ],
+            "longer than 0ms",
+        ),
+        (
+            vec!["--config", &bulkhead, "--pattern", "burst 1"],
+            "no rate-limited resource",
+        ),
+        (
+            vec![
+                "--config",
+                &bulkhead,
+                "--resource",
+                "transcoder",
+                "--pattern",
+                "burst 1",
+            ],
+            "copy-limited",
+        ),
+        (
+            vec![
+                "--config",
+                &bulkhead,
+                "--resource",
+                "nope",
+                "--pattern",
+                "burst 1",
+            ],
+            "no resource `nope`",
+        ),
+    ] {
+        let (ok, _, stderr) = charon(&args);
+        assert!(!ok, "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
