@@ -154,13 +154,7 @@ async fn decides_as_configured(client: &Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_client_decides_as_configured() {
     let dir = tempdir();
-    let sidecar = sidecar_support::Sidecar::start(
-        dir.path(),
-        &write_config(dir.path(), CONFIG),
-        "memory",
-        &[],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
     let client = sidecar_client(&sidecar).await;
     decides_as_configured(&client).await;
 }
@@ -258,13 +252,7 @@ async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_move_copies_between_clients() {
     let dir = tempdir();
-    let sidecar = sidecar_support::Sidecar::start(
-        dir.path(),
-        &write_config(dir.path(), CONFIG),
-        "memory",
-        &[],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
     let giver = sidecar_client(&sidecar).await;
     let taker = sidecar_client(&sidecar).await;
     let mut hold = giver

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use charon::client::Client;
 use charon::layer::{ConcurrencyLayer, MethodAndRoute, MissingDomain, RateLimitLayer};
 use http::StatusCode;
-use sidecar_support::{eventually, sidecar_client, tempdir, write_config};
+use sidecar_support::{eventually, sidecar_client, tempdir};
 
 const CONFIG: &str = r#"
 domain: shop
@@ -141,13 +141,7 @@ async fn the_rate_layer_limits_each_tenant_on_the_embedded_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_layer_limits_each_tenant_on_a_sidecar() {
     let dir = tempdir();
-    let sidecar = sidecar_support::Sidecar::start(
-        dir.path(),
-        &write_config(dir.path(), CONFIG),
-        "memory",
-        &[],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
     limits_each_tenant(sidecar_client(&sidecar).await).await;
 }
 
@@ -221,13 +215,7 @@ async fn never_more_than_the_limit(client: Client) {
 async fn concurrent_requests_never_exceed_the_limit() {
     never_more_than_the_limit(Client::embedded(config())).await;
     let dir = tempdir();
-    let sidecar = sidecar_support::Sidecar::start(
-        dir.path(),
-        &write_config(dir.path(), CONFIG),
-        "memory",
-        &[],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
     never_more_than_the_limit(sidecar_client(&sidecar).await).await;
 }
 
@@ -344,13 +332,7 @@ async fn a_concurrency_hold_lasts_until_the_body_ends_on_the_embedded_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrency_hold_lasts_until_the_body_ends_on_a_sidecar() {
     let dir = tempdir();
-    let sidecar = sidecar_support::Sidecar::start(
-        dir.path(),
-        &write_config(dir.path(), CONFIG),
-        "memory",
-        &[],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
     holds_until_the_body_ends(sidecar_client(&sidecar).await).await;
 }
 

@@ -3,85 +3,22 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use http::{Request, Response};
-use tower::{Layer, Service};
 
 use crate::client::{Client, ClientError, Hold};
 
-use super::future::{self, Extra, Verdict};
-use super::key::{DomainOf, Fixed, Header, ResourceOf};
+use super::future::{Extra, Verdict};
 use super::reply::{self, Quota};
-use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
+use super::{Settings, limit_layer};
 
-/// Limits requests in progress: each holds one copy of `resource` for its
-/// domain until its response body ends; past the limit, 429 (gRPC
-/// `RESOURCE_EXHAUSTED`) with `Retry-After: 1`.
-#[derive(Clone)]
-pub struct ConcurrencyLayer<D = Header, R = Fixed> {
-    settings: Settings<D, R>,
-}
-
-impl ConcurrencyLayer {
-    pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
-        Self {
-            settings: Settings::new(client, namespace, Fixed::new(resource)),
-        }
-    }
-}
-
-layer_builders!(ConcurrencyLayer);
-
-impl<S, D: Clone, R: Clone> Layer<S> for ConcurrencyLayer<D, R> {
-    type Service = Concurrency<S, D, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Concurrency {
-            inner,
-            settings: Arc::new(self.settings.clone()),
-        }
-    }
-}
-
-/// The service of [`ConcurrencyLayer`].
-pub struct Concurrency<S, D = Header, R = Fixed> {
-    inner: S,
-    settings: Arc<Settings<D, R>>,
-}
-
-impl<S: Clone, D, R> Clone for Concurrency<S, D, R> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            settings: self.settings.clone(),
-        }
-    }
-}
-
-impl<S, D, R, ReqBody, ResBody> Service<Request<ReqBody>> for Concurrency<S, D, R>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
-    D: DomainOf<ReqBody>,
-    R: ResourceOf<ReqBody>,
-    ReqBody: Send + 'static,
-    ResBody: Send + 'static,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        future::limit(&mut self.inner, &self.settings, request, ask, verdict)
-    }
-}
+limit_layer!(
+    ConcurrencyLayer,
+    Concurrency,
+    "Limits requests in progress: each holds one copy of `resource` for its \
+     domain until its response body ends; past the limit, 429 (gRPC \
+     `RESOURCE_EXHAUSTED`) with `Retry-After: 1`.",
+    "One copy of `resource` in `namespace` per request, the domain from \
+     `x-tenant-id`."
+);
 
 /// One copy of `resource` for `domain`, held until the body ends.
 fn ask(

@@ -5,7 +5,7 @@
 //! - [`ConcurrencyLayer`]: one copy of a copy-limited resource, held until
 //!   the response body has been sent (or dropped).
 //!
-//! Both ask a [`Client`](crate::client::Client) — a remote sidecar or the
+//! Both ask a [`Client`] — a remote sidecar or the
 //! engine embedded in the process, switched in one line — map each request
 //! to a domain ([`Header`] `x-tenant-id` by default, [`PeerAddr`], or any
 //! closure) and a resource ([`Fixed`], [`MethodAndRoute`], or any closure),
@@ -104,20 +104,47 @@ impl<D, R> Settings<D, R> {
     }
 }
 
-/// The builder methods both layers share.
-macro_rules! layer_builders {
-    ($layer:ident) => {
+/// A layer and its service over one kind of decision: the module invoking
+/// it provides `ask` (start the decision) and `verdict` (answer or pass).
+/// Both layers are this, so they cannot drift apart.
+macro_rules! limit_layer {
+    ($layer:ident, $service:ident, $layer_doc:literal, $new_doc:literal) => {
+        #[doc = $layer_doc]
+        #[derive(Clone)]
+        pub struct $layer<D = $crate::layer::Header, R = $crate::layer::Fixed> {
+            settings: $crate::layer::Settings<D, R>,
+        }
+
+        impl $layer {
+            #[doc = $new_doc]
+            pub fn new(
+                client: $crate::client::Client,
+                namespace: &str,
+                resource: impl Into<String>,
+            ) -> Self {
+                Self {
+                    settings: $crate::layer::Settings::new(
+                        client,
+                        namespace,
+                        $crate::layer::Fixed::new(resource),
+                    ),
+                }
+            }
+        }
+
         impl<D, R> $layer<D, R> {
-            /// Where the domain (tenant) comes from: a [`Header`],
-            /// [`PeerAddr`], or a closure `Fn(&Request<B>) -> Option<String>`.
+            /// Where the domain (tenant) comes from: a [`Header`](crate::layer::Header),
+            /// [`PeerAddr`](crate::layer::PeerAddr), or a closure
+            /// `Fn(&Request<B>) -> Option<String>`.
             pub fn domain<D2>(self, domain: D2) -> $layer<D2, R> {
                 $layer {
                     settings: self.settings.with_domain(domain),
                 }
             }
 
-            /// Which resource a request is: [`Fixed`] (what `new` set),
-            /// [`MethodAndRoute`], or a closure `Fn(&Request<B>) -> String`.
+            /// Which resource a request is: [`Fixed`](crate::layer::Fixed) (what
+            /// `new` set), [`MethodAndRoute`](crate::layer::MethodAndRoute), or a
+            /// closure `Fn(&Request<B>) -> String`.
             pub fn resource<R2>(self, resource: R2) -> $layer<D, R2> {
                 $layer {
                     settings: self.settings.with_resource(resource),
@@ -145,6 +172,61 @@ macro_rules! layer_builders {
                 self
             }
         }
+
+        impl<S, D: Clone, R: Clone> tower::Layer<S> for $layer<D, R> {
+            type Service = $service<S, D, R>;
+
+            fn layer(&self, inner: S) -> Self::Service {
+                $service {
+                    inner,
+                    settings: std::sync::Arc::new(self.settings.clone()),
+                }
+            }
+        }
+
+        #[doc = concat!("The service of [`", stringify!($layer), "`].")]
+        pub struct $service<S, D = $crate::layer::Header, R = $crate::layer::Fixed> {
+            inner: S,
+            settings: std::sync::Arc<$crate::layer::Settings<D, R>>,
+        }
+
+        impl<S: Clone, D, R> Clone for $service<S, D, R> {
+            fn clone(&self) -> Self {
+                Self {
+                    inner: self.inner.clone(),
+                    settings: self.settings.clone(),
+                }
+            }
+        }
+
+        impl<S, D, R, ReqBody, ResBody> tower::Service<http::Request<ReqBody>> for $service<S, D, R>
+        where
+            S: tower::Service<http::Request<ReqBody>, Response = http::Response<ResBody>>
+                + Clone
+                + Send
+                + 'static,
+            S::Future: Send,
+            S::Error: Send,
+            D: $crate::layer::DomainOf<ReqBody>,
+            R: $crate::layer::ResourceOf<ReqBody>,
+            ReqBody: Send + 'static,
+            ResBody: Send + 'static,
+        {
+            type Response = http::Response<$crate::layer::ResponseBody<ResBody>>;
+            type Error = S::Error;
+            type Future = $crate::layer::ResponseFuture<S::Future, ResBody, S::Error>;
+
+            fn poll_ready(
+                &mut self,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Result<(), Self::Error>> {
+                self.inner.poll_ready(cx)
+            }
+
+            fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
+                $crate::layer::future::limit(&mut self.inner, &self.settings, request, ask, verdict)
+            }
+        }
     };
 }
-use layer_builders;
+use limit_layer;

@@ -2,86 +2,21 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-use http::{Request, Response};
-use tower::{Layer, Service};
 
 use crate::client::{Client, ClientError, RateAnswer};
 
-use super::future::{self, Extra, Verdict};
-use super::key::{DomainOf, Fixed, Header, ResourceOf};
+use super::future::{Extra, Verdict};
 use super::reply::{self, Quota};
-use super::{ResponseBody, ResponseFuture, Settings, layer_builders};
+use super::{Settings, limit_layer};
 
-/// Applies a rate limit to every request: one hit of `resource` for the
-/// request's domain; a rejection is a 429 (gRPC `RESOURCE_EXHAUSTED`).
-#[derive(Clone)]
-pub struct RateLimitLayer<D = Header, R = Fixed> {
-    settings: Settings<D, R>,
-}
-
-impl RateLimitLayer {
-    /// Hits of `resource` in `namespace`, the domain from `x-tenant-id`.
-    pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
-        Self {
-            settings: Settings::new(client, namespace, Fixed::new(resource)),
-        }
-    }
-}
-
-layer_builders!(RateLimitLayer);
-
-impl<S, D: Clone, R: Clone> Layer<S> for RateLimitLayer<D, R> {
-    type Service = RateLimit<S, D, R>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            inner,
-            settings: Arc::new(self.settings.clone()),
-        }
-    }
-}
-
-/// The service of [`RateLimitLayer`].
-pub struct RateLimit<S, D = Header, R = Fixed> {
-    inner: S,
-    settings: Arc<Settings<D, R>>,
-}
-
-impl<S: Clone, D, R> Clone for RateLimit<S, D, R> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            settings: self.settings.clone(),
-        }
-    }
-}
-
-impl<S, D, R, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, D, R>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
-    D: DomainOf<ReqBody>,
-    R: ResourceOf<ReqBody>,
-    ReqBody: Send + 'static,
-    ResBody: Send + 'static,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ResBody, S::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        future::limit(&mut self.inner, &self.settings, request, ask, verdict)
-    }
-}
+limit_layer!(
+    RateLimitLayer,
+    RateLimit,
+    "Applies a rate limit to every request: one hit of `resource` for the \
+     request's domain; a rejection is a 429 (gRPC `RESOURCE_EXHAUSTED`).",
+    "Hits of `resource` in `namespace`, the domain from `x-tenant-id`."
+);
 
 /// One hit of `resource` for `domain`.
 fn ask(

@@ -351,6 +351,13 @@ impl Session {
     }
 }
 
+/// A sidecar on the memory store with `yaml` as its configuration, ready.
+pub async fn memory_sidecar(dir: &Path, yaml: &str) -> Sidecar {
+    let sidecar = Sidecar::start(dir, &write_config(dir, yaml), "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    sidecar
+}
+
 /// A Rust client of `sidecar` once its session is up, with a deadline that
 /// a loaded test machine cannot miss.
 pub async fn sidecar_client(sidecar: &Sidecar) -> charon::client::Client {
