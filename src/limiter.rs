@@ -31,8 +31,9 @@ use crate::config::{
     Algorithm, Config, FixedLimit, Leaf, Namespace, RateResource, Resource, SoftLimit, Unit,
     duration,
 };
-use crate::engine::{GcraLimit, Item, Outcome, SlotKind, TierOutcome, keys};
+use crate::engine::{Decision, GcraLimit, Item, Outcome, SlotKind, TierOutcome, keys};
 use crate::store::{Batch, Store, StoreError};
+use crate::watch::{Recent, Watch};
 
 /// Request sizes past which a request is refused as invalid (see the README).
 pub mod caps {
@@ -248,6 +249,7 @@ impl FixedLimitRef<'_> {
 pub struct Limiter<S> {
     config: ArcSwap<Config>,
     store: S,
+    watch: Watch,
 }
 
 impl<S: Store> Limiter<S> {
@@ -255,6 +257,7 @@ impl<S: Store> Limiter<S> {
         Self {
             config: ArcSwap::from_pointee(config),
             store,
+            watch: Watch::default(),
         }
     }
 
@@ -269,6 +272,11 @@ impl<S: Store> Limiter<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The recent decisions of what the state view looks at.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
     }
 
     /// Envoy's `ShouldRateLimit`, with Charon's semantics (SPEC §5).
@@ -308,6 +316,9 @@ impl<S: Store> Limiter<S> {
             Some(self.store.decide(batch).await?)
         };
 
+        if let Some(decision) = &decision {
+            self.record_resources(namespace, &request, &resolved, &item_of, decision);
+        }
         let ignore = namespace.settings.ignore_configured;
         let statuses = resolved
             .iter()
@@ -326,6 +337,33 @@ impl<S: Store> Limiter<S> {
 }
 
 impl<S: Store> Limiter<S> {
+    /// Envoy's decisions on resources, for the state view's watches.
+    fn record_resources(
+        &self,
+        namespace: &Namespace,
+        request: &RateLimitRequest,
+        resolved: &[Resolved<'_>],
+        item_of: &[Option<usize>],
+        decision: &Decision,
+    ) {
+        for ((descriptor, resolved), item) in request.descriptors.iter().zip(resolved).zip(item_of)
+        {
+            if let (Resolved::Resource { rate, .. }, Some(item)) = (resolved, item)
+                && let Some(Outcome::Tiers(outcome)) = decision.outcomes.get(*item)
+            {
+                let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
+                self.watch
+                    .record(&namespace.name, &rate.name, domain, || Recent {
+                        at_ms: decision.now,
+                        op: "envoy",
+                        granted: decision.granted,
+                        copies: outcome.granted.max(1),
+                        tier: outcome.snapshot.tier,
+                    });
+            }
+        }
+    }
+
     /// Hits on one rate-limited resource for one domain (the Charon API's
     /// `request`): the largest `k` in `[min_copies, copies]`, or nothing.
     /// `ignore_configured` grants and still counts what fits.
@@ -350,7 +388,21 @@ impl<S: Store> Limiter<S> {
         batch.items.push(item);
         let decision = self.store.decide(batch).await?;
         match decision.outcomes.first() {
-            Some(Outcome::Tiers(outcome)) => Ok((*outcome, decision.degraded)),
+            Some(Outcome::Tiers(outcome)) => {
+                self.watch
+                    .record(&namespace.name, &rate.name, domain, || Recent {
+                        at_ms: decision.now,
+                        op: "request",
+                        granted: outcome.granted > 0,
+                        copies: if outcome.granted > 0 {
+                            outcome.granted
+                        } else {
+                            copies
+                        },
+                        tier: outcome.snapshot.tier,
+                    });
+                Ok((*outcome, decision.degraded))
+            }
             _ => Err(StoreError::Unavailable(
                 "the store answered another kind of decision".into(),
             )),

@@ -1,6 +1,9 @@
 //! The admin HTTP endpoints: `/healthz` (the process answers), `/readyz`
-//! (serving decisions; 503 while starting or shutting down) and `/metrics`
-//! (Prometheus text).
+//! (serving decisions; 503 while starting or shutting down), `/metrics`
+//! (Prometheus text), and the pages for people: `/ui/simulator` (burst tiers
+//! on the real engine, [`super::simulator`]) and `/ui/state` (one domain's
+//! live state, [`super::state`]). The pages are in the binary, with no
+//! external fetch; the admin port listens on localhost by default.
 //!
 //! With Redis, `/readyz` names the store's state in its body. While Redis is
 //! unreachable the sidecar still answers by `--on-store-error`: with `allow`
@@ -13,15 +16,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::response::{Html, IntoResponse};
+use axum::routing::{delete, get, post};
 
 use crate::store::OnStoreError;
 
 use super::metrics::Metrics;
+use super::simulator::{self, Simulations};
+use super::state::{self, StateSources};
 use super::store::StoreStatus;
+
+/// The largest body the simulator takes (10 000 requests fit).
+const MAX_BODY_BYTES: usize = 1 << 20;
 
 #[derive(Clone)]
 pub struct AdminState {
@@ -31,12 +39,42 @@ pub struct AdminState {
     pub store_status: Arc<dyn Fn() -> StoreStatus + Send + Sync>,
 }
 
-pub fn router(state: AdminState) -> Router {
+pub fn router(admin: AdminState, sources: StateSources) -> Router {
+    let simulations = Arc::new(Simulations::default());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(state)
+        .with_state(admin)
+        .route(
+            "/ui",
+            get(|| async { axum::response::Redirect::to("/ui/simulator") }),
+        )
+        .route(
+            "/ui/simulator",
+            get(|| async { Html(include_str!("ui/simulator.html")) }),
+        )
+        .route(
+            "/ui/state",
+            get(|| async { Html(include_str!("ui/state.html")) }),
+        )
+        .merge(
+            Router::new()
+                .route("/ui/simulator/sessions", post(simulator::start))
+                .route(
+                    "/ui/simulator/sessions/{id}/requests",
+                    post(simulator::feed),
+                )
+                .route("/ui/simulator/sessions/{id}", delete(simulator::end))
+                .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+                .with_state(simulations),
+        )
+        .merge(
+            Router::new()
+                .route("/debug/resources", get(state::resources))
+                .route("/debug/state", get(state::state))
+                .with_state(sources),
+        )
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {

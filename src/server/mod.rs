@@ -8,6 +8,8 @@ pub mod metrics;
 pub mod reload;
 pub mod rls;
 pub mod session;
+pub mod simulator;
+pub mod state;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -147,14 +149,20 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         );
     let admin = axum::serve(
         admin_listener,
-        admin::router(admin::AdminState {
-            ready: ready.clone(),
-            metrics: metrics.clone(),
-            store_status: {
-                let limiter = limiter.clone();
-                Arc::new(move || limiter.store().status())
+        admin::router(
+            admin::AdminState {
+                ready: ready.clone(),
+                metrics: metrics.clone(),
+                store_status: {
+                    let limiter = limiter.clone();
+                    Arc::new(move || limiter.store().status())
+                },
             },
-        }),
+            state::StateSources {
+                limiter: limiter.clone(),
+                copies: copies.clone(),
+            },
+        ),
     )
     .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
 

@@ -26,8 +26,10 @@ use crate::api::v1::{
     ReleaseAnswer, ReleaseOp, ReserveAnswer, ReserveOp, SeizeAnswer, SeizeOp, SessionRequest,
     SessionResponse, TransferAnswer, TransferOp,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{CopyLimits, canonical_groups};
 use crate::store::copies::{Contributor, CopyError, CopyRef, Membership, parse_transfer_id};
+use crate::watch::Recent;
 
 use super::api::{
     ApiError, Core, MAX_GROUPS, MAX_TRANSFER_TTL_MS, Target, check_name, check_names, copies_range,
@@ -262,6 +264,9 @@ impl Session {
             Err(error) => error.kind.as_str_name(),
         };
         self.core.metrics.session_operation(operation, label);
+        if let (Some(op), Ok(answer)) = (&request.op, &result) {
+            self.record_copy_operation(op, answer);
+        }
         if let Err(error) = &result
             && error.kind == Kind::Internal
         {
@@ -270,6 +275,50 @@ impl Session {
         SessionResponse {
             id: request.id,
             result: Some(result.unwrap_or_else(|error| Answer::Error(error.into_wire()))),
+        }
+    }
+
+    /// Copy operations, for the state view's watches.
+    fn record_copy_operation(&self, op: &Op, answer: &Answer) {
+        let watch = self.core.limiter.watch();
+        let recent = |op: &'static str, granted: bool, copies: u64| {
+            move || Recent {
+                at_ms: SystemClock.now_ms(),
+                op,
+                granted,
+                copies,
+                tier: 0,
+            }
+        };
+        match (op, answer) {
+            (Op::Reserve(op), Answer::Reserve(answer)) => {
+                let asked = op.copies.map_or(1, |copies| copies.max(1).unsigned_abs());
+                let copies = if answer.granted > 0 {
+                    answer.granted
+                } else {
+                    asked
+                };
+                let decision = recent("reserve", answer.granted > 0, copies);
+                watch.record(&op.namespace, &op.resource, &op.domain, decision);
+            }
+            (Op::Release(op), Answer::Release(answer)) => {
+                let decision = recent("release", true, answer.released);
+                watch.record(&op.namespace, &op.resource, &op.domain, decision);
+            }
+            (Op::Transfer(op), Answer::Transfer(answer)) => {
+                let decision = recent("transfer", true, answer.copies);
+                watch.record(&op.namespace, &op.resource, &op.domain, decision);
+            }
+            (Op::Seize(_), Answer::Seize(answer)) => {
+                let decision = recent("seize", true, answer.copies);
+                watch.record(
+                    &answer.namespace,
+                    &answer.resource,
+                    &answer.domain,
+                    decision,
+                );
+            }
+            _ => {}
         }
     }
 

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::engine::Decision;
+use crate::engine::{Decision, Slot};
 use crate::store::copies::{CopyStore, CopyTimings, MemoryCopies, RedisCopies};
 use crate::store::{
     Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
-    RedisOptions, RedisStore, Store, StoreError,
+    RedisOptions, RedisStore, SlotKey, Store, StoreError,
 };
 
 /// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys`.
@@ -111,6 +111,26 @@ impl SidecarStore {
         match self {
             SidecarStore::Memory(memory) => memory,
             SidecarStore::Redis(failover) => failover.local(),
+        }
+    }
+
+    /// The state of `keys` now, without changing it, and that "now". With
+    /// Redis unreachable, the in-process store the sidecar falls back to is
+    /// read (`true`: what is shown is that fallback's).
+    pub async fn peek(&self, keys: &[SlotKey]) -> Result<(Vec<Slot>, u64, bool), RedisError> {
+        match self {
+            SidecarStore::Memory(memory) => {
+                let (slots, now) = memory.peek(keys);
+                Ok((slots, now, false))
+            }
+            SidecarStore::Redis(failover) => match failover.redis().peek(keys).await {
+                Ok((slots, now)) => Ok((slots, now, false)),
+                Err(error) if error.is_outage() && failover.policy() == OnStoreError::Local => {
+                    let (slots, now) = failover.local().peek(keys);
+                    Ok((slots, now, true))
+                }
+                Err(error) => Err(error),
+            },
         }
     }
 

@@ -17,7 +17,7 @@ use crate::config::{FOREVER, RateResource, Resource, duration, load_path, load_s
 use crate::engine::tiers::{self, Global, Phase};
 use crate::engine::{self, Item, Outcome, Slot, SlotKind, gcra};
 
-pub use pattern::{Pattern, parse as parse_pattern};
+pub use pattern::{MAX_REQUESTS, MAX_SPAN_MS, Pattern, parse as parse_pattern};
 
 /// At most this many ticks in a timeline.
 pub const MAX_TICKS: u64 = 100_000;
@@ -169,14 +169,12 @@ pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
 
 /// Runs `pattern` for `domain` against `rate`, summarized every `tick_ms`.
 pub fn simulate(
-    rate: &RateResource,
+    rate: &Arc<RateResource>,
     domain: &str,
     pattern: &Pattern,
     tick_ms: u64,
 ) -> Result<Timeline, String> {
-    if tick_ms == 0 || tick_ms == FOREVER {
-        return Err("the tick must be a duration longer than 0ms".into());
-    }
+    let mut simulation = Simulation::new(rate.clone(), domain, tick_ms)?;
     let ticks = pattern.span_ms.div_ceil(tick_ms).max(1);
     if ticks > MAX_TICKS {
         return Err(format!(
@@ -184,68 +182,225 @@ pub fn simulate(
             duration::format(tick_ms)
         ));
     }
-    let policy = rate.policy_for(domain);
-    let global_limit = rate.global_limit;
-    let item = Item::Tiers {
-        slot: 0,
-        global_slot: global_limit.map(|_| 1),
-        policy,
-        global_limit,
-        copies: 1,
-        min_copies: 1,
-        check_only: false,
-        shadow: false,
-    };
-    let mut slots = vec![Slot::new(SlotKind::Tiers), Slot::new(SlotKind::Log)];
-    let mut timeline = Timeline {
-        resource: rate.name.clone(),
-        domain: domain.to_owned(),
-        tick_ms,
-        hard_limit: policy.hard_limit,
-        global_limit,
-        tiers: tier_configs(rate, domain),
-        granted: 0,
-        rejected: 0,
-        warned: 0,
-        ticks: Vec::new(),
-    };
-    let mut requests = pattern.requests.iter().peekable();
-    for index in 0..ticks {
-        let start = index * tick_ms;
-        let end = start.saturating_add(tick_ms);
-        let (mut granted, mut rejected, mut warned) = (0, 0, 0);
-        while let Some(&&(at, count)) = requests.peek() {
-            if at >= end {
-                break;
-            }
-            requests.next();
-            for _ in 0..count {
-                let decision = engine::decide(&[item], &mut slots, EPOCH + at);
-                match decision.outcomes.first() {
-                    Some(Outcome::Tiers(outcome)) if outcome.granted > 0 => {
-                        granted += 1;
-                        let snapshot = &outcome.snapshot;
-                        if rate.soft_limit.is_some_and(|soft| {
-                            soft.exceeded(snapshot.tier_hits, snapshot.tier_limit)
-                        }) {
-                            warned += 1;
-                        }
-                    }
-                    _ => rejected += 1,
-                }
-            }
-        }
-        timeline.granted += granted;
-        timeline.rejected += rejected;
-        timeline.warned += warned;
-        let mut tick = read_back(rate, domain, &slots, EPOCH + end - 1, start);
-        (tick.granted, tick.rejected, tick.warned) = (granted, rejected, warned);
-        timeline.ticks.push(tick);
+    let mut closed = Closed::unbounded();
+    for &(at, count) in &pattern.requests {
+        simulation.request(at, count, &mut closed)?;
     }
+    simulation.advance(ticks * tick_ms, &mut closed)?;
+    let mut timeline = simulation.describe();
+    timeline.ticks = closed.ticks;
     Ok(timeline)
 }
 
-fn tier_configs(rate: &RateResource, domain: &str) -> Vec<TierConfig> {
+/// A simulation fed as it goes: requests at instants that never go back, and
+/// ticks closed (read back) as the clock passes their end. `simulate` runs a
+/// whole pattern through one; the admin's simulator page keeps one per open
+/// page. Its memory is the engine's state of one domain: it does not grow
+/// with the requests or the time fed.
+pub struct Simulation {
+    rate: Arc<RateResource>,
+    domain: String,
+    tick_ms: u64,
+    slots: [Slot; 2],
+    /// The latest instant fed (ms from the start).
+    clock_ms: u64,
+    /// The open tick's index: every earlier tick is closed.
+    open_tick: u64,
+    /// The open tick's grants, rejections and warnings.
+    open: Totals,
+    totals: Totals,
+}
+
+/// Counts of decisions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub granted: u64,
+    pub rejected: u64,
+    pub warned: u64,
+}
+
+impl Totals {
+    fn add(&mut self, other: Totals) {
+        self.granted += other.granted;
+        self.rejected += other.rejected;
+        self.warned += other.warned;
+    }
+}
+
+/// Where closed ticks go. A bounded sink keeps the latest `cap` ticks of one
+/// call: the ticks it leaves out had no request (only the open tick can have
+/// any), so nothing but the chart's history is lost.
+pub struct Closed {
+    pub ticks: Vec<Tick>,
+    /// Ticks closed but left out.
+    pub skipped: u64,
+    cap: u64,
+}
+
+impl Closed {
+    pub fn unbounded() -> Self {
+        Self::at_most(u64::MAX)
+    }
+
+    pub fn at_most(cap: u64) -> Self {
+        Self {
+            ticks: Vec::new(),
+            skipped: 0,
+            cap: cap.max(1),
+        }
+    }
+}
+
+impl Simulation {
+    /// A simulation of `rate` for `domain`, read back every `tick_ms`.
+    pub fn new(rate: Arc<RateResource>, domain: &str, tick_ms: u64) -> Result<Self, String> {
+        if tick_ms == 0 || tick_ms == FOREVER {
+            return Err("the tick must be a duration longer than 0ms".into());
+        }
+        if tick_ms > MAX_SPAN_MS {
+            return Err(format!(
+                "the tick must be at most {}",
+                duration::format(MAX_SPAN_MS)
+            ));
+        }
+        Ok(Self {
+            rate,
+            domain: domain.to_owned(),
+            tick_ms,
+            slots: [Slot::new(SlotKind::Tiers), Slot::new(SlotKind::Log)],
+            clock_ms: 0,
+            open_tick: 0,
+            open: Totals::default(),
+            totals: Totals::default(),
+        })
+    }
+
+    /// The limits simulated, and the totals so far (no ticks).
+    pub fn describe(&self) -> Timeline {
+        let policy = self.rate.policy_for(&self.domain);
+        Timeline {
+            resource: self.rate.name.clone(),
+            domain: self.domain.clone(),
+            tick_ms: self.tick_ms,
+            hard_limit: policy.hard_limit,
+            global_limit: self.rate.global_limit,
+            tiers: tier_configs(&self.rate, &self.domain),
+            granted: self.totals.granted,
+            rejected: self.totals.rejected,
+            warned: self.totals.warned,
+            ticks: Vec::new(),
+        }
+    }
+
+    pub fn clock_ms(&self) -> u64 {
+        self.clock_ms
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// Decides `count` requests at `at_ms`, after closing the ticks that end
+    /// by then. Refuses an instant before the clock or past a week.
+    pub fn request(
+        &mut self,
+        at_ms: u64,
+        count: u64,
+        closed: &mut Closed,
+    ) -> Result<Totals, String> {
+        self.advance(at_ms, closed)?;
+        let policy = self.rate.policy_for(&self.domain);
+        let global_limit = self.rate.global_limit;
+        let item = Item::Tiers {
+            slot: 0,
+            global_slot: global_limit.map(|_| 1),
+            policy,
+            global_limit,
+            copies: 1,
+            min_copies: 1,
+            check_only: false,
+            shadow: false,
+        };
+        let mut decided = Totals::default();
+        for _ in 0..count {
+            let decision = engine::decide(&[item], &mut self.slots, EPOCH + at_ms);
+            match decision.outcomes.first() {
+                Some(Outcome::Tiers(outcome)) if outcome.granted > 0 => {
+                    decided.granted += 1;
+                    let snapshot = &outcome.snapshot;
+                    if self
+                        .rate
+                        .soft_limit
+                        .is_some_and(|soft| soft.exceeded(snapshot.tier_hits, snapshot.tier_limit))
+                    {
+                        decided.warned += 1;
+                    }
+                }
+                _ => decided.rejected += 1,
+            }
+        }
+        self.open.add(decided);
+        self.totals.add(decided);
+        Ok(decided)
+    }
+
+    /// Moves the clock to `until_ms`, closing every tick that ends by then.
+    pub fn advance(&mut self, until_ms: u64, closed: &mut Closed) -> Result<(), String> {
+        if until_ms < self.clock_ms {
+            return Err(format!(
+                "time only goes forward: {} is before the simulation's clock, {}",
+                duration::format(until_ms),
+                duration::format(self.clock_ms)
+            ));
+        }
+        if until_ms > MAX_SPAN_MS {
+            return Err(format!(
+                "a simulation lasts at most {}; start a new one",
+                duration::format(MAX_SPAN_MS)
+            ));
+        }
+        self.clock_ms = until_ms;
+        // Tick k ends at (k + 1) * tick: closed once the clock reaches it.
+        let target = until_ms / self.tick_ms;
+        if self.open_tick < target {
+            self.close_open_tick(closed);
+        }
+        let empty = target.saturating_sub(self.open_tick);
+        let room = closed.cap.saturating_sub(closed.ticks.len() as u64);
+        if empty > room {
+            closed.skipped += empty - room;
+            self.open_tick += empty - room;
+        }
+        while self.open_tick < target {
+            self.close_open_tick(closed);
+        }
+        Ok(())
+    }
+
+    fn close_open_tick(&mut self, closed: &mut Closed) {
+        let start = self.open_tick * self.tick_ms;
+        let end = start + self.tick_ms;
+        let mut tick = read_back(
+            &self.rate,
+            &self.domain,
+            &self.slots,
+            EPOCH + end - 1,
+            start,
+        );
+        (tick.granted, tick.rejected, tick.warned) =
+            (self.open.granted, self.open.rejected, self.open.warned);
+        self.open = Totals::default();
+        self.open_tick += 1;
+        if closed.ticks.len() as u64 >= closed.cap {
+            closed.ticks.remove(0);
+            closed.skipped += 1;
+        }
+        closed.ticks.push(tick);
+    }
+}
+
+/// The limits of `domain` on `rate`, as a timeline shows them.
+pub fn tier_configs(rate: &RateResource, domain: &str) -> Vec<TierConfig> {
     let policy = rate.policy_for(domain);
     if let Some(bucket) = &policy.gcra {
         return vec![TierConfig {
@@ -271,8 +426,10 @@ fn tier_configs(rate: &RateResource, domain: &str) -> Vec<TierConfig> {
         .collect()
 }
 
-/// The state at `now`, as the engine sees it.
-fn read_back(rate: &RateResource, domain: &str, slots: &[Slot], now: u64, at_ms: u64) -> Tick {
+/// The state in `slots` (the domain's tier state, then the resource's
+/// global log if it has a global limit) at `now`, as the engine sees it: the
+/// state view reads the store's slots with it, the simulation its own.
+pub fn read_back(rate: &RateResource, domain: &str, slots: &[Slot], now: u64, at_ms: u64) -> Tick {
     let policy = rate.policy_for(domain);
     let empty = tiers::TierState::default();
     let state = match slots.first() {

@@ -253,6 +253,28 @@ impl<C: Clock> MemoryStore<C> {
         dropped
     }
 
+    /// The state of `keys` now, read without changing it (a key that holds
+    /// nothing, or state past its expiry, reads as fresh), and that "now".
+    pub fn peek(&self, keys: &[SlotKey]) -> (Vec<Slot>, u64) {
+        let now = self
+            .clock
+            .now_ms()
+            .max(self.high_water.load(Ordering::SeqCst));
+        let slots = keys
+            .iter()
+            .map(|key| {
+                let shard = self.lock(self.shard_of(&key.key));
+                shard
+                    .slots
+                    .get(&key.key)
+                    .filter(|slot| slot.kind() == key.kind && slot.expires_at() > now)
+                    .cloned()
+                    .unwrap_or_else(|| Slot::new(key.kind))
+            })
+            .collect();
+        (slots, now)
+    }
+
     /// Drops every slot that can no longer change a decision; returns how
     /// many were dropped.
     pub fn sweep(&self) -> usize {

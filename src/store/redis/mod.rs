@@ -181,6 +181,35 @@ impl RedisStore {
         }
     }
 
+    /// The state of `keys` now, read without changing it, and Redis' "now"
+    /// (`TIME`, or the injected clock): one `GET` per key, so keys in
+    /// different cluster slots are fine. For the state view, not decisions.
+    pub async fn peek(&self, keys: &[SlotKey]) -> Result<(Vec<Slot>, u64), RedisError> {
+        let now = match &self.options.injected_clock {
+            Some(clock) => clock.now_ms(),
+            None => {
+                let time = self.query(&redis::cmd("TIME")).await?;
+                redis_time_ms(&time)?
+            }
+        };
+        let mut slots = Vec::with_capacity(keys.len());
+        for key in keys {
+            let value = self.query(redis::cmd("GET").arg(&key.key)).await?;
+            let raw = match value {
+                redis::Value::Nil => None,
+                redis::Value::BulkString(bytes) => Some(bytes),
+                other => {
+                    return Err(RedisError::State(format!(
+                        "`{}` holds {other:?}, not a string",
+                        key.key
+                    )));
+                }
+            };
+            slots.push(codec::slot(key.kind, raw.as_deref(), now)?);
+        }
+        Ok((slots, now))
+    }
+
     fn local_now(&self) -> u64 {
         match &self.options.injected_clock {
             Some(clock) => clock.now_ms(),
@@ -381,5 +410,24 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+}
+
+/// `TIME`'s `[seconds, microseconds]` as milliseconds.
+fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
+    let parts: Vec<u64> = match value {
+        redis::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|part| match part {
+                redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse().ok(),
+                redis::Value::Int(number) => u64::try_from(*number).ok(),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    match parts.as_slice() {
+        [seconds, micros] => Ok(seconds * 1_000 + micros / 1_000),
+        _ => Err(RedisError::State(format!("TIME answered {value:?}"))),
     }
 }
