@@ -316,7 +316,9 @@ impl<S: Store> Limiter<S> {
             Some(self.store.decide(batch).await?)
         };
 
-        if let Some(decision) = &decision {
+        if let Some(decision) = &decision
+            && self.watch.is_open()
+        {
             self.record_resources(namespace, &request, &resolved, &item_of, decision);
         }
         let ignore = namespace.settings.ignore_configured;
@@ -346,20 +348,21 @@ impl<S: Store> Limiter<S> {
         item_of: &[Option<usize>],
         decision: &Decision,
     ) {
+        let default_hits = if request.hits_addend == 0 {
+            1
+        } else {
+            request.hits_addend
+        };
         for ((descriptor, resolved), item) in request.descriptors.iter().zip(resolved).zip(item_of)
         {
             if let (Resolved::Resource { rate, .. }, Some(item)) = (resolved, item)
                 && let Some(Outcome::Tiers(outcome)) = decision.outcomes.get(*item)
             {
                 let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
-                self.watch
-                    .record(&namespace.name, &rate.name, domain, || Recent {
-                        at_ms: decision.now,
-                        op: "envoy",
-                        granted: decision.granted,
-                        copies: outcome.granted.max(1),
-                        tier: outcome.snapshot.tier,
-                    });
+                let hits = descriptor.hits_addend.unwrap_or(default_hits);
+                self.watch.record(&namespace.name, &rate.name, domain, || {
+                    recent(decision.now, "envoy", outcome, hits)
+                });
             }
         }
     }
@@ -389,24 +392,36 @@ impl<S: Store> Limiter<S> {
         let decision = self.store.decide(batch).await?;
         match decision.outcomes.first() {
             Some(Outcome::Tiers(outcome)) => {
-                self.watch
-                    .record(&namespace.name, &rate.name, domain, || Recent {
-                        at_ms: decision.now,
-                        op: "request",
-                        granted: outcome.granted > 0,
-                        copies: if outcome.granted > 0 {
-                            outcome.granted
-                        } else {
-                            copies
-                        },
-                        tier: outcome.snapshot.tier,
-                    });
+                self.watch.record(&namespace.name, &rate.name, domain, || {
+                    recent(decision.now, "request", outcome, copies)
+                });
                 Ok((*outcome, decision.degraded))
             }
             _ => Err(StoreError::Unavailable(
                 "the store answered another kind of decision".into(),
             )),
         }
+    }
+}
+
+/// A decision on a resource as the state view shows it: asking for 0 hits
+/// is a check (granted: it would fit); a rejection shows the hits asked.
+fn recent(at_ms: u64, op: &'static str, outcome: &TierOutcome, asked: u64) -> Recent {
+    let check = asked == 0;
+    Recent {
+        at_ms,
+        op: if check { "check" } else { op },
+        granted: if check {
+            !outcome.over
+        } else {
+            outcome.granted > 0
+        },
+        copies: if outcome.granted > 0 {
+            outcome.granted
+        } else {
+            asked
+        },
+        tier: outcome.snapshot.tier,
     }
 }
 

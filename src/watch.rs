@@ -5,14 +5,16 @@
 //! for a page that is rarely open. Instead a look at the state view starts a
 //! watch; decisions are recorded from then on, while the view keeps looking
 //! (a watch ends [`WATCH_FOR`] after the last look). With nobody watching,
-//! recording is one relaxed atomic load. Bounded: at most [`MAX_WATCHED`]
+//! recording is one relaxed atomic load; while someone watches, decisions on
+//! other keys compare against a lock-free list and take no lock. Bounded: at most [`MAX_WATCHED`]
 //! watches (a new one ends the stalest) of [`RECENT`] decisions each.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use serde::Serialize;
 
 /// Watches at most.
@@ -51,22 +53,30 @@ pub struct Seen {
 pub struct Watch {
     /// How many watches are open: the hot path's only cost when 0.
     open: AtomicUsize,
+    /// What is watched, read without the lock, so that decisions on other
+    /// keys never take it.
+    keys: ArcSwap<Vec<WatchedKey>>,
     watched: Mutex<Vec<Watched>>,
 }
 
-struct Watched {
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WatchedKey {
     namespace: String,
     resource: String,
     domain: String,
-    since_ms: u64,
-    last_look: Instant,
-    recent: VecDeque<Recent>,
 }
 
-impl Watched {
+impl WatchedKey {
     fn is(&self, namespace: &str, resource: &str, domain: &str) -> bool {
         self.domain == domain && self.resource == resource && self.namespace == namespace
     }
+}
+
+struct Watched {
+    key: WatchedKey,
+    since_ms: u64,
+    last_look: Instant,
+    recent: VecDeque<Recent>,
 }
 
 impl Watch {
@@ -74,9 +84,28 @@ impl Watch {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Ends the watches nobody looked at for [`WATCH_FOR`], and publishes
+    /// what is watched.
     fn forget_stale(&self, watched: &mut Vec<Watched>, now: Instant) {
+        let before = watched.len();
         watched.retain(|watch| now.duration_since(watch.last_look) < WATCH_FOR);
+        if watched.len() != before {
+            self.publish(watched);
+        }
+    }
+
+    fn publish(&self, watched: &[Watched]) {
+        self.keys.store(Arc::new(
+            watched.iter().map(|watch| watch.key.clone()).collect(),
+        ));
         self.open.store(watched.len(), Ordering::Relaxed);
+    }
+
+    /// Whether anything is watched: callers with work to do before
+    /// [`record`](Self::record) check this first.
+    #[inline]
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::Relaxed) > 0
     }
 
     /// Records a decision if its (namespace, resource, domain) is watched;
@@ -89,10 +118,16 @@ impl Watch {
         domain: &str,
         decision: impl FnOnce() -> Recent,
     ) {
-        if self.open.load(Ordering::Relaxed) == 0 {
+        if !self.is_open() {
             return;
         }
-        self.record_watched(namespace, resource, domain, decision());
+        let watched = self.keys.load();
+        if watched
+            .iter()
+            .any(|key| key.is(namespace, resource, domain))
+        {
+            self.record_watched(namespace, resource, domain, decision());
+        }
     }
 
     #[cold]
@@ -101,7 +136,7 @@ impl Watch {
         self.forget_stale(&mut watched, Instant::now());
         if let Some(watch) = watched
             .iter_mut()
-            .find(|watch| watch.is(namespace, resource, domain))
+            .find(|watch| watch.key.is(namespace, resource, domain))
         {
             if watch.recent.len() >= RECENT {
                 watch.recent.pop_front();
@@ -118,7 +153,7 @@ impl Watch {
         self.forget_stale(&mut watched, now);
         if let Some(watch) = watched
             .iter_mut()
-            .find(|watch| watch.is(namespace, resource, domain))
+            .find(|watch| watch.key.is(namespace, resource, domain))
         {
             watch.last_look = now;
             return Seen {
@@ -136,14 +171,16 @@ impl Watch {
             watched.swap_remove(stalest);
         }
         watched.push(Watched {
-            namespace: namespace.to_owned(),
-            resource: resource.to_owned(),
-            domain: domain.to_owned(),
+            key: WatchedKey {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+                domain: domain.to_owned(),
+            },
             since_ms: now_ms,
             last_look: now,
             recent: VecDeque::with_capacity(RECENT),
         });
-        self.open.store(watched.len(), Ordering::Relaxed);
+        self.publish(&watched);
         Seen {
             watching_since_ms: now_ms,
             recent: Vec::new(),

@@ -257,3 +257,16 @@ fn nonsense_and_oversized_input_get_a_clear_message() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_pattern_of_a_whole_week_is_simulated_to_its_last_tick() {
+    let rate = simulate::resolve(Source::Inline("{tiers: [{limit: 5, window: 1s}]}")).unwrap();
+    // The span is a week and 1 ms: the last tick ends past the week.
+    let pattern = simulate::parse_pattern("pause 7d, burst 1").unwrap();
+    let timeline = simulate::simulate(&rate, "acme", &pattern, 3_600_000).unwrap();
+    assert_eq!(timeline.ticks.len(), 7 * 24 + 1);
+    assert_eq!(timeline.ticks.last().unwrap().granted, 1);
+    // A tick longer than the pattern is one tick.
+    let timeline = simulate::simulate(&rate, "acme", &pattern, 14 * 86_400_000).unwrap();
+    assert_eq!((timeline.ticks.len(), timeline.granted), (1, 1));
+}

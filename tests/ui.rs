@@ -14,10 +14,14 @@ mod redis_support;
 mod sidecar_support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
+use tokio::process::Command;
 
 use charon::simulate::{self, Source};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use redis_support::RedisServer;
 use serde_json::{Value, json};
 use sidecar_support::{Sidecar, memory_sidecar, sidecar_client, tempdir, write_config};
@@ -171,6 +175,10 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
             json!({ "requests": [{ "at_ms": 0, "count": u64::MAX }, { "at_ms": 0, "count": 2 }] }),
             "at most 10000 requests per call",
         ),
+        (
+            json!({ "requests": vec![json!({ "at_ms": 0, "count": 0 }); 10_001] }),
+            "at most 10000 requests per call",
+        ),
         (json!({ "until_ms": 8 * 24 * 3_600_000u64 }), "at most"),
         (
             json!({ "requests": [{ "at_ms": 500, "count": 1 }, { "at_ms": 400, "count": 1 }] }),
@@ -206,15 +214,16 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
     .await;
     assert_eq!(status, 200, "{fed}");
     let ticks = fed["ticks"].as_array().unwrap();
-    // The tick with the requests, then the last 999 (the rest had none).
+    // The latest 1 000 ticks; the others are counted, not read back.
     let week_ticks: u64 = 7 * 24 * 36_000;
     assert_eq!(ticks.len(), 1_000);
     assert_eq!(fed["skipped_ticks"], json!(week_ticks - 1_000));
+    assert_eq!(ticks[0]["at_ms"], json!((week_ticks - 1_000) * 100));
     assert_eq!(
-        (&ticks[0]["at_ms"], &ticks[0]["granted"]),
-        (&json!(0), &json!(6))
+        ticks[999]["tiers"][1],
+        json!({ "phase": "inactive", "hits": 0, "limit": 20 }),
+        "the burst tier is long inactive"
     );
-    assert_eq!(ticks[1]["at_ms"], json!((week_ticks - 999) * 100));
     assert_eq!(fed["totals"]["granted"], json!(6));
 
     // At most 16 open: the 17th ends the idlest, whose page is told so.
@@ -434,33 +443,28 @@ async fn the_pages_in_a_real_browser_agree_with_charon_simulate() {
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("browser");
     std::fs::create_dir_all(&artifacts).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/simulator.mjs");
-    let run = tokio::task::spawn_blocking({
-        let admin = sidecar.admin_url("");
-        let artifacts = artifacts.clone();
-        move || {
-            Command::new("node")
-                .arg(script)
-                .env("CHARON_ADMIN", admin.trim_end_matches('/'))
-                .env("CHARON_BIN", env!("CARGO_BIN_EXE_charon"))
-                .env("CHARON_ARTIFACTS", &artifacts)
-                .env("CHARON_PLAYWRIGHT", playwright)
-                .env("CHARON_CHROMIUM", chromium)
-                .env(
-                    "CHARON_STATE_QUERY",
-                    "namespace=ui-test&resource=api&domain=acme",
-                )
-                .env(
-                    "CHARON_STATE_EXPECT",
-                    json!({ "tier": 2, "hits": [3, 3] }).to_string(),
-                )
-                .output()
-                .expect("node runs")
-        }
-    });
-    let output = tokio::time::timeout(Duration::from_secs(180), run)
+    // Killed (with its Chromium) if it outlives the limit.
+    let run = Command::new("node")
+        .arg(script)
+        .env("CHARON_ADMIN", sidecar.admin_url(""))
+        .env("CHARON_BIN", env!("CARGO_BIN_EXE_charon"))
+        .env("CHARON_ARTIFACTS", &artifacts)
+        .env("CHARON_PLAYWRIGHT", playwright)
+        .env("CHARON_CHROMIUM", chromium)
+        .env(
+            "CHARON_STATE_QUERY",
+            "namespace=ui-test&resource=api&domain=acme",
+        )
+        .env(
+            "CHARON_STATE_EXPECT",
+            json!({ "tier": 2, "hits": [3, 3] }).to_string(),
+        )
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(300), run)
         .await
-        .expect("the browser test ends within 3 minutes")
-        .unwrap();
+        .expect("the browser test ends within 5 minutes")
+        .expect("node runs");
     let printed = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
@@ -477,4 +481,94 @@ async fn the_pages_in_a_real_browser_agree_with_charon_simulate() {
             "{screenshot} was kept ({size} bytes):\n{printed}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_state_view_records_envoys_decisions_and_checks() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    get(
+        &sidecar,
+        "/debug/state?namespace=ui-test&resource=api&domain=acme",
+    )
+    .await;
+    let mut envoy = RateLimitServiceClient::connect(sidecar.grpc_url())
+        .await
+        .unwrap();
+    let ask = |hits: u32, check: bool| RateLimitRequest {
+        domain: "ui-test".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "tenant".into(),
+                value: "acme".into(),
+            }],
+            is_negative_hits: check,
+            ..Default::default()
+        }],
+        hits_addend: hits,
+    };
+    // 3 + 5 fit (tier 1, then tier 2); 4 more do not; then a check (Charon
+    // only checks descriptors with negative hits).
+    for (hits, check) in [(3, false), (5, false), (4, false), (1, true)] {
+        envoy.should_rate_limit(ask(hits, check)).await.unwrap();
+    }
+    let (_, state) = get(
+        &sidecar,
+        "/debug/state?namespace=ui-test&resource=api&domain=acme",
+    )
+    .await;
+    let recent: Vec<(String, bool, u64)> = state["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["op"].as_str().unwrap().to_owned(),
+                r["granted"].as_bool().unwrap(),
+                r["copies"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recent,
+        [
+            ("envoy".to_owned(), true, 3),
+            ("envoy".to_owned(), true, 5),
+            ("envoy".to_owned(), false, 4),
+            ("check".to_owned(), false, 0),
+        ],
+        "{state}"
+    );
+}
+
+#[tokio::test]
+async fn the_pages_answer_only_to_localhost_or_an_address() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let http = reqwest::Client::new();
+    for (path, host, status) in [
+        ("/ui/simulator", "evil.example", 403),
+        ("/debug/resources", "evil.example:80", 403),
+        ("/ui/state", "localhost", 200),
+        ("/ui/simulator", "127.0.0.1", 200),
+        ("/metrics", "evil.example", 200),
+    ] {
+        let response = http
+            .get(sidecar.admin_url(path))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), status, "{path} for {host}");
+    }
+    let page = http
+        .get(sidecar.admin_url("/ui/simulator"))
+        .send()
+        .await
+        .unwrap();
+    let html = page.text().await.unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "the page fetches nothing from elsewhere"
+    );
 }

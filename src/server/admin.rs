@@ -41,11 +41,7 @@ pub struct AdminState {
 
 pub fn router(admin: AdminState, sources: StateSources) -> Router {
     let simulations = Arc::new(Simulations::default());
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(admin)
+    let pages = Router::new()
         .route(
             "/ui",
             get(|| async { axum::response::Redirect::to("/ui/simulator") }),
@@ -75,6 +71,51 @@ pub fn router(admin: AdminState, sources: StateSources) -> Router {
                 .route("/debug/state", get(state::state))
                 .with_state(sources),
         )
+        .layer(axum::middleware::from_fn(addressed_directly));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(admin)
+        .merge(pages)
+}
+
+/// The pages answer only requests addressed to `localhost` or an IP
+/// address: a web page on another site whose name was re-pointed at
+/// 127.0.0.1 (DNS rebinding) would otherwise read them from the user's
+/// browser. Probes and scrapers, which use addresses, are not concerned.
+async fn addressed_directly(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|host| host.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| request.uri().host().map(str::to_owned));
+    match host {
+        Some(host) if !is_direct(&host) => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "the admin pages answer requests to localhost or an IP address, not `{host}`\n"
+            ),
+        )
+            .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// `localhost`, `127.0.0.1`, `[::1]`, `10.1.2.3:9102`…
+fn is_direct(host: &str) -> bool {
+    if let Some(bracketed) = host.strip_prefix('[') {
+        return bracketed
+            .split(']')
+            .next()
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok());
+    }
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
@@ -116,4 +157,32 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
         )],
         state.metrics.encode(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_direct;
+
+    #[test]
+    fn pages_answer_to_addresses_and_localhost_only() {
+        for host in [
+            "localhost",
+            "LOCALHOST:9102",
+            "127.0.0.1",
+            "10.0.0.7:9102",
+            "[::1]",
+            "[::1]:9102",
+        ] {
+            assert!(is_direct(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:9102",
+            "127.0.0.1.nip.io",
+            "[nonsense]",
+            "",
+        ] {
+            assert!(!is_direct(host), "{host}");
+        }
+    }
 }

@@ -10,9 +10,9 @@
 //! Everything is bounded: at most [`MAX_OPEN`] simulations (opening one more
 //! ends the idlest), each ended after [`IDLE`] without a call, at most
 //! [`MAX_REQUESTS_PER_CALL`] requests and [`MAX_TICKS_PER_CALL`] ticks per
-//! call, at most [`MAX_REQUESTS`] requests and a week of virtual time per
-//! simulation (its memory is the engine state of one domain, bounded by the
-//! requests it kept).
+//! call (run off the async runtime), at most [`MAX_REQUESTS`] requests and a
+//! week of virtual time per simulation (its memory is the engine state of one
+//! domain, bounded by the requests it kept).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -36,6 +36,8 @@ pub const MAX_REQUESTS_PER_CALL: u64 = 10_000;
 pub const MAX_TICKS_PER_CALL: u64 = 1_000;
 /// The tick when the page does not choose one.
 const DEFAULT_TICK_MS: u64 = 100;
+/// The longest tick (a minute: a chart of longer ones says little).
+const MAX_TICK_MS: u64 = 60_000;
 /// The longest domain name simulated (as the sidecar accepts).
 const MAX_DOMAIN_BYTES: usize = 4_096;
 
@@ -48,8 +50,6 @@ pub struct Simulations {
 struct Open {
     simulation: Arc<Mutex<Simulation>>,
     last_call: Instant,
-    /// Requests decided so far (capped at [`MAX_REQUESTS`]).
-    requests: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,14 +136,13 @@ impl Simulations {
             Open {
                 simulation: Arc::new(Mutex::new(simulation)),
                 last_call: now,
-                requests: 0,
             },
         );
         id
     }
 
-    /// The simulation `id`, counting `requests` more against its cap.
-    fn take(&self, id: &str, requests: u64) -> Result<Arc<Mutex<Simulation>>, Refusal> {
+    /// The simulation `id`, if it is still open.
+    fn take(&self, id: &str) -> Result<Arc<Mutex<Simulation>>, Refusal> {
         let now = Instant::now();
         let mut open = self.lock();
         open.retain(|_, entry| now.duration_since(entry.last_call) < IDLE);
@@ -156,14 +155,6 @@ impl Simulations {
                 ),
             ));
         };
-        let total = entry.requests.saturating_add(requests);
-        if total > MAX_REQUESTS {
-            return Err(bad_request(format!(
-                "a simulation decides at most {MAX_REQUESTS} requests and this one has decided {}; start a new one",
-                entry.requests
-            )));
-        }
-        entry.requests = total;
         entry.last_call = now;
         Ok(entry.simulation.clone())
     }
@@ -211,6 +202,9 @@ pub async fn start(
         .into_response();
     }
     let tick_ms = start.tick_ms.unwrap_or(DEFAULT_TICK_MS);
+    if tick_ms > MAX_TICK_MS {
+        return bad_request(format!("the tick must be at most {MAX_TICK_MS} ms")).into_response();
+    }
     let opened = simulate::resolve(Source::Inline(&start.rate))
         .and_then(|rate| Simulation::new(rate, &domain, tick_ms));
     match opened {
@@ -233,13 +227,26 @@ pub async fn feed(
         Ok(body) => body,
         Err(rejection) => return bad_request(rejection.body_text()).into_response(),
     };
-    match run_feed(&simulations, &id, feed) {
-        Ok(fed) => Json(fed).into_response(),
-        Err(refusal) => refusal.into_response(),
+    // Up to 10 000 decisions and 11 000 read-backs: off the runtime that
+    // serves the sidecar's decisions.
+    let fed = tokio::task::spawn_blocking(move || run_feed(&simulations, &id, feed)).await;
+    match fed {
+        Ok(Ok(fed)) => Json(fed).into_response(),
+        Ok(Err(refusal)) => refusal.into_response(),
+        Err(_) => Refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the simulation failed; start a new one".into(),
+        )
+        .into_response(),
     }
 }
 
 fn run_feed(simulations: &Simulations, id: &str, feed: Feed) -> Result<Fed, Refusal> {
+    if feed.requests.len() as u64 > MAX_REQUESTS_PER_CALL {
+        return Err(bad_request(format!(
+            "at most {MAX_REQUESTS_PER_CALL} requests per call; send them in smaller batches"
+        )));
+    }
     let requested = feed
         .requests
         .iter()
@@ -250,9 +257,16 @@ fn run_feed(simulations: &Simulations, id: &str, feed: Feed) -> Result<Fed, Refu
                 "at most {MAX_REQUESTS_PER_CALL} requests per call; send them in smaller batches"
             ))
         })?;
-    let simulation = simulations.take(id, requested)?;
+    let simulation = simulations.take(id)?;
     let mut simulation = simulation.lock().unwrap_or_else(PoisonError::into_inner);
     // Checked before deciding anything, so a refused call changes nothing.
+    let decided = simulation.totals();
+    let before = decided.granted + decided.rejected;
+    if before.saturating_add(requested) > MAX_REQUESTS {
+        return Err(bad_request(format!(
+            "a simulation decides at most {MAX_REQUESTS} requests and this one has decided {before}; start a new one"
+        )));
+    }
     let mut clock = simulation.clock_ms();
     for at in feed.requests.iter().map(|r| r.at_ms).chain(feed.until_ms) {
         if at < clock {
@@ -289,7 +303,7 @@ fn run_feed(simulations: &Simulations, id: &str, feed: Feed) -> Result<Fed, Refu
         rejected: decided.rejected,
         warned: decided.warned,
         totals: simulation.totals(),
-        ticks: closed.ticks,
+        ticks: closed.ticks.into(),
         skipped_ticks: closed.skipped,
     })
 }

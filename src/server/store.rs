@@ -114,23 +114,31 @@ impl SidecarStore {
         }
     }
 
-    /// The state of `keys` now, without changing it, and that "now". With
-    /// Redis unreachable, the in-process store the sidecar falls back to is
-    /// read (`true`: what is shown is that fallback's).
+    /// The state of `keys` now, without changing it, and that "now". While
+    /// Redis is unreachable with `--on-store-error local`, the in-process
+    /// store the sidecar decides on then is read (`true`: the fallback's).
     pub async fn peek(&self, keys: &[SlotKey]) -> Result<(Vec<Slot>, u64, bool), RedisError> {
         match self {
             SidecarStore::Memory(memory) => {
                 let (slots, now) = memory.peek(keys);
                 Ok((slots, now, false))
             }
-            SidecarStore::Redis(failover) => match failover.redis().peek(keys).await {
-                Ok((slots, now)) => Ok((slots, now, false)),
-                Err(error) if error.is_outage() && failover.policy() == OnStoreError::Local => {
+            SidecarStore::Redis(failover) => {
+                let local = failover.policy() == OnStoreError::Local;
+                // While the breaker is open, decisions are local: show those.
+                if local && !failover.stats().reachable {
                     let (slots, now) = failover.local().peek(keys);
-                    Ok((slots, now, true))
+                    return Ok((slots, now, true));
                 }
-                Err(error) => Err(error),
-            },
+                match failover.redis().peek(keys).await {
+                    Ok((slots, now)) => Ok((slots, now, false)),
+                    Err(error) if local && error.is_outage() => {
+                        let (slots, now) = failover.local().peek(keys);
+                        Ok((slots, now, true))
+                    }
+                    Err(error) => Err(error),
+                }
+            }
         }
     }
 

@@ -415,19 +415,21 @@ impl Store for RedisStore {
 
 /// `TIME`'s `[seconds, microseconds]` as milliseconds.
 fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
-    let parts: Vec<u64> = match value {
-        redis::Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| match part {
-                redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse().ok(),
-                redis::Value::Int(number) => u64::try_from(*number).ok(),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
+    let part = |part: &redis::Value| match part {
+        redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse::<u64>().ok(),
+        redis::Value::Int(number) => u64::try_from(*number).ok(),
+        _ => None,
     };
-    match parts.as_slice() {
-        [seconds, micros] => Ok(seconds * 1_000 + micros / 1_000),
-        _ => Err(RedisError::State(format!("TIME answered {value:?}"))),
-    }
+    let parsed = match value {
+        redis::Value::Array(parts) => match parts.as_slice() {
+            [seconds, micros] => part(seconds)
+                .zip(part(micros))
+                .and_then(|(seconds, micros)| {
+                    seconds.checked_mul(1_000)?.checked_add(micros / 1_000)
+                }),
+            _ => None,
+        },
+        _ => None,
+    };
+    parsed.ok_or_else(|| RedisError::State(format!("TIME answered {value:?}")))
 }
