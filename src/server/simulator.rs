@@ -97,8 +97,8 @@ struct Fed {
     skipped_ticks: u64,
 }
 
-/// A refusal, as `{"error": "..."}`.
-struct Refusal(StatusCode, String);
+/// A refusal, as `{"error": "..."}` (the simulator's and the state view's).
+pub(super) struct Refusal(pub StatusCode, pub String);
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
@@ -161,15 +161,6 @@ impl Simulations {
 
     fn end(&self, id: &str) -> bool {
         self.lock().remove(id).is_some()
-    }
-
-    /// How many simulations are open (tests, metrics).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -27,6 +27,7 @@ use crate::store::copies::{CopyRef, CopyStore};
 use crate::store::{SlotKey, Store};
 use crate::watch::Recent;
 
+use super::simulator::Refusal;
 use super::store::SidecarStore;
 
 /// What the state view reads from.
@@ -85,13 +86,13 @@ struct RateState {
     hard_limit: Option<u64>,
     global_limit: Option<u64>,
     tiers: Vec<TierConfig>,
-    state: TierState,
+    state: Reading,
     recent: Vec<Recent>,
     watching_since_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
-struct TierState {
+struct Reading {
     /// One-indexed; 0 when no tier is active.
     tier: usize,
     tiers: Vec<TierView>,
@@ -131,7 +132,7 @@ struct GroupHolds {
 }
 
 fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(serde_json::json!({ "error": message.into() }))).into_response()
+    Refusal(status, message.into()).into_response()
 }
 
 /// A query parameter, or why it is refused.
@@ -214,7 +215,7 @@ pub async fn state(
                 hard_limit: policy.hard_limit,
                 global_limit: rate.global_limit,
                 tiers: simulate::tier_configs(rate, &domain),
-                state: TierState {
+                state: Reading {
                     tier: tick.tier,
                     tiers: tick.tiers,
                     retry_after_ms: tick.retry_after_ms,
