@@ -84,6 +84,14 @@ async fn start_simulation(sidecar: &Sidecar, rate: &str) -> String {
     started["id"].as_str().expect("an id").to_owned()
 }
 
+/// Feeds simulation `id`; the answer of a call that must succeed.
+async fn feed(sidecar: &Sidecar, id: &str, body: Value) -> Value {
+    let path = format!("/ui/simulator/sessions/{id}/requests");
+    let (status, fed) = post(sidecar, &path, &body.to_string()).await;
+    assert_eq!(status, 200, "{body} → {fed}");
+    fed
+}
+
 #[tokio::test]
 async fn the_simulator_endpoint_gives_the_timeline_of_charon_simulate() {
     let dir = tempdir();
@@ -105,23 +113,11 @@ async fn the_simulator_endpoint_gives_the_timeline_of_charon_simulate() {
                 .iter()
                 .map(|&(at, count)| json!({ "at_ms": at, "count": count }))
                 .collect();
-            let (status, fed) = post(
-                &sidecar,
-                &format!("/ui/simulator/sessions/{id}/requests"),
-                &json!({ "requests": requests }).to_string(),
-            )
-            .await;
-            assert_eq!(status, 200, "{fed}");
+            let fed = feed(&sidecar, &id, json!({ "requests": requests })).await;
             ticks.extend(fed["ticks"].as_array().unwrap().iter().cloned());
         }
         let end = expected.ticks.len() as u64 * 100;
-        let (status, fed) = post(
-            &sidecar,
-            &format!("/ui/simulator/sessions/{id}/requests"),
-            &json!({ "until_ms": end }).to_string(),
-        )
-        .await;
-        assert_eq!(status, 200, "{fed}");
+        let fed = feed(&sidecar, &id, json!({ "until_ms": end })).await;
         ticks.extend(fed["ticks"].as_array().unwrap().iter().cloned());
         assert_eq!(Value::Array(ticks), expected_ticks, "batches of {batch}");
         assert_eq!(fed["totals"]["granted"], json!(expected.granted));
@@ -165,7 +161,7 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
     }
 
     let id = start_simulation(&sidecar, PENALTY).await;
-    let feed = format!("/ui/simulator/sessions/{id}/requests");
+    let feed_path = format!("/ui/simulator/sessions/{id}/requests");
     for (body, message) in [
         (
             json!({ "requests": [{ "at_ms": 0, "count": 10_001 }] }),
@@ -185,7 +181,7 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
             "time only goes forward",
         ),
     ] {
-        let (status, refused) = post(&sidecar, &feed, &body.to_string()).await;
+        let (status, refused) = post(&sidecar, &feed_path, &body.to_string()).await;
         assert_eq!(status, 400, "{body} → {refused}");
         let error = refused["error"].as_str().unwrap_or_default();
         assert!(
@@ -194,25 +190,16 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
         );
     }
     // A refused call changed nothing: the clock is still at 0.
-    let (status, fed) = post(
+    let fed = feed(
         &sidecar,
-        &feed,
-        &json!({ "requests": [{ "at_ms": 0, "count": 6 }] }).to_string(),
+        &id,
+        json!({ "requests": [{ "at_ms": 0, "count": 6 }] }),
     )
     .await;
-    assert_eq!(
-        (status, fed["granted"].clone(), fed["clock_ms"].clone()),
-        (200, json!(6), json!(0))
-    );
+    assert_eq!((&fed["granted"], &fed["clock_ms"]), (&json!(6), &json!(0)));
 
     // A page left open for a week of virtual time gets a bounded answer.
-    let (status, fed) = post(
-        &sidecar,
-        &feed,
-        &json!({ "until_ms": 7 * 24 * 3_600_000u64 }).to_string(),
-    )
-    .await;
-    assert_eq!(status, 200, "{fed}");
+    let fed = feed(&sidecar, &id, json!({ "until_ms": 7 * 24 * 3_600_000u64 })).await;
     let ticks = fed["ticks"].as_array().unwrap();
     // The latest 1 000 ticks; the others are counted, not read back.
     let week_ticks: u64 = 7 * 24 * 36_000;
@@ -242,13 +229,7 @@ async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
         gone["error"].as_str().unwrap().contains("start a new one"),
         "{gone}"
     );
-    let (status, _) = post(
-        &sidecar,
-        &format!("/ui/simulator/sessions/{}/requests", ids[16]),
-        "{}",
-    )
-    .await;
-    assert_eq!(status, 200);
+    feed(&sidecar, &ids[16], json!({})).await;
     let deleted = reqwest::Client::new()
         .delete(sidecar.admin_url(&format!("/ui/simulator/sessions/{}", ids[16])))
         .send()
