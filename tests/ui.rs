@@ -418,6 +418,12 @@ async fn the_pages_in_a_real_browser_agree_with_charon_simulate() {
     let dir = tempdir();
     let sidecar = memory_sidecar(dir.path(), CONFIG).await;
     let client = sidecar_client(&sidecar).await;
+    // A first look starts the watch: the page will list these decisions.
+    get(
+        &sidecar,
+        "/debug/state?namespace=ui-test&resource=api&domain=acme",
+    )
+    .await;
     for _ in 0..6 {
         client.request("ui-test", "api", "acme").await.unwrap();
     }
@@ -438,7 +444,8 @@ async fn the_pages_in_a_real_browser_agree_with_charon_simulate() {
         )
         .env(
             "CHARON_STATE_EXPECT",
-            json!({ "tier": 2, "hits": [3, 3] }).to_string(),
+            json!({ "tier": 2, "hits": [3, 3], "phases": ["active", "active"], "recent": 6 })
+                .to_string(),
         )
         .kill_on_drop(true)
         .output();
