@@ -55,18 +55,17 @@ async fn post(sidecar: &Sidecar, path: &str, body: &str) -> (u16, Value) {
         .header("content-type", "application/json")
         .body(body.to_owned())
         .send()
-        .await
-        .expect("the admin port answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.expect("a body");
-    let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text }));
-    (status, value)
+        .await;
+    answer(response).await
 }
 
 async fn get(sidecar: &Sidecar, path: &str) -> (u16, Value) {
-    let response = reqwest::get(sidecar.admin_url(path))
-        .await
-        .expect("the admin port answers");
+    answer(reqwest::get(sidecar.admin_url(path)).await).await
+}
+
+/// The status and the JSON body (a body that is not JSON as `{"text": …}`).
+async fn answer(response: reqwest::Result<reqwest::Response>) -> (u16, Value) {
+    let response = response.expect("the admin port answers");
     let status = response.status().as_u16();
     let text = response.text().await.expect("a body");
     let value = serde_json::from_str(&text).unwrap_or_else(|_| json!({ "text": text }));

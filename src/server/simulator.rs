@@ -279,9 +279,7 @@ fn run_feed(simulations: &Simulations, id: &str, feed: Feed) -> Result<Fed, Refu
         let more = simulation
             .request(requests.at_ms, requests.count, &mut closed)
             .map_err(bad_request)?;
-        decided.granted += more.granted;
-        decided.rejected += more.rejected;
-        decided.warned += more.warned;
+        decided.add(more);
     }
     if let Some(until) = feed.until_ms {
         simulation

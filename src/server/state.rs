@@ -18,7 +18,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Resource;
+use crate::clock::{Clock, SystemClock};
+use crate::config::{CopyResource, RateResource, Resource};
 use crate::engine::copies::CopyLimits;
 use crate::engine::{SlotKind, keys};
 use crate::limiter::{Limiter, caps};
@@ -73,22 +74,35 @@ pub struct Asked {
     domain: Option<String>,
 }
 
+/// What `/debug/state` shows: the same envelope for every kind.
 #[derive(Debug, Serialize)]
-struct RateState {
+struct Shown {
     namespace: String,
     resource: String,
     domain: String,
-    kind: &'static str,
     store: &'static str,
-    /// Redis was unreachable: this is the in-process fallback's state.
-    degraded: bool,
     now_ms: u64,
-    hard_limit: Option<u64>,
-    global_limit: Option<u64>,
-    tiers: Vec<TierConfig>,
-    state: Reading,
+    #[serde(flatten)]
+    detail: Detail,
     recent: Vec<Recent>,
     watching_since_ms: u64,
+}
+
+/// `"kind": "rate"` or `"kind": "copies"`, and what that kind shows.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum Detail {
+    Rate {
+        /// Redis was unreachable: this is the in-process fallback's state.
+        degraded: bool,
+        hard_limit: Option<u64>,
+        global_limit: Option<u64>,
+        tiers: Vec<TierConfig>,
+        state: Reading,
+    },
+    Copies {
+        holds: Holds,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -98,19 +112,6 @@ struct Reading {
     tiers: Vec<TierView>,
     retry_after_ms: Option<u64>,
     domain_hits_last_second: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct CopiesState {
-    namespace: String,
-    resource: String,
-    domain: String,
-    kind: &'static str,
-    store: &'static str,
-    now_ms: u64,
-    holds: Holds,
-    recent: Vec<Recent>,
-    watching_since_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -129,10 +130,6 @@ struct GroupHolds {
     limit: u64,
     /// Whether the domain is in the group (its holds count there).
     member: bool,
-}
-
-fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
-    Refusal(status, message.into()).into_response()
 }
 
 /// A query parameter, or why it is refused.
@@ -154,132 +151,133 @@ pub async fn state(
     State(sources): State<StateSources>,
     query: Result<Query<Asked>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let Query(asked) = match query {
-        Ok(query) => query,
-        Err(rejection) => return refuse(StatusCode::BAD_REQUEST, rejection.body_text()),
-    };
-    let (namespace, resource, domain) = match (
-        parameter(asked.namespace, "namespace"),
-        parameter(asked.resource, "resource"),
-        parameter(asked.domain, "domain"),
-    ) {
-        (Ok(namespace), Ok(resource), Ok(domain)) => (namespace, resource, domain),
-        (Err(refused), _, _) | (_, Err(refused), _) | (_, _, Err(refused)) => {
-            return refuse(StatusCode::BAD_REQUEST, refused);
-        }
-    };
+    match read(&sources, query).await {
+        Ok(shown) => Json(shown).into_response(),
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn read(
+    sources: &StateSources,
+    query: Result<Query<Asked>, axum::extract::rejection::QueryRejection>,
+) -> Result<Shown, Refusal> {
+    let bad_request = |message: String| Refusal(StatusCode::BAD_REQUEST, message);
+    let Query(asked) = query.map_err(|rejection| bad_request(rejection.body_text()))?;
+    let namespace = parameter(asked.namespace, "namespace").map_err(bad_request)?;
+    let resource = parameter(asked.resource, "resource").map_err(bad_request)?;
+    let domain = parameter(asked.domain, "domain").map_err(bad_request)?;
     let config = sources.limiter.config();
-    let Some(found) = config.namespace(&namespace) else {
-        return refuse(
+    let found = config.namespace(&namespace).ok_or_else(|| {
+        Refusal(
             StatusCode::NOT_FOUND,
             format!("no namespace `{namespace}` in the configuration"),
-        );
-    };
-    match found.resources.get(&resource) {
-        None => refuse(
-            StatusCode::NOT_FOUND,
-            format!("no resource `{resource}` in namespace `{namespace}`"),
-        ),
-        Some(Resource::Rate(rate)) => {
-            let has_global = rate.global_limit.is_some();
-            let mut keys = vec![SlotKey {
-                key: keys::tiers_key(&namespace, &resource, &domain, has_global),
-                kind: SlotKind::Tiers,
-            }];
-            if has_global {
-                keys.push(SlotKey {
-                    key: keys::global_key(&namespace, &resource),
-                    kind: SlotKind::Log,
-                });
-            }
-            let (slots, now, degraded) = match sources.limiter.store().peek(&keys).await {
-                Ok(peeked) => peeked,
-                Err(error) => {
-                    return refuse(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("cannot read the store: {error}"),
-                    );
-                }
-            };
-            let tick = simulate::read_back(rate, &domain, &slots, now, 0);
-            let seen = sources
-                .limiter
-                .watch()
-                .look(&namespace, &resource, &domain, now);
-            let policy = rate.policy_for(&domain);
-            Json(RateState {
-                kind: "rate",
-                store: sources.limiter.store().name(),
-                degraded,
-                now_ms: now,
-                hard_limit: policy.hard_limit,
-                global_limit: rate.global_limit,
-                tiers: simulate::tier_configs(rate, &domain),
-                state: Reading {
-                    tier: tick.tier,
-                    tiers: tick.tiers,
-                    retry_after_ms: tick.retry_after_ms,
-                    domain_hits_last_second: tick.domain_hits_last_second,
-                },
-                recent: seen.recent,
-                watching_since_ms: seen.watching_since_ms,
-                namespace,
-                resource,
-                domain,
-            })
-            .into_response()
+        )
+    })?;
+    let (detail, now) = match found.resources.get(&resource) {
+        None => {
+            return Err(Refusal(
+                StatusCode::NOT_FOUND,
+                format!("no resource `{resource}` in namespace `{namespace}`"),
+            ));
         }
+        Some(Resource::Rate(rate)) => rate_detail(sources, &namespace, rate, &domain).await?,
         Some(Resource::Copies(copies)) => {
-            let limits = CopyLimits::for_domain(copies, &domain);
-            let names: Vec<&str> = copies.groups.iter().map(|g| g.name.as_str()).collect();
-            let at = CopyRef {
-                namespace: &namespace,
-                resource: &resource,
-                domain: &domain,
-            };
-            let counts = match sources.copies.counts(at, &names).await {
-                Ok(counts) => counts,
-                Err(error) => {
-                    return refuse(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!("cannot read the copy log: {error}"),
-                    );
-                }
-            };
-            let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-            let seen = sources
-                .limiter
-                .watch()
-                .look(&namespace, &resource, &domain, now);
-            let groups = copies
-                .groups
-                .iter()
-                .zip(&counts.groups)
-                .map(|(group, held)| GroupHolds {
-                    name: group.name.clone(),
-                    held: *held,
-                    limit: group.limit,
-                    member: limits.groups.iter().any(|(name, _)| *name == group.name),
-                })
-                .collect();
-            Json(CopiesState {
-                kind: "copies",
-                store: sources.limiter.store().name(),
-                now_ms: now,
-                holds: Holds {
-                    domain: counts.domain,
-                    domain_limit: limits.domain_limit.unwrap_or(copies.domain_limit),
-                    global: counts.global,
-                    global_limit: copies.global_limit,
-                    groups,
-                },
-                recent: seen.recent,
-                watching_since_ms: seen.watching_since_ms,
-                namespace,
-                resource,
-                domain,
-            })
-            .into_response()
+            copies_detail(sources, &namespace, copies, &domain).await?
         }
+    };
+    let seen = sources
+        .limiter
+        .watch()
+        .look(&namespace, &resource, &domain, now);
+    Ok(Shown {
+        store: sources.limiter.store().name(),
+        now_ms: now,
+        detail,
+        recent: seen.recent,
+        watching_since_ms: seen.watching_since_ms,
+        namespace,
+        resource,
+        domain,
+    })
+}
+
+/// The domain's tiers, read from the store, and the store's "now".
+async fn rate_detail(
+    sources: &StateSources,
+    namespace: &str,
+    rate: &RateResource,
+    domain: &str,
+) -> Result<(Detail, u64), Refusal> {
+    let has_global = rate.global_limit.is_some();
+    let mut keys = vec![SlotKey {
+        key: keys::tiers_key(namespace, &rate.name, domain, has_global),
+        kind: SlotKind::Tiers,
+    }];
+    if has_global {
+        keys.push(SlotKey {
+            key: keys::global_key(namespace, &rate.name),
+            kind: SlotKind::Log,
+        });
     }
+    let (slots, now, degraded) = sources.limiter.store().peek(&keys).await.map_err(|error| {
+        Refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot read the store: {error}"),
+        )
+    })?;
+    let tick = simulate::read_back(rate, domain, &slots, now, 0);
+    let detail = Detail::Rate {
+        degraded,
+        hard_limit: rate.policy_for(domain).hard_limit,
+        global_limit: rate.global_limit,
+        tiers: simulate::tier_configs(rate, domain),
+        state: Reading {
+            tier: tick.tier,
+            tiers: tick.tiers,
+            retry_after_ms: tick.retry_after_ms,
+            domain_hits_last_second: tick.domain_hits_last_second,
+        },
+    };
+    Ok((detail, now))
+}
+
+/// The holds of the domain, of all domains and of each group, and "now".
+async fn copies_detail(
+    sources: &StateSources,
+    namespace: &str,
+    copies: &CopyResource,
+    domain: &str,
+) -> Result<(Detail, u64), Refusal> {
+    let limits = CopyLimits::for_domain(copies, domain);
+    let names: Vec<&str> = copies.groups.iter().map(|g| g.name.as_str()).collect();
+    let at = CopyRef {
+        namespace,
+        resource: &copies.name,
+        domain,
+    };
+    let counts = sources.copies.counts(at, &names).await.map_err(|error| {
+        Refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot read the copy log: {error}"),
+        )
+    })?;
+    let groups = copies
+        .groups
+        .iter()
+        .zip(&counts.groups)
+        .map(|(group, held)| GroupHolds {
+            name: group.name.clone(),
+            held: *held,
+            limit: group.limit,
+            member: limits.groups.iter().any(|(name, _)| *name == group.name),
+        })
+        .collect();
+    let holds = Holds {
+        domain: counts.domain,
+        domain_limit: limits.domain_limit.unwrap_or(copies.domain_limit),
+        global: counts.global,
+        global_limit: copies.global_limit,
+        groups,
+    };
+    Ok((Detail::Copies { holds }, SystemClock.now_ms()))
 }

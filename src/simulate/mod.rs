@@ -222,7 +222,7 @@ pub struct Totals {
 }
 
 impl Totals {
-    fn add(&mut self, other: Totals) {
+    pub fn add(&mut self, other: Totals) {
         self.granted += other.granted;
         self.rejected += other.rejected;
         self.warned += other.warned;
