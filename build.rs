@@ -16,8 +16,14 @@ fn generate() {
     };
     // SAFETY: build scripts are single-threaded; prost-build reads PROTOC.
     unsafe { std::env::set_var("PROTOC", protoc) };
-    if let Err(error) =
-        tonic_prost_build::configure().compile_protos(&["proto/charon/v1/charon.proto"], &["proto"])
+    // The descriptor set feeds gRPC server reflection.
+    let out_dir = match std::env::var("OUT_DIR") {
+        Ok(dir) => std::path::PathBuf::from(dir),
+        Err(error) => panic!("cargo sets OUT_DIR: {error}"),
+    };
+    if let Err(error) = tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("charon_v1_descriptor.bin"))
+        .compile_protos(&["proto/charon/v1/charon.proto"], &["proto"])
     {
         panic!("cannot compile proto/charon/v1/charon.proto: {error}");
     }

@@ -2,7 +2,10 @@
 //! health service), with the engine embedded: each `x-tenant-id` may make 5
 //! calls per 10 seconds; the sixth gets `RESOURCE_EXHAUSTED` with a
 //! `retry-after` in its metadata. Calls without the header share one
-//! `anonymous` tenant.
+//! `anonymous` tenant. gRPC reflection is served beside it (so grpcurl needs
+//! no proto files) and is not limited: its calls ask for resource
+//! `reflection`, which the configuration leaves out, and the namespace lets
+//! unconfigured resources through.
 //!
 //! ```text
 //! cargo run --example tonic           # listens on $PORT (default 50051)
@@ -16,6 +19,7 @@ use charon::layer::RateLimitLayer;
 
 const CONFIG: &str = r#"
 domain: example
+settings: {allow_unconfigured: true}
 resources:
   health:
     rate:
@@ -30,13 +34,29 @@ async fn main() -> anyhow::Result<()> {
         .config;
     let client = Client::embedded(config);
     let (_reporter, health) = tonic_health::server::health_reporter();
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
 
     let port = std::env::var("PORT").unwrap_or_else(|_| "50051".into());
     let address = format!("0.0.0.0:{port}").parse()?;
     println!("serving grpc.health.v1.Health on {address}");
     tonic::transport::Server::builder()
-        .layer(RateLimitLayer::new(client, "example", "health"))
+        .layer(RateLimitLayer::new(client, "example", "health").resource(
+            |request: &http::Request<tonic::body::Body>| {
+                if request.uri().path().starts_with("/grpc.reflection.") {
+                    "reflection".to_owned()
+                } else {
+                    "health".to_owned()
+                }
+            },
+        ))
         .add_service(health)
+        .add_service(reflection)
+        .add_service(reflection_alpha)
         .serve(address)
         .await?;
     Ok(())

@@ -60,5 +60,9 @@ pub mod api {
     pub mod v1 {
         #![allow(clippy::all, clippy::pedantic, missing_docs)]
         tonic::include_proto!("charon.v1");
+
+        /// The encoded descriptors of `charon.v1`, for gRPC server reflection.
+        pub const FILE_DESCRIPTOR_SET: &[u8] =
+            tonic::include_file_descriptor_set!("charon_v1_descriptor");
     }
 }

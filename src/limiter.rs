@@ -28,8 +28,8 @@ use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
 use crate::config::{
-    Algorithm, Config, FixedLimit, Leaf, Namespace, RateResource, Resource, SoftLimit, Unit,
-    duration,
+    Algorithm, Config, FixedLimit, Leaf, Metadata, Namespace, Node, RateResource, Resource,
+    SoftLimit, Unit, duration,
 };
 use crate::engine::{Decision, GcraLimit, Item, Outcome, SlotKind, TierOutcome, keys};
 use crate::store::{Batch, Store, StoreError};
@@ -94,12 +94,26 @@ pub struct LimitOverride {
     pub unit: Unit,
 }
 
+/// Process-wide switches of envoyproxy/ratelimit (`SHADOW_MODE`,
+/// `QUOTA_MODE`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Modes {
+    /// A request over its limits is answered OK; its statuses still say
+    /// which descriptors are over.
+    pub shadow: bool,
+    /// Every descriptor is a quota descriptor (see [`DescriptorStatus::quota`]).
+    pub quota: bool,
+}
+
 /// The answer to a [`RateLimitRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RateLimitAnswer {
-    /// Some non-shadow descriptor is over its limit (and the namespace does
-    /// not ignore its configuration).
+    /// Some non-shadow, non-quota descriptor is over its limit, or every
+    /// quota descriptor is (and the namespace does not ignore its
+    /// configuration, and the process is not in shadow mode).
     pub over_limit: bool,
+    /// Over its limits, but answered OK by the process-wide shadow mode.
+    pub shadowed: bool,
     /// One per descriptor, in request order.
     pub statuses: Vec<DescriptorStatus>,
     /// Whether the namespace is known; metrics label unknown ones as such.
@@ -107,19 +121,26 @@ pub struct RateLimitAnswer {
 }
 
 /// The status of one descriptor.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DescriptorStatus {
     pub over_limit: bool,
     /// `None`: not limited (no match, unlimited, or replaced).
     pub limit: Option<CurrentLimit>,
+    /// 0 when over the limit.
     pub remaining: u64,
-    /// OK: until the limit is whole again; OVER: the exact retry-after.
-    /// `None` when there is nothing to wait for (or it would never pass).
+    /// OK: until the limit is whole again; OVER: until this request's own
+    /// hits would pass, or, when they never can (a zero limit, more hits
+    /// than the limit), the window's end (SPEC §5.3). `None`: not limited.
     pub reset_after_ms: Option<u64>,
     /// For a burst-tier descriptor: the full engine answer.
     pub tiers: Option<TierOutcome>,
     /// Granted, but past the limit's `soft_limit` (seed 004): warn.
     pub soft_limit_exceeded: bool,
+    /// A quota descriptor (`quota_mode`): over its limit, it rejects the
+    /// request only if every quota descriptor of the request is over too.
+    pub quota: bool,
+    /// The matched node's `metadata`.
+    pub metadata: Option<Arc<Metadata>>,
 }
 
 impl DescriptorStatus {
@@ -131,6 +152,8 @@ impl DescriptorStatus {
             reset_after_ms: None,
             tiers: None,
             soft_limit_exceeded: false,
+            quota: false,
+            metadata: None,
         }
     }
 }
@@ -140,6 +163,8 @@ pub struct CurrentLimit {
     pub name: Option<String>,
     pub requests_per_unit: u64,
     pub unit: Unit,
+    /// The real window (a tier's or a `unit_multiplier`'s), ms.
+    pub window_ms: u64,
 }
 
 /// Why a request got no decision.
@@ -164,14 +189,26 @@ enum Resolved<'c> {
         limit: FixedLimitRef<'c>,
         shadow: bool,
         shared_values: SmallVec<[Option<&'c str>; 4]>,
+        /// `None` for a limit sent with the request.
+        node: Option<&'c Node>,
     },
     Resource {
         rate: &'c RateResource,
         shadow: bool,
+        node: &'c Node,
     },
 }
 
 impl<'c> Resolved<'c> {
+    /// The configuration node that matched, if a limit applies.
+    fn node(&self) -> Option<&'c Node> {
+        match self {
+            Resolved::Fixed { node, .. } => *node,
+            Resolved::Resource { node, .. } => Some(node),
+            _ => None,
+        }
+    }
+
     /// The limit's `name`, for `replaces`.
     fn name(&self) -> Option<&'c str> {
         match self {
@@ -250,6 +287,7 @@ pub struct Limiter<S> {
     config: ArcSwap<Config>,
     store: S,
     watch: Watch,
+    modes: Modes,
 }
 
 impl<S: Store> Limiter<S> {
@@ -258,7 +296,14 @@ impl<S: Store> Limiter<S> {
             config: ArcSwap::from_pointee(config),
             store,
             watch: Watch::default(),
+            modes: Modes::default(),
         }
+    }
+
+    /// The same limiter with process-wide `modes`.
+    pub fn with_modes(mut self, modes: Modes) -> Self {
+        self.modes = modes;
+        self
     }
 
     /// Replaces the configuration; requests in flight finish on the old one.
@@ -295,6 +340,7 @@ impl<S: Store> Limiter<S> {
                     .map(|_| DescriptorStatus::unlimited(0))
                     .collect(),
                 namespace_known: false,
+                shadowed: false,
             });
         };
         let default_hits = if request.hits_addend == 0 {
@@ -308,7 +354,10 @@ impl<S: Store> Limiter<S> {
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         for (descriptor, resolved) in request.descriptors.iter().zip(&resolved) {
             let hits = descriptor.hits_addend.unwrap_or(default_hits);
-            item_of.push(add_item(&mut batch, namespace, descriptor, resolved, hits));
+            let quota = self.is_quota(resolved);
+            item_of.push(add_item(
+                &mut batch, namespace, descriptor, resolved, hits, quota,
+            ));
         }
         let decision = if batch.items.is_empty() {
             None
@@ -322,20 +371,59 @@ impl<S: Store> Limiter<S> {
             self.record_resources(namespace, &request, &resolved, &item_of, decision);
         }
         let ignore = namespace.settings.ignore_configured;
-        let statuses = resolved
+        let statuses: Vec<DescriptorStatus> = resolved
             .iter()
             .zip(&item_of)
             .map(|(resolved, item)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
-                status(resolved, outcome, ignore)
+                let mut status = status(resolved, outcome, ignore);
+                status.quota = self.is_quota(resolved);
+                status.metadata = resolved.node().and_then(|node| node.metadata.clone());
+                status
             })
             .collect();
+        let over_limit = !ignore && over_limit(&resolved, &statuses);
         Ok(RateLimitAnswer {
-            over_limit: !ignore && decision.as_ref().is_some_and(|d| !d.granted),
+            over_limit: over_limit && !self.modes.shadow,
+            shadowed: over_limit && self.modes.shadow,
             statuses,
             namespace_known: true,
         })
     }
+
+    /// Whether a descriptor is a quota descriptor: its node says so, or the
+    /// process does for every descriptor that is not unlimited.
+    fn is_quota(&self, resolved: &Resolved<'_>) -> bool {
+        match resolved {
+            Resolved::Unlimited { .. } => false,
+            _ => self.modes.quota || resolved.node().is_some_and(|node| node.quota_mode),
+        }
+    }
+}
+
+/// envoyproxy/ratelimit's overall code: over when a descriptor that is not a
+/// quota descriptor is over, or when there are quota descriptors and every
+/// one is over. Unlimited descriptors take no part; with the process-wide
+/// quota mode, a descriptor without a limit is a quota descriptor that
+/// passed.
+fn over_limit(resolved: &[Resolved<'_>], statuses: &[DescriptorStatus]) -> bool {
+    let (mut quotas, mut quotas_over) = (0usize, 0usize);
+    for (resolved, status) in resolved.iter().zip(statuses) {
+        if matches!(resolved, Resolved::Unlimited { .. }) {
+            continue;
+        }
+        if !status.quota {
+            if status.over_limit {
+                return true;
+            }
+            continue;
+        }
+        quotas += 1;
+        if status.over_limit {
+            quotas_over += 1;
+        }
+    }
+    quotas > 0 && quotas == quotas_over
 }
 
 impl<S: Store> Limiter<S> {
@@ -496,6 +584,7 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
             limit: FixedLimitRef::Override(limit),
             shadow: false,
             shared_values: SmallVec::new(),
+            node: None,
         };
     }
     let entries = descriptor
@@ -516,11 +605,13 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
             limit: FixedLimitRef::Configured(limit),
             shadow: node.shadow_mode,
             shared_values: found.shared_values,
+            node: Some(node),
         },
         Leaf::Resource(name) => match namespace.resources.get(name) {
             Some(Resource::Rate(rate)) => Resolved::Resource {
                 rate,
                 shadow: node.shadow_mode,
+                node,
             },
             // Loading guarantees a leaf names a rate-limited resource.
             _ => Resolved::NotLimited,
@@ -534,16 +625,20 @@ fn add_item<'c>(
     descriptor: &Descriptor,
     resolved: &Resolved<'c>,
     hits: u64,
+    quota: bool,
 ) -> Option<usize> {
     // `ignore_configured`: nothing is rejected, but what fits is counted and
-    // the real state reported, exactly as for shadow-mode descriptors.
-    let ignore = namespace.settings.ignore_configured;
+    // the real state reported, exactly as for shadow-mode descriptors. A
+    // quota descriptor does not reject on its own either: the limiter
+    // decides over all of them together once the batch is decided.
+    let ignore = namespace.settings.ignore_configured || quota;
     let item = match resolved {
         Resolved::NotLimited | Resolved::Unlimited { .. } => return None,
         Resolved::Fixed {
             limit,
             shadow,
             shared_values,
+            ..
         } => {
             let period = limit.period();
             let entries = descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
@@ -580,7 +675,7 @@ fn add_item<'c>(
                 }
             }
         }
-        Resolved::Resource { rate, shadow } => {
+        Resolved::Resource { rate, shadow, .. } => {
             // The domain is the value of the descriptor's last entry.
             let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
             tiers_item(
@@ -651,14 +746,17 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 name: limit.name().cloned(),
                 requests_per_unit: limit.requests_per_unit(),
                 unit: limit.unit(),
+                window_ms: limit.period(),
             }),
-            remaining: w.remaining,
-            reset_after_ms: if w.over {
-                w.retry_after
+            remaining: if w.over { 0 } else { w.remaining },
+            reset_after_ms: Some(if w.over {
+                w.wait.unwrap_or(w.reset_after)
             } else {
-                Some(w.reset_after)
-            },
+                w.reset_after
+            }),
             tiers: None,
+            quota: false,
+            metadata: None,
             soft_limit_exceeded: !w.over
                 && limit.soft_limit().is_some_and(|soft| {
                     soft.exceeded(w.limit.saturating_sub(w.remaining), w.limit)
@@ -670,17 +768,20 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 name: limit.name().cloned(),
                 requests_per_unit: limit.requests_per_unit(),
                 unit: limit.unit(),
+                window_ms: limit.period(),
             }),
-            remaining: g.remaining,
-            // Rejected: when the next hit passes; granted: when the bucket
-            // is full again (TAT - now), SPEC §5.3.
-            reset_after_ms: if g.over {
-                g.retry_after
+            remaining: if g.over { 0 } else { g.remaining },
+            // Rejected: when these hits pass (never: a period from now);
+            // granted: when the bucket is full again (TAT - now), SPEC §5.3.
+            reset_after_ms: Some(if g.over {
+                g.wait.unwrap_or(limit.period())
             } else {
-                Some(g.reset_after)
-            },
+                g.reset_after
+            }),
             tiers: None,
             // In use: the burst not available now.
+            quota: false,
+            metadata: None,
             soft_limit_exceeded: !g.over
                 && match (limit.soft_limit(), limit.algorithm()) {
                     (Some(soft), Algorithm::Gcra { burst }) => {
@@ -689,7 +790,7 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                     _ => false,
                 },
         },
-        (Resolved::Resource { rate, shadow }, Some(Outcome::Tiers(t))) => DescriptorStatus {
+        (Resolved::Resource { rate, shadow, .. }, Some(Outcome::Tiers(t))) => DescriptorStatus {
             over_limit: t.over && !shadow,
             limit: Some(CurrentLimit {
                 name: Some(tier_name(
@@ -699,15 +800,19 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 )),
                 requests_per_unit: t.snapshot.tier_limit,
                 unit: Unit::covering(t.snapshot.tier_window),
+                window_ms: t.snapshot.tier_window,
             }),
-            remaining: t.snapshot.remaining,
-            reset_after_ms: if t.over {
-                t.retry_after
+            remaining: if t.over { 0 } else { t.snapshot.remaining },
+            // Rejected and never to fit: a window of the shown tier.
+            reset_after_ms: Some(if t.over {
+                t.wait.unwrap_or(t.snapshot.tier_window)
             } else {
-                Some(t.snapshot.reset_after)
-            },
+                t.snapshot.reset_after
+            }),
             tiers: Some(*t),
             // The current tier's window fill.
+            quota: false,
+            metadata: None,
             soft_limit_exceeded: !t.over
                 && rate
                     .soft_limit

@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -22,46 +23,80 @@ enum Command {
     /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
     Serve {
         /// A configuration file, or a directory of *.yaml files.
-        #[arg(long)]
+        #[arg(long, env = "CHARON_CONFIG")]
         config: PathBuf,
         /// Where the gRPC services (Envoy RLS, health) listen.
-        #[arg(long, default_value = "127.0.0.1:8081")]
+        #[arg(long, env = "CHARON_GRPC_ADDR", default_value = "127.0.0.1:8081")]
         grpc_addr: SocketAddr,
         /// Where /healthz, /readyz and /metrics listen.
-        #[arg(long, default_value = "127.0.0.1:9102")]
+        #[arg(long, env = "CHARON_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
         admin_addr: SocketAddr,
         /// Where state lives: `memory` (embedded), or Redis shared by several
         /// sidecars: redis://[user:password@]host:port[/db], rediss:// (TLS),
         /// redis+sentinel://[user:password@]host:port[,…]/service[/db],
         /// redis+cluster://[user:password@]host:port[,host:port…].
-        #[arg(long, default_value = "memory")]
+        #[arg(long, env = "CHARON_STORE", default_value = "memory")]
         store: String,
         /// The deadline of one Redis decision, e.g. 50ms, 1s.
-        #[arg(long, default_value = "50ms", value_parser = parse_timeout)]
+        #[arg(long, env = "CHARON_STORE_TIMEOUT", default_value = "50ms", value_parser = parse_timeout)]
         store_timeout: std::time::Duration,
         /// What to answer while Redis is unreachable: `allow`, `deny`, or
         /// `local` (decide on an in-process memory store with the same limits).
-        #[arg(long, default_value = "local")]
+        #[arg(long, env = "CHARON_ON_STORE_ERROR", default_value = "local")]
         on_store_error: charon::store::OnStoreError,
         /// The memory store's cap on keys. At the cap, a request that needs a
         /// new key is decided as for a fresh tenant but not remembered.
-        #[arg(long, default_value_t = charon::store::DEFAULT_MAX_KEYS)]
+        #[arg(long, env = "CHARON_MAX_KEYS", default_value_t = charon::store::DEFAULT_MAX_KEYS)]
         max_keys: usize,
         /// With Redis: how often this sidecar renews its heartbeat in the copy log.
-        #[arg(long, default_value = "1s", value_parser = parse_timeout)]
+        #[arg(long, env = "CHARON_HEARTBEAT", default_value = "1s", value_parser = parse_timeout)]
         heartbeat: std::time::Duration,
         /// With Redis: how long a heartbeat lives. A sidecar that cannot renew
         /// it for `ttl - heartbeat` resigns; one silent for `ttl` is dead and
         /// its holds are reaped.
-        #[arg(long, default_value = "5s", value_parser = parse_timeout)]
+        #[arg(long, env = "CHARON_HEARTBEAT_TTL", default_value = "5s", value_parser = parse_timeout)]
         heartbeat_ttl: std::time::Duration,
         /// With Redis: how often the reaper looks for dead sidecars and
         /// expired transfers.
-        #[arg(long, default_value = "1s", value_parser = parse_timeout)]
+        #[arg(long, env = "CHARON_REAP_INTERVAL", default_value = "1s", value_parser = parse_timeout)]
         reap_interval: std::time::Duration,
         /// Charon API sessions served at once; more are refused (RESOURCE_EXHAUSTED).
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, env = "CHARON_MAX_SESSIONS", default_value_t = 10_000)]
         max_sessions: usize,
+        /// Files naming the same domain add their descriptors to it
+        /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
+        #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        merge_domain_config: bool,
+        /// Answer OK to requests over their limits; statuses still say which
+        /// descriptors are over, and each is counted (SHADOW_MODE).
+        #[arg(long, env = "CHARON_SHADOW_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        shadow_mode: bool,
+        /// Every descriptor is a quota descriptor: a request is over only
+        /// when all of them are (QUOTA_MODE).
+        #[arg(long, env = "CHARON_QUOTA_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        quota_mode: bool,
+        /// Headers Envoy adds to the client's response: `none`, `ratelimit`
+        /// (envoyproxy/ratelimit's RateLimit-Limit/-Remaining/-Reset) or `ietf`
+        /// (RateLimit-Policy and RateLimit, and Retry-After when over).
+        #[arg(long, env = "CHARON_RESPONSE_HEADERS", default_value = "none")]
+        response_headers: HeaderMode,
+        /// With `--response-headers ratelimit`: the limit header's name.
+        #[arg(long, env = "CHARON_LIMIT_HEADER", default_value = "RateLimit-Limit")]
+        limit_header: String,
+        /// With `--response-headers ratelimit`: the remaining header's name.
+        #[arg(
+            long,
+            env = "CHARON_REMAINING_HEADER",
+            default_value = "RateLimit-Remaining"
+        )]
+        remaining_header: String,
+        /// With `--response-headers ratelimit`: the reset header's name.
+        #[arg(long, env = "CHARON_RESET_HEADER", default_value = "RateLimit-Reset")]
+        reset_header: String,
+        /// Return the request and the matched descriptors' `metadata` in the
+        /// response's dynamic_metadata (RESPONSE_DYNAMIC_METADATA).
+        #[arg(long, env = "CHARON_RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        response_dynamic_metadata: bool,
     },
     /// Serve the Kubernetes mutating admission webhook that adds the Charon
     /// sidecar to pods annotated `charon.io/inject: "true"` (HTTPS, POST /mutate).
@@ -115,13 +150,32 @@ enum Command {
     Check {
         /// A configuration file, or a directory of *.yaml files.
         path: PathBuf,
+        /// Merge files that name the same domain, as `serve` does with it.
+        #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        merge_domain_config: bool,
     },
+}
+
+/// `--response-headers`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum HeaderMode {
+    None,
+    Ratelimit,
+    Ietf,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { path } => check(&path),
+        Command::Check {
+            path,
+            merge_domain_config,
+        } => check(
+            &path,
+            charon::config::LoadOptions {
+                merge_domains: merge_domain_config,
+            },
+        ),
         Command::Simulate {
             config,
             namespace,
@@ -170,7 +224,25 @@ fn main() -> ExitCode {
             heartbeat_ttl,
             reap_interval,
             max_sessions,
+            merge_domain_config,
+            shadow_mode,
+            quota_mode,
+            response_headers,
+            limit_header,
+            remaining_header,
+            reset_header,
+            response_dynamic_metadata,
         } => {
+            use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
+            let headers = match response_headers {
+                HeaderMode::None => ResponseHeaders::None,
+                HeaderMode::Ratelimit => ResponseHeaders::RateLimit(HeaderNames {
+                    limit: limit_header,
+                    remaining: remaining_header,
+                    reset: reset_header,
+                }),
+                HeaderMode::Ietf => ResponseHeaders::Ietf,
+            };
             init_tracing();
             let options = charon::server::ServeOptions {
                 config,
@@ -189,6 +261,19 @@ fn main() -> ExitCode {
                         reap_interval,
                     },
                     max_sessions,
+                },
+                envoy: charon::server::EnvoyOptions {
+                    load: charon::config::LoadOptions {
+                        merge_domains: merge_domain_config,
+                    },
+                    modes: charon::limiter::Modes {
+                        shadow: shadow_mode,
+                        quota: quota_mode,
+                    },
+                    rls: RlsOptions {
+                        headers,
+                        dynamic_metadata: response_dynamic_metadata,
+                    },
                 },
             };
             let runtime = match tokio::runtime::Runtime::new() {
@@ -269,8 +354,8 @@ fn simulate(
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
-    match charon::config::load_path(path) {
+fn check(path: &std::path::Path, options: charon::config::LoadOptions) -> ExitCode {
+    match charon::config::load_path_with(path, options) {
         Ok(loaded) => {
             for note in &loaded.notes {
                 eprintln!("note: {note}");

@@ -326,11 +326,14 @@ async fn the_same_counter_twice_in_one_request_counts_twice() {
     let answer = h.ask(vec![d("tenant", "dup"), d("tenant", "dup")]).await;
     assert!(!answer.over_limit);
     assert_eq!(answer.statuses[1].remaining, 1);
-    // Two more would make four: all or nothing, so nothing, and the answer
-    // reports the state as it stays (one left), not the tentative one.
+    // Two more would make four: all or nothing, so nothing is recorded; the
+    // occurrences are counted in order, so the second is the one over.
     let answer = h.ask(vec![d("tenant", "dup"), d("tenant", "dup")]).await;
     assert!(answer.over_limit);
-    assert_eq!(answer.statuses[0].remaining, 1);
+    assert!(!answer.statuses[0].over_limit);
+    assert_eq!(answer.statuses[0].remaining, 0);
+    assert!(answer.statuses[1].over_limit);
+    assert_eq!(answer.statuses[1].remaining, 0);
     assert_eq!(h.one("tenant", "dup").await.statuses[0].remaining, 0);
 }
 

@@ -12,6 +12,9 @@ use smallvec::SmallVec;
 
 use super::{FixedLimit, Unit};
 
+/// A descriptor's `metadata:` map, as written.
+pub type Metadata = std::collections::BTreeMap<String, super::raw::MetaValue>;
+
 /// What a descriptor leaf says.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Leaf {
@@ -33,6 +36,18 @@ pub enum Leaf {
 pub struct Node {
     pub leaf: Leaf,
     pub shadow_mode: bool,
+    /// Over its limit, this node alone does not reject a request: only all of
+    /// a request's quota descriptors together do.
+    pub quota_mode: bool,
+    /// What the response's `dynamic_metadata` carries when this node's limit
+    /// is matched and not over.
+    pub metadata: Option<std::sync::Arc<Metadata>>,
+    /// The per-limit metric key uses the request's values at every level.
+    pub detailed_metric: bool,
+    /// The per-limit metric key uses the request's value at this level.
+    pub value_to_metric: bool,
+    /// The key and value (or pattern) as written, for metric keys and dumps.
+    pub written: String,
     /// With `share_threshold` on a wildcard entry, the pattern replaces the
     /// value in the counter key so that all matching values share a counter.
     pub shared_value: Option<String>,
@@ -62,6 +77,50 @@ pub struct Match<'c> {
 }
 
 impl Level {
+    /// Every node of this level (not their children), in no set order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.by_key.values().flat_map(|matchers| {
+            matchers
+                .exact
+                .values()
+                .chain(matchers.wildcards.iter().map(|(_, node)| node))
+                .chain(matchers.any.as_ref())
+        })
+    }
+
+    /// Adds `other`'s descriptors to this level (files of one domain merged):
+    /// the composite key (`key` or `key_value`) of the first descriptor both
+    /// define, if any, and then nothing is added.
+    pub fn merge(&mut self, other: Level) -> Result<(), String> {
+        for (key, theirs) in &other.by_key {
+            let Some(ours) = self.by_key.get(key) else {
+                continue;
+            };
+            if ours.any.is_some() && theirs.any.is_some() {
+                return Err(key.clone());
+            }
+            if let Some(value) = theirs.exact.keys().find(|v| ours.exact.contains_key(*v)) {
+                return Err(format!("{key}_{value}"));
+            }
+            if let Some((glob, _)) = theirs
+                .wildcards
+                .iter()
+                .find(|(glob, _)| ours.wildcards.iter().any(|(g, _)| g == glob))
+            {
+                return Err(format!("{key}_{}", glob.pattern));
+            }
+        }
+        for (key, theirs) in other.by_key {
+            let ours = self.by_key.entry(key).or_default();
+            ours.exact.extend(theirs.exact);
+            ours.wildcards.extend(theirs.wildcards);
+            if theirs.any.is_some() {
+                ours.any = theirs.any;
+            }
+        }
+        Ok(())
+    }
+
     /// Finds the node a descriptor's entries lead to, if any.
     pub fn find<'c, 'e>(
         &'c self,
@@ -162,6 +221,19 @@ impl Unit {
         .into_iter()
         .find(|unit| unit.millis() >= ms)
         .unwrap_or(Unit::Year)
+    }
+
+    /// The name as Envoy's enum spells it (`MINUTE`).
+    pub fn as_upper(self) -> &'static str {
+        match self {
+            Unit::Second => "SECOND",
+            Unit::Minute => "MINUTE",
+            Unit::Hour => "HOUR",
+            Unit::Day => "DAY",
+            Unit::Week => "WEEK",
+            Unit::Month => "MONTH",
+            Unit::Year => "YEAR",
+        }
     }
 
     pub fn parse(text: &str) -> Option<Unit> {

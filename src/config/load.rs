@@ -29,20 +29,31 @@ pub struct Loaded {
     pub normalized: Vec<(PathBuf, String)>,
 }
 
+/// How files are combined into one configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Files naming the same domain add their descriptors and resources to
+    /// it (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`); without it, a
+    /// second file for a domain is an error.
+    pub merge_domains: bool,
+}
+
 /// Loads one file, or every `*.yaml`/`*.yml` file of a directory.
 pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
+    load_path_with(path, LoadOptions::default())
+}
+
+/// [`load_path`], with files naming one domain merged if `options` say so.
+pub fn load_path_with(path: &Path, options: LoadOptions) -> Result<Loaded, ConfigErrors> {
     let files = if path.is_dir() {
         yaml_files_in(path)?
     } else {
         vec![path.to_owned()]
     };
     let mut errors = Vec::new();
-    let mut loaded = Loaded {
-        config: Config::default(),
-        notes: Vec::new(),
-        normalized: Vec::new(),
-    };
-    let mut sources: HashMap<String, PathBuf> = HashMap::new();
+    let mut notes = Vec::new();
+    let mut normalized = Vec::new();
+    let mut namespaces: HashMap<String, Namespace> = HashMap::new();
     for file in files {
         let text = match read_capped(&file) {
             Ok(text) => text,
@@ -54,34 +65,73 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
         match compile_file(&text, &file) {
             Ok(compiled) => {
                 let name = compiled.namespace.name.clone();
-                if let Some(first) = sources.get(&name) {
-                    errors.push(ConfigError {
-                        file: file.clone(),
-                        line: compiled.domain_at.line(),
-                        column: compiled.domain_at.column(),
-                        message: format!(
-                            "domain `{name}` is already defined in {}",
-                            first.display()
-                        ),
-                    });
-                    continue;
+                let error = |message: String| ConfigError {
+                    file: file.clone(),
+                    line: compiled.domain_at.line(),
+                    column: compiled.domain_at.column(),
+                    message,
+                };
+                if let Some(first) = namespaces.get_mut(&name) {
+                    if !options.merge_domains {
+                        errors.push(error(format!(
+                            "domain `{name}` is already defined in {} (merging files of one domain is off)",
+                            first.source.display()
+                        )));
+                        continue;
+                    }
+                    if let Err(message) = merge(first, compiled.namespace) {
+                        errors.push(error(message));
+                        continue;
+                    }
+                } else {
+                    namespaces.insert(name, compiled.namespace);
                 }
-                sources.insert(name.clone(), file.clone());
-                loaded.notes.extend(compiled.notes);
-                loaded.normalized.push((file, compiled.normalized));
-                loaded
-                    .config
-                    .namespaces
-                    .insert(name, Arc::new(compiled.namespace));
+                notes.extend(compiled.notes);
+                normalized.push((file, compiled.normalized));
             }
             Err(mut file_errors) => errors.append(&mut file_errors),
         }
     }
-    if errors.is_empty() {
-        Ok(loaded)
-    } else {
-        Err(ConfigErrors(errors))
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
     }
+    let config = Config {
+        namespaces: namespaces
+            .into_iter()
+            .map(|(name, namespace)| (name, Arc::new(namespace)))
+            .collect(),
+    };
+    Ok(Loaded {
+        config,
+        notes,
+        normalized,
+    })
+}
+
+/// Adds a later file's namespace to the first one of the same domain: its
+/// descriptors and resources must be new, and its settings the same.
+fn merge(first: &mut Namespace, later: Namespace) -> Result<(), String> {
+    let domain = &first.name;
+    let source = first.source.display();
+    if first.settings != later.settings {
+        return Err(format!(
+            "domain `{domain}`: these `settings` differ from those in {source}; files merged into one domain must agree"
+        ));
+    }
+    if let Some(name) = later
+        .resources
+        .keys()
+        .find(|name| first.resources.contains_key(*name))
+    {
+        return Err(format!(
+            "domain `{domain}`: resource `{name}` is also defined in {source}"
+        ));
+    }
+    first.descriptors.merge(later.descriptors).map_err(|key| {
+        format!("duplicate descriptor composite key '{domain}.{key}': also defined in {source}")
+    })?;
+    first.resources.extend(later.resources);
+    Ok(())
 }
 
 /// Loads one file's text; `origin` names it in errors.
@@ -438,9 +488,23 @@ impl Ctx {
             } else {
                 None
             };
+            let written = if value.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{key}_{value}")
+            };
             let node = Node {
                 leaf,
                 shadow_mode: raw.shadow_mode,
+                quota_mode: raw.quota_mode,
+                metadata: raw
+                    .metadata
+                    .as_ref()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| Arc::new(m.clone())),
+                detailed_metric: raw.detailed_metric,
+                value_to_metric: raw.value_to_metric,
+                written,
                 shared_value,
                 children: self.level(&raw.descriptors, depth + 1, kinds),
             };

@@ -23,10 +23,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use descriptors::{Glob, Leaf, Level, Match, Node};
+pub use descriptors::{Glob, Leaf, Level, Match, Metadata, Node};
 pub use duration::{FOREVER, Millis, parse as parse_duration};
 pub use error::{ConfigError, ConfigErrors, Note};
-pub use load::{Loaded, load_path, load_str};
+pub use load::{LoadOptions, Loaded, load_path, load_path_with, load_str};
+pub use raw::MetaValue;
 
 /// Sizes past which a file is refused rather than loaded (see the README).
 pub mod caps {

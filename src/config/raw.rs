@@ -51,13 +51,22 @@ pub struct RawDescriptor {
     pub resource: Option<Spanned<String>>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub shadow_mode: bool,
-    /// Accepted for envoyproxy/ratelimit compatibility; Charon's metrics never
-    /// carry per-descriptor labels, so it changes nothing.
+    /// envoyproxy/ratelimit: the per-limit metric key carries the request's
+    /// own values (docs/envoy-compatibility.md, "Per-limit metrics").
     #[serde(default, skip_serializing_if = "is_false")]
     pub detailed_metric: bool,
-    /// Accepted for compatibility; see `detailed_metric`.
+    /// envoyproxy/ratelimit: this level's request value appears in the
+    /// per-limit metric key.
     #[serde(default, skip_serializing_if = "is_false")]
     pub value_to_metric: bool,
+    /// envoyproxy/ratelimit: over this limit, a request is rejected only when
+    /// every quota descriptor in it is over.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub quota_mode: bool,
+    /// envoyproxy/ratelimit: returned in the response's `dynamic_metadata`
+    /// for descriptors that matched (when the server is asked to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, MetaValue>>,
     /// On a wildcard entry: every value it matches shares one counter.
     #[serde(default, skip_serializing_if = "is_false")]
     pub share_threshold: bool,
@@ -161,6 +170,18 @@ pub struct RawBan {
     pub limit: Spanned<i64>,
     pub window: Spanned<String>,
     pub duration: Spanned<String>,
+}
+
+/// Any YAML value under `metadata:`, kept as written.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum MetaValue {
+    Null,
+    Bool(bool),
+    Number(f64),
+    String(String),
+    List(Vec<MetaValue>),
+    Map(BTreeMap<String, MetaValue>),
 }
 
 /// `soft_limit: 8` or `soft_limit: "80%"`.

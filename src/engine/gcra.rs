@@ -50,6 +50,9 @@ pub struct GcraOutcome {
     pub reset_after: u64,
     /// Until a one-hit request would be granted; `None`: never (count 0).
     pub retry_after: Option<u64>,
+    /// Until this request's own hits would be granted (0 when granted);
+    /// `None`: never (more hits than the burst).
+    pub wait: Option<u64>,
 }
 
 fn ticks(ms: u64, count: u64) -> u128 {
@@ -82,6 +85,7 @@ pub fn decide(
             remaining: 0,
             reset_after: 0,
             retry_after: None,
+            wait: None,
         };
     }
     let now_t = ticks(now, count);
@@ -104,13 +108,21 @@ pub fn decide(
         tat
     };
     let headroom = (now_t + capacity).saturating_sub(after);
-    let wait = (after + interval).saturating_sub(now_t + capacity);
+    let one_hit = (after + interval).saturating_sub(now_t + capacity);
+    let wait = if !over {
+        Some(0)
+    } else if hits.max(1) > burst {
+        None
+    } else {
+        Some(ceil_ms(next.saturating_sub(now_t + capacity), count))
+    };
     GcraOutcome {
         over,
         limit: count,
         remaining: u64::try_from(headroom / interval).unwrap_or(u64::MAX),
         reset_after: ceil_ms(after - now_t, count),
-        retry_after: Some(ceil_ms(wait, count)),
+        retry_after: Some(ceil_ms(one_hit, count)),
+        wait,
     }
 }
 

@@ -200,6 +200,9 @@ pub struct WindowOutcome {
     pub reset_after: u64,
     /// Until a one-hit request would pass; `None`: never (limit 0).
     pub retry_after: Option<u64>,
+    /// Until this request's own hits would pass (0 when granted): the next
+    /// window; `None`: never (more hits than the limit).
+    pub wait: Option<u64>,
 }
 
 /// A burst-tier answer: the context of paper §3.1 plus `retry_after`.
@@ -218,38 +221,46 @@ pub struct TierOutcome {
     pub snapshot: Snapshot,
     /// Until a one-hit request would be granted; `None`: never.
     pub retry_after: Option<u64>,
+    /// Until this request's own hits (`min_copies`, or one for a check)
+    /// would be granted (0 when granted); `None`: never.
+    pub wait: Option<u64>,
 }
 
 /// Decides a batch at `now`, changing `slots` only if it is granted.
 pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
-    let granted = if shares_slots(items) {
-        // Two items on one key must see each other's hits, in order: run them
-        // one by one on a copy and keep it only if the batch passes.
-        let mut scratch = slots.to_vec();
-        let outcomes: SmallVec<[Outcome; 1]> = items
-            .iter()
-            .map(|item| run(item, &mut scratch, now, true))
-            .collect();
-        if passes(items, &outcomes) {
-            slots.clone_from_slice(&scratch);
-            return Decision {
-                granted: true,
-                outcomes,
-                now,
-                degraded: false,
-            };
-        }
-        false
-    } else {
-        items
-            .iter()
-            .all(|item| item.shadow() || !is_over(item, slots, now))
-    };
+    if shares_slots(items) {
+        return decide_in_order(items, slots, now);
+    }
+    let granted = items
+        .iter()
+        .all(|item| item.shadow() || !is_over(item, slots, now));
     // Granted: record and report. Rejected: report against the unchanged state.
     let outcomes = items
         .iter()
         .map(|item| run(item, slots, now, granted))
         .collect();
+    Decision {
+        granted,
+        outcomes,
+        now,
+        degraded: false,
+    }
+}
+
+/// Two items on one key must see each other's hits, in order: run them one
+/// by one on a copy and keep it only if the batch passes. A rejected batch
+/// records nothing, but each item is reported as it was counted in order, so
+/// the occurrence that crosses its limit is the one over it (SPEC §5.3).
+fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
+    let mut scratch = slots.to_vec();
+    let outcomes: SmallVec<[Outcome; 1]> = items
+        .iter()
+        .map(|item| run(item, &mut scratch, now, true))
+        .collect();
+    let granted = passes(items, &outcomes);
+    if granted {
+        slots.clone_from_slice(&scratch);
+    }
     Decision {
         granted,
         outcomes,
@@ -382,12 +393,20 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 state.expires_at = check.window_end;
                 count = state.count;
             }
+            let wait = if !check.over {
+                Some(0)
+            } else if hits.max(1) > limit {
+                None
+            } else {
+                Some(check.window_end - now)
+            };
             Outcome::Window(WindowOutcome {
                 over: check.over,
                 limit,
                 period,
                 remaining: limit.saturating_sub(count),
                 reset_after: check.window_end - now,
+                wait,
                 retry_after: window::retry_after(
                     &window::WindowCheck { count, ..check },
                     limit,
@@ -456,8 +475,18 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
             } else {
                 tiers::retry_after(policy, state, global, now)
             };
+            let wait = if over {
+                let global = log
+                    .as_deref()
+                    .zip(global_limit)
+                    .map(|(log, limit)| Global { log, limit });
+                tiers::wait_for(policy, state, global, needed, now)
+            } else {
+                Some(0)
+            };
             let limited = !check_only && room.grantable < asked;
             Outcome::Tiers(TierOutcome {
+                wait,
                 over,
                 granted,
                 hard_limit: policy.hard_limit,

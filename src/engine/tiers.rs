@@ -320,6 +320,87 @@ pub fn retry_after(
         .map(|t| t - now)
 }
 
+/// The smallest delay after which a request needing `needed` hits would be
+/// granted if nothing else happened; `None` if never (more than the limits
+/// can ever hold at once).
+///
+/// With the phases fixed, room only grows as hits leave their windows (the
+/// tier logs, the hard and global logs, the bucket), so between two phase
+/// boundaries the first instant with enough room is found by bisection; the
+/// boundaries are tried in order, and after the last one nothing changes
+/// once every log has emptied.
+pub fn wait_for(
+    policy: &RatePolicy,
+    state: &TierState,
+    global: Option<Global<'_>>,
+    needed: u64,
+    now: u64,
+) -> Option<u64> {
+    let needed = needed.max(1);
+    if needed == 1 {
+        return retry_after(policy, state, global, now);
+    }
+    let fits = |t: u64| room(policy, state, global, needed, t).grantable >= needed;
+    if fits(now) {
+        return Some(0);
+    }
+    let mut boundaries: SmallVec<[u64; 16]> = SmallVec::new();
+    let mut settled = now
+        .max(state.recent.counts_until(SECOND))
+        .max(global.map_or(0, |g| g.log.counts_until(SECOND)));
+    if let Some(gcra) = &policy.gcra {
+        settled = settled.max(state.bucket.expires_at().max(gcra::room_at(
+            gcra,
+            &state.bucket,
+            now,
+        )?));
+    }
+    for (tier, log) in policy.tiers.iter().zip(&state.tiers) {
+        if let Some(last) = log.hits.last() {
+            settled = settled.max(last.saturating_add(tier.window).saturating_add(1));
+        }
+        let Some(entered) = log.entered_at else {
+            continue;
+        };
+        if tier.active != FOREVER {
+            let active_end = entered.saturating_add(tier.active);
+            boundaries.push(active_end);
+            if tier.cooldown != FOREVER {
+                boundaries.push(active_end.saturating_add(tier.cooldown));
+            }
+        }
+    }
+    boundaries.retain(|t| *t > now && *t != u64::MAX);
+    boundaries.sort_unstable();
+    boundaries.dedup();
+    settled = settled.max(boundaries.last().copied().unwrap_or(now));
+    if settled == u64::MAX {
+        return None;
+    }
+    // Segments [start, end] with the phases fixed inside each.
+    let mut start = now;
+    let ends = boundaries
+        .iter()
+        .map(|b| b - 1)
+        .chain(std::iter::once(settled));
+    for end in ends {
+        if end >= start && fits(end) {
+            let (mut low, mut high) = (start, end);
+            while low < high {
+                let middle = low + (high - low) / 2;
+                if fits(middle) {
+                    high = middle;
+                } else {
+                    low = middle + 1;
+                }
+            }
+            return Some(low - now);
+        }
+        start = end.saturating_add(1);
+    }
+    None
+}
+
 /// What the state looks like at `now`, for answers (paper §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {

@@ -75,6 +75,7 @@ pub struct Metrics {
     store_outages: Counter,
     sessions: Gauge,
     soft_limit_warnings: Family<NamespaceLabel, Counter>,
+    global_shadow: Family<NamespaceLabel, Counter>,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
 }
@@ -163,6 +164,12 @@ impl Metrics {
             store_outages.clone(),
         );
         let soft_limit_warnings = Family::<NamespaceLabel, Counter>::default();
+        let global_shadow = Family::<NamespaceLabel, Counter>::default();
+        registry.register(
+            "global_shadow_mode",
+            "Answers over their limits that --shadow-mode turned into OK, by namespace",
+            global_shadow.clone(),
+        );
         registry.register(
             "soft_limit_warnings",
             "Granted answers past a soft limit (seed 004), by namespace",
@@ -185,6 +192,7 @@ impl Metrics {
         Self {
             registry,
             soft_limit_warnings,
+            global_shadow,
             sessions,
             copy_operations,
             copy_serving,
@@ -240,6 +248,14 @@ impl Metrics {
 
     pub fn soft_limit_warning(&self, namespace: &str) {
         self.soft_limit_warnings
+            .get_or_create(&NamespaceLabel {
+                namespace: namespace.to_owned(),
+            })
+            .inc();
+    }
+
+    pub fn global_shadow(&self, namespace: &str) {
+        self.global_shadow
             .get_or_create(&NamespaceLabel {
                 namespace: namespace.to_owned(),
             })

@@ -7,6 +7,7 @@ pub mod api;
 pub mod metrics;
 pub mod reload;
 pub mod rls;
+pub mod rls_http;
 pub mod session;
 pub mod simulator;
 pub mod state;
@@ -26,13 +27,13 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::api::v1::charon_server::CharonServer;
 use crate::config::{self, Resource};
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, Modes};
 use crate::store::Store;
 use crate::store::copies::{CopyStore, CopyTimings};
 
 use self::api::{ApiService, Core};
 use self::metrics::Metrics;
-use self::rls::RlsService;
+use self::rls::{RlsOptions, RlsService};
 use self::store::{SidecarStore, StoreOptions};
 
 /// What `charon serve` was asked to do.
@@ -43,6 +44,18 @@ pub struct ServeOptions {
     pub admin_addr: SocketAddr,
     pub store: StoreOptions,
     pub copies: CopyOptions,
+    /// envoyproxy/ratelimit's switches: how files combine, shadow and quota
+    /// modes, and what the RLS answer carries besides the decision.
+    pub envoy: EnvoyOptions,
+}
+
+/// `--merge-domain-config`, `--shadow-mode`, `--quota-mode`,
+/// `--response-headers` and `--response-dynamic-metadata`.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyOptions {
+    pub load: config::LoadOptions,
+    pub modes: Modes,
+    pub rls: RlsOptions,
 }
 
 /// `--heartbeat`, `--heartbeat-ttl`, `--reap-interval`, `--max-sessions`.
@@ -76,7 +89,7 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs the sidecar until SIGTERM or SIGINT.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
-    let loaded = config::load_path(&options.config)
+    let loaded = config::load_path_with(&options.config, options.envoy.load)
         .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
     for note in &loaded.notes {
         tracing::info!(%note, "normalized");
@@ -94,7 +107,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
             .context("cannot open --store")?,
     );
     store.settle().await;
-    let limiter = Arc::new(Limiter::new(loaded.config, store));
+    let limiter = Arc::new(Limiter::new(loaded.config, store).with_modes(options.envoy.modes));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
@@ -107,6 +120,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let ready = Arc::new(AtomicBool::new(false));
     let _watcher = reload::spawn(
         options.config.clone(),
+        options.envoy.load,
         limiter.clone(),
         metrics.clone(),
         shutdown_rx.clone(),
@@ -135,12 +149,18 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     health
         .set_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
-    let rls = RateLimitServiceServer::new(RlsService::new(limiter.clone(), metrics.clone()));
+    health.set_serving::<CharonServer<ApiService>>().await;
+    let (reflection, reflection_alpha) = reflection()?;
+    let rls_service =
+        RlsService::with_options(limiter.clone(), metrics.clone(), options.envoy.rls.clone());
+    let rls = RateLimitServiceServer::new(rls_service.clone());
     let grpc = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(
             decode_errors_are_invalid_arguments as fn(_) -> _,
         ))
         .add_service(health_service)
+        .add_service(reflection)
+        .add_service(reflection_alpha)
         .add_service(rls)
         .add_service(CharonServer::new(api))
         .serve_with_incoming_shutdown(
@@ -162,7 +182,8 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 limiter: limiter.clone(),
                 copies: copies.clone(),
             },
-        ),
+        )
+        .merge(rls_http::router(rls_service, limiter.clone())),
     )
     .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
 
@@ -201,6 +222,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     health
         .set_not_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
+    health.set_not_serving::<CharonServer<ApiService>>().await;
     let _ = shutdown_tx.send(true);
     // A client that never reads its closed stream must not hold the process.
     match tokio::time::timeout(DRAIN_LIMIT, &mut grpc_task).await {
@@ -221,6 +243,33 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// gRPC server reflection (v1, and v1alpha for older clients) of the Charon
+/// API and gRPC health, so that grpcurl needs no proto files. Envoy's RLS is
+/// not described: its descriptors are not shipped with the crate that
+/// generates it (README: "grpcurl").
+fn reflection() -> anyhow::Result<(
+    tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+)> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::api::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok((
+        builder()
+            .build_v1()
+            .context("cannot build gRPC reflection")?,
+        builder()
+            .build_v1alpha()
+            .context("cannot build gRPC reflection")?,
+    ))
 }
 
 /// tonic answers a request it cannot decode (bad protobuf, a string that is

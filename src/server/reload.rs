@@ -22,6 +22,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// returned watcher must be kept alive for file events to arrive.
 pub fn spawn<S: Store>(
     path: PathBuf,
+    options: config::LoadOptions,
     limiter: Arc<Limiter<S>>,
     metrics: Arc<Metrics>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
@@ -63,7 +64,7 @@ pub fn spawn<S: Store>(
             }
             tokio::time::sleep(SETTLE).await;
             while rx.try_recv().is_ok() {}
-            reload(&path, &limiter, &metrics).await;
+            reload(&path, options, &limiter, &metrics).await;
         }
     });
     Ok(watcher)
@@ -95,9 +96,14 @@ fn watched_dir(path: &Path) -> PathBuf {
 }
 
 /// Loads `path` and swaps it in, or keeps the running configuration.
-pub async fn reload<S: Store>(path: &Path, limiter: &Limiter<S>, metrics: &Metrics) {
+pub async fn reload<S: Store>(
+    path: &Path,
+    options: config::LoadOptions,
+    limiter: &Limiter<S>,
+    metrics: &Metrics,
+) {
     let owned = path.to_owned();
-    let loaded = tokio::task::spawn_blocking(move || config::load_path(&owned)).await;
+    let loaded = tokio::task::spawn_blocking(move || config::load_path_with(&owned, options)).await;
     match loaded {
         Ok(Ok(loaded)) => {
             for note in &loaded.notes {

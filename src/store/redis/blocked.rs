@@ -32,6 +32,26 @@ struct Block {
     outcome: Outcome,
     decided_at: u64,
     limits: Limits,
+    /// The hits the rejected request needed: its `wait` is theirs.
+    needed: u64,
+}
+
+/// The hits `item` needs to be granted.
+fn needed(item: &Item<'_>) -> u64 {
+    match *item {
+        Item::Window { hits, .. } | Item::Gcra { hits, .. } => hits.max(1),
+        Item::Tiers {
+            min_copies,
+            check_only,
+            ..
+        } => {
+            if check_only {
+                1
+            } else {
+                min_copies.max(1)
+            }
+        }
+    }
 }
 
 /// What the rejection was computed with: other limits, another answer.
@@ -100,6 +120,10 @@ impl Blocked {
             keys.remove(key);
             return None;
         }
+        if block.needed != needed(item) {
+            // Rejected too, but its own wait is another request's to compute.
+            return None;
+        }
         let elapsed = now.saturating_sub(block.decided_at);
         Some(age(block.outcome, elapsed))
     }
@@ -129,6 +153,7 @@ impl Blocked {
                 outcome: *outcome,
                 decided_at: sent,
                 limits: Limits::of(item),
+                needed: needed(item),
             },
         );
     }
@@ -140,15 +165,18 @@ fn age(outcome: Outcome, elapsed: u64) -> Outcome {
         Outcome::Window(mut w) => {
             w.reset_after = w.reset_after.saturating_sub(elapsed);
             w.retry_after = w.retry_after.map(|r| r.saturating_sub(elapsed));
+            w.wait = w.wait.map(|r| r.saturating_sub(elapsed));
             Outcome::Window(w)
         }
         Outcome::Tiers(mut t) => {
             t.retry_after = t.retry_after.map(|r| r.saturating_sub(elapsed));
+            t.wait = t.wait.map(|r| r.saturating_sub(elapsed));
             t.snapshot.reset_after = t.snapshot.reset_after.saturating_sub(elapsed);
             Outcome::Tiers(t)
         }
         Outcome::Gcra(mut g) => {
             g.retry_after = g.retry_after.map(|r| r.saturating_sub(elapsed));
+            g.wait = g.wait.map(|r| r.saturating_sub(elapsed));
             g.reset_after = g.reset_after.saturating_sub(elapsed);
             Outcome::Gcra(g)
         }

@@ -1,97 +1,24 @@
-//! Envoy's `envoy.service.ratelimit.v3.RateLimitService`: translates the wire
-//! request into a [`Limiter`] call and the answer back (SPEC §5). No decision
-//! logic lives here.
-
-use std::sync::Arc;
-use std::time::Instant;
+//! The wire and back: Envoy's request into the limiter's, the limiter's
+//! answer into Envoy's (SPEC §5.3: resets in whole seconds, rounded up).
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as WireUnit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as WireDuration;
-use tonic::{Request, Response, Status};
 
 use crate::config::Unit;
-use crate::limiter::{self, LimitError, LimitOverride, Limiter};
-use crate::store::Store;
+use crate::limiter::{self, LimitOverride};
 
-use super::metrics::{Decision, Metrics};
+use super::ResponseHeaders;
+use super::headers;
 
-/// The gRPC service.
-pub struct RlsService<S> {
-    limiter: Arc<Limiter<S>>,
-    metrics: Arc<Metrics>,
-}
+/// The response header of a granted answer with descriptors past their soft
+/// limit (seed 004): their indexes in the request, `0,2`.
+pub const SOFT_LIMIT_HEADER: &str = "x-charon-soft-limit";
 
-impl<S> RlsService<S> {
-    pub fn new(limiter: Arc<Limiter<S>>, metrics: Arc<Metrics>) -> Self {
-        Self { limiter, metrics }
-    }
-}
-
-#[tonic::async_trait]
-impl<S: Store> RateLimitService for RlsService<S> {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        let started = Instant::now();
-        let request = request.into_inner();
-        let namespace = request.domain.clone();
-        // Metrics label: the namespace when configured (bounded), else
-        // `unknown`. A decision knows; errors (rare) look it up.
-        let error_label = || {
-            if self.limiter.config().namespace(&namespace).is_some() {
-                namespace.as_str()
-            } else {
-                "unknown"
-            }
-        };
-        let request = match from_wire(request) {
-            Ok(request) => request,
-            Err(message) => {
-                self.metrics
-                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
-                return Err(Status::invalid_argument(message));
-            }
-        };
-        match self.limiter.should_rate_limit(request).await {
-            Ok(answer) => {
-                let label = if answer.namespace_known {
-                    namespace.as_str()
-                } else {
-                    "unknown"
-                };
-                let result = if answer.over_limit {
-                    Decision::OverLimit
-                } else {
-                    Decision::Ok
-                };
-                if !answer.over_limit && answer.statuses.iter().any(|s| s.soft_limit_exceeded) {
-                    self.metrics.soft_limit_warning(label);
-                }
-                self.metrics.decision(label, result, started.elapsed());
-                Ok(Response::new(to_wire(answer)))
-            }
-            Err(LimitError::InvalidArgument(message)) => {
-                self.metrics
-                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
-                Err(Status::invalid_argument(message))
-            }
-            Err(LimitError::Store(error)) => {
-                self.metrics
-                    .decision(error_label(), Decision::StoreError, started.elapsed());
-                tracing::warn!(%error, "store error");
-                Err(Status::unavailable(error.to_string()))
-            }
-        }
-    }
-}
-
-fn from_wire(request: RateLimitRequest) -> Result<limiter::RateLimitRequest, String> {
+pub(super) fn from_wire(request: RateLimitRequest) -> Result<limiter::RateLimitRequest, String> {
     let descriptors = request
         .descriptors
         .into_iter()
@@ -159,19 +86,33 @@ fn unit_to_wire(unit: Unit) -> WireUnit {
     }
 }
 
-fn duration(ms: u64) -> WireDuration {
+/// Whole seconds, rounded up: Envoy reads only a Duration's seconds (its
+/// `X-RateLimit-Reset`), so a reset must never reach a client early, and an
+/// OVER_LIMIT status never says 0 (retry at once).
+pub(super) fn whole_seconds(ms: u64, over_limit: bool) -> u64 {
+    let seconds = ms.div_ceil(1_000);
+    if over_limit { seconds.max(1) } else { seconds }
+}
+
+fn duration(seconds: u64) -> WireDuration {
     WireDuration {
-        seconds: i64::try_from(ms / 1_000).unwrap_or(i64::MAX),
-        // < 1e9, fits.
-        nanos: ((ms % 1_000) * 1_000_000) as i32,
+        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
 
-/// The response header of a granted answer with descriptors past their soft
-/// limit (seed 004): their indexes in the request, `0,2`.
-pub const SOFT_LIMIT_HEADER: &str = "x-charon-soft-limit";
+pub(super) fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    }
+}
 
-fn to_wire(answer: limiter::RateLimitAnswer) -> RateLimitResponse {
+pub(super) fn to_wire(
+    answer: limiter::RateLimitAnswer,
+    quota_headers: &ResponseHeaders,
+) -> RateLimitResponse {
     let code = |over: bool| if over { Code::OverLimit } else { Code::Ok } as i32;
     let soft: Vec<String> = answer
         .statuses
@@ -180,15 +121,12 @@ fn to_wire(answer: limiter::RateLimitAnswer) -> RateLimitResponse {
         .filter(|(_, status)| status.soft_limit_exceeded)
         .map(|(index, _)| index.to_string())
         .collect();
-    let response_headers_to_add = if answer.over_limit || soft.is_empty() {
+    let mut response_headers_to_add = if answer.over_limit || soft.is_empty() {
         Vec::new()
     } else {
-        vec![HeaderValue {
-            key: SOFT_LIMIT_HEADER.to_owned(),
-            value: soft.join(","),
-            ..Default::default()
-        }]
+        vec![header(SOFT_LIMIT_HEADER, soft.join(","))]
     };
+    headers::add(&answer, quota_headers, &mut response_headers_to_add);
     RateLimitResponse {
         response_headers_to_add,
         overall_code: code(answer.over_limit),
@@ -203,7 +141,9 @@ fn to_wire(answer: limiter::RateLimitAnswer) -> RateLimitResponse {
                     unit: unit_to_wire(limit.unit) as i32,
                 }),
                 limit_remaining: u32::try_from(status.remaining).unwrap_or(u32::MAX),
-                duration_until_reset: status.reset_after_ms.map(duration),
+                duration_until_reset: status
+                    .reset_after_ms
+                    .map(|ms| duration(whole_seconds(ms, status.over_limit))),
                 ..Default::default()
             })
             .collect(),
@@ -223,6 +163,8 @@ mod tests {
             reset_after_ms: None,
             tiers: None,
             soft_limit_exceeded: soft,
+            quota: false,
+            metadata: None,
         }
     }
 
@@ -232,8 +174,9 @@ mod tests {
             over_limit: false,
             statuses: vec![status(true), status(false), status(true)],
             namespace_known: true,
+            shadowed: false,
         };
-        let wire = to_wire(answer);
+        let wire = to_wire(answer, &ResponseHeaders::None);
         assert_eq!(wire.response_headers_to_add.len(), 1);
         assert_eq!(wire.response_headers_to_add[0].key, SOFT_LIMIT_HEADER);
         assert_eq!(wire.response_headers_to_add[0].value, "0,2");
@@ -241,7 +184,12 @@ mod tests {
             over_limit: false,
             statuses: vec![status(false)],
             namespace_known: true,
+            shadowed: false,
         };
-        assert!(to_wire(quiet).response_headers_to_add.is_empty());
+        assert!(
+            to_wire(quiet, &ResponseHeaders::None)
+                .response_headers_to_add
+                .is_empty()
+        );
     }
 }

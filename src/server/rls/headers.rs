@@ -1,0 +1,184 @@
+//! The quota headers Envoy adds to the client's response
+//! (`response_headers_to_add`), so that Charon's resets and exact waits reach
+//! HTTP clients behind Envoy: envoyproxy/ratelimit's three headers, or the
+//! IETF draft's as the Tower layer writes them.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+
+use crate::layer::reply::Quota;
+use crate::limiter::{DescriptorStatus, RateLimitAnswer};
+
+use super::ResponseHeaders;
+use super::wire::{header, whole_seconds};
+
+/// The status the headers describe, as envoyproxy/ratelimit picks it: the
+/// last descriptor over its limit that is not a quota descriptor; otherwise
+/// the limited one with the fewest hits left (the first on ties).
+fn deciding(answer: &RateLimitAnswer) -> Option<&DescriptorStatus> {
+    let limited = || answer.statuses.iter().filter(|s| s.limit.is_some());
+    limited().rfind(|s| s.over_limit && !s.quota).or_else(|| {
+        limited().fold(None, |best: Option<&DescriptorStatus>, s| match best {
+            Some(b) if b.remaining <= s.remaining => Some(b),
+            _ => Some(s),
+        })
+    })
+}
+
+/// Appends the headers `mode` asks for to `out`.
+pub(super) fn add(answer: &RateLimitAnswer, mode: &ResponseHeaders, out: &mut Vec<HeaderValue>) {
+    if *mode == ResponseHeaders::None {
+        return;
+    }
+    let Some(status) = deciding(answer) else {
+        return;
+    };
+    let Some(limit) = &status.limit else {
+        return;
+    };
+    let reset = whole_seconds(status.reset_after_ms.unwrap_or(0), status.over_limit);
+    match mode {
+        ResponseHeaders::None => {}
+        ResponseHeaders::RateLimit(names) => {
+            out.push(header(&names.limit, limit.requests_per_unit.to_string()));
+            out.push(header(&names.remaining, status.remaining.to_string()));
+            out.push(header(&names.reset, reset.to_string()));
+        }
+        ResponseHeaders::Ietf => {
+            let quota = Quota {
+                name: limit.name.clone().unwrap_or_else(|| "default".to_owned()),
+                limit: limit.requests_per_unit,
+                window: Some(std::time::Duration::from_millis(limit.window_ms)),
+                remaining: status.remaining,
+                reset: Some(std::time::Duration::from_secs(reset)),
+            };
+            let mut written = http::HeaderMap::new();
+            quota.write(&mut written);
+            for (name, value) in &written {
+                if let Ok(value) = value.to_str() {
+                    out.push(header(name.as_str(), value.to_owned()));
+                }
+            }
+            if answer.over_limit {
+                out.push(header("retry-after", retry_after(answer).to_string()));
+            }
+        }
+    }
+}
+
+/// This request's own wait, whole seconds: it passes once every descriptor
+/// over its limit would, so the longest of their waits.
+fn retry_after(answer: &RateLimitAnswer) -> u64 {
+    let wait = answer
+        .statuses
+        .iter()
+        .filter(|s| s.over_limit)
+        .filter_map(|s| s.reset_after_ms)
+        .max()
+        .unwrap_or(0);
+    whole_seconds(wait, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Unit;
+    use crate::limiter::CurrentLimit;
+
+    fn status(remaining: u64, over: bool, quota: bool) -> DescriptorStatus {
+        DescriptorStatus {
+            over_limit: over,
+            limit: Some(CurrentLimit {
+                name: Some(format!("r{remaining}")),
+                requests_per_unit: 10,
+                unit: Unit::Minute,
+                window_ms: 60_000,
+            }),
+            remaining,
+            reset_after_ms: Some(1_500),
+            tiers: None,
+            soft_limit_exceeded: false,
+            quota,
+            metadata: None,
+        }
+    }
+
+    fn answer(statuses: Vec<DescriptorStatus>) -> RateLimitAnswer {
+        RateLimitAnswer {
+            over_limit: statuses.iter().any(|s| s.over_limit && !s.quota),
+            shadowed: false,
+            statuses,
+            namespace_known: true,
+        }
+    }
+
+    #[test]
+    fn the_last_rejection_that_is_not_a_quota_decides() {
+        let a = answer(vec![
+            status(0, true, false),
+            status(0, true, true),
+            status(3, false, false),
+        ]);
+        let picked = deciding(&a).and_then(|s| s.limit.as_ref()?.name.clone());
+        assert_eq!(picked.as_deref(), Some("r0"));
+        let mut last_over = vec![status(0, true, false), status(0, true, false)];
+        if let Some(limit) = last_over[1].limit.as_mut() {
+            limit.name = Some("second".into());
+        }
+        let a = answer(last_over);
+        let picked = deciding(&a).and_then(|s| s.limit.as_ref()?.name.clone());
+        assert_eq!(picked.as_deref(), Some("second"));
+    }
+
+    #[test]
+    fn otherwise_the_fewest_left_first_on_ties() {
+        let a = answer(vec![status(5, false, false), status(2, false, false), {
+            let mut s = status(2, false, false);
+            if let Some(limit) = s.limit.as_mut() {
+                limit.name = Some("tie".into());
+            }
+            s
+        }]);
+        let picked = deciding(&a).and_then(|s| s.limit.as_ref()?.name.clone());
+        assert_eq!(picked.as_deref(), Some("r2"));
+    }
+
+    #[test]
+    fn upstream_headers_and_ietf_headers() {
+        let a = answer(vec![status(0, true, false)]);
+        let mut out = Vec::new();
+        add(
+            &a,
+            &ResponseHeaders::RateLimit(Default::default()),
+            &mut out,
+        );
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("RateLimit-Limit", "10"),
+                ("RateLimit-Remaining", "0"),
+                ("RateLimit-Reset", "2")
+            ]
+        );
+        let mut out = Vec::new();
+        add(&a, &ResponseHeaders::Ietf, &mut out);
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("ratelimit-policy", r#""r0";q=10;w=60"#),
+                ("ratelimit", r#""r0";r=0;t=2"#),
+                ("retry-after", "2")
+            ]
+        );
+        let mut out = Vec::new();
+        add(&a, &ResponseHeaders::None, &mut out);
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,175 @@
+//! Envoy's `envoy.service.ratelimit.v3.RateLimitService`: translates the wire
+//! request into a [`Limiter`] call and the answer back (SPEC §5), with what
+//! envoyproxy/ratelimit adds around the decision: quota headers for the
+//! client ([`headers`]), dynamic metadata ([`metadata`]), and the same
+//! decision for `POST /json` callers. No decision logic lives here.
+
+mod headers;
+mod metadata;
+mod wire;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::{Request, Response, Status};
+
+use crate::limiter::{LimitError, Limiter};
+use crate::store::Store;
+
+use super::metrics::{Decision, Metrics};
+
+pub use wire::SOFT_LIMIT_HEADER;
+
+/// What the sidecar tells Envoy beyond the decision: envoyproxy/ratelimit's
+/// process-wide switches for headers and dynamic metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RlsOptions {
+    pub headers: ResponseHeaders,
+    /// Fill `dynamic_metadata` (upstream `RESPONSE_DYNAMIC_METADATA`).
+    pub dynamic_metadata: bool,
+}
+
+/// `--response-headers`: which headers Envoy is asked to add to the client's
+/// response (`response_headers_to_add`), OK and OVER_LIMIT alike.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ResponseHeaders {
+    #[default]
+    None,
+    /// upstream's `LIMIT_RESPONSE_HEADERS_ENABLED`: limit, remaining and
+    /// reset (whole seconds) of the descriptor that decided.
+    RateLimit(HeaderNames),
+    /// draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` and
+    /// `RateLimit`, as the Tower layer writes them, and `Retry-After` (this
+    /// request's wait, whole seconds rounded up) on OVER_LIMIT.
+    Ietf,
+}
+
+/// The header names of [`ResponseHeaders::RateLimit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    pub limit: String,
+    pub remaining: String,
+    pub reset: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            limit: "RateLimit-Limit".into(),
+            remaining: "RateLimit-Remaining".into(),
+            reset: "RateLimit-Reset".into(),
+        }
+    }
+}
+
+/// The gRPC service.
+pub struct RlsService<S> {
+    limiter: Arc<Limiter<S>>,
+    metrics: Arc<Metrics>,
+    options: Arc<RlsOptions>,
+}
+
+impl<S> Clone for RlsService<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: self.limiter.clone(),
+            metrics: self.metrics.clone(),
+            options: self.options.clone(),
+        }
+    }
+}
+
+impl<S> RlsService<S> {
+    pub fn new(limiter: Arc<Limiter<S>>, metrics: Arc<Metrics>) -> Self {
+        Self::with_options(limiter, metrics, RlsOptions::default())
+    }
+
+    pub fn with_options(
+        limiter: Arc<Limiter<S>>,
+        metrics: Arc<Metrics>,
+        options: RlsOptions,
+    ) -> Self {
+        Self {
+            limiter,
+            metrics,
+            options: Arc::new(options),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> RateLimitService for RlsService<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.into_inner()).await.map(Response::new)
+    }
+}
+
+impl<S: Store> RlsService<S> {
+    /// One `ShouldRateLimit`, for gRPC and `POST /json` alike.
+    pub async fn decide(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        let started = Instant::now();
+        let namespace = request.domain.clone();
+        // Metrics label: the namespace when configured (bounded), else
+        // `unknown`. A decision knows; errors (rare) look it up.
+        let error_label = || {
+            if self.limiter.config().namespace(&namespace).is_some() {
+                namespace.as_str()
+            } else {
+                "unknown"
+            }
+        };
+        let echo = self
+            .options
+            .dynamic_metadata
+            .then(|| metadata::Echo::of(&request));
+        let request = match wire::from_wire(request) {
+            Ok(request) => request,
+            Err(message) => {
+                self.metrics
+                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
+                return Err(Status::invalid_argument(message));
+            }
+        };
+        match self.limiter.should_rate_limit(request).await {
+            Ok(answer) => {
+                let label = if answer.namespace_known {
+                    namespace.as_str()
+                } else {
+                    "unknown"
+                };
+                let result = if answer.over_limit {
+                    Decision::OverLimit
+                } else {
+                    Decision::Ok
+                };
+                if !answer.over_limit && answer.statuses.iter().any(|s| s.soft_limit_exceeded) {
+                    self.metrics.soft_limit_warning(label);
+                }
+                if answer.shadowed {
+                    self.metrics.global_shadow(label);
+                }
+                self.metrics.decision(label, result, started.elapsed());
+                let dynamic_metadata = echo.map(|echo| echo.into_struct(&answer));
+                let mut response = wire::to_wire(answer, &self.options.headers);
+                response.dynamic_metadata = dynamic_metadata;
+                Ok(response)
+            }
+            Err(LimitError::InvalidArgument(message)) => {
+                self.metrics
+                    .decision(error_label(), Decision::InvalidArgument, started.elapsed());
+                Err(Status::invalid_argument(message))
+            }
+            Err(LimitError::Store(error)) => {
+                self.metrics
+                    .decision(error_label(), Decision::StoreError, started.elapsed());
+                tracing::warn!(%error, "store error");
+                Err(Status::unavailable(error.to_string()))
+            }
+        }
+    }
+}
