@@ -141,6 +141,14 @@ pub struct DescriptorStatus {
     pub quota: bool,
     /// The matched node's `metadata`.
     pub metadata: Option<Arc<Metadata>>,
+    /// The hits this descriptor asked for (0: a check).
+    pub hits: u64,
+    /// Over its limit, but reported OK: shadow mode or `ignore_configured`.
+    pub shadowed: bool,
+    /// envoyproxy/ratelimit's statistics key of the matched limit
+    /// (`domain.key_value…`), which `detailed_metric` and `value_to_metric`
+    /// shape; the per-limit metrics are labelled with it.
+    pub stats_key: Option<Arc<str>>,
 }
 
 impl DescriptorStatus {
@@ -154,6 +162,9 @@ impl DescriptorStatus {
             soft_limit_exceeded: false,
             quota: false,
             metadata: None,
+            hits: 0,
+            shadowed: false,
+            stats_key: None,
         }
     }
 }
@@ -184,6 +195,7 @@ enum Resolved<'c> {
     Unlimited {
         name: Option<&'c str>,
         replaces: &'c [String],
+        stats: Arc<str>,
     },
     Fixed {
         limit: FixedLimitRef<'c>,
@@ -191,15 +203,27 @@ enum Resolved<'c> {
         shared_values: SmallVec<[Option<&'c str>; 4]>,
         /// `None` for a limit sent with the request.
         node: Option<&'c Node>,
+        stats: Arc<str>,
     },
     Resource {
         rate: &'c RateResource,
         shadow: bool,
         node: &'c Node,
+        stats: Arc<str>,
     },
 }
 
 impl<'c> Resolved<'c> {
+    /// The per-limit metric key, where a limit matched.
+    fn stats(&self) -> Option<&Arc<str>> {
+        match self {
+            Resolved::NotLimited => None,
+            Resolved::Unlimited { stats, .. }
+            | Resolved::Fixed { stats, .. }
+            | Resolved::Resource { stats, .. } => Some(stats),
+        }
+    }
+
     /// The configuration node that matched, if a limit applies.
     fn node(&self) -> Option<&'c Node> {
         match self {
@@ -371,14 +395,18 @@ impl<S: Store> Limiter<S> {
             self.record_resources(namespace, &request, &resolved, &item_of, decision);
         }
         let ignore = namespace.settings.ignore_configured;
-        let statuses: Vec<DescriptorStatus> = resolved
+        let statuses: Vec<DescriptorStatus> = request
+            .descriptors
             .iter()
+            .zip(&resolved)
             .zip(&item_of)
-            .map(|(resolved, item)| {
+            .map(|((descriptor, resolved), item)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
                 let mut status = status(resolved, outcome, ignore);
                 status.quota = self.is_quota(resolved);
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
+                status.hits = descriptor.hits_addend.unwrap_or(default_hits);
+                status.stats_key = resolved.stats().cloned();
                 status
             })
             .collect();
@@ -580,11 +608,22 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
     if let Some(limit) = descriptor.limit {
         // As in envoyproxy/ratelimit: a limit sent with the request wins
         // over the configuration, and is never in shadow mode.
+        // upstream's key for it: the request's own keys and values.
+        let mut stats = namespace.name.clone();
+        for (key, value) in &descriptor.entries {
+            stats.push('.');
+            stats.push_str(key);
+            if !value.is_empty() {
+                stats.push('_');
+                stats.push_str(value);
+            }
+        }
         return Resolved::Fixed {
             limit: FixedLimitRef::Override(limit),
             shadow: false,
             shared_values: SmallVec::new(),
             node: None,
+            stats: Arc::from(stats),
         };
     }
     let entries = descriptor
@@ -595,15 +634,18 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
         return Resolved::NotLimited;
     };
     let node = found.node;
+    let stats = || found.stats_key(&namespace.name, &descriptor.entries);
     match &node.leaf {
         Leaf::None => Resolved::NotLimited,
         Leaf::Unlimited { name, replaces } => Resolved::Unlimited {
             name: name.as_deref(),
             replaces,
+            stats: stats(),
         },
         Leaf::Limit(limit) => Resolved::Fixed {
             limit: FixedLimitRef::Configured(limit),
             shadow: node.shadow_mode,
+            stats: stats(),
             shared_values: found.shared_values,
             node: Some(node),
         },
@@ -612,6 +654,7 @@ fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c
                 rate,
                 shadow: node.shadow_mode,
                 node,
+                stats: stats(),
             },
             // Loading guarantees a leaf names a rate-limited resource.
             _ => Resolved::NotLimited,
@@ -757,6 +800,9 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             tiers: None,
             quota: false,
             metadata: None,
+            hits: 0,
+            shadowed: w.over && *shadow,
+            stats_key: None,
             soft_limit_exceeded: !w.over
                 && limit.soft_limit().is_some_and(|soft| {
                     soft.exceeded(w.limit.saturating_sub(w.remaining), w.limit)
@@ -782,6 +828,9 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             // In use: the burst not available now.
             quota: false,
             metadata: None,
+            hits: 0,
+            shadowed: g.over && *shadow,
+            stats_key: None,
             soft_limit_exceeded: !g.over
                 && match (limit.soft_limit(), limit.algorithm()) {
                     (Some(soft), Algorithm::Gcra { burst }) => {
@@ -813,6 +862,9 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             // The current tier's window fill.
             quota: false,
             metadata: None,
+            hits: 0,
+            shadowed: t.over && *shadow,
+            stats_key: None,
             soft_limit_exceeded: !t.over
                 && rate
                     .soft_limit
@@ -821,6 +873,7 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
         _ => DescriptorStatus::unlimited(0),
     };
     if ignore {
+        status.shadowed |= status.over_limit;
         status.over_limit = false;
     }
     status

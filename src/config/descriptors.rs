@@ -7,6 +7,7 @@
 //! where the descriptor ends.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -46,8 +47,12 @@ pub struct Node {
     pub detailed_metric: bool,
     /// The per-limit metric key uses the request's value at this level.
     pub value_to_metric: bool,
-    /// The key and value (or pattern) as written, for metric keys and dumps.
+    /// The key and value (or pattern) as written, `key` or `key_value`, for
+    /// metric keys and dumps.
     pub written: String,
+    /// The per-limit metric key when no request value shapes it, built once
+    /// on first use (docs/envoy-compatibility.md, "Per-limit metrics").
+    pub(crate) stats_key: std::sync::OnceLock<Arc<str>>,
     /// With `share_threshold` on a wildcard entry, the pattern replaces the
     /// value in the counter key so that all matching values share a counter.
     pub shared_value: Option<String>,
@@ -74,6 +79,81 @@ pub struct Match<'c> {
     pub node: &'c Node,
     /// One per entry: `None` means "the request's own value".
     pub shared_values: SmallVec<[Option<&'c str>; 4]>,
+    /// One per entry: the node it matched and how.
+    pub path: SmallVec<[(&'c Node, How); 4]>,
+}
+
+/// How an entry matched its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The same key and value.
+    Exact,
+    /// A wildcard value.
+    Wildcard,
+    /// The key, with no value.
+    Any,
+}
+
+impl Match<'_> {
+    /// envoyproxy/ratelimit's statistics key for this match: the domain and
+    /// the path as configured (`shop.tenant.path_/api/*`); with
+    /// `detailed_metric` on the leaf, the request's own keys and values at
+    /// every level; with `value_to_metric` on a level, that level's request
+    /// value (a `share_threshold` pattern stays a pattern).
+    pub fn stats_key(&self, domain: &str, entries: &[(String, String)]) -> Arc<str> {
+        let detailed = self.node.detailed_metric;
+        let valued = self.path.iter().any(|(node, _)| node.value_to_metric);
+        if !detailed && !valued {
+            return self
+                .node
+                .stats_key
+                .get_or_init(|| {
+                    let mut key = domain.to_owned();
+                    for (node, _) in &self.path {
+                        key.push('.');
+                        key.push_str(&node.written);
+                    }
+                    Arc::from(key)
+                })
+                .clone();
+        }
+        let mut key = domain.to_owned();
+        for ((node, how), (entry_key, value)) in self.path.iter().zip(entries) {
+            key.push('.');
+            key.push_str(entry_key);
+            let shown: &str = if detailed {
+                match &node.shared_value {
+                    Some(pattern) => pattern,
+                    None => {
+                        key.push('_');
+                        value
+                    }
+                }
+            } else {
+                match how {
+                    How::Exact => value,
+                    How::Any if node.value_to_metric => value,
+                    How::Any => "",
+                    How::Wildcard => match &node.shared_value {
+                        Some(pattern) => pattern,
+                        None if node.value_to_metric => value,
+                        None => node
+                            .written
+                            .strip_prefix(entry_key.as_str())
+                            .and_then(|rest| rest.strip_prefix('_'))
+                            .unwrap_or(""),
+                    },
+                }
+            };
+            if detailed && node.shared_value.is_none() {
+                key.push_str(shown);
+            } else if !shown.is_empty() {
+                key.push('_');
+                key.push_str(shown);
+            }
+        }
+        Arc::from(key)
+    }
 }
 
 impl Level {
@@ -129,26 +209,30 @@ impl Level {
         let mut level = self;
         let mut found: Option<&Node> = None;
         let mut shared_values = SmallVec::new();
+        let mut path = SmallVec::new();
         for (key, value) in entries {
             let matchers = level.by_key.get(key)?;
-            let node = matchers
+            let (node, how) = matchers
                 .exact
                 .get(value)
+                .map(|node| (node, How::Exact))
                 .or_else(|| {
                     matchers
                         .wildcards
                         .iter()
                         .find(|(glob, _)| glob.matches(value))
-                        .map(|(_, node)| node)
+                        .map(|(_, node)| (node, How::Wildcard))
                 })
-                .or(matchers.any.as_ref())?;
+                .or(matchers.any.as_ref().map(|node| (node, How::Any)))?;
             shared_values.push(node.shared_value.as_deref());
+            path.push((node, how));
             level = &node.children;
             found = Some(node);
         }
         found.map(|node| Match {
             node,
             shared_values,
+            path,
         })
     }
 }

@@ -280,7 +280,24 @@ fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
 /// Parser messages that speak of Rust types or library options, said the way
 /// a configuration's author would understand them.
 fn plain_words(message: &str) -> String {
-    let replacements: [(&str, &str); 5] = [
+    let replacements: [(&str, &str); 10] = [
+        (
+            "missing field `domain`",
+            "missing field `domain`: every config file needs a non-empty `domain`",
+        ),
+        (
+            "missing field `key`",
+            "missing field `key`: every descriptor needs a non-empty `key`",
+        ),
+        (
+            "expected mapping start",
+            "expected a mapping (`field: value` lines) here, not a single value or a list",
+        ),
+        (
+            "expected sequence start",
+            "expected a list (`- item` lines) here",
+        ),
+        ("expected string scalar", "expected a text value here"),
         (
             "invalid i64",
             "expected a whole number between 0 and 4294967295",
@@ -505,6 +522,7 @@ impl Ctx {
                 detailed_metric: raw.detailed_metric,
                 value_to_metric: raw.value_to_metric,
                 written,
+                stats_key: Default::default(),
                 shared_value,
                 children: self.level(&raw.descriptors, depth + 1, kinds),
             };

@@ -1,6 +1,7 @@
 //! Prometheus metrics. Labels are bounded: namespaces come from the
 //! configuration (unknown ones are labelled `unknown`), never domains.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::fmt::Write as _;
@@ -76,8 +77,43 @@ pub struct Metrics {
     sessions: Gauge,
     soft_limit_warnings: Family<NamespaceLabel, Counter>,
     global_shadow: Family<NamespaceLabel, Counter>,
+    limit_hits: Family<LimitLabels, Counter>,
+    /// The limit keys counted so far (each starts with its namespace).
+    limit_keys: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    limit_folds: Counter,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
+}
+
+/// Distinct limit keys the per-limit metrics keep before folding new ones
+/// into `overflow`: a `detailed_metric` limit can see unbounded values.
+pub const MAX_LIMIT_SERIES: usize = 10_000;
+
+/// What happened to a limit's hits.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum LimitOutcome {
+    WithinLimit,
+    NearLimit,
+    OverLimit,
+    ShadowMode,
+}
+
+impl EncodeLabelValue for LimitOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            LimitOutcome::WithinLimit => "within_limit",
+            LimitOutcome::NearLimit => "near_limit",
+            LimitOutcome::OverLimit => "over_limit",
+            LimitOutcome::ShadowMode => "shadow_mode",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub namespace: String,
+    pub limit: String,
+    pub outcome: LimitOutcome,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -165,6 +201,18 @@ impl Metrics {
         );
         let soft_limit_warnings = Family::<NamespaceLabel, Counter>::default();
         let global_shadow = Family::<NamespaceLabel, Counter>::default();
+        let limit_hits = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "limit_hits",
+            "Hits per limit (envoyproxy/ratelimit's statistics key) by outcome: within_limit, near_limit (granted past 80% of the limit), over_limit, shadow_mode",
+            limit_hits.clone(),
+        );
+        let limit_folds = Counter::default();
+        registry.register(
+            "limit_series_folded",
+            "Hits counted under limit=\"overflow\" because the limit label had reached its cap of distinct values",
+            limit_folds.clone(),
+        );
         registry.register(
             "global_shadow_mode",
             "Answers over their limits that --shadow-mode turned into OK, by namespace",
@@ -193,6 +241,9 @@ impl Metrics {
             registry,
             soft_limit_warnings,
             global_shadow,
+            limit_hits,
+            limit_keys: Default::default(),
+            limit_folds,
             sessions,
             copy_operations,
             copy_serving,
@@ -260,6 +311,34 @@ impl Metrics {
                 namespace: namespace.to_owned(),
             })
             .inc();
+    }
+
+    /// Counts `hits` of the limit `key` of `namespace` as `outcome`; past
+    /// [`MAX_LIMIT_SERIES`] distinct keys, new ones count as `overflow`.
+    pub fn limit_hits(&self, namespace: &str, key: &Arc<str>, outcome: LimitOutcome, hits: u64) {
+        let limit = {
+            let mut keys = self
+                .limit_keys
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let known = keys.contains(key);
+            if known || keys.len() < MAX_LIMIT_SERIES {
+                if !known {
+                    keys.insert(key.clone());
+                }
+                key.to_string()
+            } else {
+                self.limit_folds.inc();
+                "overflow".to_owned()
+            }
+        };
+        self.limit_hits
+            .get_or_create(&LimitLabels {
+                namespace: namespace.to_owned(),
+                limit,
+                outcome,
+            })
+            .inc_by(hits);
     }
 
     pub fn set_sessions(&self, open: usize) {

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
-use super::metrics::{Decision, Metrics};
+use super::metrics::{Decision, LimitOutcome, Metrics};
 
 pub use wire::SOFT_LIMIT_HEADER;
 
@@ -153,6 +153,9 @@ impl<S: Store> RlsService<S> {
                 if answer.shadowed {
                     self.metrics.global_shadow(label);
                 }
+                if answer.namespace_known {
+                    count_limits(&self.metrics, label, &answer);
+                }
                 self.metrics.decision(label, result, started.elapsed());
                 let dynamic_metadata = echo.map(|echo| echo.into_struct(&answer));
                 let mut response = wire::to_wire(answer, &self.options.headers);
@@ -170,6 +173,34 @@ impl<S: Store> RlsService<S> {
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }
+        }
+    }
+}
+
+/// Counts each limit's hits by outcome, in hits as envoyproxy/ratelimit
+/// does: granted (and, past 80% of the limit, near it), over, or over but
+/// let through by shadow mode or `ignore_configured`.
+fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::RateLimitAnswer) {
+    for status in &answer.statuses {
+        let Some(key) = &status.stats_key else {
+            continue;
+        };
+        let hits = status.hits.max(1);
+        let outcome = if status.shadowed {
+            LimitOutcome::ShadowMode
+        } else if status.over_limit {
+            LimitOutcome::OverLimit
+        } else {
+            LimitOutcome::WithinLimit
+        };
+        metrics.limit_hits(namespace, key, outcome, hits);
+        let near = status.limit.as_ref().is_some_and(|limit| {
+            let used = limit.requests_per_unit.saturating_sub(status.remaining);
+            outcome == LimitOutcome::WithinLimit
+                && used.saturating_mul(5) > limit.requests_per_unit.saturating_mul(4)
+        });
+        if near {
+            metrics.limit_hits(namespace, key, LimitOutcome::NearLimit, hits);
         }
     }
 }
