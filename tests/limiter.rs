@@ -350,7 +350,9 @@ async fn burst_tiers_with_hard_and_global_limits_through_envoy_descriptors() {
     let tiers = answer.statuses[0].tiers.expect("tiers");
     assert!(tiers.limited_by_hard);
     assert_eq!(tiers.snapshot.tier, 2);
-    assert_eq!(answer.statuses[0].reset_after_ms, Some(1_001));
+    // H frees a hit at 1 001 ms; Envoy carries whole seconds, so 2 s.
+    assert_eq!(answer.statuses[0].reset_after_ms, Some(2_000));
+    assert_eq!(tiers.retry_after, Some(1_001), "the Charon API keeps ms");
     // G = 6 across domains: another customer gets 2.
     assert!(!h.one("customer", "c2").await.statuses[0].over_limit);
     assert!(!h.one("customer", "c2").await.statuses[0].over_limit);

@@ -222,9 +222,15 @@ pub struct TierOutcome {
     /// Until a one-hit request would be granted; `None`: never.
     pub retry_after: Option<u64>,
     /// Until this request's own hits (`min_copies`, or one for a check)
-    /// would be granted (0 when granted); `None`: never.
+    /// would be granted (0 when granted), in whole [`WAIT_STEP`]s; `None`:
+    /// never.
     pub wait: Option<u64>,
 }
+
+/// The unit of a tier item's `wait`: Envoy carries whole seconds, and with
+/// tiers the first whole second after the first fitting millisecond may not
+/// fit any more ([`tiers::wait_for`]).
+pub const WAIT_STEP: u64 = 1_000;
 
 /// Decides a batch at `now`, changing `slots` only if it is granted.
 pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
@@ -480,7 +486,7 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                     .as_deref()
                     .zip(global_limit)
                     .map(|(log, limit)| Global { log, limit });
-                tiers::wait_for(policy, state, global, needed, now)
+                tiers::wait_for(policy, state, global, needed, now, WAIT_STEP)
             } else {
                 Some(0)
             };

@@ -320,26 +320,27 @@ pub fn retry_after(
         .map(|t| t - now)
 }
 
-/// The smallest delay after which a request needing `needed` hits would be
-/// granted if nothing else happened; `None` if never (more than the limits
-/// can ever hold at once).
+/// The smallest delay, a whole number of `step`s, after which a request
+/// needing `needed` hits would be granted if nothing else happened; `None` if
+/// never (more than the limits can ever hold at once).
 ///
-/// With the phases fixed, room only grows as hits leave their windows (the
-/// tier logs, the hard and global logs, the bucket), so between two phase
-/// boundaries the first instant with enough room is found by bisection; the
-/// boundaries are tried in order, and after the last one nothing changes
-/// once every log has emptied.
+/// Whole steps because Envoy carries whole seconds: with tiers, a chance can
+/// open and close within a second (a tier's active period ends), so the
+/// first fitting millisecond rounded up may no longer fit. With the phases
+/// fixed, room only grows as hits leave their windows (the tier logs, the
+/// hard and global logs, the bucket), so between two phase boundaries the
+/// first fitting instant is found by bisection and the first whole step
+/// after it fits too if it is still in that stretch; after the last boundary
+/// nothing changes once every log has emptied.
 pub fn wait_for(
     policy: &RatePolicy,
     state: &TierState,
     global: Option<Global<'_>>,
     needed: u64,
     now: u64,
+    step: u64,
 ) -> Option<u64> {
-    let needed = needed.max(1);
-    if needed == 1 {
-        return retry_after(policy, state, global, now);
-    }
+    let (needed, step) = (needed.max(1), step.max(1));
     let fits = |t: u64| room(policy, state, global, needed, t).grantable >= needed;
     if fits(now) {
         return Some(0);
@@ -349,11 +350,10 @@ pub fn wait_for(
         .max(state.recent.counts_until(SECOND))
         .max(global.map_or(0, |g| g.log.counts_until(SECOND)));
     if let Some(gcra) = &policy.gcra {
-        settled = settled.max(state.bucket.expires_at().max(gcra::room_at(
-            gcra,
-            &state.bucket,
-            now,
-        )?));
+        settled =
+            settled
+                .max(state.bucket.expires_at())
+                .max(gcra::room_at(gcra, &state.bucket, now)?);
     }
     for (tier, log) in policy.tiers.iter().zip(&state.tiers) {
         if let Some(last) = log.hits.last() {
@@ -377,13 +377,11 @@ pub fn wait_for(
     if settled == u64::MAX {
         return None;
     }
-    // Segments [start, end] with the phases fixed inside each.
+    // Stretches [start, end] with the phases fixed inside each; the last one
+    // goes on for ever unchanged after `settled`.
     let mut start = now;
-    let ends = boundaries
-        .iter()
-        .map(|b| b - 1)
-        .chain(std::iter::once(settled));
-    for end in ends {
+    let ends = boundaries.iter().map(|b| (b - 1, false));
+    for (end, last) in ends.chain(std::iter::once((settled, true))) {
         if end >= start && fits(end) {
             let (mut low, mut high) = (start, end);
             while low < high {
@@ -394,7 +392,10 @@ pub fn wait_for(
                     low = middle + 1;
                 }
             }
-            return Some(low - now);
+            let wait = (low - now).div_ceil(step).saturating_mul(step);
+            if last || now.saturating_add(wait) <= end {
+                return Some(wait);
+            }
         }
         start = end.saturating_add(1);
     }

@@ -99,6 +99,9 @@ mod tests {
             soft_limit_exceeded: false,
             quota,
             metadata: None,
+            hits: 1,
+            shadowed: false,
+            stats_key: None,
         }
     }
 

@@ -165,6 +165,9 @@ mod tests {
             soft_limit_exceeded: soft,
             quota: false,
             metadata: None,
+            hits: 1,
+            shadowed: false,
+            stats_key: None,
         }
     }
 
