@@ -143,9 +143,32 @@ resources:
 
 #[tokio::test]
 async fn a_bulk_request_that_cannot_fit_says_when_it_could() {
+    bulk_requests("memory").await;
+}
+
+#[tokio::test]
+async fn a_bulk_request_that_cannot_fit_says_when_it_could_on_redis() {
+    let redis = redis_support::RedisServer::start();
+    bulk_requests(&redis.url()).await;
+}
+
+/// A sidecar on `store` with `yaml`, ready.
+async fn sidecar_on(dir: &std::path::Path, store: &str, yaml: &str, extra: &[&str]) -> Sidecar {
+    let sidecar = Sidecar::start(dir, &write_config(dir, yaml), store, extra);
+    let ready = if store == "memory" {
+        "ready"
+    } else {
+        "ready: store reachable"
+    };
+    sidecar.wait_readyz(200, ready).await;
+    sidecar
+}
+
+async fn bulk_requests(store: &str) {
     let dir = tempdir();
-    let sidecar = memory_sidecar(
+    let sidecar = sidecar_on(
         dir.path(),
+        store,
         r#"
 domain: d
 descriptors:
@@ -154,6 +177,7 @@ descriptors:
   - key: bucket
     rate_limit: {algorithm: gcra, unit: minute, requests_per_unit: 60, burst: 10}
 "#,
+        &[],
     )
     .await;
     let mut client = rls(&sidecar).await;
@@ -200,10 +224,22 @@ descriptors:
 
 #[tokio::test]
 async fn a_descriptor_twice_is_counted_in_order() {
+    duplicates("memory").await;
+}
+
+#[tokio::test]
+async fn a_descriptor_twice_is_counted_in_order_on_redis() {
+    let redis = redis_support::RedisServer::start();
+    duplicates(&redis.url()).await;
+}
+
+async fn duplicates(store: &str) {
     let dir = tempdir();
-    let sidecar = memory_sidecar(
+    let sidecar = sidecar_on(
         dir.path(),
+        store,
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 20}\n",
+        &[],
     )
     .await;
     let mut client = rls(&sidecar).await;
@@ -242,8 +278,18 @@ descriptors:
 
 #[tokio::test]
 async fn quota_descriptors_reject_only_together() {
+    quotas("memory").await;
+}
+
+#[tokio::test]
+async fn quota_descriptors_reject_only_together_on_redis() {
+    let redis = redis_support::RedisServer::start();
+    quotas(&redis.url()).await;
+}
+
+async fn quotas(store: &str) {
     let dir = tempdir();
-    let sidecar = memory_sidecar(dir.path(), QUOTAS).await;
+    let sidecar = sidecar_on(dir.path(), store, QUOTAS, &[]).await;
     let mut client = rls(&sidecar).await;
     let both = || {
         vec![

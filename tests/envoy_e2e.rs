@@ -217,8 +217,18 @@ impl Reply {
 }
 
 impl Harness {
-    /// Envoy in front of a sidecar started with `store_args` (`--store …`).
+    /// Envoy in front of a sidecar on the example configuration, started
+    /// with `store_args` (`--store …`).
     async fn start(store_args: &[String]) -> Harness {
+        Self::start_with(
+            &manifest_dir().join("examples/envoy/ratelimit.yaml"),
+            store_args,
+        )
+        .await
+    }
+
+    /// Envoy in front of a sidecar on `config`, started with `args`.
+    async fn start_with(config: &Path, args: &[String]) -> Harness {
         let envoy_bin = find_envoy();
         let dir = tempfile::tempdir().expect("temp dir");
 
@@ -242,12 +252,12 @@ impl Harness {
                 .env("NO_COLOR", "1")
                 .arg("serve")
                 .arg("--config")
-                .arg(manifest_dir().join("examples/envoy/ratelimit.yaml"))
+                .arg(config)
                 .arg("--grpc-addr")
                 .arg(format!("127.0.0.1:{grpc}"))
                 .arg("--admin-addr")
                 .arg(format!("127.0.0.1:{sidecar_admin}"))
-                .args(store_args),
+                .args(args),
             dir.path(),
         );
 
@@ -581,4 +591,86 @@ async fn envoy_scenario(h: &mut Harness) {
         "Envoy's failure_mode_allowed counter (stats {after:?})"
     );
     h.check_alive();
+}
+
+/// What reaches the HTTP client behind Envoy (SPEC §5.3): a 429 from a
+/// `SECOND` limit says `x-ratelimit-reset` of at least 1 (whole seconds,
+/// rounded up, never "retry at once"), and with `--response-headers ietf`
+/// the `retry-after` is this request's own wait rounded up: the request
+/// passes when it says, and the `RateLimit-Policy` header names the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn envoy_clients_get_whole_second_resets_and_the_exact_wait() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.yaml");
+    fs::write(
+        &config,
+        r#"
+domain: edge
+descriptors:
+  - key: tenant
+    value: "second-*"
+    rate_limit: {name: per-second, unit: second, requests_per_unit: 1}
+  - key: tenant
+    resource: api
+resources:
+  api:
+    rate:
+      tiers:
+        - {limit: 2, window: 4s, active: forever, cooldown: 0s}
+"#,
+    )
+    .expect("write the config");
+    let h = Harness::start_with(&config, &["--response-headers".into(), "ietf".into()]).await;
+
+    let tenant = unique("second");
+    let mut rejected = None;
+    for _ in 0..20 {
+        let reply = h.get(Some(&tenant)).await;
+        if reply.status == 429 {
+            rejected = Some(reply);
+            break;
+        }
+    }
+    let reply = rejected.expect("a second request within a second is rejected");
+    let reset: u64 = reply
+        .header("x-ratelimit-reset")
+        .expect("x-ratelimit-reset on a 429")
+        .parse()
+        .expect("a number");
+    assert_eq!(reset, 1, "a SECOND window resets in 1 s, never 0");
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(
+        reply.header("ratelimit-policy"),
+        Some("\"per-second\";q=1;w=1")
+    );
+
+    // Two per 4 s: the third waits until the first leaves the window.
+    let tenant = unique("tier");
+    let first = Instant::now();
+    assert_eq!(h.get(Some(&tenant)).await.status, 200);
+    assert_eq!(h.get(Some(&tenant)).await.status, 200);
+    let reply = h.get(Some(&tenant)).await;
+    let asked = Instant::now();
+    assert_eq!(reply.status, 429);
+    let retry: u64 = reply
+        .header("retry-after")
+        .expect("retry-after on a 429")
+        .parse()
+        .expect("a number");
+    // The first hit leaves at 4.001 s; the wait is that, from this request,
+    // in whole seconds rounded up (the client clock is at most as far as
+    // the round trips apart).
+    let left = Duration::from_millis(4_001).saturating_sub(asked - first);
+    let expected = left.as_millis().div_ceil(1000) as u64;
+    assert!(
+        retry == expected || retry + 1 == expected || retry == expected + 1,
+        "retry-after {retry} s, expected about {expected} s"
+    );
+    tokio::time::sleep(Duration::from_secs(retry) + Duration::from_millis(100)).await;
+    let reply = h.get(Some(&tenant)).await;
+    assert_eq!(
+        reply.status, 200,
+        "granted once retry-after has passed: {}",
+        reply.body
+    );
 }
