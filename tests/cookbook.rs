@@ -69,11 +69,22 @@ impl Cookbook {
     }
 }
 
+/// The exact retry-after in ms: a resource's own (the Charon API's
+/// precision); for a fixed window, the status's reset. (A resource's
+/// status reset is that wait in the whole seconds Envoy reads.)
 fn retry_after(status: &DescriptorStatus) -> u64 {
     assert!(status.over_limit);
-    status
-        .reset_after_ms
-        .expect("a rejection says when to retry")
+    match &status.tiers {
+        Some(tiers) => {
+            let exact = tiers.retry_after.expect("a rejection says when to retry");
+            let reset = status.reset_after_ms.expect("a rejection says when");
+            assert_eq!(reset, exact.div_ceil(1_000).max(1) * 1_000);
+            exact
+        }
+        None => status
+            .reset_after_ms
+            .expect("a rejection says when to retry"),
+    }
 }
 
 #[tokio::test]

@@ -23,7 +23,6 @@ use anyhow::Context;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::api::v1::charon_server::CharonServer;
 use crate::config::{self, Resource};
@@ -163,10 +162,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .add_service(reflection_alpha)
         .add_service(rls)
         .add_service(CharonServer::new(api))
-        .serve_with_incoming_shutdown(
-            TcpListenerStream::new(grpc_listener),
-            wait_for(shutdown_rx.clone()),
-        );
+        .serve_with_incoming_shutdown(grpc_incoming(grpc_listener), wait_for(shutdown_rx.clone()));
     let admin = axum::serve(
         admin_listener,
         admin::router(
@@ -243,6 +239,14 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The gRPC port's connections, with Nagle's algorithm off: an answer is one
+/// small write that must leave at once, not wait up to 40 ms for the
+/// client's delayed ACK. (tonic sets `TCP_NODELAY` only on listeners it
+/// binds itself; this one is bound before the configuration is served.)
+fn grpc_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// gRPC server reflection (v1, and v1alpha for older clients) of the Charon
@@ -370,5 +374,28 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         () = interrupt => {},
         () = terminate => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio_stream::StreamExt;
+
+    #[tokio::test]
+    async fn grpc_connections_have_nagle_off() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let address = listener.local_addr().expect("an address");
+        let mut incoming = super::grpc_incoming(listener);
+        let _client = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connects");
+        let accepted = incoming
+            .next()
+            .await
+            .expect("a connection")
+            .expect("accepted");
+        assert!(accepted.nodelay().expect("readable"), "TCP_NODELAY is set");
     }
 }
