@@ -5,7 +5,7 @@
 # then runs, stopping at the first failure:
 #   cargo fmt --check, cargo clippy (warnings are errors), the library built
 #   without default features and with only the client and layers,
-#   cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
+#   cargo build --examples, cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
 #   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
 set -euo pipefail
@@ -32,6 +32,9 @@ cargo check --no-default-features --lib
 
 step "cargo check --no-default-features --features layer --lib (the client and Tower layers without the sidecar)"
 cargo check --no-default-features --features layer --lib
+
+step "cargo build --examples (tests/example_tonic.rs runs one as a user would)"
+cargo build --examples
 
 step "cargo test --all-targets"
 cargo test --all-targets

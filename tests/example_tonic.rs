@@ -5,8 +5,9 @@
 //! `RESOURCE_EXHAUSTED`. Each call here is what grpcurl sends: reflection
 //! requests for the method's descriptor, then the call, all with the header.
 //!
-//! The example's binary is built by `cargo test --all-targets` (or
-//! `cargo build --example tonic`).
+//! The example's binary is built by `cargo build --examples`, which
+//! `scripts/test.sh` runs before the tests (`cargo test --all-targets` builds
+//! examples as test harnesses, not as the program).
 
 #[path = "support/redis.rs"]
 mod redis_support;
@@ -33,7 +34,7 @@ fn example_binary() -> PathBuf {
         .expect("the binaries' directory");
     assert!(
         path.is_file(),
-        "no {}: build it with `cargo build --example tonic` (cargo test --all-targets does)",
+        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
         path.display()
     );
     path

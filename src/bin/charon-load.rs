@@ -331,6 +331,17 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// This process's CPU time (user + system), from `/proc/self/stat` (Linux).
+fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 fn ms(nanos: u64) -> String {
     format!("{:.3} ms", nanos as f64 / 1e6)
 }
@@ -473,12 +484,31 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         requests as f64 / elapsed.as_secs_f64(),
         elapsed.as_secs_f64()
     );
+    let max = latencies.last().copied().unwrap_or(0);
     println!(
-        "latency: p50 {} p90 {} p99 {} max {}",
+        "latency: p50 {} p90 {} p99 {} p99.9 {} max {}",
         ms(percentile(&latencies, 0.50)),
         ms(percentile(&latencies, 0.90)),
         ms(percentile(&latencies, 0.99)),
-        ms(latencies.last().copied().unwrap_or(0)),
+        ms(percentile(&latencies, 0.999)),
+        ms(max),
+    );
+    let client_cpu = own_cpu_seconds();
+    if let Some(seconds) = client_cpu {
+        println!("client cpu: {seconds:.2} s (this load tool's own)");
+    }
+    // One line for scripts (scripts/bench-ab.sh).
+    let us = |nanos: u64| nanos / 1_000;
+    println!(
+        "summary: requests={requests} ok={} over_limit={} errors={errors} seconds={:.3} p50_us={} p99_us={} p999_us={} max_us={} client_cpu_s={:.2}",
+        total.ok,
+        total.over_limit,
+        elapsed.as_secs_f64(),
+        us(percentile(&latencies, 0.50)),
+        us(percentile(&latencies, 0.99)),
+        us(percentile(&latencies, 0.999)),
+        us(max),
+        client_cpu.unwrap_or(f64::NAN),
     );
     Ok(requests > errors)
 }
