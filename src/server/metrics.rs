@@ -79,7 +79,7 @@ pub struct Metrics {
     global_shadow: Family<NamespaceLabel, Counter>,
     limit_hits: Family<LimitLabels, Counter>,
     /// The limit keys counted so far (each starts with its namespace).
-    limit_keys: std::sync::Mutex<std::collections::HashSet<Arc<str>>>,
+    limit_keys: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
     limit_folds: Counter,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
@@ -112,8 +112,19 @@ impl EncodeLabelValue for LimitOutcome {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
     pub namespace: String,
-    pub limit: String,
+    pub limit: SharedLabel,
     pub outcome: LimitOutcome,
+}
+
+/// A label value shared with the configuration: counting a hit clones a
+/// pointer instead of copying the key.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct SharedLabel(pub Arc<str>);
+
+impl EncodeLabelValue for SharedLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(&self.0)
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -316,29 +327,41 @@ impl Metrics {
     /// Counts `hits` of the limit `key` of `namespace` as `outcome`; past
     /// [`MAX_LIMIT_SERIES`] distinct keys, new ones count as `overflow`.
     pub fn limit_hits(&self, namespace: &str, key: &Arc<str>, outcome: LimitOutcome, hits: u64) {
-        let limit = {
-            let mut keys = self
-                .limit_keys
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let known = keys.contains(key);
-            if known || keys.len() < MAX_LIMIT_SERIES {
-                if !known {
-                    keys.insert(key.clone());
-                }
-                key.to_string()
-            } else {
-                self.limit_folds.inc();
-                "overflow".to_owned()
-            }
+        let limit = if self.limit_key_counted(key) {
+            key.clone()
+        } else {
+            self.limit_folds.inc();
+            Arc::from("overflow")
         };
         self.limit_hits
             .get_or_create(&LimitLabels {
                 namespace: namespace.to_owned(),
-                limit,
+                limit: SharedLabel(limit),
                 outcome,
             })
             .inc_by(hits);
+    }
+
+    /// Whether `key` has (or may now have) its own series.
+    fn limit_key_counted(&self, key: &Arc<str>) -> bool {
+        let known = self
+            .limit_keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(key);
+        if known {
+            return true;
+        }
+        let mut keys = self
+            .limit_keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if keys.len() < MAX_LIMIT_SERIES {
+            keys.insert(key.clone());
+            true
+        } else {
+            keys.contains(key)
+        }
     }
 
     pub fn set_sessions(&self, open: usize) {
@@ -368,5 +391,32 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_labels_past_the_cap_fold_into_overflow() {
+        let metrics = Metrics::new();
+        for n in 0..MAX_LIMIT_SERIES {
+            let key: Arc<str> = Arc::from(format!("ns.key_{n}"));
+            metrics.limit_hits("ns", &key, LimitOutcome::WithinLimit, 1);
+        }
+        let known: Arc<str> = Arc::from("ns.key_0");
+        let late: Arc<str> = Arc::from("ns.late");
+        metrics.limit_hits("ns", &known, LimitOutcome::OverLimit, 2);
+        metrics.limit_hits("ns", &late, LimitOutcome::WithinLimit, 3);
+        let text = metrics.encode();
+        assert!(text.contains(
+            "charon_limit_hits_total{namespace=\"ns\",limit=\"ns.key_0\",outcome=\"over_limit\"} 2"
+        ));
+        assert!(text.contains(
+            "charon_limit_hits_total{namespace=\"ns\",limit=\"overflow\",outcome=\"within_limit\"} 3"
+        ));
+        assert!(!text.contains("ns.late"));
+        assert!(text.contains("charon_limit_series_folded_total 1"));
     }
 }
