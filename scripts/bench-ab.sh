@@ -11,6 +11,10 @@
 #
 #   bash scripts/bench-ab.sh BASE_REV [SECONDS] [ROUNDS]   (default 10 s, 2 rounds)
 #
+# BENCH_CASES="memory:64 redis:1" runs only those cases; BASE_BIN=PATH takes
+# that binary as the base instead of building BASE_REV (an experiment's
+# variant, built by hand).
+#
 # Prints one line per run, then per case the mean of each figure and the
 # ratio working tree / base. Everything on 127.0.0.1; every process stopped
 # by PID.
@@ -23,7 +27,7 @@ rounds="${3:-2}"
 source scripts/bench-lib.sh
 
 base_sha=$(git rev-parse --verify "$base_rev^{commit}")
-base_bin="target/bench-ab/$base_sha/charon"
+base_bin="${BASE_BIN:-target/bench-ab/$base_sha/charon}"
 if [ ! -x "$base_bin" ]; then
     echo "== building $base_rev ($base_sha) in release" >&2
     mkdir -p "$work/base-src" "target/bench-ab/$base_sha"
@@ -88,14 +92,14 @@ run() { # rev binary store inflight connections
 
 echo "== base $base_rev ($base_sha) vs working tree $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); ${duration} s per run, $rounds rounds"
 echo "store inflight rev figures (cpu_us: sidecar CPU µs per decision; redis_us: Redis script µs per decision)"
-for store in memory redis; do
-    for inflight in 64 1; do
-        connections=4
-        [ "$inflight" = 1 ] && connections=1
-        for _ in $(seq "$rounds"); do
-            run base "$base_bin" "$store" "$inflight" "$connections"
-            run new "$new_bin" "$store" "$inflight" "$connections"
-        done
+for case in ${BENCH_CASES:-memory:64 memory:1 redis:64 redis:1}; do
+    store=${case%%:*}
+    inflight=${case##*:}
+    connections=4
+    [ "$inflight" = 1 ] && connections=1
+    for _ in $(seq "$rounds"); do
+        run base "$base_bin" "$store" "$inflight" "$connections"
+        run new "$new_bin" "$store" "$inflight" "$connections"
     done
 done
 
