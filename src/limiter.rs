@@ -376,9 +376,11 @@ impl<S: Store> Limiter<S> {
 
         let mut batch = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-        for (descriptor, resolved) in request.descriptors.iter().zip(&resolved) {
+        let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
+        for ((descriptor, resolved), &quota) in
+            request.descriptors.iter().zip(&resolved).zip(&quotas)
+        {
             let hits = descriptor.hits_addend.unwrap_or(default_hits);
-            let quota = self.is_quota(resolved);
             item_of.push(add_item(
                 &mut batch, namespace, descriptor, resolved, hits, quota,
             ));
@@ -400,10 +402,11 @@ impl<S: Store> Limiter<S> {
             .iter()
             .zip(&resolved)
             .zip(&item_of)
-            .map(|((descriptor, resolved), item)| {
+            .zip(&quotas)
+            .map(|(((descriptor, resolved), item), &quota)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
                 let mut status = status(resolved, outcome, ignore);
-                status.quota = self.is_quota(resolved);
+                status.quota = quota;
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
                 status.hits = descriptor.hits_addend.unwrap_or(default_hits);
                 status.stats_key = resolved.stats().cloned();
@@ -798,15 +801,12 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                 w.reset_after
             }),
             tiers: None,
-            quota: false,
-            metadata: None,
-            hits: 0,
             shadowed: w.over && *shadow,
-            stats_key: None,
             soft_limit_exceeded: !w.over
                 && limit.soft_limit().is_some_and(|soft| {
                     soft.exceeded(w.limit.saturating_sub(w.remaining), w.limit)
                 }),
+            ..DescriptorStatus::unlimited(0)
         },
         (Resolved::Fixed { limit, shadow, .. }, Some(Outcome::Gcra(g))) => DescriptorStatus {
             over_limit: g.over && !shadow,
@@ -826,11 +826,7 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             }),
             tiers: None,
             // In use: the burst not available now.
-            quota: false,
-            metadata: None,
-            hits: 0,
             shadowed: g.over && *shadow,
-            stats_key: None,
             soft_limit_exceeded: !g.over
                 && match (limit.soft_limit(), limit.algorithm()) {
                     (Some(soft), Algorithm::Gcra { burst }) => {
@@ -838,6 +834,7 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
                     }
                     _ => false,
                 },
+            ..DescriptorStatus::unlimited(0)
         },
         (Resolved::Resource { rate, shadow, .. }, Some(Outcome::Tiers(t))) => DescriptorStatus {
             over_limit: t.over && !shadow,
@@ -860,15 +857,12 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             }),
             tiers: Some(*t),
             // The current tier's window fill.
-            quota: false,
-            metadata: None,
-            hits: 0,
             shadowed: t.over && *shadow,
-            stats_key: None,
             soft_limit_exceeded: !t.over
                 && rate
                     .soft_limit
                     .is_some_and(|soft| soft.exceeded(t.snapshot.tier_hits, t.snapshot.tier_limit)),
+            ..DescriptorStatus::unlimited(0)
         },
         _ => DescriptorStatus::unlimited(0),
     };

@@ -319,12 +319,13 @@ async fn quotas(store: &str) {
 #[tokio::test]
 async fn quota_mode_for_the_whole_process() {
     let dir = tempdir();
-    let config = write_config(
+    let sidecar = sidecar_on(
         dir.path(),
+        "memory",
         "domain: q\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
-    );
-    let sidecar = Sidecar::start(dir.path(), &config, "memory", &["--quota-mode"]);
-    sidecar.wait_readyz(200, "ready").await;
+        &["--quota-mode"],
+    )
+    .await;
     let mut client = rls(&sidecar).await;
     let both = || {
         vec![
@@ -340,17 +341,13 @@ async fn quota_mode_for_the_whole_process() {
 #[tokio::test]
 async fn shadow_mode_for_the_whole_process_answers_ok_and_counts() {
     let dir = tempdir();
-    let config = write_config(
+    let sidecar = sidecar_on(
         dir.path(),
-        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
-    );
-    let sidecar = Sidecar::start(
-        dir.path(),
-        &config,
         "memory",
+        "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
         &["--shadow-mode", "--response-headers", "ratelimit"],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    )
+    .await;
     let mut client = rls(&sidecar).await;
     ask(&mut client, "s", vec![descriptor(&[("k", "a")], None)]).await;
     let answer = ask(&mut client, "s", vec![descriptor(&[("k", "a")], None)]).await;
@@ -373,8 +370,9 @@ async fn shadow_mode_for_the_whole_process_answers_ok_and_counts() {
 #[tokio::test]
 async fn metadata_comes_back_as_dynamic_metadata_when_asked() {
     let dir = tempdir();
-    let config = write_config(
+    let sidecar = sidecar_on(
         dir.path(),
+        "memory",
         r#"
 domain: m
 descriptors:
@@ -387,14 +385,9 @@ descriptors:
     metadata: {name: service_2, other: true}
     rate_limit: {unit: hour, requests_per_unit: 5}
 "#,
-    );
-    let sidecar = Sidecar::start(
-        dir.path(),
-        &config,
-        "memory",
         &["--response-dynamic-metadata"],
-    );
-    sidecar.wait_readyz(200, "ready").await;
+    )
+    .await;
     let mut client = rls(&sidecar).await;
     let both = || {
         vec![

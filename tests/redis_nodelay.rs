@@ -9,11 +9,10 @@
 mod redis_support;
 
 use std::os::fd::RawFd;
-use std::time::Duration;
 
 use charon::engine::{Item, SlotKind};
-use charon::store::{Batch, RedisOptions, RedisStore, Store};
-use redis_support::{RedisCluster, RedisSentinel, RedisServer};
+use charon::store::{Batch, RedisStore, Store};
+use redis_support::{RedisCluster, RedisSentinel, RedisServer, patient_store};
 
 /// The peer port of socket `fd`, if it is a TCP socket over IPv4 or IPv6.
 fn peer_port(fd: RawFd) -> Option<u16> {
@@ -81,17 +80,6 @@ async fn decide_once(store: &RedisStore) {
     store.decide(batch).await.expect("Redis decides");
 }
 
-fn open(url: &str) -> RedisStore {
-    RedisStore::open(
-        url,
-        RedisOptions {
-            timeout: Duration::from_secs(5),
-            ..RedisOptions::default()
-        },
-    )
-    .expect("a valid URL")
-}
-
 fn assert_nodelay(sockets: &[(RawFd, u16, bool)], what: &str) {
     assert!(!sockets.is_empty(), "{what}: no connection found");
     for (fd, port, on) in sockets {
@@ -105,7 +93,7 @@ fn assert_nodelay(sockets: &[(RawFd, u16, bool)], what: &str) {
 #[tokio::test]
 async fn one_redis() {
     let redis = RedisServer::start();
-    let store = open(&redis.url());
+    let store = patient_store(&redis.url());
     decide_once(&store).await;
     assert_nodelay(&sockets_to(&[redis.port]), "redis://");
 }
@@ -113,7 +101,7 @@ async fn one_redis() {
 #[tokio::test]
 async fn a_cluster() {
     let cluster = RedisCluster::start(3);
-    let store = open(&cluster.url());
+    let store = patient_store(&cluster.url());
     decide_once(&store).await;
     let ports: Vec<u16> = cluster.nodes.iter().map(|node| node.port).collect();
     assert_nodelay(&sockets_to(&ports), "redis+cluster://");
@@ -122,7 +110,7 @@ async fn a_cluster() {
 #[tokio::test]
 async fn the_master_sentinel_names() {
     let deployment = RedisSentinel::start();
-    let store = open(&deployment.url());
+    let store = patient_store(&deployment.url());
     decide_once(&store).await;
     assert_nodelay(&sockets_to(&[deployment.master.port]), "redis+sentinel://");
 }

@@ -15,7 +15,7 @@ use charon::config::{RatePolicy, Tier};
 use charon::engine::{GcraLimit, Item, SlotKind, keys};
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
-use redis_support::{RedisCluster, RedisServer};
+use redis_support::{RedisCluster, RedisServer, patient_store};
 use support::arb_policy;
 
 const NS: &str = "ns";
@@ -25,19 +25,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("a Tokio runtime")
-}
-
-/// A store on Redis time with a generous deadline: the machine is shared
-/// with other tests.
-fn patient_store(url: &str) -> RedisStore {
-    RedisStore::open(
-        url,
-        RedisOptions {
-            timeout: Duration::from_secs(5),
-            ..RedisOptions::default()
-        },
-    )
-    .expect("a valid URL")
 }
 
 /// A store deciding at `clock`'s time, with nothing answered locally.

@@ -150,8 +150,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .await;
     health.set_serving::<CharonServer<ApiService>>().await;
     let (reflection, reflection_alpha) = reflection()?;
-    let rls_service =
-        RlsService::with_options(limiter.clone(), metrics.clone(), options.envoy.rls.clone());
+    let rls_service = RlsService::new(limiter.clone(), metrics.clone(), options.envoy.rls.clone());
     let rls = RateLimitServiceServer::new(rls_service.clone());
     let grpc = tonic::transport::Server::builder()
         .layer(tower::util::MapResponseLayer::new(
@@ -179,7 +178,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
                 copies: copies.clone(),
             },
         )
-        .merge(rls_http::router(rls_service, limiter.clone())),
+        .merge(rls_http::router(rls_service)),
     )
     .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
 

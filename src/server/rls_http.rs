@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -26,7 +25,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 
 use crate::config::{Config, Leaf, Level, Node};
-use crate::limiter::Limiter;
 use crate::store::Store;
 
 use super::rls::RlsService;
@@ -34,25 +32,20 @@ use super::rls::RlsService;
 /// The largest `/json` body accepted.
 const MAX_BODY_BYTES: usize = 1 << 20;
 
-struct Sources<S> {
-    rls: RlsService<S>,
-    limiter: Arc<Limiter<S>>,
-}
-
-pub fn router<S: Store>(rls: RlsService<S>, limiter: Arc<Limiter<S>>) -> Router {
+pub fn router<S: Store>(rls: RlsService<S>) -> Router {
     Router::new()
         .route("/json", post(decide::<S>))
         .route("/rlconfig", get(dump::<S>))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(Arc::new(Sources { rls, limiter }))
+        .with_state(rls)
 }
 
-async fn decide<S: Store>(State(sources): State<Arc<Sources<S>>>, body: Bytes) -> Response {
+async fn decide<S: Store>(State(rls): State<RlsService<S>>, body: Bytes) -> Response {
     let request = match parse(&body) {
         Ok(request) => request,
         Err(message) => return bad_request(&message),
     };
-    match sources.rls.decide(request).await {
+    match rls.decide(request).await {
         Ok(response) => {
             let status = match Code::try_from(response.overall_code) {
                 Ok(Code::Ok) => StatusCode::OK,
@@ -283,10 +276,10 @@ fn value_json(value: &Value) -> Json {
     }
 }
 
-async fn dump<S: Store>(State(sources): State<Arc<Sources<S>>>) -> Response {
+async fn dump<S: Store>(State(rls): State<RlsService<S>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        rlconfig(&sources.limiter.config()),
+        rlconfig(&rls.limiter().config()),
     )
         .into_response()
 }

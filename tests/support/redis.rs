@@ -83,6 +83,19 @@ fn can_bind(port: u16) -> Option<TcpListener> {
 
 /// A port on 127.0.0.1 that nothing listens on right now and that this
 /// process has not handed out before.
+/// A Redis store on Redis time with a generous deadline: the machine is
+/// shared with other tests.
+pub fn patient_store(url: &str) -> charon::store::RedisStore {
+    charon::store::RedisStore::open(
+        url,
+        charon::store::RedisOptions {
+            timeout: Duration::from_secs(5),
+            ..charon::store::RedisOptions::default()
+        },
+    )
+    .expect("a valid URL")
+}
+
 pub fn free_port() -> u16 {
     for _ in 0..1000 {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))

@@ -145,40 +145,37 @@ mod tests {
         assert_eq!(picked.as_deref(), Some("r2"));
     }
 
+    /// Asserts the headers `mode` adds for `answer`, as (name, value) pairs.
+    fn assert_written(answer: &RateLimitAnswer, mode: &ResponseHeaders, expected: &[(&str, &str)]) {
+        let mut out = Vec::new();
+        add(answer, mode, &mut out);
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(pairs, expected);
+    }
+
     #[test]
     fn upstream_headers_and_ietf_headers() {
         let a = answer(vec![status(0, true, false)]);
-        let mut out = Vec::new();
-        add(
+        assert_written(
             &a,
             &ResponseHeaders::RateLimit(Default::default()),
-            &mut out,
-        );
-        let pairs: Vec<(&str, &str)> = out
-            .iter()
-            .map(|h| (h.key.as_str(), h.value.as_str()))
-            .collect();
-        assert_eq!(
-            pairs,
-            [
+            &[
                 ("RateLimit-Limit", "10"),
                 ("RateLimit-Remaining", "0"),
-                ("RateLimit-Reset", "2")
-            ]
+                ("RateLimit-Reset", "2"),
+            ],
         );
-        let mut out = Vec::new();
-        add(&a, &ResponseHeaders::Ietf, &mut out);
-        let pairs: Vec<(&str, &str)> = out
-            .iter()
-            .map(|h| (h.key.as_str(), h.value.as_str()))
-            .collect();
-        assert_eq!(
-            pairs,
-            [
+        assert_written(
+            &a,
+            &ResponseHeaders::Ietf,
+            &[
                 ("ratelimit-policy", r#""r0";q=10;w=60"#),
                 ("ratelimit", r#""r0";r=0;t=2"#),
-                ("retry-after", "2")
-            ]
+                ("retry-after", "2"),
+            ],
         );
         let mut out = Vec::new();
         add(&a, &ResponseHeaders::None, &mut out);

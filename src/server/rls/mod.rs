@@ -82,20 +82,17 @@ impl<S> Clone for RlsService<S> {
 }
 
 impl<S> RlsService<S> {
-    pub fn new(limiter: Arc<Limiter<S>>, metrics: Arc<Metrics>) -> Self {
-        Self::with_options(limiter, metrics, RlsOptions::default())
-    }
-
-    pub fn with_options(
-        limiter: Arc<Limiter<S>>,
-        metrics: Arc<Metrics>,
-        options: RlsOptions,
-    ) -> Self {
+    pub fn new(limiter: Arc<Limiter<S>>, metrics: Arc<Metrics>, options: RlsOptions) -> Self {
         Self {
             limiter,
             metrics,
             options: Arc::new(options),
         }
+    }
+
+    /// The limiter this service decides with.
+    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        &self.limiter
     }
 }
 
