@@ -381,6 +381,55 @@ fn a_flushed_script_is_loaded_again() {
     }
 }
 
+/// Which of the store's scripts Redis has seen (`SCRIPT EXISTS` of each).
+fn scripts_loaded(redis: &RedisServer) -> [bool; 3] {
+    let hash = |source: &str| redis::Script::new(source).get_hash().to_owned();
+    let (any, windows, buckets) = (
+        hash(include_str!("../src/store/redis/decide.lua")),
+        hash(include_str!("../src/store/redis/window.lua")),
+        hash(include_str!("../src/store/redis/gcra.lua")),
+    );
+    let answer = redis.command(&["SCRIPT", "EXISTS", &any, &windows, &buckets]);
+    let flags: Vec<bool> = answer.lines().map(|line| line.trim() == "1").collect();
+    [flags[0], flags[1], flags[2]]
+}
+
+#[test]
+fn fixed_windows_and_buckets_run_their_own_small_scripts() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let window = Ask::Window {
+        key: 0,
+        limit: 5,
+        period: 1_000,
+        hits: 1,
+        shadow: false,
+    };
+    let bucket = Ask::Gcra {
+        key: 0,
+        count: 5,
+        period: 1_000,
+        burst: 5,
+        hits: 1,
+        shadow: false,
+    };
+    let decide = |asks: &[Ask]| {
+        runtime
+            .block_on(store.decide_batch(&batch(asks, &resources)))
+            .expect("Redis answers")
+    };
+    // [decide.lua, window.lua, gcra.lua]
+    assert!(decide(&[window.clone(), window.clone()]).granted);
+    assert_eq!(scripts_loaded(&redis), [false, true, false]);
+    assert!(decide(&[bucket.clone()]).granted);
+    assert_eq!(scripts_loaded(&redis), [false, true, true]);
+    assert!(decide(&[window, bucket]).granted);
+    assert_eq!(scripts_loaded(&redis), [true, true, true]);
+}
+
 #[test]
 fn a_key_known_to_be_over_is_rejected_without_redis() {
     let mut redis = RedisServer::start();

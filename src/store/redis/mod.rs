@@ -1,9 +1,13 @@
 //! The Redis store: state in Redis, shared by every sidecar that points at it
 //! (paper §4.2: Redis is the limiting servers' shared memory).
 //!
-//! A decision is one call of `decide.lua` (EVALSHA, loaded on first use and
-//! again whenever Redis answers NOSCRIPT) over every key of the request, at
-//! Redis `TIME`: atomic, one round trip, one clock for all sidecars. The script
+//! A decision is one script call (EVALSHA, loaded on first use and again
+//! whenever Redis answers NOSCRIPT) over every key of the request, at Redis
+//! `TIME`: atomic, one round trip, one clock for all sidecars. `decide.lua`
+//! decides every kind of limit; a batch of fixed windows only, or of GCRA
+//! buckets only, goes to `window.lua` or `gcra.lua`, the same decision without
+//! the rest of the machinery, which Redis would otherwise rebuild on every
+//! call (docs/performance.md has the cost of each). The script
 //! decides and records exactly as the Rust engine does, and returns the state
 //! it decided on; the sidecar then runs the engine on that state to build the
 //! detailed answer, so the answer's context is the engine's own.
@@ -35,7 +39,36 @@ use self::blocked::Blocked;
 use self::connection::Connection;
 use super::{Batch, SlotKey, Store, StoreError};
 
-const SCRIPT: &str = include_str!("decide.lua");
+/// The scripts, by the kinds of limit a batch holds.
+struct Scripts {
+    /// Every kind, mixed.
+    any: redis::Script,
+    /// Fixed windows only.
+    windows: redis::Script,
+    /// GCRA buckets only.
+    buckets: redis::Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            any: redis::Script::new(include_str!("decide.lua")),
+            windows: redis::Script::new(include_str!("window.lua")),
+            buckets: redis::Script::new(include_str!("gcra.lua")),
+        }
+    }
+
+    /// The smallest script that decides `items`.
+    fn for_items(&self, items: &[Item<'_>]) -> &redis::Script {
+        if items.iter().all(|item| matches!(item, Item::Window { .. })) {
+            &self.windows
+        } else if items.iter().all(|item| matches!(item, Item::Gcra { .. })) {
+            &self.buckets
+        } else {
+            &self.any
+        }
+    }
+}
 
 /// What can go wrong between the sidecar and Redis.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,7 +152,7 @@ impl std::fmt::Debug for RedisOptions {
 /// The shared store.
 pub struct RedisStore {
     connection: Connection,
-    script: redis::Script,
+    scripts: Scripts,
     options: RedisOptions,
     blocked: Blocked,
 }
@@ -133,7 +166,7 @@ impl RedisStore {
         tokio::runtime::Handle::try_current().map_err(|_| RedisError::NoRuntime)?;
         Ok(Self {
             connection: Connection::new(target, options.timeout)?,
-            script: redis::Script::new(SCRIPT),
+            scripts: Scripts::new(),
             options,
             blocked: Blocked::default(),
         })
@@ -308,7 +341,7 @@ impl RedisStore {
             .injected_clock
             .as_ref()
             .map_or(0, |clock| clock.now_ms().max(1));
-        let mut invocation = self.script.prepare_invoke();
+        let mut invocation = self.scripts.for_items(items).prepare_invoke();
         for slot in slots {
             invocation.key(slot.key.as_str());
         }

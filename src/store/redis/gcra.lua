@@ -1,0 +1,76 @@
+-- Charon: one atomic decision on Redis, for a batch of GCRA buckets only.
+--
+-- Like window.lua, a script of its own for one common kind: the same wire,
+-- state encoding and verdict as the GCRA branch of decide.lua (which
+-- documents them, and why time is counted in ticks of 1/count ms).
+--
+-- KEYS: the bucket keys. ARGV[1]: "0" for Redis TIME, or an injected time in
+-- ms (tests only). ARGV[2]: kind letters (all "a"). ARGV[3]: number of items,
+-- then per item: a slot count period burst hits shadow.
+-- State: "tat_ms,ticks,count". Returns {now, granted, value before...}.
+
+local now, slack
+local injected = tonumber(ARGV[1])
+if injected ~= 0 then
+  -- Virtual time: keys outlive their virtual relevance by a day.
+  now, slack = injected, 86400000
+else
+  local time = redis.call('TIME')
+  now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
+end
+
+local reply = { now, 1 }
+local tats, ticks, counts, dirty = {}, {}, {}, {}
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  reply[i + 2] = value
+  if value then
+    local ms, t, c = string.match(value, '^(%d+),(%d+),(%d+)$')
+    if c == nil then
+      error('charon: not a bucket state: ' .. value)
+    end
+    tats[i], ticks[i], counts[i] = tonumber(ms), tonumber(t), tonumber(c)
+  else
+    tats[i], ticks[i], counts[i] = 0, 0, -1
+  end
+end
+
+local at = 4
+for _ = 1, tonumber(ARGV[3]) do
+  local slot, count, period = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  local burst, hits = tonumber(ARGV[at + 4]), tonumber(ARGV[at + 5])
+  local shadow = ARGV[at + 6] == '1'
+  at = at + 7
+  local over = true
+  if count ~= 0 and period ~= 0 then
+    -- Ticks from now to the TAT (0 if it has passed or is of another rate).
+    local ahead = 0
+    if counts[slot] == count then
+      ahead = math.max(0, (tats[slot] - now) * count + ticks[slot])
+    end
+    local next = ahead + math.max(hits, 1) * period
+    over = next > burst * period
+    if not over and hits > 0 then
+      local rest = math.fmod(next, count)
+      tats[slot], ticks[slot], counts[slot] = now + (next - rest) / count, rest, count
+      dirty[slot] = true
+    end
+  end
+  if over and not shadow then
+    reply[2] = 0
+    break
+  end
+end
+
+if reply[2] == 1 then
+  for i = 1, #KEYS do
+    if dirty[i] then
+      local until_ms = tats[i] - now
+      if ticks[i] > 0 then
+        until_ms = until_ms + 1
+      end
+      redis.call('SET', KEYS[i], string.format('%.0f,%.0f,%.0f', tats[i], ticks[i], counts[i]), 'PX', math.max(until_ms, 1) + slack)
+    end
+  end
+end
+return reply

@@ -1,0 +1,82 @@
+-- Charon: one atomic decision on Redis, for a batch of fixed windows only.
+--
+-- The common case (every envoyproxy/ratelimit limit is a fixed window) gets
+-- a script of its own: the same wire, state encoding and verdict as the
+-- window branch of decide.lua (which documents them), without the tier,
+-- log and bucket machinery Redis would otherwise set up on every call.
+--
+-- KEYS: the window keys. ARGV[1]: "0" for Redis TIME, or an injected time in
+-- ms (tests only). ARGV[2]: kind letters (all "w"). ARGV[3]: number of items,
+-- then per item: w slot limit period hits shadow ("-1": no limit).
+-- State: "start,count,expires_at". Returns {now, granted, value before...}.
+
+local now, slack
+local injected = tonumber(ARGV[1])
+if injected ~= 0 then
+  -- Virtual time: keys outlive their virtual relevance by a day.
+  now, slack = injected, 86400000
+else
+  local time = redis.call('TIME')
+  now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
+end
+
+local reply = { now, 1 }
+local starts, counts, expires, fresh, dirty = {}, {}, {}, {}, {}
+for i = 1, #KEYS do
+  local value = redis.call('GET', KEYS[i])
+  reply[i + 2] = value
+  local start, count, expires = 0, 0, 0
+  if value then
+    local s, c, e = string.match(value, '^(%d+),(%d+),(%d+)$')
+    if e == nil then
+      error('charon: not a window state: ' .. value)
+    end
+    if tonumber(e) > now then
+      start, count = tonumber(s), tonumber(c)
+    end
+  end
+  starts[i], counts[i] = start, count
+end
+
+local at = 4
+for _ = 1, tonumber(ARGV[3]) do
+  local slot, limit, period, hits = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
+  local shadow = ARGV[at + 5] == '1'
+  at = at + 6
+  if limit == -1 then
+    limit = math.huge
+  end
+  local start = now - math.fmod(now, math.max(period, 1))
+  local count = 0
+  if starts[slot] == start then
+    count = counts[slot]
+  end
+  if count + math.max(hits, 1) > limit then
+    if not shadow then
+      reply[2] = 0
+      break
+    end
+  elseif hits > 0 then
+    if starts[slot] ~= start then
+      starts[slot], counts[slot], fresh[slot] = start, 0, true
+    end
+    counts[slot] = counts[slot] + hits
+    expires[slot] = start + period
+    dirty[slot] = true
+  end
+end
+
+if reply[2] == 1 then
+  for i = 1, #KEYS do
+    if dirty[i] then
+      local value = string.format('%.0f,%.0f,%.0f', starts[i], counts[i], expires[i])
+      if fresh[i] then
+        redis.call('SET', KEYS[i], value, 'PX', expires[i] - now + slack)
+      else
+        -- Same window: the key's expiry is already right.
+        redis.call('SET', KEYS[i], value, 'KEEPTTL')
+      end
+    end
+  end
+end
+return reply
