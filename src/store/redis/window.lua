@@ -20,6 +20,37 @@ else
   now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
 end
 
+-- One item on one key, the usual request: the same decision as the loop
+-- below, without its tables (a sixth of the script's time).
+if ARGV[3] == '1' then
+  local limit, period, hits = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local value = redis.call('GET', KEYS[1])
+  local start = now - math.fmod(now, math.max(period, 1))
+  local count, same = 0, false
+  if value then
+    local s, c = string.match(value, '^(%d+),(%d+),%d+$')
+    if c == nil then
+      error('charon: not a window state: ' .. value)
+    end
+    same = tonumber(s) == start
+    if same then
+      count = tonumber(c)
+    end
+  end
+  if limit ~= -1 and count + math.max(hits, 1) > limit then
+    return { now, ARGV[9] == '1' and 1 or 0, value }
+  end
+  if hits > 0 then
+    local state = string.format('%.0f,%.0f,%.0f', start, count + hits, start + period)
+    if same then
+      redis.call('SET', KEYS[1], state, 'KEEPTTL')
+    else
+      redis.call('SET', KEYS[1], state, 'PX', start + period - now + slack)
+    end
+  end
+  return { now, 1, value }
+end
+
 local reply = { now, 1 }
 local starts, counts, expires, fresh, dirty = {}, {}, {}, {}, {}
 for i = 1, #KEYS do
