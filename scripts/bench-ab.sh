@@ -38,7 +38,7 @@ if [ ! -x "$base_bin" ]; then
 fi
 new_bin=target/release/charon
 load_bin=target/release/charon-load
-taskset -pc 1 "$redis_pid" >/dev/null
+taskset -pc "${REDIS_CPUS:-1}" "$redis_pid" >/dev/null
 
 redis_script_usec() {
     redis-cli -p "$redis_port" info commandstats |

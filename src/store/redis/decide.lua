@@ -414,11 +414,15 @@ end
 
 local injected = tonumber(ARGV[1])
 local now
+-- Spreads the expiry of window keys, as in window.lua (which says why).
+local spread = 0
 if injected ~= 0 then
   now = injected
 else
   local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local micros = tonumber(time[2])
+  now = tonumber(time[1]) * 1000 + math.floor(micros / 1000)
+  spread = math.fmod(micros, 1000) / 1000
 end
 -- Injected (virtual) time runs faster or slower than Redis's own clock, which
 -- expires keys: give keys a day of slack then, so state outlives its virtual
@@ -462,7 +466,7 @@ for _ = 1, tonumber(ARGV[3]) do
     over = count + math.max(hits, 1) > limit
     if not over and hits > 0 then
       if state.start ~= start then
-        slots[slot] = { start = start, count = 0, exp = start + period }
+        slots[slot] = { start = start, count = 0, exp = start + period, period = period }
         state = slots[slot]
         fresh_window[slot] = true
       end
@@ -559,7 +563,8 @@ if granted then
       elseif kind == 'w' then
         local value = fmt(state.start) .. ',' .. fmt(state.count) .. ',' .. fmt(state.exp)
         if fresh_window[i] then
-          redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack)
+          local late = math.floor(spread * math.min(state.period, 60000))
+          redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack + late)
         else
           -- Same window: its expiry is already right.
           redis.call('SET', KEYS[i], value, 'KEEPTTL')

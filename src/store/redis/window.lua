@@ -10,14 +10,26 @@
 -- then per item: w slot limit period hits shadow ("-1": no limit).
 -- State: "start,count,expires_at". Returns {now, granted, value before...}.
 
-local now, slack
+local now, slack, spread
 local injected = tonumber(ARGV[1])
 if injected ~= 0 then
   -- Virtual time: keys outlive their virtual relevance by a day.
-  now, slack = injected, 86400000
+  now, slack, spread = injected, 86400000, 0
 else
   local time = redis.call('TIME')
-  now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
+  local micros = tonumber(time[2])
+  now, slack = tonumber(time[1]) * 1000 + math.floor(micros / 1000), 0
+  -- Every tenant's window ends at the same instant: keys that all expired
+  -- then would stall Redis while it deletes them (tens of ms for 10^5
+  -- keys). A window's key lives on for a fraction of min(period, 1 min)
+  -- taken from the clock's microseconds, which spreads their expiry; the
+  -- state itself says when its window ends, so a late key changes nothing.
+  spread = math.fmod(micros, 1000) / 1000
+end
+
+-- The TTL of a window key written now.
+local function window_ttl(ends, period)
+  return ends - now + slack + math.floor(spread * math.min(period, 60000))
 end
 
 -- One item on one key, the usual request: the same decision as the loop
@@ -45,14 +57,14 @@ if ARGV[3] == '1' then
     if same then
       redis.call('SET', KEYS[1], state, 'KEEPTTL')
     else
-      redis.call('SET', KEYS[1], state, 'PX', start + period - now + slack)
+      redis.call('SET', KEYS[1], state, 'PX', window_ttl(start + period, period))
     end
   end
   return { now, 1, value }
 end
 
 local reply = { now, 1 }
-local starts, counts, expires, fresh, dirty = {}, {}, {}, {}, {}
+local starts, counts, expires, periods, fresh, dirty = {}, {}, {}, {}, {}, {}
 for i = 1, #KEYS do
   local value = redis.call('GET', KEYS[i])
   reply[i + 2] = value
@@ -92,7 +104,7 @@ for _ = 1, tonumber(ARGV[3]) do
       starts[slot], counts[slot], fresh[slot] = start, 0, true
     end
     counts[slot] = counts[slot] + hits
-    expires[slot] = start + period
+    expires[slot], periods[slot] = start + period, period
     dirty[slot] = true
   end
 end
@@ -102,7 +114,7 @@ if reply[2] == 1 then
     if dirty[i] then
       local value = string.format('%.0f,%.0f,%.0f', starts[i], counts[i], expires[i])
       if fresh[i] then
-        redis.call('SET', KEYS[i], value, 'PX', expires[i] - now + slack)
+        redis.call('SET', KEYS[i], value, 'PX', window_ttl(expires[i], periods[i]))
       else
         -- Same window: the key's expiry is already right.
         redis.call('SET', KEYS[i], value, 'KEEPTTL')
