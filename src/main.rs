@@ -100,6 +100,11 @@ enum Command {
         /// response's dynamic_metadata (RESPONSE_DYNAMIC_METADATA).
         #[arg(long, env = "CHARON_RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
         response_dynamic_metadata: bool,
+        /// Runtime threads: 0 for one per CPU the process may use, and a
+        /// single-threaded runtime when that is one (it batches answers
+        /// into fewer writes); 1 for single-threaded.
+        #[arg(long, env = "CHARON_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+        threads: u16,
     },
     /// Serve the Kubernetes mutating admission webhook that adds the Charon
     /// sidecar to pods annotated `charon.io/inject: "true"` (HTTPS, POST /mutate).
@@ -235,6 +240,7 @@ fn main() -> ExitCode {
             remaining_header,
             reset_header,
             response_dynamic_metadata,
+            threads,
         } => {
             use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
             let headers = match response_headers {
@@ -279,7 +285,7 @@ fn main() -> ExitCode {
                     },
                 },
             };
-            let runtime = match tokio::runtime::Runtime::new() {
+            let runtime = match charon::server::runtime::build(usize::from(threads)) {
                 Ok(runtime) => runtime,
                 Err(error) => {
                     eprintln!("error: cannot start the runtime: {error}");

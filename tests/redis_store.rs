@@ -467,7 +467,7 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
     // [decide.lua, window.lua, gcra.lua]
     assert!(decide(&[window.clone(), window.clone()]).granted);
     assert_eq!(scripts_loaded(&redis), [false, true, false]);
-    assert!(decide(&[bucket.clone()]).granted);
+    assert!(decide(std::slice::from_ref(&bucket)).granted);
     assert_eq!(scripts_loaded(&redis), [false, true, true]);
     assert!(decide(&[window, bucket]).granted);
     assert_eq!(scripts_loaded(&redis), [true, true, true]);

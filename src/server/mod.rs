@@ -8,6 +8,7 @@ pub mod metrics;
 pub mod reload;
 pub mod rls;
 pub mod rls_http;
+pub mod runtime;
 pub mod session;
 pub mod simulator;
 pub mod state;
