@@ -1,5 +1,6 @@
 //! The Redis store: state in Redis, shared by every sidecar that points at it
-//! (paper §4.2: Redis is the limiting servers' shared memory).
+//! (docs/design.md#one-script-per-decision: Redis is the sidecars' shared
+//! memory).
 //!
 //! A decision is one script call (EVALSHA, loaded on first use and again
 //! whenever Redis answers NOSCRIPT) over every key of the request, at Redis
