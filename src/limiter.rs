@@ -36,7 +36,8 @@ use crate::engine::{Decision, GcraLimit, Item, Outcome, SlotKind, TierOutcome, k
 use crate::store::{Batch, Store, StoreError};
 use crate::watch::{Recent, Watch};
 
-/// Request sizes past which a request is refused as invalid (see the README).
+/// Request sizes past which a request is refused as invalid
+/// (docs/configuration.md#caps-on-input).
 pub mod caps {
     /// Descriptors in one request.
     pub const MAX_DESCRIPTORS: usize = 256;

@@ -30,7 +30,8 @@ pub use error::{ConfigError, ConfigErrors, Note};
 pub use load::{LoadOptions, Loaded, load_path, load_path_with, load_str};
 pub use raw::MetaValue;
 
-/// Sizes past which a file is refused rather than loaded (see the README).
+/// Sizes past which a file is refused rather than loaded
+/// (docs/configuration.md#caps-on-input).
 pub mod caps {
     /// A configuration file larger than this is refused.
     pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
