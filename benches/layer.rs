@@ -1,4 +1,5 @@
-//! What the Tower layers add to a request (issue 5): an axum handler called
+//! What the Tower layers add to a request (docs/performance.md#the-tower-layer):
+//! an axum handler called
 //! through its `Router` (no sockets, so only the middleware differs), bare,
 //! behind `RateLimitLayer` on the embedded memory engine, behind
 //! tower-governor (the in-process baseline users compare with), and behind

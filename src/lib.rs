@@ -26,7 +26,7 @@
 //!   request pattern, summarized per tick.
 //! - `client` (feature `client`): the Rust client of a sidecar, or of an
 //!   engine embedded in the process: requests, hold guards, transfers,
-//!   retries and fail-open (SPEC §7).
+//!   retries and fail-open (docs/design.md#client).
 //! - `layer` (feature `layer`): Tower middleware on the client — a rate
 //!   limit per request, or a copy held for the life of the response.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission

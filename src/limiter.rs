@@ -1,7 +1,8 @@
 //! The limiter: one engine and one access history behind every face of
 //! Charon. It holds the current configuration (swapped atomically on reload)
 //! and a store; it turns an Envoy-style request (namespace + descriptors) into
-//! an engine batch, and the decision into per-descriptor statuses (SPEC §5).
+//! an engine batch, and the decision into per-descriptor statuses
+//! (docs/design.md#envoy-answers).
 //!
 //! ```rust
 //! # tokio_test_block_on(async {
@@ -35,7 +36,8 @@ use crate::engine::{Decision, GcraLimit, Item, Outcome, SlotKind, TierOutcome, k
 use crate::store::{Batch, Store, StoreError};
 use crate::watch::{Recent, Watch};
 
-/// Request sizes past which a request is refused as invalid (see the README).
+/// Request sizes past which a request is refused as invalid
+/// (docs/configuration.md#caps-on-input).
 pub mod caps {
     /// Descriptors in one request.
     pub const MAX_DESCRIPTORS: usize = 256;
@@ -130,11 +132,13 @@ pub struct DescriptorStatus {
     pub remaining: u64,
     /// OK: until the limit is whole again; OVER: until this request's own
     /// hits would pass, or, when they never can (a zero limit, more hits
-    /// than the limit), the window's end (SPEC §5.3). `None`: not limited.
+    /// than the limit), the window's end (docs/design.md#resets). `None`: not
+    /// limited.
     pub reset_after_ms: Option<u64>,
     /// For a burst-tier descriptor: the full engine answer.
     pub tiers: Option<TierOutcome>,
-    /// Granted, but past the limit's `soft_limit` (seed 004): warn.
+    /// Granted, but past the limit's `soft_limit` (docs/design.md#soft-limits):
+    /// warn.
     pub soft_limit_exceeded: bool,
     /// A quota descriptor (`quota_mode`): over its limit, it rejects the
     /// request only if every quota descriptor of the request is over too.
@@ -348,7 +352,8 @@ impl<S: Store> Limiter<S> {
         &self.watch
     }
 
-    /// Envoy's `ShouldRateLimit`, with Charon's semantics (SPEC §5).
+    /// Envoy's `ShouldRateLimit`, with Charon's semantics
+    /// (docs/design.md#envoy-answers).
     pub async fn should_rate_limit(
         &self,
         request: RateLimitRequest,
@@ -818,7 +823,8 @@ fn status(resolved: &Resolved<'_>, outcome: Option<&Outcome>, ignore: bool) -> D
             }),
             remaining: if g.over { 0 } else { g.remaining },
             // Rejected: when these hits pass (never: a period from now);
-            // granted: when the bucket is full again (TAT - now), SPEC §5.3.
+            // granted: when the bucket is full again (TAT - now),
+            // docs/design.md#resets.
             reset_after_ms: Some(if g.over {
                 g.wait.unwrap_or(limit.period())
             } else {

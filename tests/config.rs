@@ -1,4 +1,5 @@
-//! Black-box tests of configuration loading (SPEC §2 and §5.1):
+//! Black-box tests of configuration loading (docs/configuration.md,
+//! docs/design.md#matching):
 //! `charon::config::{load_str, load_path}` and `charon check`.
 //!
 //! 1. envoyproxy/ratelimit files load unchanged (fixtures in
@@ -640,7 +641,7 @@ fn settings_switches_are_read() {
 }
 
 // ---------------------------------------------------------------------------
-// 2. Matching order (SPEC §5.1)
+// 2. Matching order (docs/design.md#matching)
 // ---------------------------------------------------------------------------
 
 const MATCHING: &str = "\

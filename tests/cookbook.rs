@@ -1,6 +1,6 @@
-//! Every cookbook pattern of the paper (§2.3) and of article 000, loaded from
-//! `examples/cookbook/` and driven through the limiter on a manual clock:
-//! each behaves as its text says.
+//! Every rate-limited cookbook pattern (docs/design.md#cookbook-patterns),
+//! loaded from `examples/cookbook/` and driven through the limiter on a
+//! manual clock: each behaves as its comment says.
 
 use charon::clock::ManualClock;
 use charon::config;

@@ -1,4 +1,5 @@
-//! The copy-limited cookbook patterns (paper §2.2, §2.3), loaded from
+//! The copy-limited cookbook patterns (docs/design.md#cookbook-patterns),
+//! loaded from
 //! `examples/cookbook/copies-*.yaml` and decided by the memory copy log:
 //! each behaves as its comment says. (The sidecar tests prove that Redis
 //! decides alike.)

@@ -1,10 +1,12 @@
-//! Copy-limited resources end to end (SPEC §4, §6): the real `charon`
+//! Copy-limited resources end to end (docs/design.md#copy-limits,
+//! docs/design.md#charon-api): the real `charon`
 //! binary, real `redis-server` processes, real gRPC sessions.
 //!
 //! What it proves:
 //!
 //! - reserve grants the most that fits the domain, group and global limits,
-//!   atomically over `[min_copies, copies]`, with the context of paper §3.1;
+//!   atomically over `[min_copies, copies]`, with the context of
+//!   docs/design.md#reserve-release-transfer-seize;
 //!   release, transfer and seize work, and every mistake is a typed client
 //!   error, on the memory store and on Redis alike;
 //! - a sidecar SIGKILLed while its clients hold copies: within the heartbeat

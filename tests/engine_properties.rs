@@ -1,6 +1,6 @@
-//! Properties of the burst-tier engine (SPEC §3), checked against a naive
-//! hit-by-hit reference model written straight from the spec's words, and
-//! against the grant history itself.
+//! Properties of the burst-tier engine (docs/design.md#burst-tiers), checked
+//! against a naive hit-by-hit reference model written straight from that
+//! page's rules, and against the grant history itself.
 
 mod support;
 
@@ -12,13 +12,13 @@ use support::arb_policy;
 const DOMAINS: usize = 2;
 const GLOBAL_SLOT: usize = DOMAINS;
 
-/// The reference: the spec, literally, one hit at a time.
+/// The reference: docs/design.md#burst-tiers, literally, one hit at a time.
 #[derive(Clone, Debug, Default)]
 struct RefDomain {
     entered: Vec<Option<u64>>,
     hits: Vec<Vec<u64>>,
     recent: Vec<u64>,
-    /// A bucket's theoretical arrival time, in 1/count ms (seed 003).
+    /// A bucket's theoretical arrival time, in 1/count ms (docs/design.md#gcra).
     tat: u128,
 }
 
@@ -240,7 +240,7 @@ fn arb_ops() -> impl Strategy<Value = Vec<Op>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
 
-    /// The engine grants exactly what the spec's hit-by-hit model grants.
+    /// The engine grants exactly what the hit-by-hit model of the rules grants.
     #[test]
     fn engine_matches_the_reference_model((policy, global) in arb_policy(0..4, 0..12, 0..16), ops in arb_ops()) {
         let mut engine = Engine::new(policy.clone(), global);
@@ -367,7 +367,7 @@ proptest! {
     }
 }
 
-// GCRA (seed 003): the bucket's promises, over random traffic.
+// GCRA (docs/design.md#gcra): the bucket's promises, over random traffic.
 
 mod gcra_properties {
     use charon::engine::gcra::{GcraLimit, GcraState, decide};

@@ -1,5 +1,6 @@
 //! What a user migrating from envoyproxy/ratelimit relies on, against the
-//! real `charon serve` over gRPC and HTTP (SPEC §5.3, §5.5): resets in whole
+//! real `charon serve` over gRPC and HTTP (docs/design.md#resets,
+//! docs/envoy-compatibility.md): resets in whole
 //! seconds that never tell a client to retry at once, the wait of a bulk
 //! request, duplicate descriptors counted in order, upstream's config fields
 //! (`quota_mode`, `metadata`, `detailed_metric`, `value_to_metric`) and

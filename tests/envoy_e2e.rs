@@ -593,7 +593,8 @@ async fn envoy_scenario(h: &mut Harness) {
     h.check_alive();
 }
 
-/// What reaches the HTTP client behind Envoy (SPEC §5.3): a 429 from a
+/// What reaches the HTTP client behind Envoy (docs/design.md#resets): a 429
+/// from a
 /// `SECOND` limit says `x-ratelimit-reset` of at least 1 (whole seconds,
 /// rounded up, never "retry at once"), and with `--response-headers ietf`
 /// the `retry-after` is this request's own wait rounded up: the request

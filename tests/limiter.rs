@@ -1,4 +1,5 @@
-//! Envoy RateLimitService semantics (SPEC §5) at the limiter, on the memory
+//! Envoy RateLimitService semantics (docs/design.md#envoy-answers) at the
+//! limiter, on the memory
 //! store with a manual clock: matching, statuses, all-or-nothing, hits,
 //! overrides, replaces, shadow mode, caps, and bounded memory.
 

@@ -1,4 +1,5 @@
-//! The promise behind every OVER_LIMIT status Envoy receives (SPEC §5.3):
+//! The promise behind every OVER_LIMIT status Envoy receives
+//! (docs/design.md#resets):
 //! its `duration_until_reset`, in the whole seconds Envoy reads (rounded up,
 //! at least 1), is exactly when the same request would be granted. Repeated
 //! that many seconds later it is granted; one second earlier it is not.

@@ -1,4 +1,4 @@
-//! `charon simulate` (issue 7, part 1): the timeline is exactly what the
+//! `charon simulate` (docs/simulator.md): the timeline is exactly what the
 //! limiter decides for the same requests at the same instants, for every
 //! rate pattern of the cookbook (tiers, prisons, batches, buckets, soft
 //! limits); the CLI prints it as text or JSON, and refuses nonsense and

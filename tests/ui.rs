@@ -1,4 +1,4 @@
-//! The admin pages (issue 7, parts 2–4) on a real `charon serve`: the
+//! The admin pages (docs/simulator.md) on a real `charon serve`: the
 //! simulator's endpoints give the very timeline `charon simulate` computes,
 //! however the requests are split into calls, and refuse nonsense with a
 //! message and bounded work; the state view shows what the store holds for

@@ -23,7 +23,8 @@ pub struct Reply {
 }
 
 /// No answer: the backend is unreachable, or its session ended before it
-/// answered. A server error: the client fails open (SPEC §7).
+/// answered. A server error: the client fails open
+/// (docs/design.md#fail-open).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Unreachable(pub String);

@@ -1,7 +1,8 @@
-//! Hold guards (paper Figure 5): the copies a reserve or seize granted, held
-//! until released, transferred, or the guard is dropped — then what is left
-//! goes back by itself. And the multi-resource pattern of paper §3.3
-//! (Figure 7), which composes holds and one final rate request.
+//! Hold guards (docs/design.md#hold-guards): the copies a reserve or seize
+//! granted, held until released, transferred, or the guard is dropped — then
+//! what is left goes back by itself. And the multi-resource pattern
+//! (docs/design.md#multi-resource-acquire), which composes holds and one
+//! final rate request.
 
 use std::time::{Duration, Instant};
 
@@ -150,7 +151,8 @@ impl Hold {
         self.overridden
     }
 
-    /// The limits and holds when the server answered (paper §3.1).
+    /// The limits and holds when the server answered
+    /// (docs/design.md#reserve-release-transfer-seize).
     pub fn context(&self) -> &CopyContext {
         &self.context
     }
@@ -351,7 +353,8 @@ impl Acquired {
 
 impl Client {
     /// Takes between `min_copies` and `copies` of every target, the same
-    /// number of each, within `max_wait` in total (paper §3.3, Figure 7):
+    /// number of each, within `max_wait` in total
+    /// (docs/design.md#multi-resource-acquire):
     /// each target is asked for what the one before granted; a smaller grant
     /// gives the surplus of the earlier holds back; a rejection gives
     /// everything back. At most one rate-limited target, and last (hits

@@ -5,11 +5,12 @@
 //! `server` feature, an [`Embedded`] engine in the process, on the memory or
 //! Redis store. Switching is one line; everything else is the client's own
 //! and the same for both: a per-call deadline, retries within `max_wait`
-//! using the server's `retry_after` (SPEC §7), fail-open when the backend is
-//! unreachable or answers a server error (the grant is flagged `degraded`
-//! and recorded nowhere), a kill switch, hold guards that give back what is
-//! left when dropped (paper Figure 5), and the multi-resource pattern of
-//! paper §3.3 ([`Client::acquire`]).
+//! using the server's `retry_after` (docs/design.md#retries), fail-open
+//! when the backend is unreachable or answers a server error (the grant is
+//! flagged `degraded` and recorded nowhere), a kill switch, hold guards that
+//! give back what is left when dropped (docs/design.md#hold-guards), and the
+//! multi-resource pattern of docs/design.md#multi-resource-acquire
+//! ([`Client::acquire`]).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), charon::client::ClientError> {
@@ -330,7 +331,8 @@ impl Client {
         on
     }
 
-    /// Runs `attempt` until it is granted or `max_wait` is spent (SPEC §7).
+    /// Runs `attempt` until it is granted or `max_wait` is spent
+    /// (docs/design.md#retries).
     /// `op` is sent as it is when there will be no retry, cloned otherwise.
     async fn retrying<O: Clone, T, Fut>(
         &self,

@@ -1,4 +1,4 @@
-//! When to try again after a rejection (SPEC §7, paper §3.2): after the
+//! When to try again after a rejection (docs/design.md#retries): after the
 //! i-th rejection, sleep `min(max_wait - elapsed, jitter(max(retry_after,
 //! base * 2^i)))`, and give up with the last answer once nothing is left of
 //! `max_wait`. Pure, with the randomness passed in, so it is tested exactly.

@@ -1,11 +1,12 @@
-//! Configuration: what limits exist. Owns the file format (SPEC §2), its
-//! validation and normalization (paper §4.1), and the compiled, immutable
+//! Configuration: what limits exist. Owns the file format
+//! (docs/configuration.md), its validation and normalization
+//! (docs/design.md#normalization), and the compiled, immutable
 //! [`Config`] the engine decides with.
 //!
 //! One YAML file is one namespace (Envoy's `domain`); a directory loads every
 //! `*.yaml`/`*.yml` in it. A file with any error is rejected whole, and errors
-//! carry `file:line:column`. Normalization changes what the paper says it
-//! should and reports each change as a [`Note`].
+//! carry `file:line:column`. Normalization makes the changes that
+//! docs/design.md#normalization lists and reports each as a [`Note`].
 //!
 //! ```rust
 //! let yaml = "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 100}\n";
@@ -29,7 +30,8 @@ pub use error::{ConfigError, ConfigErrors, Note};
 pub use load::{LoadOptions, Loaded, load_path, load_path_with, load_str};
 pub use raw::MetaValue;
 
-/// Sizes past which a file is refused rather than loaded (see the README).
+/// Sizes past which a file is refused rather than loaded
+/// (docs/configuration.md#caps-on-input).
 pub mod caps {
     /// A configuration file larger than this is refused.
     pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -69,7 +71,7 @@ pub struct Namespace {
     pub resources: HashMap<String, Resource>,
 }
 
-/// Namespace switches (paper §4.3).
+/// Namespace switches (docs/design.md#namespace-settings).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Settings {
     /// Every request is granted; what fits within the limits is still
@@ -111,10 +113,10 @@ impl RateResource {
 pub struct RatePolicy {
     /// H: hits per second for one domain, across tiers.
     pub hard_limit: Option<u64>,
-    /// One-indexed in the paper; index 0 here is tier 1.
+    /// One-indexed in docs/design.md#burst-tiers; index 0 here is tier 1.
     pub tiers: Vec<Tier>,
-    /// Instead of tiers: a token bucket (seed 003's `burst`, `count`,
-    /// `period`), with H and G still applying.
+    /// Instead of tiers: a token bucket (`burst`, `count`, `period`;
+    /// docs/design.md#gcra), with H and G still applying.
     pub gcra: Option<crate::engine::GcraLimit>,
 }
 
@@ -158,11 +160,11 @@ pub struct FixedLimit {
     pub replaces: Vec<String>,
     /// How hits are counted: a fixed window, or GCRA.
     pub algorithm: Algorithm,
-    /// Past it, granted answers carry a warning (seed 004).
+    /// Past it, granted answers carry a warning (docs/design.md#soft-limits).
     pub soft_limit: Option<SoftLimit>,
 }
 
-/// A soft limit (seed 004, "Hard limit vs Soft limit"): granted requests
+/// A soft limit (docs/design.md#soft-limits): granted requests
 /// past it are still granted, with a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftLimit {
@@ -191,8 +193,8 @@ pub enum Algorithm {
     /// envoyproxy/ratelimit's: a window aligned to the epoch.
     #[default]
     FixedWindow,
-    /// A token bucket (seed 003): `requests_per_unit` per unit, up to
-    /// `burst` at once.
+    /// A token bucket (docs/design.md#gcra): `requests_per_unit` per unit,
+    /// up to `burst` at once.
     Gcra { burst: u64 },
 }
 

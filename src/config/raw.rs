@@ -143,15 +143,16 @@ pub struct RawRate {
     /// Charon: warn past this many (or this share) of the current tier's limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_limit: Option<RawSoftLimit>,
-    /// Charon shorthand (seed 004): normalized into two tiers at load.
+    /// Charon shorthand (docs/design.md#bans): normalized into two tiers at
+    /// load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ban: Option<Spanned<RawBan>>,
-    /// A token bucket instead of tiers (seed 003).
+    /// A token bucket instead of tiers (docs/design.md#gcra).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcra: Option<Spanned<RawGcra>>,
 }
 
-/// `gcra: {burst: 20, count: 20, period: 1s}` (seed 003's vocabulary):
+/// `gcra: {burst: 20, count: 20, period: 1s}` (docs/design.md#gcra):
 /// `count` per `period` on average, up to `burst` at once (default `count`).
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]

@@ -1,6 +1,6 @@
-//! Copy limits (SPEC §4, paper §2.2): a counting semaphore per resource, with
-//! a limit per domain, a global limit, and group pools (bulkheads) in which
-//! one copy counts once in every group the domain is in.
+//! Copy limits (docs/design.md#copy-limits): a counting semaphore per
+//! resource, with a limit per domain, a global limit, and group pools
+//! (bulkheads) in which one copy counts once in every group the domain is in.
 //!
 //! Pure: the counts before a reserve in, the number granted out. Both stores
 //! call [`grantable`] (the Redis script ports it, and the sidecar checks the

@@ -1,4 +1,4 @@
-//! GCRA (seeds 002 and 003): a token bucket kept as one number per key, the
+//! GCRA (docs/design.md#gcra): a token bucket kept as one number per key, the
 //! "theoretical arrival time" (TAT) of the next request at the permitted
 //! rate. With `count` requests per `period` the emission interval is
 //! `T = period / count`; a request of `n` hits moves the TAT to

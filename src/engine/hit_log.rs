@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 /// Granted hits as `(time, count)` pairs in time order; a bulk grant at one
 /// instant is one pair, so memory is bounded by distinct instants, not hits.
 ///
-/// Window rule (paper §2.1): a hit at `t` counts in a window of span `w` while
-/// `now <= t + w`; it leaves the window at `t + w + 1`.
+/// Window rule (docs/design.md#window-rule): a hit at `t` counts in a
+/// window of span `w` while `now <= t + w`; it leaves the window at
+/// `t + w + 1`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HitLog {
     entries: VecDeque<(u64, u64)>,

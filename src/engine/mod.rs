@@ -5,7 +5,8 @@
 //!
 //! A request is a batch of [`Item`]s (one per limited descriptor) over a set
 //! of [`Slot`]s (one per state key). A batch is all or nothing: if any item
-//! that is not in shadow mode is over its limit, no slot changes (SPEC §5).
+//! that is not in shadow mode is over its limit, no slot changes
+//! (docs/design.md#all-or-nothing).
 //!
 //! ```rust
 //! use charon::engine::{self, Item, Slot, SlotKind};
@@ -205,7 +206,8 @@ pub struct WindowOutcome {
     pub wait: Option<u64>,
 }
 
-/// A burst-tier answer: the context of paper §3.1 plus `retry_after`.
+/// A burst-tier answer: the context of docs/design.md#rate-answers, with
+/// `retry_after`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TierOutcome {
     pub over: bool,
@@ -256,7 +258,8 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
 /// Two items on one key must see each other's hits, in order: run them one
 /// by one on a copy and keep it only if the batch passes. A rejected batch
 /// records nothing, but each item is reported as it was counted in order, so
-/// the occurrence that crosses its limit is the one over it (SPEC §5.3).
+/// the occurrence that crosses its limit is the one over it
+/// (docs/design.md#all-or-nothing).
 fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
     let mut scratch = slots.to_vec();
     let outcomes: SmallVec<[Outcome; 1]> = items

@@ -1,4 +1,4 @@
-//! Burst tiers with hard and global limits (SPEC §3, paper §2.1).
+//! Burst tiers with hard and global limits (docs/design.md#burst-tiers).
 //!
 //! State per (namespace, resource, domain) is a [`TierState`]: per tier, when
 //! it was last entered and the hits granted while it was current; plus the
@@ -402,7 +402,8 @@ pub fn wait_for(
     None
 }
 
-/// What the state looks like at `now`, for answers (paper §3.1).
+/// What the state looks like at `now`, for answers
+/// (docs/design.md#rate-answers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Snapshot {
     /// The current tier, one-indexed (0: none active).

@@ -16,7 +16,8 @@ use super::ResponseBody;
 
 pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// On granted responses past the resource's `soft_limit` (seed 004): the
+/// On granted responses past the resource's `soft_limit`
+/// (docs/design.md#soft-limits): the
 /// resource's name. The same header the sidecar asks Envoy to add.
 pub static SOFT_LIMIT: HeaderName = HeaderName::from_static("x-charon-soft-limit");
 

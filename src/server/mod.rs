@@ -252,7 +252,7 @@ fn grpc_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming
 /// gRPC server reflection (v1, and v1alpha for older clients) of the Charon
 /// API and gRPC health, so that grpcurl needs no proto files. Envoy's RLS is
 /// not described: its descriptors are not shipped with the crate that
-/// generates it (README: "grpcurl").
+/// generates it (docs/envoy-compatibility.md#grpc-reflection-and-grpcurl).
 fn reflection() -> anyhow::Result<(
     tonic_reflection::server::v1::ServerReflectionServer<
         impl tonic_reflection::server::v1::ServerReflection,

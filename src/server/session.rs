@@ -1,8 +1,9 @@
 //! One Charon API session: a stream of operations, each answered at once, and
-//! the session's hold set (paper §4.3.1): what it holds, per (namespace,
-//! resource, domain, groups). When the stream ends, for any reason, the hold
-//! set is released, one release per entry; when the sidecar resigns, the
-//! session ends without releasing (its holds belong to the reaper then).
+//! the session's hold set (docs/design.md#hold-sets): what it holds, per
+//! (namespace, resource, domain, groups). When the stream ends, for any
+//! reason, the hold set is released, one release per entry; when the sidecar
+//! resigns, the session ends without releasing (its holds belong to the
+//! reaper then).
 //!
 //! Operations of one session run concurrently (up to [`MAX_IN_FLIGHT`]), so a
 //! client can multiplex one session; each answer goes out as soon as it is

@@ -56,7 +56,7 @@ pub struct StoreStatus {
 /// connection, so copy traffic and rate traffic do not queue behind each
 /// other). Copy operations have no `--on-store-error` fallback: a semaphore
 /// split across sidecars would overcommit, so while Redis is unreachable they
-/// answer STORE_UNAVAILABLE and the client fails open (SPEC §7).
+/// answer STORE_UNAVAILABLE and the client fails open (docs/design.md#failover).
 pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyStore, RedisError> {
     if options.url == "memory" {
         return Ok(CopyStore::Memory(MemoryCopies::new()));

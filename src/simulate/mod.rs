@@ -37,7 +37,7 @@ pub struct Timeline {
     pub tiers: Vec<TierConfig>,
     pub granted: u64,
     pub rejected: u64,
-    /// Granted past the resource's `soft_limit` (seed 004).
+    /// Granted past the resource's `soft_limit` (docs/design.md#soft-limits).
     pub warned: u64,
     pub ticks: Vec<Tick>,
 }

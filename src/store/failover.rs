@@ -1,5 +1,6 @@
-//! What to answer when the shared store is away (SPEC §7): a circuit breaker
-//! in front of the Redis store, and a policy for the answers it cannot get.
+//! What to answer when the shared store is away (docs/design.md#failover):
+//! a circuit breaker in front of the Redis store, and a policy for the
+//! answers it cannot get.
 //!
 //! - Closed: every decision goes to Redis, with its deadline. A failed call
 //!   (error or deadline) is answered by the policy; [`OPEN_AFTER`] failures in

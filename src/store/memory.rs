@@ -10,8 +10,8 @@
 //! Memory is bounded twice: a slot is dropped once the engine says it can no
 //! longer change a decision ([`Slot::expires_at`]), on access and by sweeps;
 //! and the number of keys is capped. At the cap, a request that needs a new
-//! key is decided as for a fresh domain but not remembered (lenient: the
-//! paper's hard goal 2), and counted in [`MemoryStats::unrecorded`].
+//! key is decided as for a fresh domain but not remembered (lenient:
+//! docs/design.md#goals), and counted in [`MemoryStats::unrecorded`].
 //!
 //! ```rust
 //! use charon::clock::ManualClock;

@@ -1,5 +1,6 @@
 //! The wire and back: Envoy's request into the limiter's, the limiter's
-//! answer into Envoy's (SPEC §5.3: resets in whole seconds, rounded up).
+//! answer into Envoy's (docs/design.md#resets: resets in whole seconds,
+//! rounded up).
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -15,7 +16,7 @@ use super::ResponseHeaders;
 use super::headers;
 
 /// The response header of a granted answer with descriptors past their soft
-/// limit (seed 004): their indexes in the request, `0,2`.
+/// limit (docs/design.md#soft-limits): their indexes in the request, `0,2`.
 pub const SOFT_LIMIT_HEADER: &str = "x-charon-soft-limit";
 
 pub(super) fn from_wire(request: RateLimitRequest) -> Result<limiter::RateLimitRequest, String> {

@@ -1,4 +1,5 @@
--- Charon's copy log for one copy-limited resource (SPEC §4, paper §4.3.2).
+-- Charon's copy log for one copy-limited resource (docs/design.md#copy-limits,
+-- docs/design.md#sidecar-crashes).
 --
 -- `counts` holds the resource's holds; every session keeps its own share of
 -- them in a `contribution` named `<sidecar id>.<session number>`, changed in

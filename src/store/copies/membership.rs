@@ -1,5 +1,5 @@
-//! Crash safety across sidecars (paper §4.3.2, with Redis in place of
-//! ZooKeeper): heartbeats, resignation, and the reaper.
+//! Crash safety across sidecars (docs/design.md#sidecar-crashes):
+//! heartbeats, resignation, and the reaper.
 //!
 //! - **Heartbeat.** A sidecar registers under a fresh random id with a key
 //!   that expires after `ttl`, and renews it every `heartbeat` (`SET … XX`).

@@ -1,4 +1,5 @@
-//! Copy logs: where the holds of copy-limited resources are counted (SPEC §4).
+//! Copy logs: where the holds of copy-limited resources are counted
+//! (docs/design.md#copy-limits).
 //!
 //! A copy log keeps, per resource, the holds of each domain, of each group
 //! and of all domains, and the staged transfers. [`CopyStore`] is the one the

@@ -1,5 +1,6 @@
 //! The Redis store: state in Redis, shared by every sidecar that points at it
-//! (paper §4.2: Redis is the limiting servers' shared memory).
+//! (docs/design.md#one-script-per-decision: Redis is the sidecars' shared
+//! memory).
 //!
 //! A decision is one script call (EVALSHA, loaded on first use and again
 //! whenever Redis answers NOSCRIPT) over every key of the request, at Redis
@@ -16,8 +17,8 @@
 //! them), and a key that Redis said is over until a known instant is
 //! rejected locally until then ([`blocked`]). With Redis Cluster, a batch is
 //! split by hash tag ([`crate::engine::keys`]): one script per tag, run
-//! concurrently; each is atomic, the batch as a whole is not (README:
-//! "Redis Cluster").
+//! concurrently; each is atomic, the batch as a whole is not
+//! (docs/redis.md#redis-cluster).
 //!
 //! Failures are errors here ([`RedisError`]); what to answer when Redis is
 //! away is [`super::Failover`]'s business.
@@ -294,7 +295,7 @@ impl RedisStore {
         }
         let groups = groups_by_tag(batch);
         // Different cluster slots: one script per tag, concurrently; each is
-        // atomic, together they are not (documented in the README).
+        // atomic, together they are not (docs/redis.md#redis-cluster).
         let mut decisions = futures_util::future::try_join_all(groups.iter().map(|group| {
             let slots: SmallVec<[&SlotKey; 2]> =
                 group.slots.iter().map(|&s| &batch.slots[s]).collect();
