@@ -231,7 +231,7 @@ impl Metrics {
         );
         registry.register(
             "soft_limit_warnings",
-            "Granted answers past a soft limit (seed 004), by namespace",
+            "Granted answers past a soft limit, by namespace",
             soft_limit_warnings.clone(),
         );
         let sessions = Gauge::default();
