@@ -14,7 +14,7 @@
 //!
 //! With `--copies RESOURCE` it measures the Charon API instead: each of the
 //! `--concurrency` workers opens one session and loops on a reserve of one
-//! copy of RESOURCE for domain PREFIX<N> and its release; one request is one
+//! copy of RESOURCE for domain `PREFIX<N>` and its release; one request is one
 //! reserve + release pair, OK when the reserve was granted.
 
 use std::collections::BTreeMap;
@@ -39,7 +39,7 @@ use tonic::transport::{Channel, Endpoint};
     about = "Load-test a Charon (or any Envoy RLS) sidecar on this machine"
 )]
 struct Args {
-    /// The sidecar's gRPC address; only 127.0.0.1, localhost and [::1] are accepted.
+    /// The sidecar's gRPC address; only 127.0.0.1, localhost and `[::1]` are accepted.
     #[arg(long, default_value = "http://127.0.0.1:8081")]
     target: String,
     /// The request's domain (Charon's namespace).

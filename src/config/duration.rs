@@ -61,7 +61,7 @@ pub fn format(ms: Millis) -> String {
     text
 }
 
-/// Appends [`format`]'s text to `out` (no formatting machinery: this runs
+/// Appends [`format()`]'s text to `out` (no formatting machinery: this runs
 /// on the request path, in limit names).
 pub fn write(out: &mut String, ms: Millis) {
     if ms == FOREVER {

@@ -1,8 +1,8 @@
 //! Envoy's `envoy.service.ratelimit.v3.RateLimitService`: translates the wire
 //! request into a [`Limiter`] call and the answer back
 //! (docs/design.md#envoy-answers), with what envoyproxy/ratelimit adds
-//! around the decision: quota headers for the client ([`headers`]), dynamic
-//! metadata ([`metadata`]), and the same decision for `POST /json` callers.
+//! around the decision: quota headers for the client (`headers`), dynamic
+//! metadata (`metadata`), and the same decision for `POST /json` callers.
 //! No decision logic lives here.
 
 mod headers;

@@ -15,7 +15,7 @@
 //!
 //! Concurrent decisions share one multiplexed connection (redis-rs pipelines
 //! them), and a key that Redis said is over until a known instant is
-//! rejected locally until then ([`blocked`]). With Redis Cluster, a batch is
+//! rejected locally until then (`blocked`). With Redis Cluster, a batch is
 //! split by hash tag ([`crate::engine::keys`]): one script per tag, run
 //! concurrently; each is atomic, the batch as a whole is not
 //! (docs/redis.md#redis-cluster).

@@ -1,0 +1,126 @@
+//! Engine items and store keys for resolved descriptors.
+
+use crate::config::{Algorithm, Namespace, RateResource, duration};
+use crate::engine::{GcraLimit, Item, SlotKind, keys};
+use crate::store::Batch;
+
+use super::request::Descriptor;
+use super::resolve::Resolved;
+
+pub(super) fn add_item<'c>(
+    batch: &mut Batch<'c>,
+    namespace: &Namespace,
+    descriptor: &Descriptor,
+    resolved: &Resolved<'c>,
+    hits: u64,
+    quota: bool,
+) -> Option<usize> {
+    // `ignore_configured`: nothing is rejected, but what fits is counted and
+    // the real state reported, exactly as for shadow-mode descriptors. A
+    // quota descriptor does not reject on its own either: the limiter
+    // decides over all of them together once the batch is decided.
+    let ignore = namespace.settings.ignore_configured || quota;
+    let item = match resolved {
+        Resolved::NotLimited | Resolved::Unlimited { .. } => return None,
+        Resolved::Fixed {
+            limit,
+            shadow,
+            shared_values,
+            ..
+        } => {
+            let period = limit.period();
+            let entries = descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
+                let value = shared_values
+                    .get(i)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(v.as_str());
+                (k.as_str(), value)
+            });
+            match limit.algorithm() {
+                Algorithm::FixedWindow => {
+                    let key = keys::window_key(&namespace.name, entries, period);
+                    Item::Window {
+                        slot: batch.slot(key, SlotKind::Window),
+                        limit: limit.requests_per_unit(),
+                        period,
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
+                Algorithm::Gcra { burst } => {
+                    let key = keys::gcra_key(&namespace.name, entries, period);
+                    Item::Gcra {
+                        slot: batch.slot(key, SlotKind::Gcra),
+                        limit: GcraLimit {
+                            count: limit.requests_per_unit(),
+                            period,
+                            burst,
+                        },
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
+            }
+        }
+        Resolved::Resource { rate, shadow, .. } => {
+            // The domain is the value of the descriptor's last entry.
+            let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
+            tiers_item(
+                batch,
+                &namespace.name,
+                rate,
+                domain,
+                hits,
+                hits.max(1),
+                *shadow || ignore,
+            )
+        }
+    };
+    batch.items.push(item);
+    Some(batch.items.len() - 1)
+}
+
+/// A burst-tier item for `domain` of `rate`, its keys added to `batch`:
+/// `copies` hits (0: only check whether one more would pass), at least
+/// `min_copies` of them or none.
+pub(super) fn tiers_item<'c>(
+    batch: &mut Batch<'c>,
+    namespace: &str,
+    rate: &'c RateResource,
+    domain: &str,
+    copies: u64,
+    min_copies: u64,
+    shadow: bool,
+) -> Item<'c> {
+    let has_global = rate.global_limit.is_some();
+    let slot = batch.slot(
+        keys::tiers_key(namespace, &rate.name, domain, has_global),
+        SlotKind::Tiers,
+    );
+    let global_slot = rate
+        .global_limit
+        .map(|_| batch.slot(keys::global_key(namespace, &rate.name), SlotKind::Log));
+    Item::Tiers {
+        slot,
+        global_slot,
+        policy: rate.policy_for(domain),
+        global_limit: rate.global_limit,
+        copies: copies.max(1),
+        min_copies: min_copies.max(1),
+        check_only: copies == 0,
+        shadow,
+    }
+}
+
+/// `<resource>/tier<N>/<window>`: Envoy's units cannot say "10 s", so the
+/// name carries the tier's real window (Envoy shows it in X-RateLimit-Limit).
+pub(super) fn tier_name(resource: &str, tier: usize, window: u64) -> String {
+    let mut name = String::with_capacity(resource.len() + 16);
+    name.push_str(resource);
+    name.push_str("/tier");
+    name.push_str(itoa::Buffer::new().format(tier));
+    name.push('/');
+    duration::write(&mut name, window);
+    name
+}

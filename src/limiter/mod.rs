@@ -1,0 +1,292 @@
+//! The limiter: one engine and one access history behind every face of
+//! Charon. It holds the current configuration (swapped atomically on reload)
+//! and a store; it turns an Envoy-style request (namespace + descriptors) into
+//! an engine batch, and the decision into per-descriptor statuses
+//! (docs/design.md#envoy-answers).
+//!
+//! `request` holds what comes in and goes out, and its validation;
+//! `resolve` matches descriptors to the configuration; `batch` turns the
+//! matches into engine items and keys; `status` turns outcomes into
+//! statuses.
+//!
+//! ```rust
+//! # tokio_test_block_on(async {
+//! use charon::limiter::{Limiter, RateLimitRequest, Descriptor};
+//! let yaml = "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
+//! let config = charon::config::load_str(yaml, "shop.yaml").unwrap().config;
+//! let limiter = Limiter::new(config, charon::store::MemoryStore::new());
+//! let request = RateLimitRequest::new("shop", vec![Descriptor::new([("tenant", "acme")])]);
+//! assert!(!limiter.should_rate_limit(request.clone()).await.unwrap().over_limit);
+//! assert!(limiter.should_rate_limit(request).await.unwrap().over_limit);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     let mut f = std::pin::pin!(f);
+//! #     let waker = std::task::Waker::noop();
+//! #     let mut cx = std::task::Context::from_waker(&waker);
+//! #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+//! # }
+//! ```
+
+mod batch;
+mod request;
+mod resolve;
+mod status;
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use smallvec::SmallVec;
+
+use crate::config::{Config, Namespace, RateResource};
+use crate::engine::{Decision, Outcome, TierOutcome};
+use crate::store::{Batch, Store, StoreError};
+use crate::watch::{Recent, Watch};
+
+use self::batch::{add_item, tiers_item};
+use self::request::validate;
+use self::resolve::{Resolved, resolve_all};
+use self::status::status;
+
+pub use self::request::{
+    CurrentLimit, Descriptor, DescriptorStatus, LimitError, LimitOverride, Modes, RateLimitAnswer,
+    RateLimitRequest, caps,
+};
+
+/// Decides requests against the current configuration and a store.
+pub struct Limiter<S> {
+    config: ArcSwap<Config>,
+    store: S,
+    watch: Watch,
+    modes: Modes,
+}
+
+impl<S: Store> Limiter<S> {
+    pub fn new(config: Config, store: S) -> Self {
+        Self {
+            config: ArcSwap::from_pointee(config),
+            store,
+            watch: Watch::default(),
+            modes: Modes::default(),
+        }
+    }
+
+    /// The same limiter with process-wide `modes`.
+    pub fn with_modes(mut self, modes: Modes) -> Self {
+        self.modes = modes;
+        self
+    }
+
+    /// Replaces the configuration; requests in flight finish on the old one.
+    pub fn replace_config(&self, config: Config) {
+        self.config.store(Arc::new(config));
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The recent decisions of what the state view looks at.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
+    }
+
+    /// Envoy's `ShouldRateLimit`, with Charon's semantics
+    /// (docs/design.md#envoy-answers).
+    pub async fn should_rate_limit(
+        &self,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitAnswer, LimitError> {
+        validate(&request)?;
+        let config = self.config.load_full();
+        let Some(namespace) = config.namespace(&request.domain) else {
+            return Ok(RateLimitAnswer {
+                over_limit: false,
+                statuses: request
+                    .descriptors
+                    .iter()
+                    .map(|_| DescriptorStatus::unlimited(0))
+                    .collect(),
+                namespace_known: false,
+                shadowed: false,
+            });
+        };
+        let default_hits = if request.hits_addend == 0 {
+            1
+        } else {
+            request.hits_addend
+        };
+        let resolved = resolve_all(namespace, &request);
+
+        let mut batch = Batch::default();
+        let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+        let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
+        for ((descriptor, resolved), &quota) in
+            request.descriptors.iter().zip(&resolved).zip(&quotas)
+        {
+            let hits = descriptor.hits_addend.unwrap_or(default_hits);
+            item_of.push(add_item(
+                &mut batch, namespace, descriptor, resolved, hits, quota,
+            ));
+        }
+        let decision = if batch.items.is_empty() {
+            None
+        } else {
+            Some(self.store.decide(batch).await?)
+        };
+
+        if let Some(decision) = &decision
+            && self.watch.is_open()
+        {
+            self.record_resources(namespace, &request, &resolved, &item_of, decision);
+        }
+        let ignore = namespace.settings.ignore_configured;
+        let statuses: Vec<DescriptorStatus> = request
+            .descriptors
+            .iter()
+            .zip(&resolved)
+            .zip(&item_of)
+            .zip(&quotas)
+            .map(|(((descriptor, resolved), item), &quota)| {
+                let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
+                let mut status = status(resolved, outcome, ignore);
+                status.quota = quota;
+                status.metadata = resolved.node().and_then(|node| node.metadata.clone());
+                status.hits = descriptor.hits_addend.unwrap_or(default_hits);
+                status.stats_key = resolved.stats().cloned();
+                status
+            })
+            .collect();
+        let over_limit = !ignore && over_limit(&resolved, &statuses);
+        Ok(RateLimitAnswer {
+            over_limit: over_limit && !self.modes.shadow,
+            shadowed: over_limit && self.modes.shadow,
+            statuses,
+            namespace_known: true,
+        })
+    }
+
+    /// Whether a descriptor is a quota descriptor: its node says so, or the
+    /// process does for every descriptor that is not unlimited.
+    fn is_quota(&self, resolved: &Resolved<'_>) -> bool {
+        match resolved {
+            Resolved::Unlimited { .. } => false,
+            _ => self.modes.quota || resolved.node().is_some_and(|node| node.quota_mode),
+        }
+    }
+}
+
+/// envoyproxy/ratelimit's overall code: over when a descriptor that is not a
+/// quota descriptor is over, or when there are quota descriptors and every
+/// one is over. Unlimited descriptors take no part; with the process-wide
+/// quota mode, a descriptor without a limit is a quota descriptor that
+/// passed.
+fn over_limit(resolved: &[Resolved<'_>], statuses: &[DescriptorStatus]) -> bool {
+    let (mut quotas, mut quotas_over) = (0usize, 0usize);
+    for (resolved, status) in resolved.iter().zip(statuses) {
+        if matches!(resolved, Resolved::Unlimited { .. }) {
+            continue;
+        }
+        if !status.quota {
+            if status.over_limit {
+                return true;
+            }
+            continue;
+        }
+        quotas += 1;
+        if status.over_limit {
+            quotas_over += 1;
+        }
+    }
+    quotas > 0 && quotas == quotas_over
+}
+
+impl<S: Store> Limiter<S> {
+    /// Envoy's decisions on resources, for the state view's watches.
+    fn record_resources(
+        &self,
+        namespace: &Namespace,
+        request: &RateLimitRequest,
+        resolved: &[Resolved<'_>],
+        item_of: &[Option<usize>],
+        decision: &Decision,
+    ) {
+        let default_hits = if request.hits_addend == 0 {
+            1
+        } else {
+            request.hits_addend
+        };
+        for ((descriptor, resolved), item) in request.descriptors.iter().zip(resolved).zip(item_of)
+        {
+            if let (Resolved::Resource { rate, .. }, Some(item)) = (resolved, item)
+                && let Some(Outcome::Tiers(outcome)) = decision.outcomes.get(*item)
+            {
+                let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
+                let hits = descriptor.hits_addend.unwrap_or(default_hits);
+                self.watch.record(&namespace.name, &rate.name, domain, || {
+                    recent(decision.now, "envoy", outcome, hits)
+                });
+            }
+        }
+    }
+
+    /// Hits on one rate-limited resource for one domain (the Charon API's
+    /// `request`): the largest `k` in `[min_copies, copies]`, or nothing.
+    /// `ignore_configured` grants and still counts what fits.
+    pub async fn request_hits(
+        &self,
+        namespace: &Namespace,
+        rate: &RateResource,
+        domain: &str,
+        copies: u64,
+        min_copies: u64,
+    ) -> Result<(TierOutcome, bool), StoreError> {
+        let mut batch = Batch::default();
+        let item = tiers_item(
+            &mut batch,
+            &namespace.name,
+            rate,
+            domain,
+            copies,
+            min_copies,
+            namespace.settings.ignore_configured,
+        );
+        batch.items.push(item);
+        let decision = self.store.decide(batch).await?;
+        match decision.outcomes.first() {
+            Some(Outcome::Tiers(outcome)) => {
+                self.watch.record(&namespace.name, &rate.name, domain, || {
+                    recent(decision.now, "request", outcome, copies)
+                });
+                Ok((*outcome, decision.degraded))
+            }
+            _ => Err(StoreError::Unavailable(
+                "the store answered another kind of decision".into(),
+            )),
+        }
+    }
+}
+
+/// A decision on a resource as the state view shows it: asking for 0 hits
+/// is a check (granted: it would fit); a rejection shows the hits asked.
+fn recent(at_ms: u64, op: &'static str, outcome: &TierOutcome, asked: u64) -> Recent {
+    let check = asked == 0;
+    Recent {
+        at_ms,
+        op: if check { "check" } else { op },
+        granted: if check {
+            !outcome.over
+        } else {
+            outcome.granted > 0
+        },
+        copies: if outcome.granted > 0 {
+            outcome.granted
+        } else {
+            asked
+        },
+        tier: outcome.snapshot.tier,
+    }
+}
