@@ -14,6 +14,7 @@
 //! assert!(loaded.config.namespace("shop").is_some());
 //! ```
 
+mod compile;
 mod descriptors;
 pub mod duration;
 mod error;

@@ -1,0 +1,351 @@
+//! The compiler from parsed YAML to a [`Namespace`]: it checks every value,
+//! normalizes what upstream tolerates, and records errors and notes with
+//! their line and column instead of stopping at the first. Descriptor trees
+//! are compiled here; resources (tiers, GCRA, copy limits) in `resources`.
+
+mod resources;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_saphyr::{Location, Spanned};
+
+use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
+use super::duration::{self, Millis};
+
+use super::raw::{RawDescriptor, RawFile};
+use super::{Algorithm, ConfigError, FixedLimit, Namespace, Note, Settings, Unit, caps};
+
+/// One file's compilation: where it is, and what it found wrong or changed.
+pub(in crate::config) struct Ctx {
+    pub(in crate::config) file: PathBuf,
+    pub(in crate::config) errors: Vec<ConfigError>,
+    pub(in crate::config) notes: Vec<Note>,
+}
+
+/// What kind each resource is, for checking `resource:` leaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::config) enum Kind {
+    Rate,
+    Copies,
+}
+
+impl Ctx {
+    pub(super) fn error(&mut self, at: Location, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            line: at.line(),
+            column: at.column(),
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn note(&mut self, at: Location, message: impl Into<String>) {
+        self.notes.push(Note {
+            file: self.file.clone(),
+            line: at.line(),
+            column: at.column(),
+            message: message.into(),
+        });
+    }
+
+    /// A count: a whole number in `0..=u32::MAX`.
+    pub(super) fn count(&mut self, value: &Spanned<i64>, what: &str) -> Option<u64> {
+        match u32::try_from(value.value) {
+            Ok(n) => Some(u64::from(n)),
+            Err(_) => {
+                self.error(
+                    value.referenced,
+                    format!(
+                        "{what} must be between 0 and {}, got {}",
+                        u32::MAX,
+                        value.value
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn duration(&mut self, value: &Spanned<String>, what: &str) -> Option<Millis> {
+        match duration::parse(&value.value) {
+            Ok(ms) => Some(ms),
+            Err(message) => {
+                self.error(value.referenced, format!("{what}: {message}"));
+                None
+            }
+        }
+    }
+
+    pub(in crate::config) fn namespace(&mut self, raw: &mut RawFile) -> Namespace {
+        let name = raw.domain.value.clone();
+        if name.is_empty() {
+            self.error(raw.domain.referenced, "domain is empty");
+        }
+        let settings = raw
+            .settings
+            .as_ref()
+            .map(|s| Settings {
+                ignore_configured: s.ignore_configured,
+                allow_unconfigured: s.allow_unconfigured,
+            })
+            .unwrap_or_default();
+        let kinds: HashMap<String, Kind> = raw
+            .resources
+            .iter()
+            .map(|(name, resource)| {
+                let kind = if resource.value.copies.is_some() && resource.value.rate.is_none() {
+                    Kind::Copies
+                } else {
+                    Kind::Rate
+                };
+                (name.clone(), kind)
+            })
+            .collect();
+        let descriptors = self.level(&raw.descriptors, 1, &kinds);
+        let mut resources = HashMap::new();
+        for (name, resource) in &mut raw.resources {
+            if let Some(compiled) = self.resource(name, resource) {
+                resources.insert(name.clone(), compiled);
+            }
+        }
+        Namespace {
+            name,
+            source: self.file.clone(),
+            settings,
+            descriptors,
+            resources,
+        }
+    }
+
+    fn level(
+        &mut self,
+        raws: &[RawDescriptor],
+        depth: usize,
+        kinds: &HashMap<String, Kind>,
+    ) -> Level {
+        let mut level = Level::default();
+        let mut seen: HashSet<(&str, &str)> = HashSet::new();
+        for raw in raws {
+            let at = raw.key.referenced;
+            let key = raw.key.value.as_str();
+            if key.is_empty() {
+                self.error(at, "descriptor key is empty");
+                continue;
+            }
+            if depth > caps::MAX_DESCRIPTOR_DEPTH {
+                self.error(
+                    at,
+                    format!(
+                        "descriptors are nested deeper than {}",
+                        caps::MAX_DESCRIPTOR_DEPTH
+                    ),
+                );
+                return level;
+            }
+            let value = raw.value.as_ref().map_or("", |v| v.value.as_str());
+            if !seen.insert((key, value)) {
+                let shown = if value.is_empty() {
+                    format!("`{key}`")
+                } else {
+                    format!("`{key}` = `{value}`")
+                };
+                self.error(at, format!("duplicate descriptor {shown} at this level"));
+                continue;
+            }
+            let leaf = self.leaf(raw, kinds);
+            let is_wildcard = value.contains('*');
+            let shared_value = if raw.share_threshold {
+                if !is_wildcard {
+                    self.error(at, "share_threshold needs a wildcard value (one with `*`)");
+                }
+                Some(value.to_owned())
+            } else {
+                None
+            };
+            let written = if value.is_empty() {
+                key.to_owned()
+            } else {
+                format!("{key}_{value}")
+            };
+            let node = Node {
+                leaf,
+                shadow_mode: raw.shadow_mode,
+                quota_mode: raw.quota_mode,
+                metadata: raw
+                    .metadata
+                    .as_ref()
+                    .filter(|m| !m.is_empty())
+                    .map(|m| Arc::new(m.clone())),
+                detailed_metric: raw.detailed_metric,
+                value_to_metric: raw.value_to_metric,
+                written,
+                stats_key: Default::default(),
+                shared_value,
+                children: self.level(&raw.descriptors, depth + 1, kinds),
+            };
+            let matchers: &mut KeyMatchers = level.by_key.entry(key.to_owned()).or_default();
+            if value.is_empty() {
+                matchers.any = Some(node);
+            } else if is_wildcard {
+                matchers.wildcards.push((Glob::new(value), node));
+            } else {
+                matchers.exact.insert(value.to_owned(), node);
+            }
+        }
+        level
+    }
+
+    fn leaf(&mut self, raw: &RawDescriptor, kinds: &HashMap<String, Kind>) -> Leaf {
+        match (&raw.rate_limit, &raw.resource) {
+            (Some(limit), Some(_)) => {
+                self.error(
+                    limit.referenced,
+                    "a descriptor has either `rate_limit` or `resource`, not both",
+                );
+                Leaf::None
+            }
+            (None, None) => Leaf::None,
+            (None, Some(resource)) => match kinds.get(&resource.value) {
+                Some(Kind::Rate) => Leaf::Resource(resource.value.clone()),
+                Some(Kind::Copies) => {
+                    self.error(
+                        resource.referenced,
+                        format!(
+                            "resource `{}` is copy-limited; a descriptor can only name a rate-limited resource",
+                            resource.value
+                        ),
+                    );
+                    Leaf::None
+                }
+                None => {
+                    self.error(
+                        resource.referenced,
+                        format!(
+                            "resource `{}` is not defined under `resources:`",
+                            resource.value
+                        ),
+                    );
+                    Leaf::None
+                }
+            },
+            (Some(limit), None) => {
+                let at = limit.referenced;
+                let limit = &limit.value;
+                for replaced in &limit.replaces {
+                    if replaced.name.is_empty() {
+                        self.error(at, "`replaces` has an empty name");
+                    } else if limit.name.as_deref() == Some(replaced.name.as_str()) {
+                        self.error(at, format!("the limit `{}` replaces itself", replaced.name));
+                    }
+                }
+                let replaces = limit.replaces.iter().map(|r| r.name.clone()).collect();
+                let unit = match &limit.unit {
+                    None => None,
+                    Some(unit) => match Unit::parse(&unit.value) {
+                        Some(parsed) => Some(parsed),
+                        None => {
+                            self.error(
+                                unit.referenced,
+                                format!(
+                                    "invalid rate limit unit `{}`; use second, minute, hour, day, week, month or year",
+                                    unit.value
+                                ),
+                            );
+                            return Leaf::None;
+                        }
+                    },
+                };
+                if limit.unlimited {
+                    if unit.is_some() {
+                        self.error(at, "an unlimited rate_limit must not have a unit");
+                    }
+                    return Leaf::Unlimited {
+                        name: limit.name.clone(),
+                        replaces,
+                    };
+                }
+                let Some(unit) = unit else {
+                    self.error(at, "rate_limit needs a `unit` (or `unlimited: true`)");
+                    return Leaf::None;
+                };
+                let unit_multiplier = match &limit.unit_multiplier {
+                    None => 1,
+                    Some(multiplier) => match self.count(multiplier, "unit_multiplier") {
+                        Some(0) => {
+                            self.error(multiplier.referenced, "unit_multiplier must be at least 1");
+                            return Leaf::None;
+                        }
+                        Some(multiplier) => multiplier,
+                        None => return Leaf::None,
+                    },
+                };
+                let requests = match &limit.requests_per_unit {
+                    Some(requests) => self.count(requests, "requests_per_unit"),
+                    None => {
+                        // envoyproxy/ratelimit reads a missing count as 0.
+                        self.note(at, "rate_limit has no `requests_per_unit`: 0, so every request is over the limit");
+                        Some(0)
+                    }
+                };
+                let Some(requests_per_unit) = requests else {
+                    return Leaf::None;
+                };
+                let algorithm = match limit
+                    .algorithm
+                    .as_ref()
+                    .map(|a| (a.value.as_str(), a.referenced))
+                {
+                    None | Some(("fixed_window", _)) => {
+                        if let Some(burst) = &limit.burst {
+                            self.error(
+                                burst.referenced,
+                                "`burst` applies only to `algorithm: gcra`",
+                            );
+                            return Leaf::None;
+                        }
+                        Algorithm::FixedWindow
+                    }
+                    Some(("gcra", _)) => {
+                        let burst = match &limit.burst {
+                            None => requests_per_unit,
+                            Some(burst) => match self.count(burst, "burst") {
+                                Some(0) => {
+                                    self.error(burst.referenced, "burst must be at least 1");
+                                    return Leaf::None;
+                                }
+                                Some(burst) => burst,
+                                None => return Leaf::None,
+                            },
+                        };
+                        Algorithm::Gcra { burst }
+                    }
+                    Some((other, at)) => {
+                        self.error(
+                            at,
+                            format!("unknown algorithm `{other}`; use fixed_window (the default) or gcra"),
+                        );
+                        return Leaf::None;
+                    }
+                };
+                let soft_limit = match &limit.soft_limit {
+                    None => None,
+                    Some(soft) => match self.soft_limit(at, soft) {
+                        Some(soft) => Some(soft),
+                        None => return Leaf::None,
+                    },
+                };
+                Leaf::Limit(FixedLimit {
+                    requests_per_unit,
+                    unit,
+                    unit_multiplier,
+                    name: limit.name.clone(),
+                    replaces,
+                    algorithm,
+                    soft_limit,
+                })
+            }
+        }
+    }
+}
