@@ -10,6 +10,11 @@
 //! decided. A release takes its copies out of the hold set before it reaches
 //! the store, so two releases can never give back the same copy.
 
+mod release;
+mod reserve;
+mod seize;
+mod transfer;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,19 +28,13 @@ use tonic::{Status, Streaming};
 use crate::api::v1::error::Kind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{
-    ReleaseAnswer, ReleaseOp, ReserveAnswer, ReserveOp, SeizeAnswer, SeizeOp, SessionRequest,
-    SessionResponse, TransferAnswer, TransferOp,
-};
+use crate::api::v1::{SessionRequest, SessionResponse};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{CopyLimits, canonical_groups};
-use crate::store::copies::{Contributor, CopyError, CopyRef, Membership, parse_transfer_id};
+use crate::store::copies::{Contributor, CopyError, CopyRef, Membership};
 use crate::watch::Recent;
 
-use super::api::{
-    ApiError, Core, MAX_GROUPS, MAX_TRANSFER_TTL_MS, Target, check_name, check_names, copies_range,
-    copy_context, count,
-};
+use super::api::{ApiError, Core, MAX_GROUPS, Target, check_name, check_names};
 
 /// Operations of one session decided at once; past it, the session stops
 /// reading until one is answered.
@@ -413,73 +412,6 @@ impl Session {
         }
     }
 
-    async fn reserve(&self, op: &ReserveOp) -> Result<ReserveAnswer, ApiError> {
-        check_names(&op.namespace, &op.resource, &op.domain)?;
-        let (copies, min_copies) = copies_range(op.copies, op.min_copies)?;
-        let (limits, decide_with) = match self.core.target(&op.namespace, &op.resource)? {
-            Target::Copies(namespace, resource) => {
-                let limits = CopyLimits::for_domain(&resource, &op.domain);
-                let decide_with = if namespace.settings.ignore_configured {
-                    CopyLimits::unlimited(limits.groups.clone())
-                } else {
-                    limits.clone()
-                };
-                (Some(limits), decide_with)
-            }
-            Target::Rate(..) => {
-                return Err(ApiError::new(
-                    Kind::WrongKind,
-                    format!(
-                        "resource `{}` is rate-limited: use request, not reserve",
-                        op.resource
-                    ),
-                ));
-            }
-            Target::Unconfigured(_) => (None, CopyLimits::unlimited(Vec::new())),
-        };
-        let key = HoldKey {
-            namespace: op.namespace.clone(),
-            resource: op.resource.clone(),
-            domain: op.domain.clone(),
-            groups: canonical_groups(decide_with.group_names()),
-        };
-        {
-            let holds = self.holds();
-            if holds.held.len() >= MAX_HOLDS && !holds.held.contains_key(&key) {
-                return Err(ApiError::new(
-                    Kind::TooMany,
-                    format!(
-                        "this session already holds {MAX_HOLDS} distinct (resource, domain, groups)"
-                    ),
-                ));
-            }
-        }
-        let membership = self.serving(&op.namespace, &op.resource)?;
-        let changed = self
-            .core
-            .copies
-            .reserve(
-                self.contributor(&membership),
-                key.at(),
-                &decide_with,
-                copies,
-                min_copies,
-            )
-            .await
-            .map_err(|error| self.copy_error(&membership, error))?;
-        let groups: Vec<String> = decide_with.group_names().map(str::to_owned).collect();
-        if changed.copies > 0 {
-            self.hold(key, changed.copies);
-        }
-        Ok(ReserveAnswer {
-            granted: changed.copies,
-            groups,
-            retry_after_ms: (changed.copies > 0).then_some(0),
-            degraded: false,
-            context: Some(copy_context(limits.as_ref(), &changed.counts)),
-        })
-    }
-
     fn hold_key(
         &self,
         namespace: &str,
@@ -505,132 +437,6 @@ impl Session {
             resource: resource.to_owned(),
             domain: domain.to_owned(),
             groups: sorted,
-        })
-    }
-
-    async fn release(&self, op: &ReleaseOp) -> Result<ReleaseAnswer, ApiError> {
-        let key = self.hold_key(&op.namespace, &op.resource, &op.domain, &op.groups)?;
-        let copies = count("copies", op.copies)?;
-        self.take(&key, copies)?;
-        let membership = match self.serving(&op.namespace, &op.resource) {
-            Ok(membership) => membership,
-            Err(error) => {
-                self.untake(key, copies);
-                return Err(error);
-            }
-        };
-        let limits = self.limits_now(&op.namespace, &op.resource, &op.domain);
-        let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
-        match self
-            .core
-            .copies
-            .release(
-                self.contributor(&membership),
-                key.at(),
-                &key.groups,
-                copies,
-                &now_groups,
-            )
-            .await
-        {
-            Ok(changed) => Ok(ReleaseAnswer {
-                released: copies,
-                context: Some(copy_context(limits.as_ref(), &changed.counts)),
-            }),
-            Err(error) => {
-                self.untake(key, copies);
-                Err(self.copy_error(&membership, error))
-            }
-        }
-    }
-
-    async fn transfer(&self, op: &TransferOp) -> Result<TransferAnswer, ApiError> {
-        let key = self.hold_key(&op.namespace, &op.resource, &op.domain, &op.groups)?;
-        let copies = count("copies", op.copies)?;
-        if !(1..=MAX_TRANSFER_TTL_MS).contains(&op.ttl_ms) {
-            return Err(ApiError::malformed(format!(
-                "ttl_ms must be between 1 and {MAX_TRANSFER_TTL_MS}, not {}",
-                op.ttl_ms
-            )));
-        }
-        self.take(&key, copies)?;
-        let membership = match self.serving(&op.namespace, &op.resource) {
-            Ok(membership) => membership,
-            Err(error) => {
-                self.untake(key, copies);
-                return Err(error);
-            }
-        };
-        match self
-            .core
-            .copies
-            .transfer(
-                self.contributor(&membership),
-                key.at(),
-                &key.groups,
-                copies,
-                op.ttl_ms,
-            )
-            .await
-        {
-            // The log held none of them for this session (a store failure
-            // lost them): nothing was staged.
-            Ok(staged) if staged.changed.copies == 0 => Err(ApiError::new(
-                Kind::NotHeld,
-                "the copy log holds none of these copies for this session any more (lost in a store failure); nothing was staged",
-            )),
-            Ok(staged) => Ok(TransferAnswer {
-                transfer_id: staged.transfer_id,
-                copies: staged.changed.copies,
-            }),
-            Err(error) => {
-                self.untake(key, copies);
-                Err(self.copy_error(&membership, error))
-            }
-        }
-    }
-
-    async fn seize(&self, op: &SeizeOp) -> Result<SeizeAnswer, ApiError> {
-        if op.transfer_id.is_empty() || op.transfer_id.len() > 2 * (32 + 2 * 4_096) {
-            return Err(ApiError::new(
-                Kind::UnknownTransfer,
-                "no such transfer, or it has expired",
-            ));
-        }
-        let Some((_, namespace, resource)) = parse_transfer_id(&op.transfer_id) else {
-            return Err(ApiError::new(
-                Kind::UnknownTransfer,
-                "no such transfer, or it has expired",
-            ));
-        };
-        let membership = self.serving(&namespace, &resource)?;
-        let seized = self
-            .core
-            .copies
-            .seize(self.contributor(&membership), &op.transfer_id)
-            .await
-            .map_err(|error| self.copy_error(&membership, error))?;
-        let key = HoldKey {
-            namespace: seized.namespace.clone(),
-            resource: seized.resource.clone(),
-            domain: seized.domain.clone(),
-            groups: canonical_groups(seized.groups.iter().map(String::as_str)),
-        };
-        self.hold(key.clone(), seized.copies);
-        let limits = self.limits_now(&seized.namespace, &seized.resource, &seized.domain);
-        let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
-        // The context is a second read: the seize itself is already done.
-        let context = match self.core.copies.counts(key.at(), &now_groups).await {
-            Ok(counts) => Some(copy_context(limits.as_ref(), &counts)),
-            Err(_) => None,
-        };
-        Ok(SeizeAnswer {
-            namespace: seized.namespace,
-            resource: seized.resource,
-            domain: seized.domain,
-            groups: seized.groups,
-            copies: seized.copies,
-            context,
         })
     }
 }
