@@ -19,7 +19,16 @@
 //! lease), and a sidecar that cannot reach Redis stops serving copies before
 //! its heartbeat can expire.
 
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tokio::sync::watch;
+
+use super::redis::{Reaped, RedisCopies, ResourceList, array, int, millis, strings};
+use crate::engine::keys;
+use crate::store::redis::RedisError;
 
 /// The timings of heartbeats and reaping (`--heartbeat`, `--heartbeat-ttl`,
 /// `--reap-interval`).
@@ -73,5 +82,242 @@ impl CopyTimings {
     /// How long the reaper lease lasts without renewal.
     pub fn lease(&self) -> Duration {
         self.reap_interval * 3
+    }
+}
+
+impl RedisCopies {
+    /// Registers, renews and resigns until `shutdown`; and, while holding
+    /// the lease, reaps dead sidecars every `reap_interval`.
+    pub fn spawn(self: &Arc<Self>, resources: ResourceList, shutdown: watch::Receiver<bool>) {
+        tokio::spawn(self.clone().run_membership(shutdown.clone()));
+        tokio::spawn(self.clone().run_reaper(resources, shutdown));
+    }
+
+    async fn run_membership(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let ttl = millis(self.timings.ttl);
+        loop {
+            let Some((id, registered_at)) = self.register(&mut shutdown).await else {
+                return;
+            };
+            self.membership.send_modify(|m| {
+                m.generation += 1;
+                m.server_id = Arc::from(id.as_str());
+                m.serving = true;
+            });
+            tracing::info!(server_id = %id, "registered in the copy log");
+            let mut last_renewal = registered_at;
+            let mut ticks = tokio::time::interval(self.timings.heartbeat);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            let reason = loop {
+                let resign_at =
+                    tokio::time::Instant::from_std(last_renewal + self.timings.resign_after());
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    () = self.resign.notified() => {
+                        let request = self.resign_request.lock().ok().and_then(|mut r| r.take());
+                        match request {
+                            Some((server_id, reason)) if server_id == id => break reason,
+                            // About an id already given up: stale.
+                            _ => {}
+                        }
+                    }
+                    // Not a renewal in time: resign before the heartbeat can
+                    // expire, even while a renewal call hangs.
+                    () = tokio::time::sleep_until(resign_at) => {
+                        break format!("no heartbeat renewal for {:?}", last_renewal.elapsed());
+                    }
+                    _ = ticks.tick() => {
+                        let sent = Instant::now();
+                        let mut renew = redis::cmd("SET");
+                        renew.arg(keys::heartbeat_key(&id)).arg(&id).arg("PX").arg(ttl).arg("XX");
+                        match self.redis.query(&renew).await {
+                            Ok(Value::Okay) => last_renewal = sent,
+                            Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
+                            Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
+                        }
+                    }
+                }
+            };
+            tracing::warn!(server_id = %id, %reason, "resigning: ending every session; the other sidecars reap its holds");
+            self.membership.send_modify(|m| {
+                m.generation += 1;
+                m.serving = false;
+            });
+            // Redis may have lost the copy index with everything else.
+            if let Ok(mut indexed) = self.indexed.lock() {
+                indexed.clear();
+            }
+        }
+    }
+
+    /// Registers under a fresh id; `None` on shutdown.
+    async fn register(&self, shutdown: &mut watch::Receiver<bool>) -> Option<(String, Instant)> {
+        let mut warned = false;
+        loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let id = match super::random_hex() {
+                Ok(id) => id,
+                Err(error) => {
+                    tracing::error!(%error, "cannot make a sidecar id");
+                    return None;
+                }
+            };
+            let sent = Instant::now();
+            let mut register = redis::cmd("SET");
+            register
+                .arg(keys::heartbeat_key(&id))
+                .arg(&id)
+                .arg("PX")
+                .arg(millis(self.timings.ttl))
+                .arg("NX");
+            match self.redis.query(&register).await {
+                Ok(Value::Okay) => return Some((id, sent)),
+                Ok(_) => continue,
+                Err(error) => {
+                    if !warned {
+                        tracing::warn!(%error, "cannot register in the copy log yet: copy operations are refused until then");
+                        warned = true;
+                    }
+                    tokio::select! {
+                        _ = shutdown.changed() => return None,
+                        () = tokio::time::sleep(self.timings.heartbeat) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes this sidecar's heartbeat on a clean shutdown (after its
+    /// sessions released their holds), so nothing waits for it to expire.
+    pub async fn deregister(&self) {
+        let id = self.membership.borrow().server_id.clone();
+        if id.is_empty() {
+            return;
+        }
+        let mut delete = redis::cmd("DEL");
+        delete.arg(keys::heartbeat_key(&id));
+        if let Err(error) = self.redis.query(&delete).await {
+            tracing::warn!(%error, "cannot remove the heartbeat; it expires on its own");
+        }
+    }
+
+    async fn run_reaper(
+        self: Arc<Self>,
+        resources: ResourceList,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut ticks = tokio::time::interval(self.timings.reap_interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = ticks.tick() => {}
+            }
+            let membership = self.membership.borrow().clone();
+            if !membership.serving {
+                continue;
+            }
+            match self.hold_lease(&membership.server_id).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::debug!(%error, "reaper lease");
+                    continue;
+                }
+            }
+            match self.reap_once(&membership.server_id, resources()).await {
+                Ok(reaped) => {
+                    for (server, copies) in &reaped.servers {
+                        tracing::warn!(dead = %server, copies, "reaped the holds of a sidecar whose heartbeat expired");
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "reaper pass failed; next pass retries"),
+            }
+        }
+    }
+
+    async fn hold_lease(&self, id: &str) -> Result<bool, RedisError> {
+        let lease = keys::reaper_lease_key();
+        let ms = millis(self.timings.lease());
+        let mut take = redis::cmd("SET");
+        take.arg(&lease).arg(id).arg("NX").arg("PX").arg(ms);
+        if self.redis.query(&take).await? == Value::Okay {
+            return Ok(true);
+        }
+        let mut get = redis::cmd("GET");
+        get.arg(&lease);
+        let holder = self.redis.query(&get).await?;
+        if !matches!(&holder, Value::BulkString(bytes) if bytes == id.as_bytes()) {
+            return Ok(false);
+        }
+        // Two reapers for a moment are harmless: each reap is one atomic
+        // script that deletes what it subtracts.
+        let mut extend = redis::cmd("PEXPIRE");
+        extend.arg(&lease).arg(ms);
+        self.redis.query(&extend).await?;
+        Ok(true)
+    }
+
+    /// One reaper pass over `configured` and every resource ever held.
+    pub async fn reap_once(
+        &self,
+        own_id: &str,
+        configured: Vec<(String, String)>,
+    ) -> Result<Reaped, RedisError> {
+        let mut resources: HashSet<(String, String)> = configured.into_iter().collect();
+        let mut members = redis::cmd("SMEMBERS");
+        members.arg(keys::copy_index_key());
+        for member in strings(self.redis.query(&members).await?) {
+            if let Some((namespace, resource)) = keys::parse_copy_index_member(&member) {
+                resources.insert((namespace.to_owned(), resource.to_owned()));
+            }
+        }
+        let mut alive: HashMap<String, bool> = HashMap::new();
+        let mut reaped = Reaped::default();
+        for (namespace, resource) in resources {
+            let keys = keys::copy_keys(&namespace, &resource);
+            let mut contributors = redis::cmd("SMEMBERS");
+            contributors.arg(&keys.contributors);
+            for member in strings(self.redis.query(&contributors).await?) {
+                // `<sidecar id>.<session>`: alive while its sidecar is.
+                let server = member
+                    .split_once('.')
+                    .map_or(member.as_str(), |(server, _)| server)
+                    .to_owned();
+                if server == own_id {
+                    continue;
+                }
+                let is_alive = match alive.get(&server) {
+                    Some(known) => *known,
+                    None => {
+                        let mut exists = redis::cmd("EXISTS");
+                        exists.arg(keys::heartbeat_key(&server));
+                        let known = self.redis.query(&exists).await? != Value::Int(0);
+                        alive.insert(server.clone(), known);
+                        known
+                    }
+                };
+                if is_alive {
+                    continue;
+                }
+                let mut invocation = self.invocation(&keys, &member, "reap");
+                invocation.arg(member.as_str()).arg(server.as_str());
+                let reply = array(self.redis.invoke(&invocation).await?)
+                    .map_err(|e| RedisError::Reply(e.to_string()))?;
+                let copies = int(reply.get(1)).unwrap_or(0);
+                match reaped.servers.iter_mut().find(|(id, _)| *id == server) {
+                    Some((_, total)) => *total += copies,
+                    None => reaped.servers.push((server, copies)),
+                }
+            }
+            let invocation = self.invocation(&keys, "", "expire");
+            let reply = array(self.redis.invoke(&invocation).await?)
+                .map_err(|e| RedisError::Reply(e.to_string()))?;
+            reaped.expired_transfers += int(reply.get(1)).unwrap_or(0);
+        }
+        Ok(reaped)
     }
 }
