@@ -118,7 +118,15 @@ pub struct RatePolicy {
     pub tiers: Vec<Tier>,
     /// Instead of tiers: a token bucket (`burst`, `count`, `period`;
     /// docs/design.md#gcra), with H and G still applying.
-    pub gcra: Option<crate::engine::GcraLimit>,
+    pub gcra: Option<GcraLimit>,
+}
+
+/// A GCRA limit: `count` per `period` ms, bursts of up to `burst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcraLimit {
+    pub count: u64,
+    pub period: u64,
+    pub burst: u64,
 }
 
 /// One burst tier, normalized: `window <= active`, and a finite `active` is a

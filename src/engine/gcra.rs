@@ -12,13 +12,8 @@
 //! arithmetic relative to `now`, which keeps its numbers small enough for
 //! Lua's doubles.
 
-/// A GCRA limit: `count` per `period` ms, bursts of up to `burst`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GcraLimit {
-    pub count: u64,
-    pub period: u64,
-    pub burst: u64,
-}
+/// The limit is configuration; the engine only reads it.
+pub use crate::config::GcraLimit;
 
 /// The state of one key: the TAT in ticks of 1/`count` ms (0: never used).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

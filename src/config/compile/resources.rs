@@ -7,11 +7,10 @@ use std::sync::Arc;
 use serde_saphyr::{Location, Spanned};
 
 use crate::config::duration::{self, FOREVER};
-use crate::engine::GcraLimit;
 
 use crate::config::raw::{RawBan, RawCopies, RawGcra, RawRate, RawResource, RawSoftLimit, RawTier};
 use crate::config::{
-    CopyGroup, CopyResource, RatePolicy, RateResource, Resource, SoftLimit, Tier, caps,
+    CopyGroup, CopyResource, GcraLimit, RatePolicy, RateResource, Resource, SoftLimit, Tier, caps,
 };
 
 use super::Ctx;
