@@ -41,7 +41,7 @@ use charon::api::v1::error::Kind;
 use charon::api::v1::session_request::Op;
 use charon::api::v1::session_response::Result as Answer;
 use charon::api::v1::{RequestOp, ReserveOp};
-use charon::engine::keys;
+use charon::store::keys;
 use redis_support::RedisServer;
 use sidecar_support::{Sidecar, eventually, tempdir, write_config};
 

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{GcraLimit, Item, SlotKind, keys};
+use charon::engine::{GcraLimit, Item, SlotKind};
+use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
 use redis_support::{RedisCluster, RedisServer, patient_store};

@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use charon::engine::{Item, SlotKind, keys};
+use charon::engine::{Item, SlotKind};
+use charon::store::keys;
 use charon::store::{Batch, RedisOptions, RedisStore};
 
 fn openssl(dir: &Path, args: &[&str]) {

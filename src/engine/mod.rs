@@ -20,7 +20,6 @@
 pub mod copies;
 pub mod gcra;
 mod hit_log;
-pub mod keys;
 pub mod tiers;
 pub mod window;
 

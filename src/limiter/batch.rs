@@ -1,8 +1,9 @@
 //! Engine items and store keys for resolved descriptors.
 
 use crate::config::{Algorithm, Namespace, RateResource, duration};
-use crate::engine::{GcraLimit, Item, SlotKind, keys};
+use crate::engine::{GcraLimit, Item, SlotKind};
 use crate::store::Batch;
+use crate::store::keys;
 
 use super::request::Descriptor;
 use super::resolve::Resolved;

@@ -20,11 +20,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{CopyResource, RateResource, Resource};
+use crate::engine::SlotKind;
 use crate::engine::copies::CopyLimits;
-use crate::engine::{SlotKind, keys};
 use crate::limiter::{Limiter, caps};
 use crate::simulate::{self, TierConfig, TierView};
 use crate::store::copies::{CopyRef, CopyStore};
+use crate::store::keys;
 use crate::store::{SlotKey, Store};
 use crate::watch::Recent;
 

@@ -12,6 +12,7 @@
 pub mod copies;
 #[cfg(feature = "redis")]
 mod failover;
+pub mod keys;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -27,7 +27,7 @@ use redis::Value;
 use tokio::sync::watch;
 
 use super::redis::{Reaped, RedisCopies, ResourceList, array, int, millis, strings};
-use crate::engine::keys;
+use crate::store::keys;
 use crate::store::redis::RedisError;
 
 /// The timings of heartbeats and reaping (`--heartbeat`, `--heartbeat-ttl`,

@@ -11,7 +11,7 @@ use tokio::sync::{Notify, watch};
 use super::membership::CopyTimings;
 use super::{Changed, Contributor, CopyError, CopyRef, Membership, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
-use crate::engine::keys::{self, CopyKeys};
+use crate::store::keys::{self, CopyKeys};
 use crate::store::redis::{RedisError, RedisOptions, RedisStore};
 
 const SCRIPT: &str = include_str!("copies.lua");

@@ -16,7 +16,7 @@
 //! Concurrent decisions share one multiplexed connection (redis-rs pipelines
 //! them), and a key that Redis said is over until a known instant is
 //! rejected locally until then (`blocked`). With Redis Cluster, a batch is
-//! split by hash tag ([`crate::engine::keys`]): one script per tag, run
+//! split by hash tag ([`crate::store::keys`]): one script per tag, run
 //! concurrently; each is atomic, the batch as a whole is not
 //! (docs/redis.md#redis-cluster).
 //!
@@ -34,7 +34,8 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::{self, Decision, Item, Slot, keys};
+use crate::engine::{self, Decision, Item, Slot};
+use crate::store::keys;
 
 use self::blocked::Blocked;
 use self::connection::Connection;
