@@ -52,6 +52,8 @@ pub mod inject;
 pub mod layer;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
+pub mod service;
 
 /// The Charon API's generated code (`proto/charon/v1/charon.proto`): the
 /// `Charon` service's server trait and client, and its messages.

@@ -257,7 +257,7 @@ fn main() -> ExitCode {
                 config,
                 grpc_addr,
                 admin_addr,
-                store: charon::server::store::StoreOptions {
+                store: charon::service::store::StoreOptions {
                     url: store,
                     timeout: store_timeout,
                     on_error: on_store_error,

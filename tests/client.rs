@@ -173,7 +173,7 @@ async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
     sidecar.wait_serving().await;
     let embedded = charon::client::Embedded::open(
         config(),
-        &charon::server::store::StoreOptions {
+        &charon::service::store::StoreOptions {
             url: redis.url(),
             ..Default::default()
         },
@@ -522,7 +522,7 @@ async fn an_embedded_engine_recovers_after_resigning() {
     let mut redis = redis_support::RedisServer::start();
     let embedded = charon::client::Embedded::open(
         config(),
-        &charon::server::store::StoreOptions {
+        &charon::service::store::StoreOptions {
             url: redis.url(),
             ..Default::default()
         },

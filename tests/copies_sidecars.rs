@@ -1006,3 +1006,20 @@ async fn calls_whose_answers_time_out_neither_leak_nor_release_twice() {
     drop(keeper);
     counts_become_empty(&redis, "counts back to zero", Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn copy_operations_are_counted_in_the_sidecars_metrics() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    sidecar.wait_serving().await;
+    let mut session = sidecar.session().await;
+    assert_eq!(session.hold(NS, POOL, "acme", 3).await.0, 3);
+    assert_eq!(
+        sidecar
+            .metric(r#"charon_session_operations_total{operation="reserve",result="ok"}"#)
+            .await,
+        1.0
+    );
+}

@@ -18,10 +18,9 @@ use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{Error as WireError, SessionRequest};
 use crate::config::Config;
 use crate::limiter::Limiter;
-use crate::server::api::Core;
-use crate::server::metrics::Metrics;
-use crate::server::session::Session;
-use crate::server::store::{SidecarStore, StoreOptions, open_copies};
+use crate::service::core::Core;
+use crate::service::session::Session;
+use crate::service::store::{SidecarStore, StoreOptions, open_copies};
 use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
 
@@ -76,11 +75,11 @@ impl Embedded {
         let copies = Arc::new(copies);
         let (shutdown, stop) = watch::channel(false);
         if tokio::runtime::Handle::try_current().is_ok() {
-            crate::server::spawn_sweeper(limiter.clone(), copies.clone(), stop.clone());
+            crate::service::spawn_sweeper(limiter.clone(), copies.clone(), stop.clone());
             if let CopyStore::Redis(redis) = &*copies {
                 let limiter = limiter.clone();
                 redis.spawn(
-                    Arc::new(move || crate::server::copy_resources(&limiter)),
+                    Arc::new(move || crate::service::copy_resources(&limiter)),
                     stop,
                 );
             }
@@ -88,7 +87,7 @@ impl Embedded {
         let core = Arc::new(Core {
             limiter,
             copies,
-            metrics: Arc::new(Metrics::new()),
+            observer: Arc::new(crate::service::Unobserved),
         });
         Self {
             session: ArcSwap::from_pointee(Session::new(core.clone())),

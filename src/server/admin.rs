@@ -26,7 +26,7 @@ use crate::store::OnStoreError;
 use super::metrics::Metrics;
 use super::simulator::{self, Simulations};
 use super::state::{self, StateSources};
-use super::store::StoreStatus;
+use crate::service::store::StoreStatus;
 
 /// The largest body the simulator takes (10 000 requests fit).
 const MAX_BODY_BYTES: usize = 1 << 20;

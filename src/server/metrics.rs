@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::store::StoreStatus;
+use crate::service::store::StoreStatus;
 
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Decision {
@@ -391,6 +391,12 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl crate::service::Observer for Metrics {
+    fn copy_operation(&self, operation: &'static str, result: &'static str) {
+        self.session_operation(operation, result);
     }
 }
 

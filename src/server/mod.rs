@@ -9,10 +9,8 @@ pub mod reload;
 pub mod rls;
 pub mod rls_http;
 pub mod runtime;
-pub mod session;
 pub mod simulator;
 pub mod state;
-pub mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,15 +24,17 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::v1::charon_server::CharonServer;
-use crate::config::{self, Resource};
+use crate::config::{self};
 use crate::limiter::{Limiter, Modes};
 use crate::store::Store;
 use crate::store::copies::{CopyStore, CopyTimings};
 
-use self::api::{ApiService, Core};
+use self::api::ApiService;
 use self::metrics::Metrics;
 use self::rls::{RlsOptions, RlsService};
-use self::store::{SidecarStore, StoreOptions};
+use crate::service::core::Core;
+use crate::service::store::{self, SidecarStore, StoreOptions};
+use crate::service::{copy_resources, spawn_sweeper};
 
 /// What `charon serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -79,13 +79,6 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long a stopping sidecar waits for its sessions to release their holds.
 const RELEASE_ON_SHUTDOWN: Duration = Duration::from_secs(5);
-
-/// How often the memory copy log releases expired transfers (a seize checks
-/// the expiry itself; this frees the copies).
-const TRANSFER_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
-
-/// How often the memory store drops state that can no longer matter.
-const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Runs the sidecar until SIGTERM or SIGINT.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
@@ -138,8 +131,9 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         Arc::new(Core {
             limiter: limiter.clone(),
             copies: copies.clone(),
-            metrics: metrics.clone(),
+            observer: metrics.clone(),
         }),
+        metrics.clone(),
         options.copies.max_sessions,
         shutdown_rx.clone(),
     );
@@ -303,21 +297,6 @@ async fn wait_for(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
-/// The copy-limited resources of the running configuration.
-pub(crate) fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> {
-    let config = limiter.config();
-    config
-        .namespaces()
-        .flat_map(|namespace| {
-            namespace
-                .resources
-                .iter()
-                .filter(|(_, resource)| matches!(resource, Resource::Copies(_)))
-                .map(|(name, _)| (namespace.name.clone(), name.clone()))
-        })
-        .collect()
-}
-
 fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
     let mut membership = copies.membership();
     tokio::spawn(async move {
@@ -325,32 +304,6 @@ fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
             metrics.set_copy_log_registered(membership.borrow_and_update().serving);
             if membership.changed().await.is_err() {
                 return;
-            }
-        }
-    });
-}
-
-pub(crate) fn spawn_sweeper(
-    limiter: Arc<Limiter<SidecarStore>>,
-    copies: Arc<CopyStore>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    tokio::spawn(async move {
-        let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
-        let mut transfer_ticks = tokio::time::interval(TRANSFER_EXPIRY_INTERVAL);
-        loop {
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = ticks.tick() => {
-                    let dropped = limiter.store().memory().sweep();
-                    tracing::trace!(dropped, "swept the memory store");
-                }
-                _ = transfer_ticks.tick() => {
-                    if let CopyStore::Memory(memory) = &*copies {
-                        let expired = memory.expire();
-                        tracing::trace!(expired, "released expired transfers");
-                    }
-                }
             }
         }
     });

@@ -30,7 +30,7 @@ use crate::store::{SlotKey, Store};
 use crate::watch::Recent;
 
 use super::simulator::Refusal;
-use super::store::SidecarStore;
+use crate::service::store::SidecarStore;
 
 /// What the state view reads from.
 #[derive(Clone)]

@@ -34,7 +34,7 @@ use crate::engine::copies::{CopyLimits, canonical_groups};
 use crate::store::copies::{Contributor, CopyError, CopyRef, Membership};
 use crate::watch::Recent;
 
-use super::api::{ApiError, Core, MAX_GROUPS, Target, check_name, check_names};
+use crate::service::core::{ApiError, Core, MAX_GROUPS, Target, check_name, check_names};
 
 /// Operations of one session decided at once; past it, the session stops
 /// reading until one is answered.
@@ -263,7 +263,7 @@ impl Session {
             Ok(_) => "ok",
             Err(error) => error.kind.as_str_name(),
         };
-        self.core.metrics.session_operation(operation, label);
+        self.core.observer.copy_operation(operation, label);
         if let (Some(op), Ok(answer)) = (&request.op, &result) {
             self.record_copy_operation(op, answer);
         }

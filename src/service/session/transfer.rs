@@ -4,7 +4,7 @@
 use crate::api::v1::error::Kind;
 use crate::api::v1::{TransferAnswer, TransferOp};
 
-use crate::server::api::{ApiError, MAX_TRANSFER_TTL_MS, count};
+use crate::service::core::{ApiError, MAX_TRANSFER_TTL_MS, count};
 
 use super::Session;
 

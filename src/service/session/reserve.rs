@@ -5,7 +5,7 @@ use crate::api::v1::error::Kind;
 use crate::api::v1::{ReserveAnswer, ReserveOp};
 use crate::engine::copies::{CopyLimits, canonical_groups};
 
-use crate::server::api::{ApiError, Target, check_names, copies_range, copy_context};
+use crate::service::core::{ApiError, Target, check_names, copies_range, copy_context};
 
 use super::{HoldKey, MAX_HOLDS, Session};
 

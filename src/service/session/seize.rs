@@ -6,7 +6,7 @@ use crate::api::v1::{SeizeAnswer, SeizeOp};
 use crate::engine::copies::{CopyLimits, canonical_groups};
 use crate::store::copies::parse_transfer_id;
 
-use crate::server::api::{ApiError, copy_context};
+use crate::service::core::{ApiError, copy_context};
 
 use super::{HoldKey, Session};
 

@@ -4,7 +4,7 @@
 use crate::api::v1::{ReleaseAnswer, ReleaseOp};
 use crate::engine::copies::CopyLimits;
 
-use crate::server::api::{ApiError, copy_context, count};
+use crate::service::core::{ApiError, copy_context, count};
 
 use super::Session;
 
