@@ -52,7 +52,7 @@ pub mod inject;
 pub mod layer;
 #[cfg(feature = "server")]
 pub mod server;
-#[cfg(feature = "server")]
+#[cfg(feature = "embedded")]
 pub mod service;
 
 /// The Charon API's generated code (`proto/charon/v1/charon.proto`): the

@@ -29,7 +29,7 @@
 //! ```
 
 mod backend;
-#[cfg(feature = "server")]
+#[cfg(feature = "embedded")]
 mod embedded;
 mod hold;
 pub mod retry;
@@ -43,7 +43,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use backend::{Backend, BackendFuture, Reply, Unreachable, undo};
-#[cfg(feature = "server")]
+#[cfg(feature = "embedded")]
 pub use embedded::{Embedded, EmbeddedError};
 pub use hold::{Acquired, Hold, Target};
 pub use sidecar::{Sidecar, SidecarOptions};
@@ -172,7 +172,7 @@ impl Client {
     }
 
     /// A client of an engine in this process, on the memory store.
-    #[cfg(feature = "server")]
+    #[cfg(feature = "embedded")]
     pub fn embedded(config: crate::config::Config) -> Self {
         Self::new(Embedded::memory(config))
     }
