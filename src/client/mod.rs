@@ -29,20 +29,22 @@
 //! ```
 
 mod backend;
+mod call;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod hold;
 pub mod retry;
 mod sidecar;
 
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 pub use backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+use call::Amount;
+pub use call::{HoldCall, RequestCall};
 #[cfg(feature = "embedded")]
 pub use embedded::{Embedded, EmbeddedError};
 pub use hold::{Acquired, Hold, Target};
@@ -53,7 +55,7 @@ pub use crate::api::v1::{CopyContext, RateContext};
 
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{Error as WireError, RequestOp, ReserveOp, SeizeOp};
+use crate::api::v1::{Error as WireError, SeizeOp};
 
 /// How the client calls its backend.
 #[derive(Debug, Clone)]
@@ -391,235 +393,6 @@ fn failure(error: WireError) -> Failure {
         Failure::Client(ClientError::Refused {
             kind,
             message: error.message,
-        })
-    }
-}
-
-/// How many copies (or hits) a call asks for, and how long it may wait.
-#[derive(Debug, Clone, Copy)]
-struct Amount {
-    copies: u64,
-    min_copies: Option<u64>,
-    max_wait: Duration,
-}
-
-impl Default for Amount {
-    fn default() -> Self {
-        Self {
-            copies: 1,
-            min_copies: None,
-            max_wait: Duration::ZERO,
-        }
-    }
-}
-
-impl Amount {
-    /// `(copies, min_copies)` as the wire wants them, checked.
-    fn wire(&self) -> Result<(i64, i64), ClientError> {
-        let min = self.min_copies.unwrap_or(self.copies);
-        if self.copies == 0 || min == 0 || min > self.copies {
-            return Err(ClientError::Invalid(format!(
-                "copies must be at least 1 and min_copies between 1 and copies (got {} and {min})",
-                self.copies
-            )));
-        }
-        let wide = |value: u64| {
-            i64::try_from(value)
-                .map_err(|_| ClientError::Invalid(format!("{value} copies is too many")))
-        };
-        Ok((wide(self.copies)?, wide(min)?))
-    }
-
-    fn min(&self) -> u64 {
-        self.min_copies.unwrap_or(self.copies)
-    }
-}
-
-macro_rules! amount_setters {
-    () => {
-        /// At most this many (default 1).
-        pub fn copies(mut self, copies: u64) -> Self {
-            self.amount.copies = copies;
-            self
-        }
-
-        /// At least this many, or nothing (default: `copies`).
-        pub fn min_copies(mut self, min_copies: u64) -> Self {
-            self.amount.min_copies = Some(min_copies);
-            self
-        }
-
-        /// Retry rejections for up to this long (default 0: no retries).
-        pub fn max_wait(mut self, max_wait: Duration) -> Self {
-            self.amount.max_wait = max_wait;
-            self
-        }
-    };
-}
-
-/// [`Client::request`], ready to be awaited.
-#[must_use = "a request does nothing until awaited"]
-pub struct RequestCall {
-    client: Client,
-    namespace: String,
-    resource: String,
-    domain: String,
-    amount: Amount,
-}
-
-impl RequestCall {
-    amount_setters!();
-}
-
-impl IntoFuture for RequestCall {
-    type Output = Result<RateAnswer, ClientError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let (copies, min_copies) = self.amount.wire()?;
-            let op = RequestOp {
-                namespace: self.namespace,
-                resource: self.resource,
-                domain: self.domain,
-                copies: Some(copies),
-                min_copies: Some(min_copies),
-            };
-            let client = &self.client;
-            let min = self.amount.min();
-            let (mut answer, waited) = client
-                .retrying(self.amount.max_wait, op, |op| client.request_once(op, min))
-                .await?;
-            answer.waited = waited;
-            Ok(answer)
-        })
-    }
-}
-
-impl Client {
-    async fn request_once(
-        &self,
-        op: RequestOp,
-        min: u64,
-    ) -> Result<Attempt<RateAnswer>, ClientError> {
-        match self.call(Op::Request(op)).await {
-            Ok(Reply {
-                answer: Answer::Request(answer),
-                ..
-            }) => {
-                let retry_after = answer.retry_after_ms.map(Duration::from_millis);
-                let mut rate = RateAnswer {
-                    granted: answer.granted,
-                    retry_after,
-                    degraded: answer.degraded,
-                    unanswered: false,
-                    overridden: false,
-                    soft_limit_exceeded: answer.soft_limit_exceeded,
-                    context: answer.context.unwrap_or_default(),
-                    waited: Duration::ZERO,
-                };
-                if rate.granted > 0 {
-                    return Ok(Attempt::Done(rate));
-                }
-                if self.overridden() {
-                    rate.granted = min;
-                    rate.overridden = true;
-                    return Ok(Attempt::Done(rate));
-                }
-                Ok(Attempt::Rejected(
-                    rate,
-                    Some(retry_after.unwrap_or(Duration::MAX)),
-                ))
-            }
-            Ok(_) => Err(ClientError::Unavailable(
-                "the server answered another operation".into(),
-            )),
-            Err(Failure::Client(error)) => Err(error),
-            Err(Failure::Server(reason)) => {
-                self.degraded(&reason)?;
-                Ok(Attempt::Done(RateAnswer {
-                    granted: min,
-                    retry_after: None,
-                    degraded: true,
-                    unanswered: true,
-                    overridden: false,
-                    soft_limit_exceeded: false,
-                    context: RateContext::default(),
-                    waited: Duration::ZERO,
-                }))
-            }
-        }
-    }
-
-    async fn reserve_once(&self, op: ReserveOp, min: u64) -> Result<Attempt<Hold>, ClientError> {
-        let reserved = self.call(Op::Reserve(op.clone())).await;
-        match reserved {
-            Ok(Reply {
-                answer: Answer::Reserve(answer),
-                session,
-            }) => {
-                if answer.granted > 0 {
-                    return Ok(Attempt::Done(Hold::reserved(
-                        self.clone(),
-                        op,
-                        answer,
-                        session,
-                    )));
-                }
-                let mut hold = Hold::reserved(self.clone(), op, answer, session);
-                if self.overridden() {
-                    hold.set_overridden(min);
-                    return Ok(Attempt::Done(hold));
-                }
-                Ok(Attempt::Rejected(hold, None))
-            }
-            Ok(_) => Err(ClientError::Unavailable(
-                "the server answered another operation".into(),
-            )),
-            Err(Failure::Client(error)) => Err(error),
-            Err(Failure::Server(reason)) => {
-                self.degraded(&reason)?;
-                Ok(Attempt::Done(Hold::in_the_dark(self.clone(), op, min)))
-            }
-        }
-    }
-}
-
-/// [`Client::hold`], ready to be awaited.
-#[must_use = "a hold does nothing until awaited"]
-pub struct HoldCall {
-    client: Client,
-    namespace: String,
-    resource: String,
-    domain: String,
-    amount: Amount,
-}
-
-impl HoldCall {
-    amount_setters!();
-}
-
-impl IntoFuture for HoldCall {
-    type Output = Result<Hold, ClientError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            let (copies, min_copies) = self.amount.wire()?;
-            let op = ReserveOp {
-                namespace: self.namespace,
-                resource: self.resource,
-                domain: self.domain,
-                copies: Some(copies),
-                min_copies: Some(min_copies),
-            };
-            let client = &self.client;
-            let min = self.amount.min();
-            let (mut hold, waited) = client
-                .retrying(self.amount.max_wait, op, |op| client.reserve_once(op, min))
-                .await?;
-            hold.set_waited(waited);
-            Ok(hold)
         })
     }
 }
