@@ -16,10 +16,13 @@
 //!   atomic step that runs the engine on it.
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
-//! - `server` (feature `server`): the Envoy RateLimitService over gRPC, the
-//!   admin HTTP endpoints (with the simulator and state pages), metrics,
-//!   config reload and shutdown; with the Charon API (copy limits, sessions)
-//!   beside it.
+//! - `service` (feature `embedded`): what a sidecar and an embedded engine
+//!   both run — the Charon API's decisions, sessions and their hold sets,
+//!   the store behind them, housekeeping — with domain calls in and out.
+//! - `server` (feature `server`): the faces over the service: the Envoy
+//!   RateLimitService and the Charon API over gRPC, the admin HTTP endpoints
+//!   (with the simulator and state pages), metrics, config reload and
+//!   shutdown.
 //! - [`watch`]: the recent decisions of what the state view looks at,
 //!   recorded only while someone looks.
 //! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
@@ -33,7 +36,7 @@
 //!   webhook that adds the sidecar to pods.
 //!
 //! The binaries are thin: `src/main.rs` (`charon serve`, `charon check`)
-//! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load.rs`
+//! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load/`
 //! is the load tool.
 
 pub mod clock;

@@ -17,20 +17,20 @@
 //! copy of RESOURCE for domain `PREFIX<N>` and its release; one request is one
 //! reserve + release pair, OK when the reserve was granted.
 
-use std::collections::BTreeMap;
+mod tally;
+mod workers;
+
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Parser, ValueEnum};
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
+
+use tally::{Tally, ms, own_cpu_seconds, percentile};
+use workers::{Plan, copies_worker, worker};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -111,239 +111,6 @@ fn check_target(target: &str) -> anyhow::Result<()> {
             "--target {target}: charon-load only targets loopback (127.0.0.1, localhost or [::1])"
         ),
     }
-}
-
-/// What one worker saw.
-#[derive(Default)]
-struct Tally {
-    ok: u64,
-    over_limit: u64,
-    /// Answers with another overall code (UNKNOWN).
-    other: u64,
-    /// gRPC errors by code name, and timeouts.
-    errors: BTreeMap<String, u64>,
-    /// Latency of every answered or failed request, in nanoseconds.
-    latencies: Vec<u64>,
-}
-
-impl Tally {
-    fn error(&mut self, what: String) {
-        *self.errors.entry(what).or_default() += 1;
-    }
-
-    fn merge(&mut self, other: Tally) {
-        self.ok += other.ok;
-        self.over_limit += other.over_limit;
-        self.other += other.other;
-        for (what, count) in other.errors {
-            *self.errors.entry(what).or_default() += count;
-        }
-        self.latencies.extend(other.latencies);
-    }
-
-    fn error_count(&self) -> u64 {
-        self.errors.values().sum()
-    }
-}
-
-/// splitmix64: a small, fast, well-mixed generator; quality is plenty for
-/// picking tenants.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        // Multiply-shift: bias is at most n / 2^64, nothing at these sizes.
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
-
-struct Plan {
-    args: Args,
-    /// Precomputed descriptor values, so the client spends its time sending.
-    values: Vec<String>,
-    round_robin: AtomicU64,
-}
-
-impl Plan {
-    fn tenant(&self, rng: &mut SplitMix) -> usize {
-        if self.args.hot {
-            return 0;
-        }
-        let n = self.values.len() as u64;
-        let index = match self.args.pick {
-            Pick::Uniform => rng.below(n),
-            Pick::RoundRobin => self.round_robin.fetch_add(1, Ordering::Relaxed) % n,
-        };
-        // index < values.len(), which is a usize.
-        index as usize
-    }
-
-    fn request(&self, tenant: usize) -> RateLimitRequest {
-        RateLimitRequest {
-            domain: self.args.domain.clone(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: self.args.key.clone(),
-                    value: self.values[tenant].clone(),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 1,
-        }
-    }
-}
-
-async fn worker(
-    plan: Arc<Plan>,
-    channel: Channel,
-    seed: u64,
-    deadline: tokio::time::Instant,
-) -> Tally {
-    let mut client = RateLimitServiceClient::new(channel);
-    let mut rng = SplitMix(seed);
-    let mut tally = Tally::default();
-    let timeout = plan.args.timeout;
-    while tokio::time::Instant::now() < deadline {
-        let request = plan.request(plan.tenant(&mut rng));
-        let started = Instant::now();
-        let answer = tokio::time::timeout(timeout, client.should_rate_limit(request)).await;
-        tally
-            .latencies
-            .push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        match answer {
-            Ok(Ok(response)) => match Code::try_from(response.get_ref().overall_code) {
-                Ok(Code::Ok) => tally.ok += 1,
-                Ok(Code::OverLimit) => tally.over_limit += 1,
-                _ => tally.other += 1,
-            },
-            Ok(Err(status)) => tally.error(format!("{:?}", status.code())),
-            Err(_) => tally.error("Timeout".to_owned()),
-        }
-    }
-    tally
-}
-
-/// One session looping on reserve + release of one copy.
-async fn copies_worker(
-    plan: Arc<Plan>,
-    channel: Channel,
-    seed: u64,
-    deadline: tokio::time::Instant,
-) -> Tally {
-    use charon::api::v1::charon_client::CharonClient;
-    use charon::api::v1::session_request::Op;
-    use charon::api::v1::session_response::Result as Answer;
-    use charon::api::v1::{ReleaseOp, ReserveOp, SessionRequest};
-
-    let mut tally = Tally::default();
-    let resource = plan.args.copies.clone().unwrap_or_default();
-    let (sender, receiver) = tokio::sync::mpsc::channel(4);
-    let mut client = CharonClient::new(channel);
-    let mut answers = match client
-        .session(tokio_stream::wrappers::ReceiverStream::new(receiver))
-        .await
-    {
-        Ok(stream) => stream.into_inner(),
-        Err(status) => {
-            tally.error(format!("session: {:?}", status.code()));
-            return tally;
-        }
-    };
-    let mut rng = SplitMix(seed);
-    let mut id = 0u64;
-    let timeout = plan.args.timeout;
-    let mut call = async |op: Op| -> Result<Answer, String> {
-        id += 1;
-        sender
-            .send(SessionRequest { id, op: Some(op) })
-            .await
-            .map_err(|_| "SessionClosed".to_owned())?;
-        match tokio::time::timeout(timeout, answers.message()).await {
-            Ok(Ok(Some(response))) => response.result.ok_or_else(|| "Empty".to_owned()),
-            Ok(Ok(None)) => Err("SessionEnded".to_owned()),
-            Ok(Err(status)) => Err(format!("{:?}", status.code())),
-            Err(_) => Err("Timeout".to_owned()),
-        }
-    };
-    while tokio::time::Instant::now() < deadline {
-        let domain = plan.values[plan.tenant(&mut rng)].clone();
-        let started = Instant::now();
-        let reserved = call(Op::Reserve(ReserveOp {
-            namespace: plan.args.domain.clone(),
-            resource: resource.clone(),
-            domain: domain.clone(),
-            copies: Some(1),
-            min_copies: Some(1),
-        }))
-        .await;
-        let outcome = match reserved {
-            Ok(Answer::Reserve(answer)) if answer.granted == 1 => {
-                match call(Op::Release(ReleaseOp {
-                    namespace: plan.args.domain.clone(),
-                    resource: resource.clone(),
-                    domain,
-                    copies: 1,
-                    groups: answer.groups,
-                }))
-                .await
-                {
-                    Ok(Answer::Release(_)) => Ok(true),
-                    Ok(other) => Err(format!("release: {other:?}")),
-                    Err(error) => Err(error),
-                }
-            }
-            Ok(Answer::Reserve(_)) => Ok(false),
-            Ok(Answer::Error(error)) => Err(format!("reserve: {}", error.message)),
-            Ok(other) => Err(format!("reserve: {other:?}")),
-            Err(error) => Err(error),
-        };
-        tally
-            .latencies
-            .push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        match outcome {
-            Ok(true) => tally.ok += 1,
-            Ok(false) => tally.over_limit += 1,
-            Err(error) => {
-                tally.error(error);
-                if tally.error_count() > 100 {
-                    break;
-                }
-            }
-        }
-    }
-    tally
-}
-
-/// The `p`-th percentile (0 < p <= 1) of sorted values, nearest rank.
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// This process's CPU time (user + system), from `/proc/self/stat` (Linux).
-fn own_cpu_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which is in parentheses.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
-}
-
-fn ms(nanos: u64) -> String {
-    format!("{:.3} ms", nanos as f64 / 1e6)
 }
 
 /// The command line as run, quoted for a shell where needed.
