@@ -9,14 +9,16 @@ pub mod reload;
 pub mod rls;
 pub mod rls_http;
 pub mod runtime;
+mod shutdown;
 pub mod simulator;
 pub mod state;
+
+pub(crate) use self::shutdown::shutdown_signal;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use anyhow::Context;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -74,14 +76,32 @@ impl Default for CopyOptions {
     }
 }
 
-/// How long a stopping sidecar waits for its gRPC clients to go.
-const DRAIN_LIMIT: Duration = Duration::from_secs(10);
-
-/// How long a stopping sidecar waits for its sessions to release their holds.
-const RELEASE_ON_SHUTDOWN: Duration = Duration::from_secs(5);
-
-/// Runs the sidecar until SIGTERM or SIGINT.
+/// Runs the sidecar until SIGTERM or SIGINT: start, serve, stop.
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
+    let started = start(&options).await?;
+    let mut serving = serve(started, &options).await?;
+    shutdown::until_signal(&mut serving).await?;
+    shutdown::stop(serving).await
+}
+
+/// What `start` sets up: the configuration, the stores and the limiter,
+/// the bound ports and the background tasks, before anything is served.
+struct Started {
+    limiter: Arc<Limiter<SidecarStore>>,
+    copies: Arc<CopyStore>,
+    metrics: Arc<Metrics>,
+    grpc_listener: TcpListener,
+    admin_listener: TcpListener,
+    shutdown_tx: watch::Sender<bool>,
+    shutdown_rx: watch::Receiver<bool>,
+    /// Config reload, for as long as the sidecar runs.
+    watcher: notify::RecommendedWatcher,
+}
+
+/// Loads the configuration, opens the stores, binds both ports and starts
+/// reload, the sweeper and the copy log's membership. Any failure here stops
+/// the process before it answers anything.
+async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let loaded = config::load_path_with(&options.config, options.envoy.load)
         .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
     for note in &loaded.notes {
@@ -110,8 +130,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let ready = Arc::new(AtomicBool::new(false));
-    let _watcher = reload::spawn(
+    let watcher = reload::spawn(
         options.config.clone(),
         options.envoy.load,
         limiter.clone(),
@@ -127,6 +146,45 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         );
     }
     spawn_membership_metric(copies.clone(), metrics.clone());
+    Ok(Started {
+        limiter,
+        copies,
+        metrics,
+        grpc_listener,
+        admin_listener,
+        shutdown_tx,
+        shutdown_rx,
+        watcher,
+    })
+}
+
+/// A sidecar that answers: both servers running, ready, and what stopping
+/// them needs.
+struct Serving {
+    grpc_task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    admin_task: tokio::task::JoinHandle<std::io::Result<()>>,
+    ready: Arc<AtomicBool>,
+    health: tonic_health::server::HealthReporter,
+    open_sessions: Arc<std::sync::atomic::AtomicUsize>,
+    copies: Arc<CopyStore>,
+    shutdown_tx: watch::Sender<bool>,
+    _watcher: notify::RecommendedWatcher,
+}
+
+/// Builds the gRPC port (Envoy RLS, the Charon API, health, reflection) and
+/// the admin port over what `start` set up, serves both, and says ready.
+async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Serving> {
+    let Started {
+        limiter,
+        copies,
+        metrics,
+        grpc_listener,
+        admin_listener,
+        shutdown_tx,
+        shutdown_rx,
+        watcher,
+    } = started;
+    let ready = Arc::new(AtomicBool::new(false));
     let api = ApiService::new(
         Arc::new(Core {
             limiter: limiter.clone(),
@@ -156,7 +214,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         .add_service(reflection_alpha)
         .add_service(rls)
         .add_service(CharonServer::new(api))
-        .serve_with_incoming_shutdown(grpc_incoming(grpc_listener), wait_for(shutdown_rx.clone()));
+        .serve_with_incoming_shutdown(
+            grpc_incoming(grpc_listener),
+            shutdown::wait_for(shutdown_rx.clone()),
+        );
     let admin = axum::serve(
         admin_listener,
         admin::router(
@@ -175,10 +236,10 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         )
         .merge(rls_http::router(rls_service)),
     )
-    .with_graceful_shutdown(wait_for(shutdown_rx.clone()));
+    .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
 
-    let mut grpc_task = tokio::spawn(grpc);
-    let mut admin_task = tokio::spawn(async move { admin.await });
+    let grpc_task = tokio::spawn(grpc);
+    let admin_task = tokio::spawn(async move { admin.await });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(
         grpc = %options.grpc_addr,
@@ -188,51 +249,16 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
         on_store_error = options.store.on_error.as_str(),
         "charon serving"
     );
-
-    // Until a signal, or until a server stops on its own (then the process
-    // must not stay alive looking ready).
-    tokio::select! {
-        () = shutdown_signal() => {}
-        ended = &mut grpc_task => {
-            ready.store(false, Ordering::SeqCst);
-            ended?.context("gRPC server failed")?;
-            anyhow::bail!("gRPC server stopped unexpectedly");
-        }
-        ended = &mut admin_task => {
-            ready.store(false, Ordering::SeqCst);
-            ended?.context("admin server failed")?;
-            anyhow::bail!("admin server stopped unexpectedly");
-        }
-    }
-    tracing::info!("shutting down: finishing requests in flight");
-    ready.store(false, Ordering::SeqCst);
-    health
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
-    health
-        .set_not_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
-        .await;
-    health.set_not_serving::<CharonServer<ApiService>>().await;
-    let _ = shutdown_tx.send(true);
-    // A client that never reads its closed stream must not hold the process.
-    match tokio::time::timeout(DRAIN_LIMIT, &mut grpc_task).await {
-        Ok(ended) => ended?.context("gRPC server failed")?,
-        Err(_) => {
-            tracing::warn!(limit = ?DRAIN_LIMIT, "gRPC connections still open after the drain limit: closing them");
-            grpc_task.abort();
-        }
-    }
-    admin_task.await?.context("admin server failed")?;
-    // Sessions end on the shutdown signal and release what they hold.
-    let waiting = tokio::time::Instant::now();
-    while open_sessions.load(Ordering::SeqCst) > 0 && waiting.elapsed() < RELEASE_ON_SHUTDOWN {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    if let CopyStore::Redis(redis) = &*copies {
-        redis.deregister().await;
-    }
-    tracing::info!("stopped");
-    Ok(())
+    Ok(Serving {
+        grpc_task,
+        admin_task,
+        ready,
+        health,
+        open_sessions,
+        copies,
+        shutdown_tx,
+        _watcher: watcher,
+    })
 }
 
 /// The gRPC port's connections, with Nagle's algorithm off: an answer is one
@@ -293,10 +319,6 @@ fn decode_errors_are_invalid_arguments(
     response
 }
 
-async fn wait_for(mut shutdown: watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
 fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
     let mut membership = copies.membership();
     tokio::spawn(async move {
@@ -307,27 +329,6 @@ fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
             }
         }
     });
-}
-
-pub(crate) async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
-    }
 }
 
 #[cfg(test)]
