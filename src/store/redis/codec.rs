@@ -226,9 +226,18 @@ fn gcra(text: &str) -> Result<GcraState, RedisError> {
     })
 }
 
+/// `total~t:n,t:n,...`; logs written by older scripts have no `total~`
+/// (the total is the sum either way, and `HitLog` keeps its own).
 fn log(text: &str) -> Result<HitLog, RedisError> {
+    let entries = match text.split_once('~') {
+        Some((total, entries)) => {
+            number(total)?;
+            entries
+        }
+        None => text,
+    };
     let mut log = HitLog::default();
-    for entry in text.split(',').filter(|e| !e.is_empty()) {
+    for entry in entries.split(',').filter(|e| !e.is_empty()) {
         let (at, hits) = entry
             .split_once(':')
             .ok_or_else(|| RedisError::State(format!("not a log entry: {entry:?}")))?;
@@ -295,5 +304,11 @@ mod tests {
         assert_eq!(expired, Slot::new(SlotKind::Window));
         assert!(slot(SlotKind::Log, Some(b"12:x"), 0).is_err());
         assert!(slot(SlotKind::Tiers, Some(b"f||;"), 0).is_ok());
+
+        // Logs carry their total; the older form without it reads the same.
+        let with_total = slot(SlotKind::Log, Some(b"3~1000:2,1500:1"), 1_600).expect("valid");
+        let without = slot(SlotKind::Log, Some(b"1000:2,1500:1"), 1_600).expect("valid");
+        assert_eq!(with_total, without);
+        assert!(slot(SlotKind::Log, Some(b"x~1000:2"), 0).is_err());
     }
 }

@@ -28,8 +28,9 @@
 --      ticks/count ms (GCRA counts time in ticks of 1/count ms, so that the
 --      emission interval period/count is exactly `period` ticks; this script
 --      computes relative to now, which keeps the numbers exact in doubles)
---   g: hit log "t:n,t:n,..." (time in ms, hits granted at that ms)
---   t: "expires_at|recent log|entered;log|entered;log..." with one
+--   g: hit log "total~t:n,t:n,..." (time in ms, hits granted at that ms, and
+--      their total; see "Hit logs" below)
+--   t: "expires_at|recent log|entered;log|entered;log..." (logs as for g) with one
 --      "entered;log" per tier, entered empty when the tier is not entered,
 --      and "f" for an expiry that never comes; a resource with a token
 --      bucket instead of tiers has one "b" field instead: "btat_ms,ticks,count"
@@ -57,90 +58,112 @@ local function fmt(n)
   return string.format('%.0f', n)
 end
 
--- Hit logs: times in order, hits per time, and their total.
+-- Hit logs, kept as their encoded text "total~t:n,t:n,..." (times in
+-- order, hits granted at each): counting and dropping what expired read only
+-- the head, pushing touches only the tail, so a decision costs what expired
+-- since the last one, not everything the log holds (a busy log has one entry
+-- per millisecond of its window). A log without "total~" (written by an
+-- older script) is summed once when read.
 
 local function log_new()
-  return { t = {}, n = {}, total = 0 }
+  return { body = '', total = 0, last_t = nil, last_at = nil }
 end
 
 local function log_decode(s)
-  local log = log_new()
-  if not s then
-    return log
+  if not s or s == '' then
+    return log_new()
   end
-  for t, n in string.gmatch(s, '(%d+):(%d+)') do
-    local i = #log.t + 1
-    log.t[i] = tonumber(t)
-    log.n[i] = tonumber(n)
-    log.total = log.total + log.n[i]
+  local total, body = string.match(s, '^(%d+)~(.*)$')
+  if total == nil then
+    body, total = s, 0
+    for n in string.gmatch(body, ':(%d+)') do
+      total = total + tonumber(n)
+    end
+  else
+    total = tonumber(total)
+  end
+  local log = { body = body, total = total }
+  -- The last entry: where it starts and its time, for pushes and expiries
+  -- (found from the end: a pattern anchored only at the end would be tried
+  -- at every position of the body).
+  if body ~= '' then
+    local comma = string.find(string.reverse(body), ',', 1, true)
+    local at = 1
+    if comma ~= nil then
+      at = #body - comma + 2
+    end
+    log.last_at, log.last_t = at, tonumber(string.match(body, '^(%d+):', at))
   end
   return log
 end
 
 local function log_encode(log)
-  local parts = {}
-  for i = 1, #log.t do
-    parts[i] = fmt(log.t[i]) .. ':' .. fmt(log.n[i])
+  if log.body == '' then
+    return ''
   end
-  return table.concat(parts, ',')
+  return fmt(log.total) .. '~' .. log.body
 end
 
--- A hit at t counts in a window of span w while now <= t + w.
-local function log_count(log, now, window)
-  local expired = 0
-  for i = 1, #log.t do
-    if log.t[i] + window >= now then
-      break
+-- Hits of the head that no longer count in a window of span w at now (a hit
+-- at t counts while now <= t + w), and where the first one that does starts.
+local function log_expired(log, now, window)
+  local body, expired, at = log.body, 0, 1
+  while true do
+    local t, n, next_at = string.match(body, '^(%d+):(%d+),?()', at)
+    if t == nil or tonumber(t) + window >= now then
+      return expired, at
     end
-    expired = expired + log.n[i]
+    expired, at = expired + tonumber(n), next_at
   end
+end
+
+local function log_count(log, now, window)
+  local expired = log_expired(log, now, window)
   return log.total - expired
 end
 
 local function log_prune(log, now, window)
-  local first = #log.t + 1
-  for i = 1, #log.t do
-    if log.t[i] + window >= now then
-      first = i
-      break
-    end
-  end
-  if first == 1 then
+  local expired, at = log_expired(log, now, window)
+  if at == 1 then
     return
   end
-  local t, n, total = {}, {}, 0
-  for i = first, #log.t do
-    t[#t + 1] = log.t[i]
-    n[#n + 1] = log.n[i]
-    total = total + log.n[i]
+  log.body = string.sub(log.body, at)
+  log.total = log.total - expired
+  if log.body == '' then
+    log.last_t, log.last_at = nil, nil
+  else
+    log.last_at = log.last_at - at + 1
   end
-  log.t, log.n, log.total = t, n, total
 end
 
 local function log_push(log, now, n)
   if n == 0 then
     return
   end
-  local last = #log.t
-  if last > 0 and log.t[last] >= now then
-    log.n[last] = log.n[last] + n
+  if log.last_t ~= nil and log.last_t >= now then
+    local hits = tonumber(string.match(log.body, '^%d+:(%d+)', log.last_at))
+    log.body = string.sub(log.body, 1, log.last_at - 1) .. fmt(log.last_t) .. ':' .. fmt(hits + n)
   else
-    log.t[last + 1] = now
-    log.n[last + 1] = n
+    local sep = ','
+    if log.body == '' then
+      sep = ''
+    end
+    log.last_at = #log.body + #sep + 1
+    log.last_t = now
+    log.body = log.body .. sep .. fmt(now) .. ':' .. fmt(n)
   end
   log.total = log.total + n
 end
 
 local function log_clear(log)
-  log.t, log.n, log.total = {}, {}, 0
+  log.body, log.total, log.last_t, log.last_at = '', 0, nil, nil
 end
 
 local function log_counts_until(log, window)
-  local last = log.t[#log.t]
-  if last == nil then
+  if log.last_t == nil then
     return 0
   end
-  return last + window + 1
+  return log.last_t + window + 1
 end
 
 -- Splits on a one-character separator, keeping empty fields.
@@ -342,7 +365,7 @@ local function tiers_expiry(policy, state)
         until_ = math.max(until_, log.entered + tier.active + tier.cooldown)
       end
     end
-    local last = log.hits.t[#log.hits.t]
+    local last = log.hits.last_t
     if last ~= nil then
       until_ = math.max(until_, last + tier.window + 1)
     end
