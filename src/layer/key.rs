@@ -62,17 +62,22 @@ impl<B> DomainOf<B> for Header {
 }
 
 /// The domain is the client's IP address: from axum's `ConnectInfo`
-/// (serve with `into_make_service_with_connect_info::<SocketAddr>()`),
-/// tonic's `TcpConnectInfo`, or a `SocketAddr` extension.
+/// (feature `axum`; serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's
+/// `TcpConnectInfo`, or a `SocketAddr` extension.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PeerAddr;
 
 impl<B> DomainOf<B> for PeerAddr {
     fn domain_of(&self, request: &Request<B>) -> Option<String> {
         let extensions = request.extensions();
-        let address = extensions
+        #[cfg(feature = "axum")]
+        let from_axum = extensions
             .get::<axum::extract::ConnectInfo<SocketAddr>>()
-            .map(|info| info.0)
+            .map(|info| info.0);
+        #[cfg(not(feature = "axum"))]
+        let from_axum = None;
+        let address = from_axum
             .or_else(|| {
                 extensions
                     .get::<tonic::transport::server::TcpConnectInfo>()
@@ -100,8 +105,8 @@ impl<B> ResourceOf<B> for Fixed {
 }
 
 /// The resource is `METHOD route`: `GET /users/{id}` with axum's matched
-/// route (the layer added with `Router::layer` or `route_layer`), else the
-/// request's path. Configure those names as resources, or let the
+/// route (feature `axum`; the layer added with `Router::layer` or
+/// `route_layer`), else the request's path. Configure those names as resources, or let the
 /// namespace `allow_unconfigured`; a request whose resource is not
 /// configured is not limited.
 #[derive(Debug, Clone, Copy, Default)]
@@ -109,10 +114,13 @@ pub struct MethodAndRoute;
 
 impl<B> ResourceOf<B> for MethodAndRoute {
     fn resource_of(&self, request: &Request<B>) -> String {
+        #[cfg(feature = "axum")]
         let route = request
             .extensions()
             .get::<axum::extract::MatchedPath>()
             .map_or_else(|| request.uri().path(), |matched| matched.as_str());
+        #[cfg(not(feature = "axum"))]
+        let route = request.uri().path();
         format!("{} {route}", request.method())
     }
 }
@@ -177,6 +185,7 @@ mod tests {
         assert_eq!(fixed.resource_of(&request(None)), "pages");
     }
 
+    #[cfg(feature = "axum")]
     #[test]
     fn peer_addresses_come_from_extensions() {
         let mut with_peer = request(None);
@@ -188,6 +197,15 @@ mod tests {
             ))));
         assert_eq!(PeerAddr.domain_of(&with_peer), Some("10.0.0.7".into()));
         assert_eq!(PeerAddr.domain_of(&request(None)), None);
+    }
+
+    #[test]
+    fn a_socket_address_extension_is_a_peer_address() {
+        let mut with_peer = request(None);
+        with_peer
+            .extensions_mut()
+            .insert(SocketAddr::from(([10, 0, 0, 8], 5000)));
+        assert_eq!(PeerAddr.domain_of(&with_peer), Some("10.0.0.8".into()));
     }
 
     #[test]
