@@ -26,11 +26,10 @@
 //!
 //! Run: `cargo bench --bench decision -- --warm-up-time 1 --measurement-time 3`
 
-use std::future::Future;
+mod support;
+
 use std::hint::black_box;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use charon::clock::ManualClock;
 use charon::config::{Config, RatePolicy, RateResource, Resource};
@@ -38,6 +37,8 @@ use charon::engine::{self, Item, Slot, SlotKind};
 use charon::limiter::{Descriptor, Limiter, RateLimitRequest};
 use charon::store::MemoryStore;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+
+use self::support::ready;
 
 const CONFIG: &str = r#"
 domain: bench
@@ -82,16 +83,6 @@ fn rate_resource(config: &Config, name: &str) -> Arc<RateResource> {
     match config.namespace("bench").unwrap().resources.get(name) {
         Some(Resource::Rate(rate)) => rate.clone(),
         _ => panic!("bench.yaml: `api` is not a rate resource"),
-    }
-}
-
-/// Polls a future that must be ready at once (the memory store's is).
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory store's future was not ready at once"),
     }
 }
 

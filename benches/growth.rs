@@ -12,17 +12,18 @@
 //! `cargo bench --bench growth` (about a minute in release; 10⁶ keys need
 //! about 1 GiB)
 
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::future::Future;
 use std::hint::black_box;
-use std::pin::pin;
 use std::sync::atomic::{AtomicIsize, Ordering};
-use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use charon::clock::ManualClock;
 use charon::limiter::{Descriptor, Limiter, RateLimitRequest};
 use charon::store::MemoryStore;
+
+use self::support::ready;
 
 /// The system allocator, counting live bytes.
 struct Counting;
@@ -109,16 +110,6 @@ resources:
     match charon::config::load_str(&yaml, "growth.yaml") {
         Ok(loaded) => loaded.config,
         Err(error) => panic!("the bench's config: {error}"),
-    }
-}
-
-/// Polls a future that must be ready at once (the memory store's is).
-fn ready<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        Poll::Ready(output) => output,
-        Poll::Pending => panic!("the memory store's future was not ready at once"),
     }
 }
 

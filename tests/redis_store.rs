@@ -299,34 +299,17 @@ fn strip_log_totals(url: &str) {
     }
 }
 
-#[test]
-fn logs_written_without_their_totals_decide_alike() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let config = ProptestConfig {
-        cases: 16,
-        ..ProptestConfig::default()
-    };
-    proptest!(config, |(
-        a in arb_policy(1..4, 1..8, 1..10),
-        b in arb_policy(0..3, 1..8, 1..10),
-        requests in arb_requests(),
-    )| {
-        flush(redis.port);
-        same_decisions_with(&url, &[a, b], &requests, || strip_log_totals(&url));
-    });
-}
-
 fn flush(port: u16) {
     redis_support::command(port, &["FLUSHALL"]);
 }
 
-#[test]
-fn memory_and_redis_decide_alike() {
+/// `cases` generated request sequences on one fresh Redis, each decided as
+/// the memory store decides it, with `between` run after every request.
+fn one_redis_decides_as_memory(cases: u32, between: impl Fn(&str)) {
     let redis = RedisServer::start();
     let url = redis.url();
     let config = ProptestConfig {
-        cases: 48,
+        cases,
         ..ProptestConfig::default()
     };
     proptest!(config, |(
@@ -335,8 +318,18 @@ fn memory_and_redis_decide_alike() {
         requests in arb_requests(),
     )| {
         flush(redis.port);
-        same_decisions(&url, &[a, b], &requests);
+        same_decisions_with(&url, &[a, b], &requests, || between(&url));
     });
+}
+
+#[test]
+fn memory_and_redis_decide_alike() {
+    one_redis_decides_as_memory(48, |_| {});
+}
+
+#[test]
+fn logs_written_without_their_totals_decide_alike() {
+    one_redis_decides_as_memory(16, strip_log_totals);
 }
 
 #[test]

@@ -24,9 +24,11 @@ pub enum Shape {
 impl Shape {
     /// `threads` 0 means one per CPU this process may run on (`available`).
     pub fn for_threads(threads: usize, available: NonZeroUsize) -> Self {
-        match threads {
-            0 if available.get() == 1 => Shape::SingleThreaded,
-            0 => Shape::Workers(available.get()),
+        match if threads == 0 {
+            available.get()
+        } else {
+            threads
+        } {
             1 => Shape::SingleThreaded,
             n => Shape::Workers(n),
         }
