@@ -153,6 +153,22 @@ fn bench_layers(
     // As `axum::serve` does once: routes built now, not per request.
     let apps = apps.map(|(name, app)| (name, app.with_state::<()>(())));
     let mut group = c.benchmark_group("layer");
+    // The decision itself, as the embedded engine makes it: what the layer
+    // and the client add is the rows below minus this and `bare`.
+    let limiter = charon::limiter::Limiter::new(config(), charon::store::MemoryStore::new());
+    let namespace = limiter.config().namespace("bench").cloned().expect("bench");
+    let Some(charon::config::Resource::Rate(rate)) = namespace.resources.get("api").cloned() else {
+        panic!("api is a rate resource");
+    };
+    group.bench_function("decision", |b| {
+        b.to_async(runtime).iter(|| async {
+            let (outcome, _) = limiter
+                .request_hits(&namespace, &rate, "acme", 1, 1)
+                .await
+                .expect("a decision");
+            assert_eq!(outcome.granted, 1);
+        })
+    });
     let client = runtime.block_on(async { Client::embedded(config()) });
     group.bench_function("client-only", |b| {
         b.to_async(runtime).iter(|| async {

@@ -9,7 +9,8 @@
 //! hold released when the client disconnects mid-response; gRPC requests
 //! refused with `RESOURCE_EXHAUSTED`; rejected requests never reach the
 //! upstream the service calls (a wiremock stand-in); granted responses past
-//! a soft limit carry `x-charon-soft-limit`.
+//! a soft limit carry `x-charon-soft-limit`; Envoy-style descriptor lists
+//! applied in process, several limits decided all or nothing.
 #![cfg(all(unix, feature = "server"))]
 
 #[path = "support/redis.rs"]
@@ -26,7 +27,10 @@ use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
 use charon::client::Client;
-use charon::layer::{ConcurrencyLayer, MethodAndRoute, MissingDomain, RateLimitLayer};
+use charon::layer::{
+    Action, Actions, ConcurrencyLayer, DescriptorLimitLayer, MethodAndRoute, MissingDomain,
+    RateLimitLayer,
+};
 use http::StatusCode;
 use sidecar_support::{eventually, sidecar_client, tempdir};
 
@@ -459,4 +463,89 @@ async fn granted_responses_past_the_soft_limit_carry_a_warning() {
             (429, String::new())
         ]
     );
+}
+
+/// Envoy-style: three per tenant per minute (named), four a minute for
+/// everyone (unnamed), and a `resource:` leaf with burst tiers.
+const DESCRIPTORS: &str = r#"
+domain: catalog
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: tenant
+        rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 3}
+  - key: generic_key
+    value: everyone
+    rate_limit: {unit: minute, requests_per_unit: 4}
+"#;
+
+fn descriptor_app(client: Client) -> Router {
+    let tenant = http::HeaderName::from_static("x-tenant-id");
+    let actions = Actions::new()
+        .descriptor([
+            Action::generic_key("api"),
+            Action::request_header(tenant, "tenant"),
+        ])
+        .descriptor([Action::generic_key("everyone")]);
+    Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(DescriptorLimitLayer::new(client, "catalog", actions))
+}
+
+/// A rejected request counts in none of its limits; the headers name the
+/// limit that bit.
+async fn descriptors_all_or_nothing(client: Client) {
+    let address = serve(descriptor_app(client)).await;
+    for remaining in (1..4).rev() {
+        let ok = get_as(address, "/", Some("acme")).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        // The limit closest to biting: everyone's (4 - n) or acme's (3 - n).
+        assert_eq!(header(&ok, "ratelimit-policy"), r#""per-tenant";q=3;w=60"#);
+        assert!(
+            header(&ok, "ratelimit").starts_with(&format!(r#""per-tenant";r={}"#, remaining - 1)),
+            "{}",
+            header(&ok, "ratelimit")
+        );
+    }
+    // acme is over its own limit: rejected, and `everyone` not counted.
+    let rejected = get_as(address, "/", Some("acme")).await;
+    assert_eq!(rejected.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&rejected, "ratelimit-policy"),
+        r#""per-tenant";q=3;w=60"#
+    );
+    let retry_after: u64 = header(&rejected, "retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    // So the fourth hit of `everyone` is still there for beta…
+    let ok = get_as(address, "/", Some("beta")).await;
+    assert_eq!(ok.status(), StatusCode::OK, "the rejected request counted");
+    let current = header(&ok, "ratelimit");
+    assert!(current.starts_with(r#""generic_key";r=0;t="#), "{current}");
+    // …and then `everyone` is spent, while beta's own limit is not counted
+    // for the rejected request either.
+    let rejected = get_as(address, "/", Some("beta")).await;
+    assert_eq!(rejected.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&rejected, "ratelimit-policy"),
+        r#""generic_key";q=4;w=60"#
+    );
+    // Without the tenant header, only `everyone` applies: still spent.
+    let anonymous = get_as(address, "/", None).await;
+    assert_eq!(anonymous.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_limits_are_all_or_nothing_on_the_embedded_engine() {
+    let config = charon::config::load_str(DESCRIPTORS, "catalog.yaml")
+        .expect("the descriptor config loads")
+        .config;
+    descriptors_all_or_nothing(Client::embedded(config)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_limits_are_all_or_nothing_on_a_sidecar() {
+    let dir = tempdir();
+    let sidecar = sidecar_support::memory_sidecar(dir.path(), DESCRIPTORS).await;
+    descriptors_all_or_nothing(sidecar_client(&sidecar).await).await;
 }

@@ -12,6 +12,9 @@ use tokio::sync::oneshot;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{ReleaseOp, ReserveOp};
+use crate::limiter::RateLimitRequest;
+
+use super::{ClientError, LimitsAnswer};
 
 /// The answer to one operation, and the session that answered it.
 #[derive(Debug, Clone)]
@@ -32,6 +35,13 @@ pub struct Unreachable(pub String);
 /// The future of [`Backend::call`].
 pub type BackendFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, Unreachable>> + Send + 'a>>;
 
+/// The future of [`Backend::should_rate_limit`]: the answer,
+/// [`ClientError::Invalid`] for a request the backend refuses as it is, or
+/// [`ClientError::Unavailable`] when it cannot answer (the client fails
+/// open).
+pub type LimitsFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<LimitsAnswer, ClientError>> + Send + 'a>>;
+
 /// One Charon API session: the remote [`Sidecar`](super::Sidecar), the
 /// in-process [`Embedded`](super::Embedded) engine, or your own.
 pub trait Backend: Send + Sync + 'static {
@@ -39,6 +49,15 @@ pub trait Backend: Send + Sync + 'static {
     /// future must not leak copies: an answer that arrives for nobody is
     /// undone (see [`undo`]).
     fn call(&self, op: Op) -> BackendFuture<'_>;
+
+    /// Envoy-style descriptors, decided as one request
+    /// (docs/design.md#envoy-answers). A backend that cannot says so.
+    fn should_rate_limit(&self, request: RateLimitRequest) -> LimitsFuture<'_> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(ClientError::Unavailable(
+            "this backend does not decide descriptors".into(),
+        ))))
+    }
 
     /// The session operations go to now.
     fn session(&self) -> u64;

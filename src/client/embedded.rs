@@ -24,7 +24,9 @@ use crate::service::store::{SidecarStore, StoreOptions, open_copies};
 use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
 
-use super::backend::{Awaited, Backend, BackendFuture, Reply, Unreachable, undo};
+use super::backend::{Awaited, Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
+use super::{ClientError, LimitsAnswer};
+use crate::limiter::{LimitError, RateLimitRequest};
 
 /// Why an embedded engine did not start.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +177,18 @@ impl Backend for Embedded {
                 answer: result,
                 session: generation,
             })
+        })
+    }
+
+    fn should_rate_limit(&self, request: RateLimitRequest) -> LimitsFuture<'_> {
+        // Hits cannot be given back, so a caller that gives up may leave
+        // them counted or not: no task and no undo, unlike a reserve.
+        Box::pin(async move {
+            match self.core.limiter.should_rate_limit(request).await {
+                Ok(answer) => Ok(LimitsAnswer::from(&answer)),
+                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
+                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
+            }
         })
     }
 

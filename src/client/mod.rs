@@ -33,6 +33,7 @@ mod call;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod hold;
+mod limits;
 pub mod retry;
 mod sidecar;
 
@@ -42,12 +43,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-pub use backend::{Backend, BackendFuture, Reply, Unreachable, undo};
+pub use backend::{Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
 use call::Amount;
 pub use call::{HoldCall, RequestCall};
 #[cfg(feature = "embedded")]
 pub use embedded::{Embedded, EmbeddedError};
 pub use hold::{Acquired, Hold, Target};
+pub use limits::{LimitStatus, LimitsAnswer, StatusLimit};
 pub use sidecar::{Sidecar, SidecarOptions};
 
 pub use crate::api::v1::error::Kind as ErrorKind;
@@ -256,19 +258,26 @@ impl Client {
         }
     }
 
-    /// One call with the deadline, its failures sorted.
-    async fn call(&self, op: Op) -> Result<Reply, Failure> {
+    /// `call` within the call deadline; past it, why not.
+    async fn within_deadline<T>(&self, call: impl Future<Output = T>) -> Result<T, String> {
         let timeout = self.shared.options.call_timeout;
-        let mut call = self.shared.backend.call(op);
+        let mut call = std::pin::pin!(call);
         // An embedded engine answers within the first poll: no timer then.
         let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
-        let answered = match first {
-            Poll::Ready(answered) => answered,
-            Poll::Pending => match tokio::time::timeout(timeout, call).await {
-                Ok(answered) => answered,
-                Err(_) => return Err(Failure::Server(format!("no answer within {timeout:?}"))),
-            },
-        };
+        match first {
+            Poll::Ready(answered) => Ok(answered),
+            Poll::Pending => tokio::time::timeout(timeout, call)
+                .await
+                .map_err(|_| format!("no answer within {timeout:?}")),
+        }
+    }
+
+    /// One call with the deadline, its failures sorted.
+    async fn call(&self, op: Op) -> Result<Reply, Failure> {
+        let answered = self
+            .within_deadline(self.shared.backend.call(op))
+            .await
+            .map_err(Failure::Server)?;
         match answered {
             Err(Unreachable(reason)) => Err(Failure::Server(reason)),
             Ok(Reply {

@@ -25,8 +25,11 @@ use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{ReserveOp, SessionRequest};
 
-use super::ClientError;
-use super::backend::{Awaited, Backend, BackendFuture, Reply, Unreachable, undo};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+use super::backend::{Awaited, Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
+use super::{ClientError, limits};
+use crate::limiter::RateLimitRequest;
 
 /// How the sidecar backend connects and reconnects.
 #[derive(Debug, Clone)]
@@ -90,6 +93,8 @@ impl Shared {
 pub struct Sidecar {
     shared: Arc<Shared>,
     driver: JoinHandle<()>,
+    /// For Envoy-style requests, which need no session.
+    channel: Channel,
 }
 
 impl Drop for Sidecar {
@@ -126,8 +131,13 @@ impl Sidecar {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         });
-        let driver = runtime.spawn(drive(endpoint.connect_lazy(), shared.clone(), options));
-        Ok(Self { shared, driver })
+        let channel = endpoint.connect_lazy();
+        let driver = runtime.spawn(drive(channel.clone(), shared.clone(), options));
+        Ok(Self {
+            shared,
+            driver,
+            channel,
+        })
     }
 
     /// Whether a session is up now.
@@ -192,6 +202,26 @@ impl Backend for Sidecar {
                 None => Err(Unreachable(
                     "the session ended before the sidecar answered".into(),
                 )),
+            }
+        })
+    }
+
+    fn should_rate_limit(&self, request: RateLimitRequest) -> LimitsFuture<'_> {
+        // Envoy's own service, on the same connection: the sidecar decides
+        // exactly as it does for Envoy.
+        let mut client = RateLimitServiceClient::new(self.channel.clone());
+        Box::pin(async move {
+            let request = limits::wire::request(request)?;
+            match client.should_rate_limit(request).await {
+                Ok(response) => Ok(limits::wire::answer(response.into_inner())),
+                Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                    Err(ClientError::Invalid(status.message().to_owned()))
+                }
+                Err(status) => Err(ClientError::Unavailable(format!(
+                    "ShouldRateLimit: {}: {}",
+                    status.code(),
+                    status.message()
+                ))),
             }
         })
     }

@@ -1,43 +1,66 @@
 //! [`ConcurrencyLayer`]: one copy of a copy-limited resource per request,
 //! held until the response body has been sent or dropped.
 
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::future::IntoFuture;
 
 use crate::client::{Client, ClientError, Hold};
 
 use super::future::{Extra, Verdict};
+use super::limit::{Deciding, Limit, LimitLayer, Options};
 use super::reply::{self, Quota};
-use super::{Settings, limit_layer};
+use super::resource::{Kind, PerResource};
+use super::{Fixed, Header};
 
-limit_layer!(
-    ConcurrencyLayer,
-    Concurrency,
-    "Limits requests in progress: each holds one copy of `resource` for its \
-     domain until its response body ends; past the limit, 429 (gRPC \
-     `RESOURCE_EXHAUSTED`) with `Retry-After: 1`.",
-    "One copy of `resource` in `namespace` per request, the domain from \
-     `x-tenant-id`."
-);
+/// Limits requests in progress: each holds one copy of a resource for its
+/// domain until its response body ends; past the limit, 429 (gRPC
+/// `RESOURCE_EXHAUSTED`) with `Retry-After: 1`.
+pub type ConcurrencyLayer<D = Header, R = Fixed> = LimitLayer<PerResource<Copies, D, R>>;
 
-/// One copy of `resource` for `domain`, held until the body ends.
-fn ask(
-    client: &Client,
-    namespace: &str,
-    resource: String,
-    domain: String,
-) -> Pin<Box<dyn Future<Output = Result<Hold, ClientError>> + Send>> {
-    client.hold(namespace, resource, domain).into_future()
+/// The service of [`ConcurrencyLayer`].
+pub type Concurrency<S, D = Header, R = Fixed> = Limit<S, PerResource<Copies, D, R>>;
+
+impl ConcurrencyLayer {
+    /// One copy of `resource` in `namespace` per request, the domain from
+    /// `x-tenant-id`.
+    pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
+        Self::per_resource(client, namespace, resource, Copies)
+    }
 }
 
-fn verdict<D, R, B>(
-    settings: &Settings<D, R>,
-    grpc: bool,
+/// One copy per request, held until its response body ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Copies;
+
+impl Kind for Copies {
+    type Decided = Result<Hold, ClientError>;
+
+    fn ask(
+        client: &Client,
+        namespace: &str,
+        resource: String,
+        domain: String,
+    ) -> Deciding<Self::Decided> {
+        client.hold(namespace, resource, domain).into_future()
+    }
+
+    fn verdict<B>(
+        resource: String,
+        held: Self::Decided,
+        grpc: bool,
+        options: Options,
+    ) -> Verdict<B> {
+        verdict(resource, held, grpc, options)
+    }
+}
+
+fn verdict<B>(
     resource: String,
     held: Result<Hold, ClientError>,
+    grpc: bool,
+    options: Options,
 ) -> Verdict<B> {
     match held {
-        Ok(hold) if hold.unanswered() && settings.fail_closed => {
+        Ok(hold) if hold.unanswered() && options.fail_closed => {
             Verdict::Answer(reply::unavailable(grpc))
         }
         Ok(hold) if !hold.is_granted() => {
@@ -52,7 +75,7 @@ fn verdict<D, R, B>(
         }
         // If the service fails, the hold drops with the future: released.
         Ok(hold) => Verdict::Pass(Extra {
-            quota: if settings.headers {
+            quota: if options.granted_headers {
                 copy_quota(&resource, &hold)
             } else {
                 None
@@ -60,7 +83,7 @@ fn verdict<D, R, B>(
             soft_limit: None,
             hold: Some(hold),
         }),
-        Err(error) => match reply::refused(grpc, &error, settings.fail_closed) {
+        Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
             Some(response) => Verdict::Answer(response),
             None => Verdict::Pass(Extra::default()),
         },

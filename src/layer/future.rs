@@ -1,4 +1,4 @@
-//! The response future of both layers, and the step they share: ask
+//! The response future of every layer, and the step they share: ask
 //! Charon, then answer or call the service.
 //!
 //! An embedded engine decides within the first poll, so `call` polls the
@@ -16,14 +16,14 @@ use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use crate::client::{Client, Hold};
+use crate::client::Hold;
 
-use super::key::{DomainOf, ResourceOf, resolve_domain};
+use super::ResponseBody;
+use super::limit::{Asked, Policy, Shared};
 use super::reply::{self, Quota, SOFT_LIMIT};
-use super::{ResponseBody, Settings};
 
 /// What a layer does with a request once Charon has answered.
-pub(super) enum Verdict<B> {
+pub enum Verdict<B> {
     /// Answer this, without calling the service.
     Answer(Response<ResponseBody<B>>),
     /// Call the service, and add these to its response.
@@ -32,7 +32,7 @@ pub(super) enum Verdict<B> {
 
 /// What a granted response carries from the decision.
 #[derive(Default)]
-pub(super) struct Extra {
+pub struct Extra {
     pub quota: Option<Quota>,
     /// `x-charon-soft-limit`, past the soft limit.
     pub soft_limit: Option<HeaderValue>,
@@ -110,90 +110,68 @@ fn answered<F, B, E>(response: Response<ResponseBody<B>>) -> ResponseFuture<F, B
     }
 }
 
-/// Starts a layer's decision: (client, namespace, resource, domain).
-pub(super) type Ask<Decided> =
-    fn(&Client, &str, String, String) -> Pin<Box<dyn Future<Output = Decided> + Send>>;
-
-/// One request through a layer: its domain and resource, the decision
-/// `ask` starts, and `verdict` on it; a request without a usable domain is
-/// answered at once.
-pub(super) fn limit<S, D, R, ReqBody, ResBody, Decided>(
+/// One request through a layer: the policy asks, then answers or calls
+/// the service (see the module doc for the two paths).
+pub(super) fn limit<S, P, ReqBody, ResBody>(
     inner: &mut S,
-    settings: &Arc<Settings<D, R>>,
+    shared: &Arc<Shared<P>>,
     request: Request<ReqBody>,
-    ask: Ask<Decided>,
-    verdict: fn(&Settings<D, R>, bool, String, Decided) -> Verdict<ResBody>,
 ) -> ResponseFuture<S::Future, ResBody, S::Error>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send,
     S::Error: Send,
-    D: DomainOf<ReqBody>,
-    R: ResourceOf<ReqBody>,
+    P: Policy<ReqBody>,
     ReqBody: Send + 'static,
     ResBody: Send + 'static,
-    Decided: Send + 'static,
 {
     let grpc = reply::is_grpc(&request);
-    let domain = match resolve_domain(settings.domain.domain_of(&request), &settings.missing) {
-        Ok(domain) => domain,
-        Err(status) => return answered(reply::failed(grpc, status, "missing or invalid domain")),
+    let (asked, mut deciding) = match shared
+        .policy
+        .ask(&shared.client, &shared.namespace, &request)
+    {
+        Asked::Decide(asked, deciding) => (asked, deciding),
+        Asked::Refuse(status, message) => return answered(reply::failed(grpc, status, message)),
+        Asked::Pass => return serve(inner, request, Extra::default()),
     };
-    let resource = settings.resource.resource_of(&request);
-    let deciding = ask(
-        &settings.client,
-        &settings.namespace,
-        resource.clone(),
-        domain,
-    );
-    let settings = settings.clone();
-    respond(inner, request, deciding, move |decided| {
-        verdict(&settings, grpc, resource, decided)
-    })
+    let mut cx = Context::from_waker(Waker::noop());
+    if let Poll::Ready(decided) = deciding.as_mut().poll(&mut cx) {
+        return match shared.policy.verdict(asked, decided, grpc, shared.options) {
+            Verdict::Answer(response) => answered(response),
+            Verdict::Pass(extra) => serve(inner, request, extra),
+        };
+    }
+    // The service `poll_ready` readied goes into the future; the clone
+    // stays, to be readied next time.
+    let clone = inner.clone();
+    let mut inner = std::mem::replace(inner, clone);
+    let shared = shared.clone();
+    ResponseFuture {
+        state: State::Deciding {
+            future: Box::pin(async move {
+                let decided = deciding.await;
+                match shared.policy.verdict(asked, decided, grpc, shared.options) {
+                    Verdict::Answer(response) => Ok(response),
+                    Verdict::Pass(extra) => Ok(extra.finish(inner.call(request).await?)),
+                }
+            }),
+        },
+    }
 }
 
-/// Decides with `deciding`, then answers or calls `inner` (see the module
-/// doc for the two paths).
-fn respond<S, ReqBody, ResBody, D>(
+/// Calls the service, adding `extra` to its response.
+fn serve<S, ReqBody, ResBody>(
     inner: &mut S,
     request: Request<ReqBody>,
-    mut deciding: Pin<Box<dyn Future<Output = D> + Send>>,
-    verdict: impl FnOnce(D) -> Verdict<ResBody> + Send + 'static,
+    extra: Extra,
 ) -> ResponseFuture<S::Future, ResBody, S::Error>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
-    ReqBody: Send + 'static,
-    ResBody: Send + 'static,
-    D: Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
 {
-    let mut cx = Context::from_waker(Waker::noop());
-    match deciding.as_mut().poll(&mut cx) {
-        Poll::Ready(decided) => match verdict(decided) {
-            Verdict::Answer(response) => answered(response),
-            Verdict::Pass(extra) => ResponseFuture {
-                state: State::Service {
-                    future: inner.call(request),
-                    extra: Some(extra),
-                },
-            },
+    ResponseFuture {
+        state: State::Service {
+            future: inner.call(request),
+            extra: Some(extra),
         },
-        Poll::Pending => {
-            // The service `poll_ready` readied goes into the future; the
-            // clone stays, to be readied next time.
-            let clone = inner.clone();
-            let mut inner = std::mem::replace(inner, clone);
-            ResponseFuture {
-                state: State::Deciding {
-                    future: Box::pin(async move {
-                        match verdict(deciding.await) {
-                            Verdict::Answer(response) => Ok(response),
-                            Verdict::Pass(extra) => Ok(extra.finish(inner.call(request).await?)),
-                        }
-                    }),
-                },
-            }
-        }
     }
 }

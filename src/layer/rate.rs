@@ -1,41 +1,64 @@
 //! [`RateLimitLayer`]: one hit per request on a rate-limited resource.
 
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use crate::client::{Client, ClientError, RateAnswer};
 
 use super::future::{Extra, Verdict};
+use super::limit::{Deciding, Limit, LimitLayer, Options};
 use super::reply::{self, Quota};
-use super::{Settings, limit_layer};
+use super::resource::{Kind, PerResource};
+use super::{Fixed, Header};
 
-limit_layer!(
-    RateLimitLayer,
-    RateLimit,
-    "Applies a rate limit to every request: one hit of `resource` for the \
-     request's domain; a rejection is a 429 (gRPC `RESOURCE_EXHAUSTED`).",
-    "Hits of `resource` in `namespace`, the domain from `x-tenant-id`."
-);
+/// Applies a rate limit to every request: one hit of a resource for the
+/// request's domain; a rejection is a 429 (gRPC `RESOURCE_EXHAUSTED`).
+pub type RateLimitLayer<D = Header, R = Fixed> = LimitLayer<PerResource<Hits, D, R>>;
 
-/// One hit of `resource` for `domain`.
-fn ask(
-    client: &Client,
-    namespace: &str,
-    resource: String,
-    domain: String,
-) -> Pin<Box<dyn Future<Output = Result<RateAnswer, ClientError>> + Send>> {
-    client.request(namespace, resource, domain).into_future()
+/// The service of [`RateLimitLayer`].
+pub type RateLimit<S, D = Header, R = Fixed> = Limit<S, PerResource<Hits, D, R>>;
+
+impl RateLimitLayer {
+    /// Hits of `resource` in `namespace`, the domain from `x-tenant-id`.
+    pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
+        Self::per_resource(client, namespace, resource, Hits)
+    }
 }
 
-fn verdict<D, R, B>(
-    settings: &Settings<D, R>,
-    grpc: bool,
+/// One hit per request.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hits;
+
+impl Kind for Hits {
+    type Decided = Result<RateAnswer, ClientError>;
+
+    fn ask(
+        client: &Client,
+        namespace: &str,
+        resource: String,
+        domain: String,
+    ) -> Deciding<Self::Decided> {
+        client.request(namespace, resource, domain).into_future()
+    }
+
+    fn verdict<B>(
+        resource: String,
+        answer: Self::Decided,
+        grpc: bool,
+        options: Options,
+    ) -> Verdict<B> {
+        verdict(resource, answer, grpc, options)
+    }
+}
+
+fn verdict<B>(
     resource: String,
     answer: Result<RateAnswer, ClientError>,
+    grpc: bool,
+    options: Options,
 ) -> Verdict<B> {
     match answer {
-        Ok(answer) if answer.unanswered && settings.fail_closed => {
+        Ok(answer) if answer.unanswered && options.fail_closed => {
             Verdict::Answer(reply::unavailable(grpc))
         }
         Ok(answer) if !answer.is_granted() => {
@@ -48,7 +71,7 @@ fn verdict<D, R, B>(
             ))
         }
         Ok(answer) => Verdict::Pass(Extra {
-            quota: if settings.headers {
+            quota: if options.granted_headers {
                 rate_quota(&resource, &answer)
             } else {
                 None
@@ -60,7 +83,7 @@ fn verdict<D, R, B>(
             },
             hold: None,
         }),
-        Err(error) => match reply::refused(grpc, &error, settings.fail_closed) {
+        Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
             Some(response) => Verdict::Answer(response),
             None => Verdict::Pass(Extra::default()),
         },
