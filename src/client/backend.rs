@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{ReleaseOp, ReserveOp};
+use crate::api::v1::{ReleaseOp, RequestOp, ReserveOp};
 use crate::limiter::RateLimitRequest;
 
 use super::{ClientError, LimitsAnswer};
@@ -49,6 +49,12 @@ pub trait Backend: Send + Sync + 'static {
     /// future must not leak copies: an answer that arrives for nobody is
     /// undone (see [`undo`]).
     fn call(&self, op: Op) -> BackendFuture<'_>;
+
+    /// Hits on a rate-limited resource: [`call`](Backend::call) with
+    /// `Op::Request`, unless the backend has a shorter way.
+    fn request(&self, op: RequestOp) -> BackendFuture<'_> {
+        self.call(Op::Request(op))
+    }
 
     /// Envoy-style descriptors, decided as one request
     /// (docs/design.md#envoy-answers). A backend that cannot says so.

@@ -119,7 +119,7 @@ impl Client {
         op: RequestOp,
         min: u64,
     ) -> Result<Attempt<RateAnswer>, ClientError> {
-        match self.call(Op::Request(op)).await {
+        match self.call_with(|backend| backend.request(op)).await {
             Ok(Reply {
                 answer: Answer::Request(answer),
                 ..

@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use crate::api::v1::error::Kind as ErrorKind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{Error as WireError, SessionRequest};
+use crate::api::v1::{Error as WireError, RequestOp, SessionRequest};
 use crate::config::Config;
 use crate::limiter::Limiter;
 use crate::service::core::Core;
@@ -176,6 +176,22 @@ impl Backend for Embedded {
             Ok(Reply {
                 answer: result,
                 session: generation,
+            })
+        })
+    }
+
+    fn request(&self, op: RequestOp) -> BackendFuture<'_> {
+        // The hot path of the rate layer: straight to the core, no session
+        // message and no task (hits are never undone, so a caller that
+        // gives up needs nothing finished for it).
+        Box::pin(async move {
+            let answer = match self.core.request(&op).await {
+                Ok(answer) => Answer::Request(answer),
+                Err(error) => Answer::Error(error.into_wire()),
+            };
+            Ok(Reply {
+                answer,
+                session: self.generation.load(Ordering::Acquire),
             })
         })
     }

@@ -274,8 +274,16 @@ impl Client {
 
     /// One call with the deadline, its failures sorted.
     async fn call(&self, op: Op) -> Result<Reply, Failure> {
+        self.call_with(|backend| backend.call(op)).await
+    }
+
+    /// [`call`](Self::call) by any of the backend's ways.
+    async fn call_with<'a>(
+        &'a self,
+        send: impl FnOnce(&'a dyn Backend) -> BackendFuture<'a>,
+    ) -> Result<Reply, Failure> {
         let answered = self
-            .within_deadline(self.shared.backend.call(op))
+            .within_deadline(send(self.shared.backend.as_ref()))
             .await
             .map_err(Failure::Server)?;
         match answered {
