@@ -11,15 +11,12 @@
 //! takes the same number of every resource or nothing.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::time::Duration;
 
 use charon::client::{Client, ClientError, ClientOptions, ErrorKind, Sidecar, Target};
-use sidecar_support::{eventually, sidecar_client, tempdir, write_config};
+use support::sidecar::{eventually, sidecar_client, tempdir, write_config};
 
 const CONFIG: &str = r#"
 domain: shop
@@ -154,7 +151,7 @@ async fn decides_as_configured(client: &Client) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sidecar_client_decides_as_configured() {
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), CONFIG).await;
     let client = sidecar_client(&sidecar).await;
     decides_as_configured(&client).await;
 }
@@ -166,10 +163,10 @@ async fn an_embedded_client_decides_as_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     let dir = tempdir();
     let path = write_config(dir.path(), CONFIG);
-    let sidecar = sidecar_support::Sidecar::start(dir.path(), &path, &redis.url(), &[]);
+    let sidecar = support::sidecar::Sidecar::start(dir.path(), &path, &redis.url(), &[]);
     sidecar.wait_serving().await;
     let embedded = charon::client::Embedded::open(
         config(),
@@ -252,7 +249,7 @@ async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfers_move_copies_between_clients() {
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), CONFIG).await;
     let giver = sidecar_client(&sidecar).await;
     let taker = sidecar_client(&sidecar).await;
     let mut hold = giver
@@ -322,7 +319,7 @@ async fn retries_wait_for_the_server_within_max_wait() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_sidecar_fails_open_or_is_an_error() {
-    let port = redis_support::free_port();
+    let port = support::redis::free_port();
     let open = Client::sidecar(&format!("http://127.0.0.1:{port}")).unwrap();
     let answer = open
         .request("shop", "api", "acme")
@@ -388,7 +385,7 @@ async fn the_kill_switch_grants_rejections_and_reports_them() {
 async fn a_restarted_sidecar_is_reconnected_to() {
     let dir = tempdir();
     let path = write_config(dir.path(), CONFIG);
-    let mut sidecar = sidecar_support::Sidecar::start(dir.path(), &path, "memory", &[]);
+    let mut sidecar = support::sidecar::Sidecar::start(dir.path(), &path, "memory", &[]);
     sidecar.wait_readyz(200, "ready").await;
     let (grpc, admin) = (sidecar.grpc, sidecar.admin);
     let client = sidecar_client(&sidecar).await;
@@ -398,7 +395,7 @@ async fn a_restarted_sidecar_is_reconnected_to() {
     let answer = client.request("shop", "api", "acme").await.unwrap();
     assert!(answer.unanswered, "{answer:?}");
     let sidecar =
-        sidecar_support::Sidecar::start_at(dir.path(), &path, "memory", (grpc, admin), &[]);
+        support::sidecar::Sidecar::start_at(dir.path(), &path, "memory", (grpc, admin), &[]);
     sidecar.wait_readyz(200, "ready").await;
     eventually(
         "the client reconnected",
@@ -478,7 +475,7 @@ async fn acquire_takes_the_same_number_of_everything_or_nothing() {
 /// Blocks Redis for `seconds` (`DEBUG SLEEP`) on a thread; returns at once.
 fn stall(port: u16, seconds: &'static str) -> std::thread::JoinHandle<()> {
     let handle = std::thread::spawn(move || {
-        redis_support::command(port, &["DEBUG", "SLEEP", seconds]);
+        support::redis::command(port, &["DEBUG", "SLEEP", seconds]);
     });
     // Give the command a head start so the next call queues behind it.
     std::thread::sleep(Duration::from_millis(100));
@@ -487,11 +484,11 @@ fn stall(port: u16, seconds: &'static str) -> std::thread::JoinHandle<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_answered_after_its_deadline_is_given_back() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     let dir = tempdir();
     let path = write_config(dir.path(), CONFIG);
     // The sidecar waits for Redis longer than the client waits for it.
-    let sidecar = sidecar_support::Sidecar::start(
+    let sidecar = support::sidecar::Sidecar::start(
         dir.path(),
         &path,
         &redis.url(),
@@ -519,7 +516,7 @@ async fn a_reserve_answered_after_its_deadline_is_given_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_embedded_engine_recovers_after_resigning() {
-    let mut redis = redis_support::RedisServer::start();
+    let mut redis = support::redis::RedisServer::start();
     let embedded = charon::client::Embedded::open(
         config(),
         &charon::service::store::StoreOptions {

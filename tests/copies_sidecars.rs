@@ -28,10 +28,7 @@
 //! second; waits are polls with generous deadlines, never sleeps asserted on.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -42,8 +39,8 @@ use charon::api::v1::session_request::Op;
 use charon::api::v1::session_response::Result as Answer;
 use charon::api::v1::{RequestOp, ReserveOp};
 use charon::store::keys;
-use redis_support::RedisServer;
-use sidecar_support::{Sidecar, eventually, tempdir, write_config};
+use support::redis::RedisServer;
+use support::sidecar::{Sidecar, eventually, tempdir, write_config};
 
 const NS: &str = "jobs";
 const POOL: &str = "transcoder";
@@ -392,7 +389,7 @@ async fn holding_client() {
         charon::api::v1::charon_client::CharonClient::connect(format!("http://127.0.0.1:{port}"))
             .await
             .expect("connects");
-    let mut session = sidecar_support::Session::open(client).await;
+    let mut session = support::sidecar::Session::open(client).await;
     let (held, _) = session.hold(NS, POOL, "acme", 3).await;
     println!("HELD {held}");
     tokio::time::sleep(Duration::from_secs(600)).await;
@@ -811,7 +808,7 @@ async fn random_reserves_and_releases_on_two_sidecars_never_exceed_a_limit() {
 
 #[tokio::test]
 async fn copy_semantics_on_a_redis_cluster() {
-    let cluster = redis_support::RedisCluster::start(3);
+    let cluster = support::redis::RedisCluster::start(3);
     let (_sidecar, _dir) = semantics(&cluster.url(), &redis_args()).await;
 }
 
@@ -935,7 +932,7 @@ async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
 fn stall(redis: &RedisServer, seconds: &'static str) -> std::thread::JoinHandle<()> {
     let port = redis.port;
     let handle = std::thread::spawn(move || {
-        redis_support::command(port, &["DEBUG", "SLEEP", seconds]);
+        support::redis::command(port, &["DEBUG", "SLEEP", seconds]);
     });
     // Give the command a head start so the next call queues behind it.
     std::thread::sleep(Duration::from_millis(100));

@@ -11,10 +11,7 @@
 //! schemas, security settings, yamllint and `envoy --mode validate`.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/venv.rs"]
-mod venv;
+mod support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -27,7 +24,7 @@ fn render(overlay: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/kubernetes")
         .join(overlay);
-    let yaml = Command::new(venv::tool("kubectl"))
+    let yaml = Command::new(support::venv::tool("kubectl"))
         .arg("kustomize")
         .arg(&dir)
         .output()
@@ -38,7 +35,7 @@ fn render(overlay: &str) -> Vec<Value> {
         String::from_utf8_lossy(&yaml.stderr)
     );
     // PyYAML comes with kubernetes-validate in the same venv.
-    let mut python = Command::new(venv::tool("python"))
+    let mut python = Command::new(support::venv::tool("python"))
         .args([
             "-c",
             "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
@@ -124,7 +121,7 @@ fn the_memory_overlays_sidecar_starts_with_its_configmap_and_becomes_ready() {
         std::fs::write(dir.path().join(file), text.as_str().expect("text")).expect("write");
     }
     // The manifest's arguments, with the mount path and ports of this test.
-    let (grpc, admin) = (redis_support::free_port(), redis_support::free_port());
+    let (grpc, admin) = (support::redis::free_port(), support::redis::free_port());
     let args: Vec<String> = sidecar["args"]
         .as_array()
         .expect("args")

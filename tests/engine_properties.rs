@@ -7,7 +7,7 @@ mod support;
 use charon::config::RatePolicy;
 use charon::engine::{self, Item, Outcome, Slot, SlotKind, TierOutcome};
 use proptest::prelude::*;
-use support::arb_policy;
+use support::properties::arb_policy;
 
 const DOMAINS: usize = 2;
 const GLOBAL_SLOT: usize = DOMAINS;

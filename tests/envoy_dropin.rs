@@ -8,10 +8,7 @@
 //! dynamic metadata), `POST /json`, `/rlconfig`, gRPC health and reflection,
 //! and settings from the environment.
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -24,7 +21,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::{UInt64Value, value::Kind};
 use tonic::transport::Channel;
 
-use sidecar_support::{Sidecar, eventually, memory_sidecar, tempdir, write_config};
+use support::sidecar::{Sidecar, eventually, memory_sidecar, tempdir, write_config};
 
 async fn rls(sidecar: &Sidecar) -> RateLimitServiceClient<Channel> {
     RateLimitServiceClient::connect(sidecar.grpc_url())
@@ -149,7 +146,7 @@ async fn a_bulk_request_that_cannot_fit_says_when_it_could() {
 
 #[tokio::test]
 async fn a_bulk_request_that_cannot_fit_says_when_it_could_on_redis() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     bulk_requests(&redis.url()).await;
 }
 
@@ -230,7 +227,7 @@ async fn a_descriptor_twice_is_counted_in_order() {
 
 #[tokio::test]
 async fn a_descriptor_twice_is_counted_in_order_on_redis() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     duplicates(&redis.url()).await;
 }
 
@@ -284,7 +281,7 @@ async fn quota_descriptors_reject_only_together() {
 
 #[tokio::test]
 async fn quota_descriptors_reject_only_together_on_redis() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     quotas(&redis.url()).await;
 }
 
@@ -777,7 +774,7 @@ async fn every_serve_flag_reads_its_environment_variable() {
         dir.path(),
         "domain: e\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n",
     );
-    let (grpc, admin) = (redis_support::free_port(), redis_support::free_port());
+    let (grpc, admin) = (support::redis::free_port(), support::redis::free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
         .arg("serve")
         .env("CHARON_CONFIG", &config)
@@ -792,7 +789,7 @@ async fn every_serve_flag_reads_its_environment_variable() {
     let url = format!("http://127.0.0.1:{admin}/readyz");
     eventually(
         "the sidecar from the environment is ready",
-        sidecar_support::READY_TIMEOUT,
+        support::sidecar::READY_TIMEOUT,
         async || match reqwest::get(&url).await {
             Ok(response) if response.status().is_success() => Ok(()),
             Ok(response) => Err(response.status().to_string()),

@@ -26,8 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::header::HeaderMap;
 
-#[path = "support/redis.rs"]
-mod redis_support;
+mod support;
 
 /// How long Envoy, the sidecar and the Envoy -> sidecar path get to come up.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -469,7 +468,7 @@ async fn envoy_asks_charon_and_fails_open() {
 /// state is in Redis (not in the sidecar's local fallback).
 #[tokio::test(flavor = "multi_thread")]
 async fn envoy_on_the_redis_store() {
-    let redis = redis_support::RedisServer::start();
+    let redis = support::redis::RedisServer::start();
     let mut h = Harness::start(&["--store".to_string(), redis.url()]).await;
     envoy_scenario(&mut h).await;
     let keys: u64 = redis.command(&["DBSIZE"]).parse().expect("a count");

@@ -9,8 +9,7 @@
 //! `scripts/test.sh` runs before the tests (`cargo test --all-targets` builds
 //! examples as test harnesses, not as the program).
 
-#[path = "support/redis.rs"]
-mod redis_support;
+mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -84,7 +83,7 @@ async fn reflect(channel: Channel) -> Result<(), tonic::Status> {
 
 #[tokio::test]
 async fn grpcurl_as_the_doc_comment_says() {
-    let port = redis_support::free_port();
+    let port = support::redis::free_port();
     let _example = Killed(
         Command::new(example_binary())
             .env("PORT", port.to_string())

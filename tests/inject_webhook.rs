@@ -9,10 +9,7 @@
 //! replaced on disk being served without a restart.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/venv.rs"]
-mod venv;
+mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -112,7 +109,7 @@ impl Webhook {
         make_certificates(dir.path(), "first");
         std::fs::copy(dir.path().join("first.pem"), dir.path().join("tls.crt")).expect("copy");
         std::fs::copy(dir.path().join("first.key"), dir.path().join("tls.key")).expect("copy");
-        let port = redis_support::free_port();
+        let port = support::redis::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_charon"))
             .args(["inject", "--addr", &format!("127.0.0.1:{port}")])
             .arg("--tls-cert")
@@ -209,7 +206,7 @@ fn apply_and_validate(dir: &Path, review: &Value, response: &Value) -> Value {
         .expect("base64");
     let pod_file = dir.join("pod.json");
     std::fs::write(&pod_file, review["request"]["object"].to_string()).expect("write pod");
-    let patched = run(Command::new(venv::tool("kubectl"))
+    let patched = run(Command::new(support::venv::tool("kubectl"))
         .args(["patch", "--local", "--type", "json", "-o", "json", "-f"])
         .arg(&pod_file)
         .arg("-p")
@@ -226,7 +223,7 @@ fn apply_and_validate(dir: &Path, review: &Value, response: &Value) -> Value {
     }
     let patched_file = dir.join("patched.json");
     std::fs::write(&patched_file, pod.to_string()).expect("write patched");
-    run(Command::new(venv::tool("kubernetes-validate"))
+    run(Command::new(support::venv::tool("kubernetes-validate"))
         .args(["--strict", "-k", "1.29"])
         .arg(&patched_file));
     pod

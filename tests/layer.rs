@@ -13,10 +13,7 @@
 //! applied in process, several limits decided all or nothing.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -32,7 +29,7 @@ use charon::layer::{
     RateLimitLayer,
 };
 use http::StatusCode;
-use sidecar_support::{eventually, sidecar_client, tempdir};
+use support::sidecar::{eventually, sidecar_client, tempdir};
 
 const CONFIG: &str = r#"
 domain: shop
@@ -145,7 +142,7 @@ async fn the_rate_layer_limits_each_tenant_on_the_embedded_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rate_layer_limits_each_tenant_on_a_sidecar() {
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), CONFIG).await;
     limits_each_tenant(sidecar_client(&sidecar).await).await;
 }
 
@@ -219,13 +216,13 @@ async fn never_more_than_the_limit(client: Client) {
 async fn concurrent_requests_never_exceed_the_limit() {
     never_more_than_the_limit(Client::embedded(config())).await;
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), CONFIG).await;
     never_more_than_the_limit(sidecar_client(&sidecar).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_sidecar_fails_open_or_closed() {
-    let dead = format!("http://127.0.0.1:{}", redis_support::free_port());
+    let dead = format!("http://127.0.0.1:{}", support::redis::free_port());
     let open = Client::sidecar(&dead).unwrap();
     let closed = Client::sidecar(&dead).unwrap();
     let app = Router::new()
@@ -336,7 +333,7 @@ async fn a_concurrency_hold_lasts_until_the_body_ends_on_the_embedded_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrency_hold_lasts_until_the_body_ends_on_a_sidecar() {
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), CONFIG).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), CONFIG).await;
     holds_until_the_body_ends(sidecar_client(&sidecar).await).await;
 }
 
@@ -546,6 +543,6 @@ async fn descriptor_limits_are_all_or_nothing_on_the_embedded_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descriptor_limits_are_all_or_nothing_on_a_sidecar() {
     let dir = tempdir();
-    let sidecar = sidecar_support::memory_sidecar(dir.path(), DESCRIPTORS).await;
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), DESCRIPTORS).await;
     descriptors_all_or_nothing(sidecar_client(&sidecar).await).await;
 }

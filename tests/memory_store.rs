@@ -7,7 +7,7 @@ use charon::clock::ManualClock;
 use charon::engine::{self, Item, Outcome, Slot, SlotKind};
 use charon::store::{Batch, MemoryStore};
 use proptest::prelude::*;
-use support::arb_policy;
+use support::properties::arb_policy;
 
 fn window_batch(key: &str, limit: u64) -> Batch<'static> {
     let mut batch = Batch::default();

@@ -1,10 +1,9 @@
 //! Self-test of the Redis harness (`tests/support/redis.rs`): each kind of
 //! deployment starts, answers, and can be killed and restarted.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+mod support;
 
-use redis_support::{RedisCluster, RedisSentinel, RedisServer, command, try_command};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer, command, try_command};
 
 #[test]
 fn standalone_server_answers_and_restarts_empty_on_the_same_port() {

@@ -5,14 +5,13 @@
 //! process (`/proc/self/fd`), by asking the kernel for `TCP_NODELAY`.
 #![cfg(target_os = "linux")]
 
-#[path = "support/redis.rs"]
-mod redis_support;
+mod support;
 
 use std::os::fd::RawFd;
 
 use charon::engine::{Item, SlotKind};
 use charon::store::{Batch, RedisStore, Store};
-use redis_support::{RedisCluster, RedisSentinel, RedisServer, patient_store};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer, patient_store};
 
 /// The peer port of socket `fd`, if it is a TCP socket over IPv4 or IPv6.
 fn peer_port(fd: RawFd) -> Option<u16> {

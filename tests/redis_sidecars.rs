@@ -42,10 +42,7 @@
 //! that kills Redis keeps the 50 ms default.
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::fs::File;
 use std::process::{Command, Stdio};
@@ -58,8 +55,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use redis_support::{RedisCluster, RedisSentinel, RedisServer, free_port};
-use sidecar_support::{READY_TIMEOUT, Sidecar, eventually, metric_value, tempdir, write_config};
+use support::redis::{RedisCluster, RedisSentinel, RedisServer, free_port};
+use support::sidecar::{READY_TIMEOUT, Sidecar, eventually, metric_value, tempdir, write_config};
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
@@ -467,7 +464,7 @@ impl Load {
 
 /// `DBSIZE` of a standalone Redis.
 fn dbsize(port: u16) -> u64 {
-    let reply = redis_support::command(port, &["DBSIZE"]);
+    let reply = support::redis::command(port, &["DBSIZE"]);
     reply
         .parse()
         .unwrap_or_else(|_| panic!("DBSIZE answered {reply:?}"))

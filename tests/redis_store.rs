@@ -3,8 +3,6 @@
 //! three-master cluster; its keys expire; it survives script flushes; it
 //! rejects locally what Redis said is over.
 
-#[path = "support/redis.rs"]
-mod redis_support;
 mod support;
 
 use std::sync::Arc;
@@ -16,8 +14,8 @@ use charon::engine::{GcraLimit, Item, SlotKind};
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
-use redis_support::{RedisCluster, RedisServer, patient_store};
-use support::arb_policy;
+use support::properties::arb_policy;
+use support::redis::{RedisCluster, RedisServer, patient_store};
 
 const NS: &str = "ns";
 
@@ -300,7 +298,7 @@ fn strip_log_totals(url: &str) {
 }
 
 fn flush(port: u16) {
-    redis_support::command(port, &["FLUSHALL"]);
+    support::redis::command(port, &["FLUSHALL"]);
 }
 
 /// `cases` generated request sequences on one fresh Redis, each decided as

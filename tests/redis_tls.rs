@@ -3,8 +3,7 @@
 //! `openssl`: verified against a private CA (`SSL_CERT_FILE`, read by the
 //! sidecar at start) and with `#insecure`.
 
-#[path = "support/redis.rs"]
-mod redis_support;
+mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -97,7 +96,7 @@ struct TlsRedis {
 
 impl TlsRedis {
     fn start(dir: &Path) -> Self {
-        let port = redis_support::free_port();
+        let port = support::redis::free_port();
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -183,7 +182,7 @@ fn a_sidecar_verifies_redis_against_a_private_ca() {
         "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
     )
     .expect("write the config");
-    let (grpc, admin) = (redis_support::free_port(), redis_support::free_port());
+    let (grpc, admin) = (support::redis::free_port(), support::redis::free_port());
     let mut sidecar = Command::new(env!("CARGO_BIN_EXE_charon"))
         .arg("serve")
         .arg("--config")

@@ -8,10 +8,7 @@
 //! and with `/debug/state` (screenshots kept under `target/tmp/browser/`).
 #![cfg(all(unix, feature = "server"))]
 
-#[path = "support/redis.rs"]
-mod redis_support;
-#[path = "support/sidecar.rs"]
-mod sidecar_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,9 +19,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use redis_support::RedisServer;
 use serde_json::{Value, json};
-use sidecar_support::{Sidecar, memory_sidecar, sidecar_client, tempdir, write_config};
+use support::redis::RedisServer;
+use support::sidecar::{Sidecar, memory_sidecar, sidecar_client, tempdir, write_config};
 
 const PENALTY: &str = "{tiers: [{limit: 5, window: 1s, active: forever, cooldown: 0s}, {limit: 20, window: 1s, active: 5s, cooldown: 10s}]}";
 

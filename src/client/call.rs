@@ -93,19 +93,23 @@ impl IntoFuture for RequestCall {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
+        // The op is built before the future, so the future holds it once.
+        let (copies, min_copies) = match self.amount.wire() {
+            Ok(range) => range,
+            Err(error) => return Box::pin(std::future::ready(Err(error))),
+        };
+        let op = RequestOp {
+            namespace: self.namespace,
+            resource: self.resource,
+            domain: self.domain,
+            copies: Some(copies),
+            min_copies: Some(min_copies),
+        };
+        let (client, amount) = (self.client, self.amount);
         Box::pin(async move {
-            let (copies, min_copies) = self.amount.wire()?;
-            let op = RequestOp {
-                namespace: self.namespace,
-                resource: self.resource,
-                domain: self.domain,
-                copies: Some(copies),
-                min_copies: Some(min_copies),
-            };
-            let client = &self.client;
-            let min = self.amount.min();
+            let min = amount.min();
             let (mut answer, waited) = client
-                .retrying(self.amount.max_wait, op, |op| client.request_once(op, min))
+                .retrying(amount.max_wait, op, |op| client.request_once(op, min))
                 .await?;
             answer.waited = waited;
             Ok(answer)

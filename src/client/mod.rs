@@ -266,7 +266,9 @@ impl Client {
         let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
         match first {
             Poll::Ready(answered) => Ok(answered),
-            Poll::Pending => tokio::time::timeout(timeout, call)
+            // Boxed: the timer would otherwise make every call's future
+            // larger, and most embedded calls never need it.
+            Poll::Pending => Box::pin(tokio::time::timeout(timeout, call))
                 .await
                 .map_err(|_| format!("no answer within {timeout:?}")),
         }

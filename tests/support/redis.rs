@@ -10,11 +10,8 @@
 //! dropped, so a failing test does not leave servers behind. Only a test
 //! binary that is itself killed can orphan them.
 //!
-//! Include it with `#[path = "support/redis.rs"] mod redis_support;`. It uses
-//! std and `tempfile` only. The binaries are looked up on `PATH`, or taken
+//! It uses std and `tempfile` only. The binaries are looked up on `PATH`, or taken
 //! from `$CHARON_REDIS_SERVER` and `$CHARON_REDIS_CLI`.
-
-#![allow(dead_code)]
 
 use std::collections::HashSet;
 use std::collections::hash_map::RandomState;

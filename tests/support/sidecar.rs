@@ -1,9 +1,7 @@
 //! A `charon serve` child process for end-to-end tests (admin probes,
 //! metrics, readiness waits), and a Charon API session client over it. Used
-//! by the copy tests and the Redis sidecar tests. Included with
-//! `#[path = "support/sidecar.rs"] mod sidecar_support;` next to the Redis
-//! harness (`support/redis.rs`, as `redis_support`), whose `free_port` it uses.
-#![allow(dead_code)]
+//! by the copy tests and the Redis sidecar tests. It takes `free_port` from
+//! the Redis harness (`support/redis.rs`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,7 +16,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use super::redis_support::free_port;
+use super::redis::free_port;
 
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const POLL: Duration = Duration::from_millis(50);

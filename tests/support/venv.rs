@@ -1,6 +1,5 @@
 //! The tools `scripts/test-deps.sh` installs into `target/envoy-venv`
-//! (kubectl, kubernetes-validate, PyYAML's python). Included with
-//! `#[path = "support/venv.rs"] mod venv;`.
+//! (kubectl, kubernetes-validate, PyYAML's python).
 
 use std::path::{Path, PathBuf};
 
