@@ -891,3 +891,56 @@ async fn a_password_in_a_good_store_url_is_never_printed() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_not_ready_names_the_cause_and_never_falls_back() {
+    let redis = RedisServer::start();
+    let answer = redis.command(&["CONFIG", "SET", "requirepass", "right-one"]);
+    assert_eq!(answer, "OK");
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let store = redis.url().replace("redis://", "redis://:wrong-one@");
+    let sidecar = Sidecar::start(dir.path(), &config, &store, &[]);
+    eventually(
+        "not ready, naming the refusal",
+        READY_TIMEOUT,
+        async || match sidecar.readyz().await? {
+            (503, body)
+                if body.starts_with("not ready: Redis refuses the sidecar's credentials") =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    // No local fallback: a decision is an error, not a per-pod limit.
+    let mut client = sidecar.rls_client().await;
+    for n in 0..5 {
+        let answer = try_ask(&mut client, fresh_request(&format!("refused-{n}"))).await;
+        let error = answer.expect_err("no decision while Redis refuses the credentials");
+        assert!(error.contains("Unavailable"), "{error}");
+    }
+    assert_eq!(sidecar.degraded().await, 0.0, "nothing answered by policy");
+    let log = sidecar.log();
+    assert!(
+        log.contains("ERROR") && log.contains("refuses the sidecar's credentials"),
+        "the cause is logged as an error:\n{log}"
+    );
+    assert!(!log.contains("wrong-one"), "the password is logged:\n{log}");
+
+    // The operator fixes Redis's side: served from Redis, no restart.
+    let answer = redis.command(&[
+        "-a",
+        "right-one",
+        "--no-auth-warning",
+        "CONFIG",
+        "SET",
+        "requirepass",
+        "wrong-one",
+    ]);
+    assert_eq!(answer, "OK");
+    sidecar.wait_reachable().await;
+    assert_eq!(ask(&mut client, fresh_request("accepted")).await, "OK");
+    assert_eq!(sidecar.degraded().await, 0.0);
+}

@@ -10,7 +10,10 @@
 //! or `local` it stays ready (200, body `ready, degraded: ...`), because a
 //! sidecar's readiness is its pod's, and a Redis outage must not take every
 //! pod out of service (no new single point of failure); with `deny` it is
-//! not ready (503), since every answer would be a rejection.
+//! not ready (503), since every answer would be a rejection. When Redis
+//! refuses the sidecar's credentials or permissions, it is not ready
+//! whatever the policy, and the body names the cause: that is a
+//! misconfiguration to fix, not an outage to ride out.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,6 +126,15 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string());
     }
     let status = (state.store_status)();
+    if let Some(reason) = &status.refusal {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: Redis refuses the sidecar's credentials or permissions ({reason}); \
+                 no --on-store-error fallback for that: fix the password or ACL user\n"
+            ),
+        );
+    }
     match (status.redis, status.on_error) {
         (Some(redis), Some(policy)) if !redis.reachable => {
             let code = if policy == OnStoreError::Deny {

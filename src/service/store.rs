@@ -44,12 +44,14 @@ pub enum SidecarStore {
 }
 
 /// What `/metrics` and `/readyz` show about the store.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct StoreStatus {
     /// The memory store: the store itself, or Redis's local fallback.
     pub memory: MemoryStats,
     pub redis: Option<FailoverStats>,
     pub on_error: Option<OnStoreError>,
+    /// Why Redis refuses the sidecar's credentials, while it does.
+    pub refusal: Option<String>,
 }
 
 /// The copy log for `--store`: in memory, or shared in Redis (its own
@@ -98,6 +100,8 @@ impl SidecarStore {
     pub async fn settle(&self) {
         if let SidecarStore::Redis(failover) = self
             && !failover.wait_reachable(SETTLE_LIMIT).await
+            // A refusal has said so itself, as an error.
+            && failover.refusal().is_none()
         {
             tracing::warn!(
                 policy = failover.policy().as_str(),
@@ -143,14 +147,19 @@ impl SidecarStore {
     }
 
     pub fn status(&self) -> StoreStatus {
-        let (redis, on_error) = match self {
-            SidecarStore::Memory(_) => (None, None),
-            SidecarStore::Redis(failover) => (Some(failover.stats()), Some(failover.policy())),
+        let (redis, on_error, refusal) = match self {
+            SidecarStore::Memory(_) => (None, None, None),
+            SidecarStore::Redis(failover) => (
+                Some(failover.stats()),
+                Some(failover.policy()),
+                failover.refusal(),
+            ),
         };
         StoreStatus {
             memory: self.memory().stats(),
             redis,
             on_error,
+            refusal,
         }
     }
 }

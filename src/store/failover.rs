@@ -15,6 +15,14 @@
 //!   when no decision has succeeded for [`WATCH_INTERVAL`], so an idle
 //!   sidecar notices an outage too (and a busy one is not slowed by pings).
 //!
+//! A refusal is not an outage: when Redis refuses Charon's credentials or
+//! permissions (`WRONGPASS`, `NOAUTH`, `NOPERM`), no policy answers for
+//! it. Decisions fail (the RLS answers `UNAVAILABLE`), `/readyz` says not
+//! ready with the cause, and an ERROR line names it: a wrong password must
+//! not quietly turn a shared limit into one per sidecar. The probe keeps
+//! asking, so a fixed password (a restarted Redis, a corrected ACL) is
+//! picked up without a restart.
+//!
 //! The breaker starts open, with the probe running: a sidecar starts and
 //! answers (by its policy) before Redis is reachable, and `/readyz` says so.
 //!
@@ -27,14 +35,14 @@
 //! log.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{self, Decision, Outcome, Slot};
 
-use super::redis::RedisStore;
+use super::redis::{RedisError, RedisStore};
 use super::{Batch, MemoryStore, Store, StoreError};
 
 /// How often an open breaker asks Redis whether it is back.
@@ -93,6 +101,8 @@ pub struct FailoverStats {
     pub errors: u64,
     /// Times the breaker opened.
     pub opened: u64,
+    /// Redis refuses Charon's credentials or permissions.
+    pub refused: bool,
 }
 
 /// The Redis store behind a breaker and a policy.
@@ -105,6 +115,9 @@ struct Inner {
     policy: OnStoreError,
     local: MemoryStore,
     closed: AtomicBool,
+    /// Why Redis refuses Charon, while it does (see the module doc).
+    refused: Mutex<Option<String>>,
+    refusing: AtomicBool,
     /// Failed calls since the last success.
     failures_in_a_row: AtomicU64,
     /// When a Redis call last succeeded (ms, this machine's clock).
@@ -125,6 +138,8 @@ impl Failover {
             policy,
             local,
             closed: AtomicBool::new(false),
+            refused: Mutex::new(None),
+            refusing: AtomicBool::new(false),
             failures_in_a_row: AtomicU64::new(0),
             last_success: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
@@ -157,7 +172,13 @@ impl Failover {
             degraded: inner.degraded.load(Ordering::Relaxed),
             errors: inner.errors.load(Ordering::Relaxed),
             opened: inner.opened.load(Ordering::Relaxed),
+            refused: inner.refusing.load(Ordering::SeqCst),
         }
+    }
+
+    /// Why Redis refuses Charon's credentials or permissions, while it does.
+    pub fn refusal(&self) -> Option<String> {
+        self.inner.refusal()
     }
 
     /// Waits up to `limit` for Redis to answer a first time, so a sidecar
@@ -173,13 +194,19 @@ impl Failover {
         true
     }
 
-    pub async fn decide_batch(&self, batch: Batch<'_>) -> Decision {
+    /// A decision from Redis, or by the policy when Redis is away; an
+    /// error while Redis refuses Charon (no policy answers for that).
+    pub async fn decide_batch(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
             match inner.redis.decide_batch(&batch).await {
                 Ok(decision) => {
                     inner.succeeded();
-                    return decision;
+                    return Ok(decision);
+                }
+                Err(error) if error.is_refusal() => {
+                    inner.refuse(&error);
+                    Inner::failed(inner, &error.clone().into(), true);
                 }
                 Err(error) if error.is_outage() => Inner::failed(inner, &error.into(), false),
                 Err(error) => {
@@ -190,6 +217,12 @@ impl Failover {
                 }
             }
         }
+        if inner.refusing.load(Ordering::SeqCst) {
+            let reason = inner.refusal().unwrap_or_default();
+            return Err(StoreError::Unavailable(format!(
+                "Redis refuses Charon's credentials: {reason}"
+            )));
+        }
         inner.degraded.fetch_add(1, Ordering::Relaxed);
         let mut decision = match inner.policy {
             OnStoreError::Local => inner.local.decide_at(batch, SystemClock.now_ms()),
@@ -197,11 +230,47 @@ impl Failover {
             OnStoreError::Deny => by_fiat(&batch, false),
         };
         decision.degraded = true;
-        decision
+        Ok(decision)
     }
 }
 
 impl Inner {
+    fn refusal(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Redis refuses Charon: logged as an ERROR once per distinct reason.
+    fn refuse(&self, error: &RedisError) {
+        let reason = error.to_string();
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if refused.as_deref() != Some(reason.as_str()) {
+            tracing::error!(
+                %error,
+                "Redis refuses the sidecar's credentials or permissions: not ready, and no \
+                 --on-store-error fallback for this; fix the store's password or ACL user"
+            );
+            *refused = Some(reason);
+        }
+        self.refusing.store(true, Ordering::SeqCst);
+    }
+
+    /// Redis accepts Charon again.
+    fn accepted(&self) {
+        if self.refusing.swap(false, Ordering::SeqCst) {
+            *self
+                .refused
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            tracing::info!("Redis accepts the sidecar's credentials again");
+        }
+    }
+
     fn succeeded(&self) {
         if self.failures_in_a_row.load(Ordering::Relaxed) != 0 {
             self.failures_in_a_row.store(0, Ordering::Relaxed);
@@ -269,7 +338,13 @@ impl Inner {
                     tokio::time::sleep(WATCH_INTERVAL).await;
                     continue;
                 }
-                match inner.redis.ping().await {
+                let pinged = inner.redis.ping().await;
+                match &pinged {
+                    Ok(()) => inner.accepted(),
+                    Err(error) if error.is_refusal() => inner.refuse(error),
+                    Err(_) => {}
+                }
+                match pinged {
                     Ok(()) if !closed => {
                         inner.succeeded();
                         inner.closed.store(true, Ordering::SeqCst);
@@ -340,7 +415,7 @@ fn by_fiat(batch: &Batch<'_>, grant: bool) -> Decision {
 
 impl Store for Failover {
     async fn decide(&self, batch: Batch<'_>) -> Result<Decision, StoreError> {
-        Ok(self.decide_batch(batch).await)
+        self.decide_batch(batch).await
     }
 
     fn name(&self) -> &'static str {

@@ -86,6 +86,10 @@ pub enum RedisError {
     /// Redis cannot be reached or cannot serve (connection, failover, loading).
     #[error("Redis unreachable: {0}")]
     Unreachable(String),
+    /// Redis refused Charon's credentials or permissions (`WRONGPASS`,
+    /// `NOAUTH`, `NOPERM`): a misconfiguration, not an outage.
+    #[error("Redis refused Charon's credentials: {0}")]
+    Refused(String),
     #[error("Redis did not answer within {0} ms")]
     Timeout(u64),
     #[error("unexpected reply from the Charon script: {0}")]
@@ -96,9 +100,13 @@ pub enum RedisError {
 
 impl From<redis::RedisError> for RedisError {
     fn from(error: redis::RedisError) -> Self {
+        if error.kind() == redis::ErrorKind::AuthenticationFailed {
+            return RedisError::Refused(error.to_string());
+        }
         // Only errors about this request leave Redis counted as healthy.
         match error.code() {
             Some("ERR" | "WRONGTYPE" | "NOSCRIPT") => RedisError::Redis(error.to_string()),
+            Some("WRONGPASS" | "NOAUTH" | "NOPERM") => RedisError::Refused(error.to_string()),
             _ => RedisError::Unreachable(error.to_string()),
         }
     }
@@ -106,6 +114,10 @@ impl From<redis::RedisError> for RedisError {
 
 impl RedisError {
     /// Whether this says Redis is away, rather than that one request failed.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, RedisError::Refused(_))
+    }
+
     pub fn is_outage(&self) -> bool {
         matches!(self, RedisError::Unreachable(_) | RedisError::Timeout(_))
     }
