@@ -34,6 +34,12 @@ enum Command {
         /// Where /healthz, /readyz and /metrics listen.
         #[arg(long, env = "CHARON_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
         admin_addr: SocketAddr,
+        /// A file holding the bearer token that `/debug/*` and the
+        /// simulator's sessions require (a mounted Secret). Without one, they
+        /// answer only on a loopback --admin-addr; probes and /metrics never
+        /// need it.
+        #[arg(long, env = "CHARON_ADMIN_TOKEN_FILE")]
+        admin_token_file: Option<PathBuf>,
         /// Where state lives: `memory` (embedded), or Redis shared by several
         /// sidecars: redis://[user:password@]host:port[/db], rediss:// (TLS),
         /// redis+sentinel://[user:password@]host:port[,…]/service[/db],
@@ -224,6 +230,7 @@ fn main() -> ExitCode {
             config,
             grpc_addr,
             admin_addr,
+            admin_token_file,
             store,
             store_timeout,
             on_store_error,
@@ -257,6 +264,7 @@ fn main() -> ExitCode {
                 config,
                 grpc_addr,
                 admin_addr,
+                admin_token_file,
                 store: charon::service::store::StoreOptions {
                     url: store,
                     timeout: store_timeout,

@@ -556,3 +556,108 @@ async fn the_pages_answer_only_to_localhost_or_an_address() {
         "the page fetches nothing from elsewhere"
     );
 }
+
+/// The guarded routes and the open ones, with the status each gets, asked
+/// at `host` (the admin port's own, or another address of this machine).
+async fn admin_statuses(sidecar: &Sidecar, host: &str, token: Option<&str>) -> Vec<(String, u16)> {
+    let http = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for (method, path) in [
+        ("GET", "/debug/resources"),
+        (
+            "GET",
+            "/debug/state?namespace=ui-test&resource=api&domain=acme",
+        ),
+        ("POST", "/ui/simulator/sessions"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/metrics"),
+        ("GET", "/ui/simulator"),
+    ] {
+        let url = format!("http://{host}:{}{path}", sidecar.admin);
+        let mut request = match method {
+            "POST" => http
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(json!({ "rate": PENALTY, "domain": "acme", "tick_ms": 100 }).to_string()),
+            _ => http.get(&url),
+        };
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        statuses.push((format!("{method} {path}"), response.status().as_u16()));
+    }
+    statuses
+}
+
+fn expect(statuses: &[(String, u16)], guarded: u16) {
+    for (route, status) in statuses {
+        let open = route.contains("/healthz")
+            || route.contains("/readyz")
+            || route.contains("/metrics")
+            || route.ends_with("/ui/simulator");
+        let wanted = if open { 200 } else { guarded };
+        assert_eq!(*status, wanted, "{route}: {statuses:?}");
+    }
+}
+
+/// An address of this machine that is not loopback (the one its default
+/// route leaves from), so a request to it comes from a non-loopback peer.
+fn network_address() -> String {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").expect("a UDP socket");
+    socket
+        .connect("203.0.113.1:9")
+        .expect("this machine has a route off loopback (the test needs one)");
+    let ip = socket.local_addr().expect("a local address").ip();
+    assert!(!ip.is_loopback(), "no address off loopback: {ip}");
+    ip.to_string()
+}
+
+#[tokio::test]
+async fn without_a_token_the_state_routes_answer_loopback_peers_only() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let ports = (support::redis::free_port(), support::redis::free_port());
+    let sidecar = Sidecar::start_admin_on(dir.path(), &config, "memory", "0.0.0.0", ports, &[]);
+    sidecar.wait_serving().await;
+    expect(&admin_statuses(&sidecar, "127.0.0.1", None).await, 200);
+    expect(
+        &admin_statuses(&sidecar, &network_address(), None).await,
+        401,
+    );
+}
+
+#[tokio::test]
+async fn with_a_token_the_state_routes_need_it_from_everywhere() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, "s3cret-admin-token\n").unwrap();
+    let ports = (support::redis::free_port(), support::redis::free_port());
+    let token_arg = token_file.display().to_string();
+    let sidecar = Sidecar::start_admin_on(
+        dir.path(),
+        &config,
+        "memory",
+        "0.0.0.0",
+        ports,
+        &["--admin-token-file", &token_arg],
+    );
+    sidecar.wait_serving().await;
+    let network = network_address();
+    for host in ["127.0.0.1", network.as_str()] {
+        expect(&admin_statuses(&sidecar, host, None).await, 401);
+        expect(&admin_statuses(&sidecar, host, Some("wrong")).await, 401);
+        expect(
+            &admin_statuses(&sidecar, host, Some("s3cret-admin-token")).await,
+            200,
+        );
+    }
+    assert!(!sidecar.log().contains("s3cret"), "the token is logged");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", sidecar.pid())).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&cmdline).contains("s3cret"),
+        "the token is on the command line"
+    );
+}

@@ -10,8 +10,6 @@ pub mod rls;
 pub mod rls_http;
 pub mod runtime;
 mod shutdown;
-pub mod simulator;
-pub mod state;
 
 pub(crate) use self::shutdown::shutdown_signal;
 
@@ -44,6 +42,9 @@ pub struct ServeOptions {
     pub config: PathBuf,
     pub grpc_addr: SocketAddr,
     pub admin_addr: SocketAddr,
+    /// The bearer token of the admin routes that read tenant state
+    /// (see [`admin::access`]).
+    pub admin_token_file: Option<PathBuf>,
     pub store: StoreOptions,
     pub copies: CopyOptions,
     /// envoyproxy/ratelimit's switches: how files combine, shadow and quota
@@ -92,6 +93,7 @@ struct Started {
     metrics: Arc<Metrics>,
     grpc_listener: TcpListener,
     admin_listener: TcpListener,
+    access: admin::access::Access,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     /// Config reload, for as long as the sidecar runs.
@@ -104,6 +106,14 @@ struct Started {
 async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let loaded = config::load_path_with(&options.config, options.envoy.load)
         .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
+    let access = admin::access::Access::new(options.admin_token_file.as_deref())?;
+    if matches!(access, admin::access::Access::Loopback) && !options.admin_addr.ip().is_loopback() {
+        tracing::info!(
+            admin = %options.admin_addr,
+            "no --admin-token-file: /debug/* and the simulator's sessions answer loopback \
+             peers only (kubectl port-forward), 401 to the network"
+        );
+    }
     for note in &loaded.notes {
         tracing::info!(%note, "normalized");
     }
@@ -152,6 +162,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         metrics,
         grpc_listener,
         admin_listener,
+        access,
         shutdown_tx,
         shutdown_rx,
         watcher,
@@ -180,6 +191,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         metrics,
         grpc_listener,
         admin_listener,
+        access,
         shutdown_tx,
         shutdown_rx,
         watcher,
@@ -229,12 +241,15 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
                     Arc::new(move || limiter.store().status())
                 },
             },
-            state::StateSources {
+            admin::state::StateSources {
                 limiter: limiter.clone(),
                 copies: copies.clone(),
             },
+            access,
         )
-        .merge(rls_http::router(rls_service)),
+        .merge(rls_http::router(rls_service))
+        // The peer's address, for the guarded routes' loopback rule.
+        .into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
 

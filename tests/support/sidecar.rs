@@ -40,6 +40,19 @@ impl Sidecar {
         dir: &Path,
         config: &Path,
         store: &str,
+        ports: (u16, u16),
+        extra: &[&str],
+    ) -> Sidecar {
+        Self::start_admin_on(dir, config, store, "127.0.0.1", ports, extra)
+    }
+
+    /// With the admin port on `admin_ip` (`0.0.0.0`: reachable from the
+    /// network); the tests still reach it at 127.0.0.1.
+    pub fn start_admin_on(
+        dir: &Path,
+        config: &Path,
+        store: &str,
+        admin_ip: &str,
         (grpc, admin): (u16, u16),
         extra: &[&str],
     ) -> Sidecar {
@@ -50,7 +63,7 @@ impl Sidecar {
             .arg("--config")
             .arg(config)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(["--admin-addr", &format!("{admin_ip}:{admin}")])
             .args(["--store", store])
             .args(extra)
             .env("RUST_LOG", "info")

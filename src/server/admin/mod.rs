@@ -1,8 +1,8 @@
 //! The admin HTTP endpoints: `/healthz` (the process answers), `/readyz`
 //! (serving decisions; 503 while starting or shutting down), `/metrics`
 //! (Prometheus text), and the pages for people: `/ui/simulator` (burst tiers
-//! on the real engine, [`super::simulator`]) and `/ui/state` (one domain's
-//! live state, [`super::state`]). The pages are in the binary, with no
+//! on the real engine, [`simulator`]) and `/ui/state` (one domain's
+//! live state, [`state`]). The pages are in the binary, with no
 //! external fetch; the admin port listens on localhost by default.
 //!
 //! With Redis, `/readyz` names the store's state in its body. While Redis is
@@ -14,6 +14,10 @@
 //! refuses the sidecar's credentials or permissions, it is not ready
 //! whatever the policy, and the body names the cause: that is a
 //! misconfiguration to fix, not an outage to ride out.
+
+pub mod access;
+pub mod simulator;
+pub mod state;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,9 +31,11 @@ use axum::routing::{delete, get, post};
 use crate::store::OnStoreError;
 
 use super::metrics::Metrics;
-use super::simulator::{self, Simulations};
-use super::state::{self, StateSources};
 use crate::service::store::StoreStatus;
+
+use self::access::Access;
+use self::simulator::Simulations;
+use self::state::StateSources;
 
 /// The largest body the simulator takes (10 000 requests fit).
 const MAX_BODY_BYTES: usize = 1 << 20;
@@ -42,7 +48,10 @@ pub struct AdminState {
     pub store_status: Arc<dyn Fn() -> StoreStatus + Send + Sync>,
 }
 
-pub fn router(admin: AdminState, sources: StateSources) -> Router {
+/// The admin port's routes. What reads tenant state or changes anything
+/// (`/debug/*`, the simulator's sessions) passes `access` first; probes,
+/// `/metrics` and the static pages do not.
+pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Router {
     let simulations = Arc::new(Simulations::default());
     let pages = Router::new()
         .route(
@@ -66,13 +75,21 @@ pub fn router(admin: AdminState, sources: StateSources) -> Router {
                 )
                 .route("/ui/simulator/sessions/{id}", delete(simulator::end))
                 .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-                .with_state(simulations),
+                .with_state(simulations)
+                .layer(axum::middleware::from_fn_with_state(
+                    access.clone(),
+                    access::guard,
+                )),
         )
         .merge(
             Router::new()
                 .route("/debug/resources", get(state::resources))
                 .route("/debug/state", get(state::state))
-                .with_state(sources),
+                .with_state(sources)
+                .layer(axum::middleware::from_fn_with_state(
+                    access.clone(),
+                    access::guard,
+                )),
         )
         .layer(axum::middleware::from_fn(addressed_directly));
     Router::new()
