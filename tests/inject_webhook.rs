@@ -280,7 +280,27 @@ fn opted_in_pods_get_a_valid_native_sidecar_and_everything_else_is_admitted_unch
             assert!(volumes.iter().any(|v| v["name"] == json!("cache")));
             assert_eq!(config["configMap"]["name"], json!("shop-limits"));
             let args = sidecar["args"].as_array().expect("args");
-            assert_eq!(args.last(), Some(&json!("redis://charon-redis:6379")));
+            let store = args.iter().position(|a| a == "--store").expect("--store");
+            assert_eq!(args[store + 1], json!("redis://charon-redis:6379"));
+            // The admin token from the annotated Secret, mounted read-only.
+            let token = args
+                .iter()
+                .position(|a| a == "--admin-token-file")
+                .expect("--admin-token-file");
+            assert_eq!(args[token + 1], json!("/etc/charon-admin/token"));
+            let secret = volumes
+                .iter()
+                .find(|v| v["name"] == json!("charon-admin-token"))
+                .expect("the token volume");
+            assert_eq!(secret["secret"]["secretName"], json!("charon-admin"));
+            assert!(
+                sidecar["volumeMounts"]
+                    .as_array()
+                    .expect("mounts")
+                    .iter()
+                    .any(|m| m["mountPath"] == json!("/etc/charon-admin")
+                        && m["readOnly"] == json!(true))
+            );
         } else {
             assert_eq!(config["configMap"]["name"], json!("charon-limits"));
         }

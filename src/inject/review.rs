@@ -12,12 +12,17 @@ pub const INJECT: &str = "charon.io/inject";
 pub const CONFIG: &str = "charon.io/config";
 /// Optional: the sidecar's `--store` (default: the injector's `--store`).
 pub const STORE: &str = "charon.io/store";
+/// Optional: a Secret whose key `token` becomes the sidecar's
+/// `--admin-token-file` (docs/operations.md#admin-access).
+pub const ADMIN_TOKEN_SECRET: &str = "charon.io/admin-token-secret";
 /// Set on injected pods.
 pub const INJECTED: &str = "charon.io/injected";
 pub const DEFAULT_CONFIG: &str = "charon-limits";
 /// The sidecar container's name: a pod that has one is left alone.
 pub const SIDECAR: &str = "charon";
 const VOLUME: &str = "charon-config";
+const TOKEN_VOLUME: &str = "charon-admin-token";
+const TOKEN_DIR: &str = "/etc/charon-admin";
 
 /// What the injector puts in pods.
 #[derive(Debug, Clone)]
@@ -132,12 +137,22 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
         return Err(format!("already has a container named {SIDECAR:?}"));
     }
     let volumes = spec.get("volumes").and_then(Value::as_array);
-    if volumes.is_some_and(|volumes| {
-        volumes
-            .iter()
-            .any(|v| v.get("name").and_then(Value::as_str) == Some(VOLUME))
-    }) {
-        return Err(format!("already has a volume named {VOLUME:?}"));
+    for taken in [VOLUME, TOKEN_VOLUME] {
+        if volumes.is_some_and(|volumes| {
+            volumes
+                .iter()
+                .any(|v| v.get("name").and_then(Value::as_str) == Some(taken))
+        }) {
+            return Err(format!("already has a volume named {taken:?}"));
+        }
+    }
+    let token_secret = annotation(ADMIN_TOKEN_SECRET);
+    if let Some(secret) = token_secret
+        && !is_dns_subdomain(secret)
+    {
+        return Err(format!(
+            "{ADMIN_TOKEN_SECRET} {secret:?} is not a valid Secret name"
+        ));
     }
     let config = annotation(CONFIG).unwrap_or(DEFAULT_CONFIG);
     if !is_dns_subdomain(config) {
@@ -152,7 +167,15 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
     }
 
     let mut patch = Vec::new();
-    let sidecar = sidecar(&template.image, store);
+    let mut sidecar = sidecar(&template.image, store);
+    let mut new_volumes = vec![json!({"name": VOLUME, "configMap": {"name": config}})];
+    if let Some(secret) = token_secret {
+        with_admin_token(&mut sidecar);
+        new_volumes.push(json!({
+            "name": TOKEN_VOLUME,
+            "secret": {"secretName": secret, "items": [{"key": "token", "path": "token"}]}
+        }));
+    }
     // First among init containers: it runs before (and beside) the others.
     match init_containers {
         Some(_) => {
@@ -162,10 +185,13 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
             patch.push(json!({"op": "add", "path": "/spec/initContainers", "value": [sidecar]}))
         }
     }
-    let volume = json!({"name": VOLUME, "configMap": {"name": config}});
     match volumes {
-        Some(_) => patch.push(json!({"op": "add", "path": "/spec/volumes/-", "value": volume})),
-        None => patch.push(json!({"op": "add", "path": "/spec/volumes", "value": [volume]})),
+        Some(_) => {
+            for volume in new_volumes {
+                patch.push(json!({"op": "add", "path": "/spec/volumes/-", "value": volume}));
+            }
+        }
+        None => patch.push(json!({"op": "add", "path": "/spec/volumes", "value": new_volumes})),
     }
     let marker = format!(
         "/metadata/annotations/{}",
@@ -203,6 +229,18 @@ pub fn sidecar(image: &str, store: &str) -> Value {
         },
         "volumeMounts": [{"name": VOLUME, "mountPath": "/etc/charon", "readOnly": true}]
     })
+}
+
+/// The sidecar reads its admin token from the Secret mounted at
+/// [`TOKEN_DIR`].
+fn with_admin_token(sidecar: &mut Value) {
+    if let Some(args) = sidecar["args"].as_array_mut() {
+        args.push(json!("--admin-token-file"));
+        args.push(json!(format!("{TOKEN_DIR}/token")));
+    }
+    if let Some(mounts) = sidecar["volumeMounts"].as_array_mut() {
+        mounts.push(json!({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": true}));
+    }
 }
 
 /// RFC 1123 subdomain, as Kubernetes object names.
@@ -278,6 +316,32 @@ mod tests {
             patch[2]["path"],
             json!("/metadata/annotations/charon.io~1injected")
         );
+    }
+
+    #[test]
+    fn an_admin_token_secret_is_mounted_and_named_to_the_sidecar() {
+        let body = pod_review(
+            json!({INJECT: "true", ADMIN_TOKEN_SECRET: "charon-admin"}),
+            json!({"containers": [{"name": "app", "image": "app"}]}),
+        );
+        let verdict = review(&body, &SidecarTemplate::default()).unwrap();
+        assert!(verdict.patched, "{}", verdict.reason);
+        let patch = patch_of(&verdict);
+        let args = patch[0]["value"][0]["args"].as_array().unwrap();
+        let at = args.iter().position(|a| a == "--admin-token-file").unwrap();
+        assert_eq!(args[at + 1], json!("/etc/charon-admin/token"));
+        assert_eq!(
+            patch[1]["value"][1],
+            json!({"name": "charon-admin-token",
+                   "secret": {"secretName": "charon-admin", "items": [{"key": "token", "path": "token"}]}})
+        );
+        let bad = pod_review(
+            json!({INJECT: "true", ADMIN_TOKEN_SECRET: "Not_A_Name"}),
+            json!({"containers": [{"name": "app"}]}),
+        );
+        let verdict = review(&bad, &SidecarTemplate::default()).unwrap();
+        assert!(!verdict.patched);
+        assert!(verdict.reason.contains("not a valid Secret name"));
     }
 
     #[test]
