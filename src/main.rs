@@ -46,6 +46,15 @@ enum Command {
         /// redis+cluster://[user:password@]host:port[,host:port…].
         #[arg(long, env = "CHARON_STORE", default_value = "memory")]
         store: String,
+        /// A file holding the Redis password (a mounted Secret), so that it
+        /// is neither in the URL nor on the command line. Or set
+        /// CHARON_STORE_PASSWORD.
+        #[arg(long, env = "CHARON_STORE_PASSWORD_FILE")]
+        store_password_file: Option<PathBuf>,
+        /// The Redis ACL user that the password from the file or
+        /// CHARON_STORE_PASSWORD belongs to.
+        #[arg(long, env = "CHARON_STORE_USER")]
+        store_user: Option<String>,
         /// The deadline of one Redis decision, e.g. 50ms, 1s.
         #[arg(long, env = "CHARON_STORE_TIMEOUT", default_value = "50ms", value_parser = parse_timeout)]
         store_timeout: std::time::Duration,
@@ -232,6 +241,8 @@ fn main() -> ExitCode {
             admin_addr,
             admin_token_file,
             store,
+            store_password_file,
+            store_user,
             store_timeout,
             on_store_error,
             max_keys,
@@ -260,6 +271,13 @@ fn main() -> ExitCode {
                 HeaderMode::Ietf => ResponseHeaders::Ietf,
             };
             init_tracing();
+            let store = match with_store_password(store, store_password_file, store_user) {
+                Ok(store) => store,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let options = charon::server::ServeOptions {
                 config,
                 grpc_addr,
@@ -312,6 +330,42 @@ fn main() -> ExitCode {
 }
 
 /// `--store-timeout`: a whole number of ms, s or m (at least 1 ms).
+/// `--store` with the password from `--store-password-file` or
+/// `CHARON_STORE_PASSWORD`, if one is given.
+fn with_store_password(
+    store: String,
+    file: Option<PathBuf>,
+    user: Option<String>,
+) -> anyhow::Result<String> {
+    let from_env = std::env::var("CHARON_STORE_PASSWORD").ok();
+    let password = match (file, from_env) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "the store password is given twice: --store-password-file and CHARON_STORE_PASSWORD"
+        ),
+        (Some(path), None) => {
+            let text = anyhow::Context::with_context(std::fs::read_to_string(&path), || {
+                format!("cannot read --store-password-file {}", path.display())
+            })?;
+            Some(text.trim_end_matches(['\n', '\r']).to_owned())
+        }
+        (None, from_env) => from_env,
+    };
+    match password {
+        Some(password) if password.is_empty() => {
+            anyhow::bail!("the store password (file or CHARON_STORE_PASSWORD) is empty")
+        }
+        Some(ref password) => Ok(charon::store::redis::url::with_credentials(
+            &store,
+            user.as_deref(),
+            password,
+        )?),
+        None if user.is_some() => {
+            anyhow::bail!("--store-user needs --store-password-file or CHARON_STORE_PASSWORD")
+        }
+        None => Ok(store),
+    }
+}
+
 fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
     let ms = charon::config::parse_duration(text)?;
     if ms == 0 || ms == charon::config::FOREVER {

@@ -944,3 +944,69 @@ async fn a_wrong_password_is_not_ready_names_the_cause_and_never_falls_back() {
     assert_eq!(ask(&mut client, fresh_request("accepted")).await, "OK");
     assert_eq!(sidecar.degraded().await, 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_from_a_file_reaches_redis_and_nothing_shows_it() {
+    let redis = RedisServer::start();
+    let password = "s3cret:w/th@odd chars";
+    let answer = redis.command(&["CONFIG", "SET", "requirepass", password]);
+    assert_eq!(answer, "OK");
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let password_file = dir.path().join("store-password");
+    std::fs::write(&password_file, format!("{password}\n")).unwrap();
+    let file_arg = password_file.display().to_string();
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--store-password-file", &file_arg],
+    );
+    sidecar.wait_reachable().await;
+    let mut client = sidecar.rls_client().await;
+    assert_eq!(ask(&mut client, fresh_request("with-password")).await, "OK");
+    assert_eq!(sidecar.degraded().await, 0.0, "decided by Redis");
+
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", sidecar.pid())).unwrap();
+    let debug = reqwest::get(sidecar.admin_url("/debug/resources"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let metrics = sidecar
+        .metrics()
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    for (what, text) in [
+        (
+            "/proc/PID/cmdline",
+            String::from_utf8_lossy(&cmdline).into_owned(),
+        ),
+        ("the log", sidecar.log()),
+        ("/debug/resources", debug),
+        ("/metrics", metrics),
+    ] {
+        assert!(
+            !text.contains("s3cret"),
+            "{what} shows the password:\n{text}"
+        );
+    }
+
+    // The password in the URL as well: refused at start, saying why.
+    let twice = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .args(["--store", "redis://:other@127.0.0.1:1"])
+        .args(["--store-password-file", &file_arg])
+        .output()
+        .unwrap();
+    assert!(!twice.status.success());
+    let stderr = String::from_utf8_lossy(&twice.stderr);
+    assert!(stderr.contains("one place"), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stderr.contains("other"),
+        "{stderr}"
+    );
+}

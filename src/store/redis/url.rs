@@ -67,6 +67,46 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `url` with `user` and `password` written into it (percent-encoded), for
+/// a password that comes from a file or the environment instead of the URL
+/// (so it is not on the command line). The URL must not carry a password
+/// of its own: one place only. A user in the URL stays unless `user` is
+/// given.
+pub fn with_credentials(
+    url: &str,
+    user: Option<&str>,
+    password: &str,
+) -> Result<String, RedisError> {
+    use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad(url, "a store password needs a Redis URL, not `memory`"));
+    };
+    // The userinfo ends at the last `@` before the path.
+    let authority = rest
+        .split_once('/')
+        .map_or(rest, |(authority, _)| authority);
+    let (written, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, _)) => (Some(userinfo), &rest[userinfo.len() + 1..]),
+        None => (None, rest),
+    };
+    let written_user = match written.map(|userinfo| userinfo.split_once(':')) {
+        Some(Some(_)) => {
+            return Err(bad(
+                url,
+                "the URL has a password and one is given by file or environment too: give it in one place",
+            ));
+        }
+        Some(None) => written,
+        None => None,
+    };
+    let user = match user {
+        Some(user) => utf8_percent_encode(user, NON_ALPHANUMERIC).to_string(),
+        None => written_user.unwrap_or_default().to_owned(),
+    };
+    let password = utf8_percent_encode(password, NON_ALPHANUMERIC);
+    Ok(format!("{scheme}://{user}:{password}@{hosts}"))
+}
+
 /// Parses a Redis `--store` value.
 pub fn parse(url: &str) -> Result<Target, RedisError> {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -157,6 +197,34 @@ fn split<'u>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_from_elsewhere_are_written_into_the_url() {
+        assert_eq!(
+            with_credentials("redis://127.0.0.1:6400/2", None, "p@ss:w/rd").unwrap(),
+            "redis://:p%40ss%3Aw%2Frd@127.0.0.1:6400/2"
+        );
+        assert_eq!(
+            with_credentials("redis+cluster://charon@a:1,b:2", None, "s").unwrap(),
+            "redis+cluster://charon:s@a:1,b:2"
+        );
+        assert_eq!(
+            with_credentials("rediss+sentinel://a:1/mymaster", Some("app"), "s").unwrap(),
+            "rediss+sentinel://app:s@a:1/mymaster"
+        );
+        let twice = with_credentials("redis://u:hunter2@a:1", None, "s").unwrap_err();
+        assert!(twice.to_string().contains("one place"), "{twice}");
+        assert!(!twice.to_string().contains("hunter2"), "{twice}");
+        assert!(with_credentials("memory", None, "s").is_err());
+        // redis-rs reads the encoded password back as it was.
+        let url = with_credentials("redis://127.0.0.1:6400", Some("üser"), "p@ss:w/rd").unwrap();
+        let info = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_info()
+            .clone();
+        assert_eq!(info.redis_settings().password(), Some("p@ss:w/rd"));
+        assert_eq!(info.redis_settings().username(), Some("üser"));
+    }
 
     #[test]
     fn every_form_parses() {
