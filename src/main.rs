@@ -55,6 +55,10 @@ enum Command {
         /// CHARON_STORE_PASSWORD belongs to.
         #[arg(long, env = "CHARON_STORE_USER")]
         store_user: Option<String>,
+        /// Written before every Redis key, so that two fleets can share one
+        /// Redis without seeing each other's counts (CACHE_KEY_PREFIX).
+        #[arg(long, env = "CHARON_STORE_KEY_PREFIX", default_value = "", value_parser = parse_key_prefix)]
+        store_key_prefix: charon::store::keys::KeyPrefix,
         /// The deadline of one Redis decision, e.g. 50ms, 1s.
         #[arg(long, env = "CHARON_STORE_TIMEOUT", default_value = "50ms", value_parser = parse_timeout)]
         store_timeout: std::time::Duration,
@@ -243,6 +247,7 @@ fn main() -> ExitCode {
             store,
             store_password_file,
             store_user,
+            store_key_prefix,
             store_timeout,
             on_store_error,
             max_keys,
@@ -288,6 +293,7 @@ fn main() -> ExitCode {
                     timeout: store_timeout,
                     on_error: on_store_error,
                     max_keys,
+                    key_prefix: store_key_prefix,
                 },
                 copies: charon::server::CopyOptions {
                     timings: charon::store::copies::CopyTimings {
@@ -364,6 +370,10 @@ fn with_store_password(
         }
         None => Ok(store),
     }
+}
+
+fn parse_key_prefix(text: &str) -> Result<charon::store::keys::KeyPrefix, String> {
+    charon::store::keys::KeyPrefix::new(text)
 }
 
 fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {

@@ -1010,3 +1010,76 @@ async fn a_password_from_a_file_reaches_redis_and_nothing_shows_it() {
         "{stderr}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_fleets_with_their_own_key_prefix_share_one_redis_apart() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let yaml = format!(
+        "{}  seats:\n    copies: {{domain_limit: 1}}\n",
+        edge_config(2)
+    );
+    let config = write_config(dir.path(), &yaml);
+    let fleets: Vec<Sidecar> = ["fleet-a:", "fleet-b:"]
+        .into_iter()
+        .map(|prefix| {
+            Sidecar::start(
+                dir.path(),
+                &config,
+                &redis.url(),
+                &["--store-key-prefix", prefix],
+            )
+        })
+        .collect();
+    for sidecar in &fleets {
+        sidecar.wait_reachable().await;
+    }
+    // The same tenant in each fleet: each counts its own two.
+    for sidecar in &fleets {
+        let mut client = sidecar.rls_client().await;
+        for expected in ["OK", "OK", "OVER_LIMIT"] {
+            assert_eq!(ask(&mut client, request("tenant", "acme")).await, expected);
+        }
+        assert_eq!(sidecar.degraded().await, 0.0, "decided by Redis");
+    }
+    // And each fleet's one seat for acme.
+    let mut sessions = Vec::new();
+    for sidecar in &fleets {
+        let mut session = sidecar.session().await;
+        eventually(
+            "a seat in each fleet",
+            READY_TIMEOUT,
+            async || match session.reserve("edge", "seats", "acme", 1, 1).await {
+                charon::api::v1::session_response::Result::Reserve(answer)
+                    if answer.granted == 1 =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+        sessions.push(session);
+    }
+    let keys = redis.command(&["KEYS", "*"]);
+    assert!(!keys.is_empty());
+    for key in keys.lines() {
+        assert!(
+            key.starts_with("fleet-a:") || key.starts_with("fleet-b:"),
+            "`{key}` has no fleet's prefix:\n{keys}"
+        );
+    }
+    for prefix in ["fleet-a:", "fleet-b:"] {
+        assert!(keys.contains(&format!("{prefix}{{")), "{prefix}: {keys}");
+    }
+    // A prefix that would move the cluster hash tag is refused at start.
+    let braces = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--store-key-prefix", "{fleet}"])
+        .output()
+        .unwrap();
+    assert!(!braces.status.success());
+    let stderr = String::from_utf8_lossy(&braces.stderr);
+    assert!(stderr.contains("hash tag"), "{stderr}");
+}

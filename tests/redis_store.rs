@@ -34,6 +34,7 @@ fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
             timeout: Duration::from_secs(5),
             local_rejections: false,
             injected_clock: Some(Arc::new(clock.clone())),
+            ..RedisOptions::default()
         },
     )
     .expect("a valid URL")
@@ -550,6 +551,7 @@ fn a_key_known_to_be_over_is_rejected_without_redis() {
             timeout: Duration::from_secs(1),
             local_rejections: true,
             injected_clock: Some(Arc::new(clock.clone())),
+            ..RedisOptions::default()
         },
     )
     .expect("a valid URL");

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::engine::{Decision, Slot};
 use crate::store::copies::{CopyStore, CopyTimings, MemoryCopies, RedisCopies};
+use crate::store::keys::KeyPrefix;
 use crate::store::{
     Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
     RedisOptions, RedisStore, SlotKey, Store, StoreError,
@@ -22,6 +23,8 @@ pub struct StoreOptions {
     pub on_error: OnStoreError,
     /// The memory store's cap on keys (the fallback's, with Redis).
     pub max_keys: usize,
+    /// Before every Redis key, so fleets can share one Redis.
+    pub key_prefix: KeyPrefix,
 }
 
 impl Default for StoreOptions {
@@ -31,6 +34,7 @@ impl Default for StoreOptions {
             timeout: Duration::from_millis(50),
             on_error: OnStoreError::default(),
             max_keys: crate::store::DEFAULT_MAX_KEYS,
+            key_prefix: KeyPrefix::default(),
         }
     }
 }
@@ -67,6 +71,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
         &options.url,
         RedisOptions {
             timeout: options.timeout,
+            key_prefix: options.key_prefix.clone(),
             ..RedisOptions::default()
         },
         timings,
@@ -85,6 +90,7 @@ impl SidecarStore {
             &options.url,
             RedisOptions {
                 timeout: options.timeout,
+                key_prefix: options.key_prefix.clone(),
                 ..RedisOptions::default()
             },
         )?;

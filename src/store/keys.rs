@@ -21,6 +21,68 @@
 //! The tag is a hash, not the parts themselves, because a part may contain
 //! `{` or `}`, which would move the tag Redis sees.
 
+/// `--store-key-prefix`: written before every key a Redis store uses, so
+/// that fleets sharing one Redis never see each other's state (the memory
+/// store needs none). It has no `{` or `}`, so the hash tag that follows
+/// still decides the cluster slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPrefix(std::sync::Arc<str>);
+
+/// The longest `--store-key-prefix`, in bytes.
+pub const MAX_PREFIX_BYTES: usize = 64;
+
+impl KeyPrefix {
+    pub fn new(prefix: &str) -> Result<Self, String> {
+        if prefix.len() > MAX_PREFIX_BYTES {
+            return Err(format!(
+                "the key prefix is longer than {MAX_PREFIX_BYTES} bytes"
+            ));
+        }
+        if let Some(bad) = prefix
+            .chars()
+            .find(|c| matches!(c, '{' | '}') || c.is_whitespace() || c.is_control())
+        {
+            return Err(format!(
+                "the key prefix has {bad:?}: braces would move the cluster hash tag; \
+                 no whitespace or control characters either"
+            ));
+        }
+        Ok(Self(prefix.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `key` behind the prefix (borrowed as it is when there is none).
+    pub fn apply<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        if self.0.is_empty() {
+            std::borrow::Cow::Borrowed(key)
+        } else {
+            let mut prefixed = String::with_capacity(self.0.len() + key.len());
+            prefixed.push_str(&self.0);
+            prefixed.push_str(key);
+            std::borrow::Cow::Owned(prefixed)
+        }
+    }
+
+    /// Every key of a copy log behind the prefix.
+    pub fn copy_keys(&self, keys: CopyKeys) -> CopyKeys {
+        if self.0.is_empty() {
+            return keys;
+        }
+        let apply = |key: String| self.apply(&key).into_owned();
+        CopyKeys {
+            counts: apply(keys.counts),
+            contributors: apply(keys.contributors),
+            reaped: apply(keys.reaped),
+            transfers: apply(keys.transfers),
+            staged: apply(keys.staged),
+            contribution_prefix: apply(keys.contribution_prefix),
+        }
+    }
+}
+
 /// The hash-tag prefix of a key: `{` + 8 hex digits + `}`.
 pub const TAG_LEN: usize = 10;
 

@@ -130,7 +130,7 @@ impl RedisCopies {
                     _ = ticks.tick() => {
                         let sent = Instant::now();
                         let mut renew = redis::cmd("SET");
-                        renew.arg(keys::heartbeat_key(&id)).arg(&id).arg("PX").arg(ttl).arg("XX");
+                        renew.arg(self.redis.key(&keys::heartbeat_key(&id)).as_ref()).arg(&id).arg("PX").arg(ttl).arg("XX");
                         match self.redis.query(&renew).await {
                             Ok(Value::Okay) => last_renewal = sent,
                             Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
@@ -168,7 +168,7 @@ impl RedisCopies {
             let sent = Instant::now();
             let mut register = redis::cmd("SET");
             register
-                .arg(keys::heartbeat_key(&id))
+                .arg(self.redis.key(&keys::heartbeat_key(&id)).as_ref())
                 .arg(&id)
                 .arg("PX")
                 .arg(millis(self.timings.ttl))
@@ -198,7 +198,7 @@ impl RedisCopies {
             return;
         }
         let mut delete = redis::cmd("DEL");
-        delete.arg(keys::heartbeat_key(&id));
+        delete.arg(self.redis.key(&keys::heartbeat_key(&id)).as_ref());
         if let Err(error) = self.redis.query(&delete).await {
             tracing::warn!(%error, "cannot remove the heartbeat; it expires on its own");
         }
@@ -240,7 +240,7 @@ impl RedisCopies {
     }
 
     async fn hold_lease(&self, id: &str) -> Result<bool, RedisError> {
-        let lease = keys::reaper_lease_key();
+        let lease = self.redis.key(&keys::reaper_lease_key()).into_owned();
         let ms = millis(self.timings.lease());
         let mut take = redis::cmd("SET");
         take.arg(&lease).arg(id).arg("NX").arg("PX").arg(ms);
@@ -269,7 +269,7 @@ impl RedisCopies {
     ) -> Result<Reaped, RedisError> {
         let mut resources: HashSet<(String, String)> = configured.into_iter().collect();
         let mut members = redis::cmd("SMEMBERS");
-        members.arg(keys::copy_index_key());
+        members.arg(self.redis.key(&keys::copy_index_key()).as_ref());
         for member in strings(self.redis.query(&members).await?) {
             if let Some((namespace, resource)) = keys::parse_copy_index_member(&member) {
                 resources.insert((namespace.to_owned(), resource.to_owned()));
@@ -278,7 +278,7 @@ impl RedisCopies {
         let mut alive: HashMap<String, bool> = HashMap::new();
         let mut reaped = Reaped::default();
         for (namespace, resource) in resources {
-            let keys = keys::copy_keys(&namespace, &resource);
+            let keys = self.redis.copy_keys(&namespace, &resource);
             let mut contributors = redis::cmd("SMEMBERS");
             contributors.arg(&keys.contributors);
             for member in strings(self.redis.query(&contributors).await?) {
@@ -294,7 +294,7 @@ impl RedisCopies {
                     Some(known) => *known,
                     None => {
                         let mut exists = redis::cmd("EXISTS");
-                        exists.arg(keys::heartbeat_key(&server));
+                        exists.arg(self.redis.key(&keys::heartbeat_key(&server)).as_ref());
                         let known = self.redis.query(&exists).await? != Value::Int(0);
                         alive.insert(server.clone(), known);
                         known

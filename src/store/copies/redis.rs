@@ -116,7 +116,7 @@ impl RedisCopies {
         }
         let mut command = redis::cmd("SADD");
         command
-            .arg(keys::copy_index_key())
+            .arg(self.redis.key(&keys::copy_index_key()).as_ref())
             .arg(keys::copy_index_member(namespace, resource));
         self.redis.query(&command).await?;
         if let Ok(mut set) = self.indexed.lock() {
@@ -134,7 +134,7 @@ impl RedisCopies {
         min_copies: u64,
     ) -> Result<Changed, CopyError> {
         self.ensure_indexed(at.namespace, at.resource).await?;
-        let keys = keys::copy_keys(at.namespace, at.resource);
+        let keys = self.redis.copy_keys(at.namespace, at.resource);
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "reserve");
         invocation
@@ -206,7 +206,7 @@ impl RedisCopies {
         now_groups: &[&str],
         transfer: Option<(&str, u64)>,
     ) -> Result<(Changed, u64), CopyError> {
-        let keys = keys::copy_keys(at.namespace, at.resource);
+        let keys = self.redis.copy_keys(at.namespace, at.resource);
         let op = if transfer.is_some() {
             "transfer"
         } else {
@@ -280,7 +280,7 @@ impl RedisCopies {
         // and a made-up id must not grow the index.
         let (secret, namespace, resource) =
             super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
-        let keys = keys::copy_keys(&namespace, &resource);
+        let keys = self.redis.copy_keys(&namespace, &resource);
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "seize");
         invocation.arg(name.as_str()).arg(who.server).arg(secret);
@@ -316,7 +316,7 @@ impl RedisCopies {
         namespace: &str,
         resource: &str,
     ) -> Result<(), CopyError> {
-        let keys = keys::copy_keys(namespace, resource);
+        let keys = self.redis.copy_keys(namespace, resource);
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "drop");
         invocation.arg(name.as_str()).arg(who.server);
@@ -325,7 +325,7 @@ impl RedisCopies {
     }
 
     pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
-        let keys = keys::copy_keys(at.namespace, at.resource);
+        let keys = self.redis.copy_keys(at.namespace, at.resource);
         let mut invocation = self.invocation(&keys, "", "counts");
         invocation.arg(at.domain).arg(groups.len());
         for group in groups {

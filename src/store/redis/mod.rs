@@ -141,6 +141,8 @@ pub struct RedisOptions {
     pub local_rejections: bool,
     /// Tests only: decide at this clock's time instead of Redis `TIME`.
     pub injected_clock: Option<Arc<dyn Clock>>,
+    /// Before every key (`--store-key-prefix`).
+    pub key_prefix: crate::store::keys::KeyPrefix,
 }
 
 impl Default for RedisOptions {
@@ -149,6 +151,7 @@ impl Default for RedisOptions {
             timeout: Duration::from_millis(50),
             local_rejections: true,
             injected_clock: None,
+            key_prefix: crate::store::keys::KeyPrefix::default(),
         }
     }
 }
@@ -159,6 +162,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("timeout", &self.timeout)
             .field("local_rejections", &self.local_rejections)
             .field("injected_clock", &self.injected_clock.is_some())
+            .field("key_prefix", &self.key_prefix.as_str())
             .finish()
     }
 }
@@ -172,6 +176,18 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
+    /// `key` as it is stored: behind the key prefix.
+    pub fn key<'k>(&self, key: &'k str) -> std::borrow::Cow<'k, str> {
+        self.options.key_prefix.apply(key)
+    }
+
+    /// A copy log's keys as they are stored.
+    pub fn copy_keys(&self, namespace: &str, resource: &str) -> crate::store::keys::CopyKeys {
+        self.options
+            .key_prefix
+            .copy_keys(crate::store::keys::copy_keys(namespace, resource))
+    }
+
     /// A store for `url` (see [`url`]). Connects lazily: a Redis that is not
     /// there yet is an error per decision, not at start. Call it inside a
     /// Tokio runtime: the connection's reconnecting task lives there.
@@ -241,7 +257,9 @@ impl RedisStore {
         };
         let mut slots = Vec::with_capacity(keys.len());
         for key in keys {
-            let value = self.query(redis::cmd("GET").arg(&key.key)).await?;
+            let value = self
+                .query(redis::cmd("GET").arg(self.key(&key.key).as_ref()))
+                .await?;
             let raw = match value {
                 redis::Value::Nil => None,
                 redis::Value::BulkString(bytes) => Some(bytes),
@@ -357,7 +375,7 @@ impl RedisStore {
             .map_or(0, |clock| clock.now_ms().max(1));
         let mut invocation = self.scripts.for_items(items).prepare_invoke();
         for slot in slots {
-            invocation.key(slot.key.as_str());
+            invocation.key(self.key(&slot.key).as_ref());
         }
         codec::arguments(
             &mut invocation,
