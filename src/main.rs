@@ -21,6 +21,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at startup: the size of the `serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
@@ -31,6 +33,17 @@ enum Command {
         /// Where the gRPC services (Envoy RLS, health) listen.
         #[arg(long, env = "CHARON_GRPC_ADDR", default_value = "127.0.0.1:8081")]
         grpc_addr: SocketAddr,
+        /// gRPC streams in flight per connection (HTTP/2
+        /// SETTINGS_MAX_CONCURRENT_STREAMS); more wait in the client.
+        #[arg(long, env = "CHARON_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+        grpc_max_concurrent_streams: u32,
+        /// HTTP/2 pings on idle gRPC connections, to drop peers that vanished.
+        #[arg(long, env = "CHARON_GRPC_KEEPALIVE", default_value = "30s", value_parser = parse_timeout)]
+        grpc_keepalive: std::time::Duration,
+        /// Close gRPC connections older than this, gracefully (default:
+        /// never). A Charon API session ends with its connection.
+        #[arg(long, env = "CHARON_GRPC_MAX_CONNECTION_AGE", value_parser = parse_timeout)]
+        grpc_max_connection_age: Option<std::time::Duration>,
         /// Where /healthz, /readyz and /metrics listen.
         #[arg(long, env = "CHARON_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
         admin_addr: SocketAddr,
@@ -242,6 +255,9 @@ fn main() -> ExitCode {
         Command::Serve {
             config,
             grpc_addr,
+            grpc_max_concurrent_streams,
+            grpc_keepalive,
+            grpc_max_connection_age,
             admin_addr,
             admin_token_file,
             store,
@@ -288,6 +304,11 @@ fn main() -> ExitCode {
                 grpc_addr,
                 admin_addr,
                 admin_token_file,
+                grpc: charon::server::GrpcOptions {
+                    max_concurrent_streams: grpc_max_concurrent_streams,
+                    keepalive_interval: grpc_keepalive,
+                    max_connection_age: grpc_max_connection_age,
+                },
                 store: charon::service::store::StoreOptions {
                     url: store,
                     timeout: store_timeout,

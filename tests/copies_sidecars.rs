@@ -1020,3 +1020,46 @@ async fn copy_operations_are_counted_in_the_sidecars_metrics() {
         1.0
     );
 }
+
+/// `--grpc-max-concurrent-streams`: one connection cannot hold more streams
+/// than that; the next waits in the client until one ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_per_connection_are_capped() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        "memory",
+        &["--grpc-max-concurrent-streams", "2"],
+    );
+    sidecar.wait_serving().await;
+    let client = sidecar.client().await;
+    let first = support::sidecar::Session::open(client.clone()).await;
+    let mut second = support::sidecar::Session::open(client.clone()).await;
+    let third = tokio::spawn(support::sidecar::Session::open(client.clone()));
+    // The protocol holds the third back: no timing race, a generous wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !third.is_finished(),
+        "a third stream opened on a 2-stream connection"
+    );
+    second.close();
+    drop(second);
+    let mut third = tokio::time::timeout(Duration::from_secs(20), third)
+        .await
+        .expect("the third stream opens once one ends")
+        .expect("the session task");
+    let answer = third
+        .call(Op::Request(RequestOp {
+            namespace: "unknown".into(),
+            resource: "r".into(),
+            domain: "d".into(),
+            copies: None,
+            min_copies: None,
+        }))
+        .await
+        .expect("answered");
+    assert!(matches!(answer, Answer::Error(_)), "{answer:?}");
+    drop(first);
+}

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -45,11 +46,35 @@ pub struct ServeOptions {
     /// The bearer token of the admin routes that read tenant state
     /// (see [`admin::access`]).
     pub admin_token_file: Option<PathBuf>,
+    pub grpc: GrpcOptions,
     pub store: StoreOptions,
     pub copies: CopyOptions,
     /// envoyproxy/ratelimit's switches: how files combine, shadow and quota
     /// modes, and what the RLS answer carries besides the decision.
     pub envoy: EnvoyOptions,
+}
+
+/// What one gRPC connection may ask of the sidecar
+/// (docs/configuration.md#caps-on-input).
+#[derive(Debug, Clone)]
+pub struct GrpcOptions {
+    /// Streams in flight per HTTP/2 connection; more wait in the client.
+    pub max_concurrent_streams: u32,
+    /// HTTP/2 pings on an idle connection, to find peers that vanished.
+    pub keepalive_interval: Duration,
+    /// Connections older than this are closed gracefully (none: never). A
+    /// Charon API session ends with its connection, releasing its holds.
+    pub max_connection_age: Option<Duration>,
+}
+
+impl Default for GrpcOptions {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 1024,
+            keepalive_interval: Duration::from_secs(30),
+            max_connection_age: None,
+        }
+    }
 }
 
 /// `--merge-domain-config`, `--shadow-mode`, `--quota-mode`,
@@ -217,7 +242,14 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     let (reflection, reflection_alpha) = reflection()?;
     let rls_service = RlsService::new(limiter.clone(), metrics.clone(), options.envoy.rls.clone());
     let rls = RateLimitServiceServer::new(rls_service.clone());
-    let grpc = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(options.grpc.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.grpc.keepalive_interval))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+    if let Some(age) = options.grpc.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    let grpc = builder
         .layer(tower::util::MapResponseLayer::new(
             decode_errors_are_invalid_arguments as fn(_) -> _,
         ))

@@ -284,6 +284,69 @@ fn tiers(text: &str) -> Result<TierState, RedisError> {
 mod tests {
     use super::*;
 
+    mod hostile {
+        //! What Redis sends back is decoded without trusting it: a value
+        //! another program wrote into our keys, a truncated or corrupted
+        //! state, a reply of the wrong shape is an error, never a panic.
+        //! `CHARON_FUZZ_CASES` sets the cases (the long run's knob, as in
+        //! `tests/fuzz.rs`).
+        use super::*;
+        use proptest::prelude::*;
+
+        fn cases() -> u32 {
+            std::env::var("CHARON_FUZZ_CASES")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(256)
+        }
+
+        /// Bytes shaped like stored state: its digits and separators, or
+        /// anything.
+        fn stored() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                "[0-9|:;,~tb.-]{0,40}".prop_map(String::into_bytes),
+                "(18446744073709551615|99999999999999999999|-1|0)([|:;,~][0-9]{0,20}){0,6}"
+                    .prop_map(String::into_bytes),
+                prop::collection::vec(any::<u8>(), 0..40),
+            ]
+        }
+
+        fn value(depth: u32) -> BoxedStrategy<Value> {
+            let leaf = prop_oneof![
+                Just(Value::Nil),
+                any::<i64>().prop_map(Value::Int),
+                stored().prop_map(Value::BulkString),
+                "\\PC{0,10}".prop_map(Value::SimpleString),
+                Just(Value::Okay),
+            ];
+            if depth == 0 {
+                return leaf.boxed();
+            }
+            prop_oneof![
+                2 => leaf,
+                1 => prop::collection::vec(value(depth - 1), 0..6).prop_map(Value::Array),
+            ]
+            .boxed()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+            #[test]
+            fn stored_state_decodes_or_errs(raw in stored(), now in any::<u64>(), kind in 0..4usize) {
+                let kind = [SlotKind::Window, SlotKind::Tiers, SlotKind::Log, SlotKind::Gcra][kind];
+                let _ = slot(kind, Some(&raw), now);
+            }
+
+            #[test]
+            fn script_replies_decode_or_err(reply_value in value(3), keys in 0usize..5) {
+                if let Ok(decoded) = reply(reply_value, keys) {
+                    prop_assert_eq!(decoded.before.len(), keys);
+                }
+            }
+        }
+    }
+
     #[test]
     fn stored_values_decode_into_engine_state() {
         let Slot::Tiers(state) = slot(
