@@ -44,6 +44,31 @@ enum Command {
         /// never). A Charon API session ends with its connection.
         #[arg(long, env = "CHARON_GRPC_MAX_CONNECTION_AGE", value_parser = parse_timeout)]
         grpc_max_connection_age: Option<std::time::Duration>,
+        /// TLS on the gRPC port: the certificate chain (PEM), re-read when
+        /// the file changes.
+        #[arg(long, env = "CHARON_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+        grpc_tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM), re-read when it changes.
+        #[arg(long, env = "CHARON_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+        grpc_tls_key: Option<PathBuf>,
+        /// mTLS: require client certificates signed by this CA (PEM).
+        #[arg(long, env = "CHARON_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+        grpc_client_ca: Option<PathBuf>,
+        /// With --grpc-client-ca: accept only client certificates naming this
+        /// DNS name or IP (repeat, or comma-separated).
+        #[arg(
+            long,
+            env = "CHARON_GRPC_ALLOWED_SAN",
+            value_delimiter = ',',
+            requires = "grpc_client_ca"
+        )]
+        grpc_allowed_san: Vec<String>,
+        /// Also serve gRPC on this Unix socket (Envoy reaches it as a pipe).
+        #[arg(long, env = "CHARON_GRPC_UDS")]
+        grpc_uds: Option<PathBuf>,
+        /// The socket's file mode, octal.
+        #[arg(long, env = "CHARON_GRPC_UDS_MODE", default_value = "600", value_parser = parse_mode)]
+        grpc_uds_mode: u32,
         /// Where /healthz, /readyz and /metrics listen.
         #[arg(long, env = "CHARON_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
         admin_addr: SocketAddr,
@@ -258,6 +283,12 @@ fn main() -> ExitCode {
             grpc_max_concurrent_streams,
             grpc_keepalive,
             grpc_max_connection_age,
+            grpc_tls_cert,
+            grpc_tls_key,
+            grpc_client_ca,
+            grpc_allowed_san,
+            grpc_uds,
+            grpc_uds_mode,
             admin_addr,
             admin_token_file,
             store,
@@ -308,6 +339,18 @@ fn main() -> ExitCode {
                     max_concurrent_streams: grpc_max_concurrent_streams,
                     keepalive_interval: grpc_keepalive,
                     max_connection_age: grpc_max_connection_age,
+                    tls: grpc_tls_cert.zip(grpc_tls_key).map(|(cert, key)| {
+                        charon::server::listen::TlsOptions {
+                            cert,
+                            key,
+                            client_ca: grpc_client_ca,
+                            allowed_sans: grpc_allowed_san,
+                        }
+                    }),
+                    uds: grpc_uds.map(|path| charon::server::listen::UdsOptions {
+                        path,
+                        mode: grpc_uds_mode,
+                    }),
                 },
                 store: charon::service::store::StoreOptions {
                     url: store,
@@ -390,6 +433,15 @@ fn with_store_password(
             anyhow::bail!("--store-user needs --store-password-file or CHARON_STORE_PASSWORD")
         }
         None => Ok(store),
+    }
+}
+
+fn parse_mode(text: &str) -> Result<u32, String> {
+    match u32::from_str_radix(text, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!(
+            "{text:?} is not a file mode (octal, e.g. 600 or 660)"
+        )),
     }
 }
 

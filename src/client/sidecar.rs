@@ -40,6 +40,9 @@ pub struct SidecarOptions {
     /// `max_backoff` and starts over once a session is up.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// For an `https://` sidecar: the CA to trust, and a client
+    /// certificate when the sidecar asks for one (mTLS).
+    pub tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 impl Default for SidecarOptions {
@@ -48,6 +51,7 @@ impl Default for SidecarOptions {
             connect_timeout: Duration::from_secs(1),
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -105,7 +109,9 @@ impl Drop for Sidecar {
 }
 
 impl Sidecar {
-    /// Starts connecting to `url` (`http://host:port`) in the background; calls
+    /// Starts connecting to `url` (`http://host:port`, `https://host:port`
+    /// with [`SidecarOptions::tls`], or `unix:/path/to/socket`) in the
+    /// background; calls
     /// made before the session is up wait for it within their deadline.
     /// Must be called within a Tokio runtime.
     pub fn connect(url: &str) -> Result<Self, ClientError> {
@@ -113,7 +119,14 @@ impl Sidecar {
     }
 
     pub fn connect_with(url: &str, options: SidecarOptions) -> Result<Self, ClientError> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
+        let socket = url.strip_prefix("unix:").map(std::path::PathBuf::from);
+        // A Unix socket has no authority: the endpoint's URL is a stand-in.
+        let endpoint_url = if socket.is_some() {
+            "http://charon.sock"
+        } else {
+            url
+        };
+        let mut endpoint = Endpoint::from_shared(endpoint_url.to_owned())
             .map_err(|error| ClientError::Invalid(format!("sidecar url `{url}`: {error}")))?
             .connect_timeout(options.connect_timeout)
             .tcp_nodelay(true)
@@ -122,6 +135,11 @@ impl Sidecar {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true);
+        if let Some(tls) = options.tls.clone() {
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|error| ClientError::Invalid(format!("sidecar TLS: {error}")))?;
+        }
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             ClientError::Invalid("Sidecar::connect must be called within a Tokio runtime".into())
         })?;
@@ -131,7 +149,17 @@ impl Sidecar {
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
         });
-        let channel = endpoint.connect_lazy();
+        let channel = match socket {
+            Some(path) => endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            })),
+            None => endpoint.connect_lazy(),
+        };
         let driver = runtime.spawn(drive(channel.clone(), shared.clone(), options));
         Ok(Self {
             shared,

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod listen;
 pub mod metrics;
 pub mod reload;
 pub mod rls;
@@ -65,6 +66,10 @@ pub struct GrpcOptions {
     /// Connections older than this are closed gracefully (none: never). A
     /// Charon API session ends with its connection, releasing its holds.
     pub max_connection_age: Option<Duration>,
+    /// TLS on the gRPC port, with client certificates when it names a CA.
+    pub tls: Option<listen::TlsOptions>,
+    /// A Unix socket beside the TCP port.
+    pub uds: Option<listen::UdsOptions>,
 }
 
 impl Default for GrpcOptions {
@@ -73,6 +78,8 @@ impl Default for GrpcOptions {
             max_concurrent_streams: 1024,
             keepalive_interval: Duration::from_secs(30),
             max_connection_age: None,
+            tls: None,
+            uds: None,
         }
     }
 }
@@ -107,7 +114,11 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let started = start(&options).await?;
     let mut serving = serve(started, &options).await?;
     shutdown::until_signal(&mut serving).await?;
-    shutdown::stop(serving).await
+    let stopped = shutdown::stop(serving).await;
+    if let Some(uds) = &options.grpc.uds {
+        listen::remove_uds(&uds.path);
+    }
+    stopped
 }
 
 /// What `start` sets up: the configuration, the stores and the limiter,
@@ -118,6 +129,8 @@ struct Started {
     metrics: Arc<Metrics>,
     grpc_listener: TcpListener,
     admin_listener: TcpListener,
+    grpc_tls: Option<listen::Tls>,
+    grpc_uds: Option<tokio::net::UnixListener>,
     access: admin::access::Access,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
@@ -163,6 +176,18 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let admin_listener = TcpListener::bind(options.admin_addr)
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
+    let grpc_tls = options
+        .grpc
+        .tls
+        .as_ref()
+        .map(listen::Tls::new)
+        .transpose()?;
+    let grpc_uds = options
+        .grpc
+        .uds
+        .as_ref()
+        .map(listen::bind_uds)
+        .transpose()?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn(
@@ -187,6 +212,8 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         metrics,
         grpc_listener,
         admin_listener,
+        grpc_tls,
+        grpc_uds,
         access,
         shutdown_tx,
         shutdown_rx,
@@ -216,6 +243,8 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         metrics,
         grpc_listener,
         admin_listener,
+        grpc_tls,
+        grpc_uds,
         access,
         shutdown_tx,
         shutdown_rx,
@@ -259,7 +288,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         .add_service(rls)
         .add_service(CharonServer::new(api))
         .serve_with_incoming_shutdown(
-            grpc_incoming(grpc_listener),
+            listen::incoming(grpc_listener, grpc_tls, grpc_uds),
             shutdown::wait_for(shutdown_rx.clone()),
         );
     let admin = axum::serve(
@@ -289,7 +318,11 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     let admin_task = tokio::spawn(async move { admin.await });
     ready.store(true, Ordering::SeqCst);
     tracing::info!(
-        grpc = %options.grpc_addr,
+        grpc = listen::describe(
+            options.grpc_addr,
+            options.grpc.tls.is_some(),
+            options.grpc.uds.as_ref()
+        ),
         admin = %options.admin_addr,
         config = %options.config.display(),
         store = limiter.store().name(),
@@ -306,14 +339,6 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         shutdown_tx,
         _watcher: watcher,
     })
-}
-
-/// The gRPC port's connections, with Nagle's algorithm off: an answer is one
-/// small write that must leave at once, not wait up to 40 ms for the
-/// client's delayed ACK. (tonic sets `TCP_NODELAY` only on listeners it
-/// binds itself; this one is bound before the configuration is served.)
-fn grpc_incoming(listener: TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
 }
 
 /// gRPC server reflection (v1, and v1alpha for older clients) of the Charon
@@ -376,27 +401,4 @@ fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
             }
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use tokio_stream::StreamExt;
-
-    #[tokio::test]
-    async fn grpc_connections_have_nagle_off() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port");
-        let address = listener.local_addr().expect("an address");
-        let mut incoming = super::grpc_incoming(listener);
-        let _client = tokio::net::TcpStream::connect(address)
-            .await
-            .expect("connects");
-        let accepted = incoming
-            .next()
-            .await
-            .expect("a connection")
-            .expect("accepted");
-        assert!(accepted.nodelay().expect("readable"), "TCP_NODELAY is set");
-    }
 }

@@ -7,6 +7,7 @@
 //! is dead code there.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod properties;
 pub mod redis;
 pub mod sidecar;
