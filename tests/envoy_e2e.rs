@@ -228,8 +228,19 @@ impl Harness {
 
     /// Envoy in front of a sidecar on `config`, started with `args`.
     async fn start_with(config: &Path, args: &[String]) -> Harness {
+        Self::start_via(config, args, false).await
+    }
+
+    /// The same, Envoy reaching the sidecar over its Unix socket (a `pipe`
+    /// address) when `via_socket`.
+    async fn start_via(config: &Path, args: &[String], via_socket: bool) -> Harness {
         let envoy_bin = find_envoy();
         let dir = tempfile::tempdir().expect("temp dir");
+        let socket = dir.path().join("charon.sock");
+        let mut args = args.to_vec();
+        if via_socket {
+            args.extend(["--grpc-uds".to_owned(), socket.display().to_string()]);
+        }
 
         // The upstream: 200 "upstream ok" on any path.
         let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -256,16 +267,18 @@ impl Harness {
                 .arg(format!("127.0.0.1:{grpc}"))
                 .arg("--admin-addr")
                 .arg(format!("127.0.0.1:{sidecar_admin}"))
-                .args(args),
+                .args(&args),
             dir.path(),
         );
 
         let config = dir.path().join("envoy.yaml");
-        fs::write(
-            &config,
-            envoy_config(listen, envoy_admin, upstream_port, grpc),
-        )
-        .expect("write envoy.yaml");
+        let mut envoy_yaml = envoy_config(listen, envoy_admin, upstream_port, grpc);
+        if via_socket {
+            let tcp = format!("socket_address: {{address: 127.0.0.1, port_value: {grpc}}}");
+            assert_eq!(envoy_yaml.matches(&tcp).count(), 1, "one Charon address");
+            envoy_yaml = envoy_yaml.replace(&tcp, &format!("pipe: {{path: {}}}", socket.display()));
+        }
+        fs::write(&config, envoy_yaml).expect("write envoy.yaml");
         // --disable-hot-restart: no shared memory and no hot-restart socket,
         // so concurrent Envoys (other test runs, a developer's own) cannot
         // clash; --base-id would only matter with hot restart on, but is
@@ -461,6 +474,19 @@ fn assert_reset_header(value: Option<&str>, second: u64, context: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn envoy_asks_charon_and_fails_open() {
     let mut h = Harness::start(&[]).await;
+    envoy_scenario(&mut h).await;
+}
+
+/// The same tour with Envoy asking over the sidecar's Unix socket (mode
+/// 0600, Envoy running as the same user), as a pod can.
+#[tokio::test(flavor = "multi_thread")]
+async fn envoy_asks_charon_over_a_unix_socket() {
+    let mut h = Harness::start_via(
+        &manifest_dir().join("examples/envoy/ratelimit.yaml"),
+        &[],
+        true,
+    )
+    .await;
     envoy_scenario(&mut h).await;
 }
 
