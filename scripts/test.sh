@@ -5,6 +5,7 @@
 # then runs, stopping at the first failure:
 #   cargo fmt --check, cargo clippy (warnings are errors), the library built
 #   without default features and with only the client and layers,
+#   cargo deny (licenses, bans, sources; deny.toml),
 #   cargo build --examples, cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
 #   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
@@ -40,6 +41,9 @@ if cargo tree --no-default-features --features embedded,layer -e normal --prefix
     echo "the features embedded,layer pull in the sidecar's dependencies (above)" >&2
     exit 1
 fi
+
+step "cargo deny check licenses bans sources (deny.toml: the supply chain)"
+target/tools/bin/cargo-deny check licenses bans sources
 
 step "cargo build --examples (tests/example_tonic.rs runs one as a user would)"
 cargo build --examples

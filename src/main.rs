@@ -95,6 +95,16 @@ enum Command {
         store_user: Option<String>,
         /// Written before every Redis key, so that two fleets can share one
         /// Redis without seeing each other's counts (CACHE_KEY_PREFIX).
+        /// `rediss://`: the CA to trust (PEM) instead of the system's roots.
+        #[arg(long, env = "CHARON_STORE_CA")]
+        store_ca: Option<PathBuf>,
+        /// `rediss://`: a client certificate (PEM), for a Redis that asks
+        /// for one (its default, `tls-auth-clients yes`).
+        #[arg(long, env = "CHARON_STORE_TLS_CERT", requires = "store_tls_key")]
+        store_tls_cert: Option<PathBuf>,
+        /// The client certificate's private key (PEM).
+        #[arg(long, env = "CHARON_STORE_TLS_KEY", requires = "store_tls_cert")]
+        store_tls_key: Option<PathBuf>,
         #[arg(long, env = "CHARON_STORE_KEY_PREFIX", default_value = "", value_parser = parse_key_prefix)]
         store_key_prefix: charon::store::keys::KeyPrefix,
         /// The deadline of one Redis decision, e.g. 50ms, 1s.
@@ -295,6 +305,9 @@ fn main() -> ExitCode {
             store_password_file,
             store_user,
             store_key_prefix,
+            store_ca,
+            store_tls_cert,
+            store_tls_key,
             store_timeout,
             on_store_error,
             max_keys,
@@ -330,6 +343,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            let store_tls = match store_tls(store_ca, store_tls_cert.zip(store_tls_key)) {
+                Ok(tls) => tls,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let options = charon::server::ServeOptions {
                 config,
                 grpc_addr,
@@ -358,6 +378,7 @@ fn main() -> ExitCode {
                     on_error: on_store_error,
                     max_keys,
                     key_prefix: store_key_prefix,
+                    tls: store_tls,
                 },
                 copies: charon::server::CopyOptions {
                     timings: charon::store::copies::CopyTimings {
@@ -400,6 +421,34 @@ fn main() -> ExitCode {
 }
 
 /// `--store-timeout`: a whole number of ms, s or m (at least 1 ms).
+/// `--store-ca`, `--store-tls-cert` and `--store-tls-key`, read.
+fn store_tls(
+    ca: Option<PathBuf>,
+    client: Option<(PathBuf, PathBuf)>,
+) -> anyhow::Result<Option<charon::store::StoreTls>> {
+    if ca.is_none() && client.is_none() {
+        return Ok(None);
+    }
+    let read = |flag: &str, path: &PathBuf| {
+        std::fs::read(path)
+            .map_err(|error| anyhow::anyhow!("cannot read {flag} {}: {error}", path.display()))
+    };
+    Ok(Some(charon::store::StoreTls {
+        ca: ca
+            .as_ref()
+            .map(|path| read("--store-ca", path))
+            .transpose()?,
+        client: client
+            .map(|(cert, key)| -> anyhow::Result<_> {
+                Ok((
+                    read("--store-tls-cert", &cert)?,
+                    read("--store-tls-key", &key)?,
+                ))
+            })
+            .transpose()?,
+    }))
+}
+
 /// `--store` with the password from `--store-password-file` or
 /// `CHARON_STORE_PASSWORD`, if one is given.
 fn with_store_password(

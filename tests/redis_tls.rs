@@ -1,7 +1,9 @@
 //! `rediss://`: the Redis store over TLS, against a real `redis-server`
 //! listening only for TLS, with a CA and a certificate made here by
 //! `openssl`: verified against a private CA (`SSL_CERT_FILE`, read by the
-//! sidecar at start) and with `#insecure`.
+//! sidecar at start) and with `#insecure`; and a Redis that asks for client
+//! certificates (its default), answered with `--store-ca`,
+//! `--store-tls-cert` and `--store-tls-key`.
 
 mod support;
 
@@ -96,6 +98,12 @@ struct TlsRedis {
 
 impl TlsRedis {
     fn start(dir: &Path) -> Self {
+        Self::start_asking(dir, false)
+    }
+
+    /// With `auth_clients`, Redis's default: a client certificate signed by
+    /// `ca.pem` is required.
+    fn start_asking(dir: &Path, auth_clients: bool) -> Self {
         let port = support::redis::free_port();
         let child = Command::new("redis-server")
             .args([
@@ -110,7 +118,8 @@ impl TlsRedis {
             ])
             .args(["--tls-port", &port.to_string()])
             .args(["--tls-cert-file", "leaf.pem", "--tls-key-file", "leaf.key"])
-            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
+            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients"])
+            .arg(if auth_clients { "yes" } else { "no" })
             .args(["--dir", "."])
             .current_dir(dir)
             .stdout(Stdio::null())
@@ -223,4 +232,80 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     response
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_string())
+}
+
+/// The sidecar's `/readyz` body once it says the store is reachable, or the
+/// last body seen when `within` runs out.
+fn readyz_until_reachable(admin: u16, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        let body = http_get(admin, "/readyz").unwrap_or_default();
+        if (body.contains("store reachable") && !body.contains("unreachable"))
+            || Instant::now() > deadline
+        {
+            return body;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_redis_that_asks_for_client_certificates_gets_ours() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    make_certificates(dir.path());
+    let (cert, key) = support::certs::leaf(
+        dir.path(),
+        "ca",
+        "sidecar",
+        "DNS:charon-sidecar",
+        "clientAuth",
+    );
+    let redis = TlsRedis::start_asking(dir.path(), true);
+    std::fs::write(
+        dir.path().join("limits.yaml"),
+        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 3}\n",
+    )
+    .expect("write the config");
+    let start = |extra: &[&str]| {
+        let (grpc, admin) = (support::redis::free_port(), support::redis::free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(dir.path().join("limits.yaml"))
+            .args(["--store", &format!("rediss://127.0.0.1:{}", redis.port)])
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("charon starts");
+        (child, admin)
+    };
+    let ca = dir.path().join("ca.pem").display().to_string();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let (mut with_cert, admin) = start(&[
+        "--store-ca",
+        &ca,
+        "--store-tls-cert",
+        &cert,
+        "--store-tls-key",
+        &key,
+    ]);
+    let readyz = readyz_until_reachable(admin, Duration::from_secs(30));
+    let _ = with_cert.kill();
+    let _ = with_cert.wait();
+    assert!(
+        readyz.starts_with("ready: store reachable"),
+        "with our certificate: {readyz:?}"
+    );
+    // The same CA but no client certificate: Redis refuses the handshake.
+    let (mut without, admin) = start(&["--store-ca", &ca]);
+    let readyz = readyz_until_reachable(admin, Duration::from_secs(4));
+    let _ = without.kill();
+    let _ = without.wait();
+    assert!(
+        !readyz.contains("store reachable") || readyz.contains("unreachable"),
+        "without a client certificate: {readyz:?}"
+    );
 }

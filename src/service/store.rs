@@ -25,6 +25,8 @@ pub struct StoreOptions {
     pub max_keys: usize,
     /// Before every Redis key, so fleets can share one Redis.
     pub key_prefix: KeyPrefix,
+    /// `rediss://` with a CA and a client certificate of our own.
+    pub tls: Option<crate::store::StoreTls>,
 }
 
 impl Default for StoreOptions {
@@ -35,6 +37,7 @@ impl Default for StoreOptions {
             on_error: OnStoreError::default(),
             max_keys: crate::store::DEFAULT_MAX_KEYS,
             key_prefix: KeyPrefix::default(),
+            tls: None,
         }
     }
 }
@@ -72,6 +75,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
         RedisOptions {
             timeout: options.timeout,
             key_prefix: options.key_prefix.clone(),
+            tls: options.tls.clone(),
             ..RedisOptions::default()
         },
         timings,
@@ -91,6 +95,7 @@ impl SidecarStore {
             RedisOptions {
                 timeout: options.timeout,
                 key_prefix: options.key_prefix.clone(),
+                tls: options.tls.clone(),
                 ..RedisOptions::default()
             },
         )?;

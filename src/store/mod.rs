@@ -25,7 +25,7 @@ use smallvec::SmallVec;
 pub use failover::{Failover, FailoverStats, OnStoreError};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore};
 #[cfg(feature = "redis")]
-pub use redis::{RedisError, RedisOptions, RedisStore};
+pub use redis::{RedisError, RedisOptions, RedisStore, StoreTls};
 
 use crate::engine::{Decision, Item, SlotKind};
 

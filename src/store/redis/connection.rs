@@ -79,22 +79,42 @@ fn connect_timeout(timeout: Duration) -> Duration {
 }
 
 impl Connection {
-    pub fn new(target: Target, timeout: Duration) -> Result<Self, RedisError> {
+    pub fn new(
+        target: Target,
+        timeout: Duration,
+        tls: Option<&super::StoreTls>,
+    ) -> Result<Self, RedisError> {
+        let certificates = tls.map(super::StoreTls::certificates);
         let kind = match target {
-            Target::Single(url) => Kind::Single(Box::new(redis::Client::open(
-                url.as_str()
+            Target::Single(url) => {
+                let info = url
+                    .as_str()
                     .into_connection_info()?
-                    .set_tcp_settings(tcp_settings()),
-            )?)),
-            Target::Cluster(nodes) => Kind::Cluster(Box::new(
-                redis::cluster::ClusterClient::builder(nodes)
+                    .set_tcp_settings(tcp_settings());
+                Kind::Single(Box::new(match certificates {
+                    Some(certificates) => redis::Client::build_with_tls(info, certificates)?,
+                    None => redis::Client::open(info)?,
+                }))
+            }
+            Target::Cluster(nodes) => {
+                let mut builder = redis::cluster::ClusterClient::builder(nodes)
                     .tcp_settings(tcp_settings())
                     .connection_timeout(connect_timeout(timeout))
                     .retries(2)
                     .min_retry_wait(10)
-                    .max_retry_wait(100)
-                    .build()?,
-            )),
+                    .max_retry_wait(100);
+                if let Some(certificates) = certificates {
+                    builder = builder.certs(certificates);
+                }
+                Kind::Cluster(Box::new(builder.build()?))
+            }
+            Target::Sentinel { .. } if certificates.is_some() => {
+                return Err(RedisError::Url(
+                    "--store-ca and client certificates are not supported with Sentinel yet \
+                     (use the system's roots or SSL_CERT_FILE)"
+                        .into(),
+                ));
+            }
             Target::Sentinel {
                 sentinels,
                 service,

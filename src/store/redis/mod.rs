@@ -143,6 +143,43 @@ pub struct RedisOptions {
     pub injected_clock: Option<Arc<dyn Clock>>,
     /// Before every key (`--store-key-prefix`).
     pub key_prefix: crate::store::keys::KeyPrefix,
+    /// `rediss://`: a CA and a client certificate of our own.
+    pub tls: Option<StoreTls>,
+}
+
+/// `--store-ca`, `--store-tls-cert`, `--store-tls-key`: for `rediss://`, the
+/// CA to trust instead of the system's roots, and a client certificate for
+/// a Redis that asks for one (`tls-auth-clients yes`, its default). PEM.
+#[derive(Clone, Default)]
+pub struct StoreTls {
+    pub ca: Option<Vec<u8>>,
+    /// (certificate chain, private key).
+    pub client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for StoreTls {
+    // Never the key itself.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreTls")
+            .field("ca", &self.ca.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl StoreTls {
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.ca.clone(),
+        }
+    }
 }
 
 impl Default for RedisOptions {
@@ -152,6 +189,7 @@ impl Default for RedisOptions {
             local_rejections: true,
             injected_clock: None,
             key_prefix: crate::store::keys::KeyPrefix::default(),
+            tls: None,
         }
     }
 }
@@ -163,6 +201,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("local_rejections", &self.local_rejections)
             .field("injected_clock", &self.injected_clock.is_some())
             .field("key_prefix", &self.key_prefix.as_str())
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -195,7 +234,7 @@ impl RedisStore {
         let target = url::parse(url)?;
         tokio::runtime::Handle::try_current().map_err(|_| RedisError::NoRuntime)?;
         Ok(Self {
-            connection: Connection::new(target, options.timeout)?,
+            connection: Connection::new(target, options.timeout, options.tls.as_ref())?,
             scripts: Scripts::new(),
             options,
             blocked: Blocked::default(),
