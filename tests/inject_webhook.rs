@@ -293,6 +293,25 @@ fn opted_in_pods_get_a_valid_native_sidecar_and_everything_else_is_admitted_unch
                 .find(|v| v["name"] == json!("charon-admin-token"))
                 .expect("the token volume");
             assert_eq!(secret["secret"]["secretName"], json!("charon-admin"));
+            // TLS on the gRPC port, and the CA of the clients (mTLS).
+            for (flag, file) in [
+                ("--grpc-tls-cert", "/etc/charon-tls/tls.crt"),
+                ("--grpc-tls-key", "/etc/charon-tls/tls.key"),
+                ("--grpc-client-ca", "/etc/charon-client-ca/ca.crt"),
+            ] {
+                let at = args.iter().position(|a| a == flag).expect(flag);
+                assert_eq!(args[at + 1], json!(file));
+            }
+            for (volume, secret) in [
+                ("charon-grpc-tls", "charon-grpc-tls"),
+                ("charon-grpc-client-ca", "envoy-client-ca"),
+            ] {
+                let found = volumes
+                    .iter()
+                    .find(|v| v["name"] == json!(volume))
+                    .expect(volume);
+                assert_eq!(found["secret"]["secretName"], json!(secret));
+            }
             assert!(
                 sidecar["volumeMounts"]
                     .as_array()

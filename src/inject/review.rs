@@ -21,8 +21,46 @@ pub const DEFAULT_CONFIG: &str = "charon-limits";
 /// The sidecar container's name: a pod that has one is left alone.
 pub const SIDECAR: &str = "charon";
 const VOLUME: &str = "charon-config";
-const TOKEN_VOLUME: &str = "charon-admin-token";
-const TOKEN_DIR: &str = "/etc/charon-admin";
+/// Optional: a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`) for TLS on
+/// the sidecar's gRPC port.
+pub const GRPC_TLS_SECRET: &str = "charon.io/grpc-tls-secret";
+/// Optional, with [`GRPC_TLS_SECRET`]: a Secret whose `ca.crt` signs the
+/// client certificates the sidecar requires (mTLS).
+pub const GRPC_CLIENT_CA_SECRET: &str = "charon.io/grpc-client-ca-secret";
+
+/// A Secret a pod names in an annotation: mounted read-only for the
+/// sidecar, its files named to it by flags.
+struct SecretMount {
+    annotation: &'static str,
+    volume: &'static str,
+    dir: &'static str,
+    /// (key in the Secret, flag that reads the file).
+    files: &'static [(&'static str, &'static str)],
+}
+
+const SECRET_MOUNTS: [SecretMount; 3] = [
+    SecretMount {
+        annotation: ADMIN_TOKEN_SECRET,
+        volume: "charon-admin-token",
+        dir: "/etc/charon-admin",
+        files: &[("token", "--admin-token-file")],
+    },
+    SecretMount {
+        annotation: GRPC_TLS_SECRET,
+        volume: "charon-grpc-tls",
+        dir: "/etc/charon-tls",
+        files: &[
+            ("tls.crt", "--grpc-tls-cert"),
+            ("tls.key", "--grpc-tls-key"),
+        ],
+    },
+    SecretMount {
+        annotation: GRPC_CLIENT_CA_SECRET,
+        volume: "charon-grpc-client-ca",
+        dir: "/etc/charon-client-ca",
+        files: &[("ca.crt", "--grpc-client-ca")],
+    },
+];
 
 /// What the injector puts in pods.
 #[derive(Debug, Clone)]
@@ -137,7 +175,8 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
         return Err(format!("already has a container named {SIDECAR:?}"));
     }
     let volumes = spec.get("volumes").and_then(Value::as_array);
-    for taken in [VOLUME, TOKEN_VOLUME] {
+    let ours = std::iter::once(VOLUME).chain(SECRET_MOUNTS.iter().map(|m| m.volume));
+    for taken in ours {
         if volumes.is_some_and(|volumes| {
             volumes
                 .iter()
@@ -146,12 +185,21 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
             return Err(format!("already has a volume named {taken:?}"));
         }
     }
-    let token_secret = annotation(ADMIN_TOKEN_SECRET);
-    if let Some(secret) = token_secret
-        && !is_dns_subdomain(secret)
-    {
+    let mut secrets = Vec::new();
+    for mount in &SECRET_MOUNTS {
+        if let Some(secret) = annotation(mount.annotation) {
+            if !is_dns_subdomain(secret) {
+                return Err(format!(
+                    "{} {secret:?} is not a valid Secret name",
+                    mount.annotation
+                ));
+            }
+            secrets.push((mount, secret));
+        }
+    }
+    if annotation(GRPC_CLIENT_CA_SECRET).is_some() && annotation(GRPC_TLS_SECRET).is_none() {
         return Err(format!(
-            "{ADMIN_TOKEN_SECRET} {secret:?} is not a valid Secret name"
+            "{GRPC_CLIENT_CA_SECRET} needs {GRPC_TLS_SECRET}: client certificates need TLS"
         ));
     }
     let config = annotation(CONFIG).unwrap_or(DEFAULT_CONFIG);
@@ -169,11 +217,16 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
     let mut patch = Vec::new();
     let mut sidecar = sidecar(&template.image, store);
     let mut new_volumes = vec![json!({"name": VOLUME, "configMap": {"name": config}})];
-    if let Some(secret) = token_secret {
-        with_admin_token(&mut sidecar);
+    for (mount, secret) in secrets {
+        with_secret(&mut sidecar, mount);
+        let items: Vec<Value> = mount
+            .files
+            .iter()
+            .map(|(key, _)| json!({"key": key, "path": key}))
+            .collect();
         new_volumes.push(json!({
-            "name": TOKEN_VOLUME,
-            "secret": {"secretName": secret, "items": [{"key": "token", "path": "token"}]}
+            "name": mount.volume,
+            "secret": {"secretName": secret, "items": items}
         }));
     }
     // First among init containers: it runs before (and beside) the others.
@@ -231,15 +284,16 @@ pub fn sidecar(image: &str, store: &str) -> Value {
     })
 }
 
-/// The sidecar reads its admin token from the Secret mounted at
-/// [`TOKEN_DIR`].
-fn with_admin_token(sidecar: &mut Value) {
+/// The sidecar reads `mount`'s files where the Secret is mounted.
+fn with_secret(sidecar: &mut Value, mount: &SecretMount) {
     if let Some(args) = sidecar["args"].as_array_mut() {
-        args.push(json!("--admin-token-file"));
-        args.push(json!(format!("{TOKEN_DIR}/token")));
+        for (key, flag) in mount.files {
+            args.push(json!(flag));
+            args.push(json!(format!("{}/{key}", mount.dir)));
+        }
     }
     if let Some(mounts) = sidecar["volumeMounts"].as_array_mut() {
-        mounts.push(json!({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": true}));
+        mounts.push(json!({"name": mount.volume, "mountPath": mount.dir, "readOnly": true}));
     }
 }
 
@@ -335,6 +389,26 @@ mod tests {
             json!({"name": "charon-admin-token",
                    "secret": {"secretName": "charon-admin", "items": [{"key": "token", "path": "token"}]}})
         );
+        let mtls = pod_review(
+            json!({INJECT: "true", GRPC_TLS_SECRET: "charon-tls", GRPC_CLIENT_CA_SECRET: "envoy-ca"}),
+            json!({"containers": [{"name": "app"}]}),
+        );
+        let patch = patch_of(&review(&mtls, &SidecarTemplate::default()).unwrap());
+        let args = patch[0]["value"][0]["args"].as_array().unwrap();
+        for (flag, file) in [
+            ("--grpc-tls-cert", "/etc/charon-tls/tls.crt"),
+            ("--grpc-tls-key", "/etc/charon-tls/tls.key"),
+            ("--grpc-client-ca", "/etc/charon-client-ca/ca.crt"),
+        ] {
+            let at = args.iter().position(|a| a == flag).unwrap();
+            assert_eq!(args[at + 1], json!(file));
+        }
+        let ca_alone = pod_review(
+            json!({INJECT: "true", GRPC_CLIENT_CA_SECRET: "envoy-ca"}),
+            json!({"containers": [{"name": "app"}]}),
+        );
+        let verdict = review(&ca_alone, &SidecarTemplate::default()).unwrap();
+        assert!(!verdict.patched && verdict.reason.contains("needs"));
         let bad = pod_review(
             json!({INJECT: "true", ADMIN_TOKEN_SECRET: "Not_A_Name"}),
             json!({"containers": [{"name": "app"}]}),
