@@ -1083,3 +1083,64 @@ async fn two_fleets_with_their_own_key_prefix_share_one_redis_apart() {
     let stderr = String::from_utf8_lossy(&braces.stderr);
     assert!(stderr.contains("hash tag"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_user_without_script_permission_is_not_ready_until_granted() {
+    let redis = RedisServer::start();
+    // Logs in and pings, but may not run scripts: NOPERM on every decision.
+    let answer = redis.command(&[
+        "ACL",
+        "SETUSER",
+        "charon",
+        "on",
+        ">user-pass",
+        "~*",
+        "&*",
+        "+@all",
+        "-@scripting",
+    ]);
+    assert_eq!(answer, "OK");
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let store = redis.url().replace("redis://", "redis://charon:user-pass@");
+    let sidecar = Sidecar::start(dir.path(), &config, &store, &[]);
+    sidecar.wait_serving().await;
+    let mut client = sidecar.rls_client().await;
+    eventually(
+        "not ready, naming the permission",
+        READY_TIMEOUT,
+        async || {
+            // Decisions are what meet the missing permission.
+            let _ = try_ask(&mut client, fresh_request("probe")).await;
+            match sidecar.readyz().await? {
+                (503, body) if body.contains("permission") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    let error = try_ask(&mut client, fresh_request("forbidden"))
+        .await
+        .expect_err("no decision without the permission");
+    assert!(error.contains("Unavailable"), "{error}");
+    // Pings keep succeeding meanwhile: they must not make it ready.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (code, body) = sidecar.readyz().await.unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(sidecar.degraded().await, 0.0, "nothing answered by policy");
+
+    assert_eq!(
+        redis.command(&["ACL", "SETUSER", "charon", "+@scripting"]),
+        "OK"
+    );
+    eventually(
+        "decided by Redis once granted",
+        READY_TIMEOUT,
+        async || match try_ask(&mut client, fresh_request("granted")).await {
+            Ok((code, _)) if code_name(code) == "OK" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    sidecar.wait_reachable().await;
+}

@@ -118,6 +118,8 @@ struct Inner {
     /// Why Redis refuses Charon, while it does (see the module doc).
     refused: Mutex<Option<String>>,
     refusing: AtomicBool,
+    /// The refusal is a missing permission (NOPERM), not a failed login.
+    forbidden: AtomicBool,
     /// Failed calls since the last success.
     failures_in_a_row: AtomicU64,
     /// When a Redis call last succeeded (ms, this machine's clock).
@@ -140,6 +142,7 @@ impl Failover {
             closed: AtomicBool::new(false),
             refused: Mutex::new(None),
             refusing: AtomicBool::new(false),
+            forbidden: AtomicBool::new(false),
             failures_in_a_row: AtomicU64::new(0),
             last_success: AtomicU64::new(0),
             degraded: AtomicU64::new(0),
@@ -202,6 +205,7 @@ impl Failover {
             match inner.redis.decide_batch(&batch).await {
                 Ok(decision) => {
                     inner.succeeded();
+                    inner.accepted();
                     return Ok(decision);
                 }
                 Err(error) if error.is_refusal() => {
@@ -257,12 +261,16 @@ impl Inner {
             );
             *refused = Some(reason);
         }
+        self.forbidden
+            .store(matches!(error, RedisError::Forbidden(_)), Ordering::SeqCst);
         self.refusing.store(true, Ordering::SeqCst);
     }
 
     /// Redis accepts Charon again.
     fn accepted(&self) {
-        if self.refusing.swap(false, Ordering::SeqCst) {
+        // Read first: every decision passes here, and a write would bounce
+        // the cache line between threads.
+        if self.refusing.load(Ordering::Relaxed) && self.refusing.swap(false, Ordering::SeqCst) {
             *self
                 .refused
                 .lock()
@@ -340,7 +348,10 @@ impl Inner {
                 }
                 let pinged = inner.redis.ping().await;
                 match &pinged {
-                    Ok(()) => inner.accepted(),
+                    // A ping proves a login, not the permission to run the
+                    // scripts (NOPERM): only a decision clears that.
+                    Ok(()) if !inner.forbidden.load(Ordering::SeqCst) => inner.accepted(),
+                    Ok(()) => {}
                     Err(error) if error.is_refusal() => inner.refuse(error),
                     Err(_) => {}
                 }

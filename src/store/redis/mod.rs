@@ -90,6 +90,9 @@ pub enum RedisError {
     /// `NOAUTH`, `NOPERM`): a misconfiguration, not an outage.
     #[error("Redis refused Charon's credentials: {0}")]
     Refused(String),
+    /// The login worked, but the ACL user lacks a permission (`NOPERM`).
+    #[error("Redis denies Charon's ACL user a permission: {0}")]
+    Forbidden(String),
     #[error("Redis did not answer within {0} ms")]
     Timeout(u64),
     #[error("unexpected reply from the Charon script: {0}")]
@@ -106,7 +109,8 @@ impl From<redis::RedisError> for RedisError {
         // Only errors about this request leave Redis counted as healthy.
         match error.code() {
             Some("ERR" | "WRONGTYPE" | "NOSCRIPT") => RedisError::Redis(error.to_string()),
-            Some("WRONGPASS" | "NOAUTH" | "NOPERM") => RedisError::Refused(error.to_string()),
+            Some("WRONGPASS" | "NOAUTH") => RedisError::Refused(error.to_string()),
+            Some("NOPERM") => RedisError::Forbidden(error.to_string()),
             _ => RedisError::Unreachable(error.to_string()),
         }
     }
@@ -114,8 +118,9 @@ impl From<redis::RedisError> for RedisError {
 
 impl RedisError {
     /// Whether this says Redis is away, rather than that one request failed.
+    /// A login refused or a permission denied: a misconfiguration.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, RedisError::Refused(_))
+        matches!(self, RedisError::Refused(_) | RedisError::Forbidden(_))
     }
 
     pub fn is_outage(&self) -> bool {
