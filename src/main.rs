@@ -93,6 +93,10 @@ enum Command {
         /// CHARON_STORE_PASSWORD belongs to.
         #[arg(long, env = "CHARON_STORE_USER")]
         store_user: Option<String>,
+        /// With redis+sentinel://: a file holding the sentinels' own
+        /// password. Or set CHARON_STORE_SENTINEL_PASSWORD.
+        #[arg(long, env = "CHARON_STORE_SENTINEL_PASSWORD_FILE")]
+        store_sentinel_password_file: Option<PathBuf>,
         /// Written before every Redis key, so that two fleets can share one
         /// Redis without seeing each other's counts (CACHE_KEY_PREFIX).
         /// `rediss://`: the CA to trust (PEM) instead of the system's roots.
@@ -304,6 +308,7 @@ fn main() -> ExitCode {
             store,
             store_password_file,
             store_user,
+            store_sentinel_password_file,
             store_key_prefix,
             store_ca,
             store_tls_cert,
@@ -338,6 +343,17 @@ fn main() -> ExitCode {
             init_tracing();
             let store = match with_store_password(store, store_password_file, store_user) {
                 Ok(store) => store,
+                Err(error) => {
+                    eprintln!("error: {error:#}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let sentinel_password = match secret(
+                store_sentinel_password_file,
+                "--store-sentinel-password-file",
+                "CHARON_STORE_SENTINEL_PASSWORD",
+            ) {
+                Ok(password) => password,
                 Err(error) => {
                     eprintln!("error: {error:#}");
                     return ExitCode::FAILURE;
@@ -379,6 +395,7 @@ fn main() -> ExitCode {
                     max_keys,
                     key_prefix: store_key_prefix,
                     tls: store_tls,
+                    sentinel_password,
                 },
                 copies: charon::server::CopyOptions {
                     timings: charon::store::copies::CopyTimings {
@@ -421,6 +438,26 @@ fn main() -> ExitCode {
 }
 
 /// `--store-timeout`: a whole number of ms, s or m (at least 1 ms).
+/// A secret from `file` (one trailing newline dropped) or the environment
+/// variable `env`, not both, never empty.
+fn secret(file: Option<PathBuf>, flag: &str, env: &str) -> anyhow::Result<Option<String>> {
+    let from_env = std::env::var(env).ok();
+    let secret = match (file, from_env) {
+        (Some(_), Some(_)) => anyhow::bail!("given twice: {flag} and {env}"),
+        (Some(path), None) => {
+            let text = anyhow::Context::with_context(std::fs::read_to_string(&path), || {
+                format!("cannot read {flag} {}", path.display())
+            })?;
+            Some(text.trim_end_matches(['\n', '\r']).to_owned())
+        }
+        (None, from_env) => from_env,
+    };
+    if secret.as_deref() == Some("") {
+        anyhow::bail!("{flag} (or {env}) is empty");
+    }
+    Ok(secret)
+}
+
 /// `--store-ca`, `--store-tls-cert` and `--store-tls-key`, read.
 fn store_tls(
     ca: Option<PathBuf>,
@@ -456,23 +493,7 @@ fn with_store_password(
     file: Option<PathBuf>,
     user: Option<String>,
 ) -> anyhow::Result<String> {
-    let from_env = std::env::var("CHARON_STORE_PASSWORD").ok();
-    let password = match (file, from_env) {
-        (Some(_), Some(_)) => anyhow::bail!(
-            "the store password is given twice: --store-password-file and CHARON_STORE_PASSWORD"
-        ),
-        (Some(path), None) => {
-            let text = anyhow::Context::with_context(std::fs::read_to_string(&path), || {
-                format!("cannot read --store-password-file {}", path.display())
-            })?;
-            Some(text.trim_end_matches(['\n', '\r']).to_owned())
-        }
-        (None, from_env) => from_env,
-    };
-    match password {
-        Some(password) if password.is_empty() => {
-            anyhow::bail!("the store password (file or CHARON_STORE_PASSWORD) is empty")
-        }
+    match secret(file, "--store-password-file", "CHARON_STORE_PASSWORD")? {
         Some(ref password) => Ok(charon::store::redis::url::with_credentials(
             &store,
             user.as_deref(),

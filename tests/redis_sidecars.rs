@@ -1144,3 +1144,45 @@ async fn an_acl_user_without_script_permission_is_not_ready_until_granted() {
     .await;
     sidecar.wait_reachable().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_with_a_password_are_asked_with_it() {
+    let sentinel = RedisSentinel::start();
+    let answer =
+        sentinel
+            .sentinel
+            .command(&["ACL", "SETUSER", "default", "resetpass", ">sentinel-pass"]);
+    assert_eq!(answer, "OK");
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let password_file = dir.path().join("sentinel-password");
+    std::fs::write(&password_file, "sentinel-pass\n").unwrap();
+    let file_arg = password_file.display().to_string();
+    let with = Sidecar::start(
+        dir.path(),
+        &config,
+        &sentinel.url(),
+        &["--store-sentinel-password-file", &file_arg],
+    );
+    with.wait_reachable().await;
+    let mut client = with.rls_client().await;
+    assert_eq!(ask(&mut client, fresh_request("via-sentinel")).await, "OK");
+    assert_eq!(with.degraded().await, 0.0, "decided by the master");
+
+    // Without it, the sentinels refuse to name the master: not ready, and
+    // the cause named.
+    let without = Sidecar::start(dir.path(), &config, &sentinel.url(), &[]);
+    eventually(
+        "not ready without the sentinels' password",
+        READY_TIMEOUT,
+        async || match without.readyz().await? {
+            (503, body) if body.contains("NOAUTH") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    assert!(
+        !with.log().contains("sentinel-pass"),
+        "the password is logged"
+    );
+}

@@ -14,8 +14,9 @@ use crate::store::{
     RedisOptions, RedisStore, SlotKey, Store, StoreError,
 };
 
-/// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys`.
-#[derive(Debug, Clone)]
+/// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys` and the
+/// store's secrets (never in `Debug`).
+#[derive(Clone)]
 pub struct StoreOptions {
     /// `memory` or a Redis URL.
     pub url: String,
@@ -27,6 +28,25 @@ pub struct StoreOptions {
     pub key_prefix: KeyPrefix,
     /// `rediss://` with a CA and a client certificate of our own.
     pub tls: Option<crate::store::StoreTls>,
+    /// The sentinels' own password.
+    pub sentinel_password: Option<String>,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("url", &crate::store::redis::url::redact(&self.url))
+            .field("timeout", &self.timeout)
+            .field("on_error", &self.on_error)
+            .field("max_keys", &self.max_keys)
+            .field("key_prefix", &self.key_prefix)
+            .field("tls", &self.tls)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "***"),
+            )
+            .finish()
+    }
 }
 
 impl Default for StoreOptions {
@@ -38,6 +58,7 @@ impl Default for StoreOptions {
             max_keys: crate::store::DEFAULT_MAX_KEYS,
             key_prefix: KeyPrefix::default(),
             tls: None,
+            sentinel_password: None,
         }
     }
 }
@@ -76,6 +97,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
             timeout: options.timeout,
             key_prefix: options.key_prefix.clone(),
             tls: options.tls.clone(),
+            sentinel_password: options.sentinel_password.clone(),
             ..RedisOptions::default()
         },
         timings,
@@ -96,6 +118,7 @@ impl SidecarStore {
                 timeout: options.timeout,
                 key_prefix: options.key_prefix.clone(),
                 tls: options.tls.clone(),
+                sentinel_password: options.sentinel_password.clone(),
                 ..RedisOptions::default()
             },
         )?;

@@ -83,6 +83,7 @@ impl Connection {
         target: Target,
         timeout: Duration,
         tls: Option<&super::StoreTls>,
+        sentinel_password: Option<&str>,
     ) -> Result<Self, RedisError> {
         let certificates = tls.map(super::StoreTls::certificates);
         let kind = match target {
@@ -120,7 +121,13 @@ impl Connection {
                 service,
                 master,
             } => Kind::Sentinel(Arc::new(SentinelLookup {
-                sentinel: Mutex::new(redis::sentinel::Sentinel::build(sentinels)?),
+                sentinel: Mutex::new(redis::sentinel::Sentinel::build(match sentinel_password {
+                    Some(password) => sentinels
+                        .iter()
+                        .map(|url| super::url::with_credentials(url, None, password))
+                        .collect::<Result<Vec<_>, _>>()?,
+                    None => sentinels,
+                })?),
                 service,
                 node: node_info(&master)?,
             })),

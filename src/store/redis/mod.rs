@@ -150,6 +150,9 @@ pub struct RedisOptions {
     pub key_prefix: crate::store::keys::KeyPrefix,
     /// `rediss://`: a CA and a client certificate of our own.
     pub tls: Option<StoreTls>,
+    /// The sentinels' own password (`requirepass` or the `default` ACL user
+    /// of the sentinels), for `redis+sentinel://`.
+    pub sentinel_password: Option<String>,
 }
 
 /// `--store-ca`, `--store-tls-cert`, `--store-tls-key`: for `rediss://`, the
@@ -195,6 +198,7 @@ impl Default for RedisOptions {
             injected_clock: None,
             key_prefix: crate::store::keys::KeyPrefix::default(),
             tls: None,
+            sentinel_password: None,
         }
     }
 }
@@ -207,6 +211,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("injected_clock", &self.injected_clock.is_some())
             .field("key_prefix", &self.key_prefix.as_str())
             .field("tls", &self.tls.is_some())
+            .field("sentinel_password", &self.sentinel_password.is_some())
             .finish()
     }
 }
@@ -239,7 +244,12 @@ impl RedisStore {
         let target = url::parse(url)?;
         tokio::runtime::Handle::try_current().map_err(|_| RedisError::NoRuntime)?;
         Ok(Self {
-            connection: Connection::new(target, options.timeout, options.tls.as_ref())?,
+            connection: Connection::new(
+                target,
+                options.timeout,
+                options.tls.as_ref(),
+                options.sentinel_password.as_deref(),
+            )?,
             scripts: Scripts::new(),
             options,
             blocked: Blocked::default(),
