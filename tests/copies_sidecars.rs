@@ -32,6 +32,8 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use charon::api::v1::error::Kind;
@@ -1062,4 +1064,116 @@ async fn streams_per_connection_are_capped() {
         .expect("answered");
     assert!(matches!(answer, Answer::Error(_)), "{answer:?}");
     drop(first);
+}
+
+/// A TCP proxy to `upstream` that, once `stall` is set, stops moving bytes
+/// while keeping every connection open: a partition as a sidecar sees it
+/// (calls hang; nothing fails fast).
+async fn stalling_proxy(upstream: u16, stall: Arc<AtomicBool>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let stall = stall.clone();
+            tokio::spawn(async move {
+                let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                tokio::join!(pipe(ri, wo, stall.clone()), pipe(ro, wi, stall));
+            });
+        }
+    });
+    port
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stall: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        while stall.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while stall.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A sidecar cut off from Redis by a hanging (not failing) link, with a
+/// store timeout longer than its resignation deadline: it must end its
+/// sessions before another sidecar can be granted the copies they held,
+/// so no two clients ever hold them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_sidecar_resigns_before_its_copies_are_granted_elsewhere() {
+    let redis = RedisServer::start();
+    let stall = Arc::new(AtomicBool::new(false));
+    let proxy = stalling_proxy(redis.port, stall.clone()).await;
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    // --store-timeout 2s is longer than ttl - heartbeat (500 ms): a hung
+    // renewal used to hold the resignation back for the whole timeout.
+    let slow = [
+        "--heartbeat",
+        "100ms",
+        "--heartbeat-ttl",
+        "600ms",
+        "--reap-interval",
+        "100ms",
+        "--store-timeout",
+        "2s",
+    ];
+    let cut_off = Sidecar::start(
+        dir.path(),
+        &config,
+        &format!("redis://127.0.0.1:{proxy}"),
+        &slow,
+    );
+    let other = Sidecar::start(dir.path(), &config, &redis.url(), &slow);
+    cut_off.wait_serving().await;
+    other.wait_serving().await;
+
+    let mut holder = cut_off.session().await;
+    assert_eq!(granted(&holder.reserve(NS, POOL, "acme", 6, 6).await), 6);
+    let mut rival = other.session().await;
+    assert_eq!(granted(&rival.reserve(NS, POOL, "acme", 1, 1).await), 0);
+
+    stall.store(true, Ordering::SeqCst);
+    let cut = std::time::Instant::now();
+    let ended = tokio::spawn(async move {
+        holder.ended(Duration::from_secs(30)).await;
+        std::time::Instant::now()
+    });
+    let granted_at = loop {
+        if granted(&rival.reserve(NS, POOL, "acme", 1, 1).await) == 1 {
+            break std::time::Instant::now();
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(30),
+            "the copies were never reaped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let ended_at = ended.await.expect("the holder's session ends");
+    assert!(
+        ended_at < granted_at,
+        "the cut-off sidecar kept its session {:?} after the copies were granted elsewhere \
+         (ended {:?} after the cut, granted {:?} after it)",
+        ended_at - granted_at,
+        ended_at - cut,
+        granted_at - cut
+    );
 }

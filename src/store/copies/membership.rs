@@ -131,10 +131,22 @@ impl RedisCopies {
                         let sent = Instant::now();
                         let mut renew = redis::cmd("SET");
                         renew.arg(self.redis.key(&keys::heartbeat_key(&id)).as_ref()).arg(&id).arg("PX").arg(ttl).arg("XX");
-                        match self.redis.query(&renew).await {
-                            Ok(Value::Okay) => last_renewal = sent,
-                            Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
-                            Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
+                        // The renewal races the deadline: a call that hangs
+                        // (a partition, whatever --store-timeout says) must
+                        // not keep this sidecar serving copies past it.
+                        tokio::select! {
+                            _ = shutdown.changed() => return,
+                            () = tokio::time::sleep_until(resign_at) => {
+                                break format!(
+                                    "no heartbeat renewal for {:?} (a renewal hung)",
+                                    last_renewal.elapsed()
+                                );
+                            }
+                            renewed = self.redis.query(&renew) => match renewed {
+                                Ok(Value::Okay) => last_renewal = sent,
+                                Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
+                                Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
+                            },
                         }
                     }
                 }
