@@ -35,7 +35,7 @@
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
 //!
-//! The binaries are thin: `src/main.rs` (`charon serve`, `charon check`)
+//! The binaries are thin: `src/bin/charon/` (`charon serve`, `charon check`)
 //! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load/`
 //! is the load tool.
 

@@ -46,6 +46,11 @@ struct Sidecar {
 
 impl Sidecar {
     fn start(config: &Path) -> Self {
+        Self::start_with(config, &[], Stdio::null())
+    }
+
+    /// With more flags, and stderr (the log) where the test wants it.
+    fn start_with(config: &Path, extra: &[&str], stderr: impl Into<Stdio>) -> Self {
         let (grpc, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_charon"))
             .arg("serve")
@@ -53,21 +58,26 @@ impl Sidecar {
             .arg(config)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(extra)
             .env("RUST_LOG", "info")
+            .env_remove("NO_COLOR")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("charon starts");
         Self { child, grpc, admin }
     }
 
-    async fn ready(self) -> Self {
+    async fn ready(mut self) -> Self {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(response) = reqwest::get(self.admin_url("/readyz")).await
                 && response.status().is_success()
             {
                 return self;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the sidecar exited before it was ready: {status}");
             }
             assert!(Instant::now() < deadline, "sidecar not ready within 30 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -541,4 +551,89 @@ fn refuses_to_start_on_an_invalid_config() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("edge.yaml:4:"), "{stderr}");
     assert!(stderr.contains("fortnight"), "{stderr}");
+}
+
+/// Runs a sidecar with `extra` flags through a decision, a reload failure
+/// (a WARN or ERROR line) and SIGTERM, and returns everything it logged.
+async fn log_of_a_short_run(extra: &[&str]) -> Vec<u8> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), "edge.yaml", CONFIG);
+    let log = dir.path().join("stderr.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let sidecar = Sidecar::start_with(&config, extra, file);
+    let ready = tokio::spawn(sidecar.ready()).await;
+    let mut sidecar = ready.unwrap_or_else(|error| {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        panic!("{error}; the sidecar's log:\n{log}")
+    });
+    let mut client = sidecar.client().await;
+    ask(&mut client, request("edge", &[("tenant", "a")])).await;
+    std::fs::write(&config, "domain: [").expect("config written");
+    sidecar.signal("HUP");
+    eventually("the failed reload is counted", || {
+        let sidecar = &sidecar;
+        async move {
+            sidecar
+                .metrics()
+                .await
+                .contains("charon_config_reloads_total{result=\"rejected\"} 1")
+        }
+    })
+    .await;
+    sidecar.signal("TERM");
+    let status = sidecar
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    std::fs::read(&log).expect("log read")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_logs_are_one_object_per_line() {
+    let log = log_of_a_short_run(&["--log-format", "json"]).await;
+    let text = String::from_utf8(log).expect("UTF-8 log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 3, "{text}");
+    let mut levels = std::collections::BTreeSet::new();
+    for line in &lines {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}"));
+        for field in ["timestamp", "level", "target", "fields"] {
+            assert!(event.get(field).is_some(), "no {field}: {line}");
+        }
+        levels.insert(event["level"].as_str().unwrap_or_default().to_owned());
+    }
+    assert!(levels.contains("INFO"), "{levels:?}");
+    assert!(
+        levels.contains("WARN") || levels.contains("ERROR"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_logs_to_a_file_carry_no_escape_codes() {
+    let log = log_of_a_short_run(&[]).await;
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.lines().count() >= 3, "{text}");
+    assert!(
+        !log.contains(&0x1b),
+        "ANSI escape codes in a non-terminal log:\n{text}"
+    );
+    assert!(text.contains(" INFO "), "{text}");
+}
+
+#[test]
+fn a_log_level_that_cannot_be_read_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(["serve", "--log-level", "charon=loud", "--config"])
+        .arg(write_config(dir.path(), "edge.yaml", CONFIG))
+        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("charon runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--log-level"), "{stderr}");
+    assert!(stderr.contains("charon=loud"), "{stderr}");
 }

@@ -26,9 +26,10 @@
 mod blocked;
 mod codec;
 mod connection;
+mod error;
+mod options;
 pub mod url;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use smallvec::SmallVec;
@@ -39,6 +40,8 @@ use crate::store::keys;
 
 use self::blocked::Blocked;
 use self::connection::Connection;
+pub use self::error::RedisError;
+pub use self::options::{RedisOptions, StoreTls};
 use super::{Batch, SlotKey, Store, StoreError};
 
 /// The scripts, by the kinds of limit a batch holds.
@@ -69,150 +72,6 @@ impl Scripts {
         } else {
             &self.any
         }
-    }
-}
-
-/// What can go wrong between the sidecar and Redis.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RedisError {
-    #[error("invalid Redis URL {0}")]
-    Url(String),
-    #[error("the Redis store must be opened inside a Tokio runtime")]
-    NoRuntime,
-    /// Redis refused this request (a script error, a key of another type):
-    /// Redis itself is fine.
-    #[error("Redis: {0}")]
-    Redis(String),
-    /// Redis cannot be reached or cannot serve (connection, failover, loading).
-    #[error("Redis unreachable: {0}")]
-    Unreachable(String),
-    /// Redis refused Charon's credentials or permissions (`WRONGPASS`,
-    /// `NOAUTH`, `NOPERM`): a misconfiguration, not an outage.
-    #[error("Redis refused Charon's credentials: {0}")]
-    Refused(String),
-    /// The login worked, but the ACL user lacks a permission (`NOPERM`).
-    #[error("Redis denies Charon's ACL user a permission: {0}")]
-    Forbidden(String),
-    #[error("Redis did not answer within {0} ms")]
-    Timeout(u64),
-    #[error("unexpected reply from the Charon script: {0}")]
-    Reply(String),
-    #[error("a key holds state Charon cannot read: {0}")]
-    State(String),
-}
-
-impl From<redis::RedisError> for RedisError {
-    fn from(error: redis::RedisError) -> Self {
-        if error.kind() == redis::ErrorKind::AuthenticationFailed {
-            return RedisError::Refused(error.to_string());
-        }
-        // Only errors about this request leave Redis counted as healthy.
-        match error.code() {
-            Some("ERR" | "WRONGTYPE" | "NOSCRIPT") => RedisError::Redis(error.to_string()),
-            Some("WRONGPASS" | "NOAUTH") => RedisError::Refused(error.to_string()),
-            Some("NOPERM") => RedisError::Forbidden(error.to_string()),
-            _ => RedisError::Unreachable(error.to_string()),
-        }
-    }
-}
-
-impl RedisError {
-    /// Whether this says Redis is away, rather than that one request failed.
-    /// A login refused or a permission denied: a misconfiguration.
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, RedisError::Refused(_) | RedisError::Forbidden(_))
-    }
-
-    pub fn is_outage(&self) -> bool {
-        matches!(self, RedisError::Unreachable(_) | RedisError::Timeout(_))
-    }
-}
-
-impl From<RedisError> for StoreError {
-    fn from(error: RedisError) -> Self {
-        match error {
-            RedisError::Timeout(ms) => StoreError::Timeout(ms),
-            other => StoreError::Unavailable(other.to_string()),
-        }
-    }
-}
-
-/// How the Redis store behaves.
-#[derive(Clone)]
-pub struct RedisOptions {
-    /// The deadline of one decision, connection included.
-    pub timeout: Duration,
-    /// Reject locally keys known to be over (on by default).
-    pub local_rejections: bool,
-    /// Tests only: decide at this clock's time instead of Redis `TIME`.
-    pub injected_clock: Option<Arc<dyn Clock>>,
-    /// Before every key (`--store-key-prefix`).
-    pub key_prefix: crate::store::keys::KeyPrefix,
-    /// `rediss://`: a CA and a client certificate of our own.
-    pub tls: Option<StoreTls>,
-    /// The sentinels' own password (`requirepass` or the `default` ACL user
-    /// of the sentinels), for `redis+sentinel://`.
-    pub sentinel_password: Option<String>,
-}
-
-/// `--store-ca`, `--store-tls-cert`, `--store-tls-key`: for `rediss://`, the
-/// CA to trust instead of the system's roots, and a client certificate for
-/// a Redis that asks for one (`tls-auth-clients yes`, its default). PEM.
-#[derive(Clone, Default)]
-pub struct StoreTls {
-    pub ca: Option<Vec<u8>>,
-    /// (certificate chain, private key).
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for StoreTls {
-    // Never the key itself.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreTls")
-            .field("ca", &self.ca.is_some())
-            .field("client", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl StoreTls {
-    fn certificates(&self) -> redis::TlsCertificates {
-        redis::TlsCertificates {
-            client_tls: self
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: self.ca.clone(),
-        }
-    }
-}
-
-impl Default for RedisOptions {
-    fn default() -> Self {
-        Self {
-            timeout: Duration::from_millis(50),
-            local_rejections: true,
-            injected_clock: None,
-            key_prefix: crate::store::keys::KeyPrefix::default(),
-            tls: None,
-            sentinel_password: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for RedisOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisOptions")
-            .field("timeout", &self.timeout)
-            .field("local_rejections", &self.local_rejections)
-            .field("injected_clock", &self.injected_clock.is_some())
-            .field("key_prefix", &self.key_prefix.as_str())
-            .field("tls", &self.tls.is_some())
-            .field("sentinel_password", &self.sentinel_password.is_some())
-            .finish()
     }
 }
 

@@ -1,0 +1,224 @@
+//! The `charon` binary: parses flags and hands over to the library. Each
+//! subcommand's work is a library call; what lives here is flags, the
+//! secrets read from files, and logging.
+
+mod logging;
+mod secrets;
+mod serve;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser, Subcommand};
+
+use logging::LogOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "charon",
+    version,
+    about = "Rate limits and copy limits for Envoy and Tower services"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    log: LogOptions,
+}
+
+// Parsed once at startup: the size of the `serve` variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum Command {
+    /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
+    Serve(serve::ServeArgs),
+    /// Serve the Kubernetes mutating admission webhook that adds the Charon
+    /// sidecar to pods annotated `charon.io/inject: "true"` (HTTPS, POST /mutate).
+    Inject {
+        /// Where the webhook listens (HTTPS).
+        #[arg(long, default_value = "127.0.0.1:8443")]
+        addr: SocketAddr,
+        /// The serving certificate (PEM chain); reloaded when the file changes.
+        #[arg(long)]
+        tls_cert: PathBuf,
+        /// The certificate's private key (PEM); reloaded when the file changes.
+        #[arg(long)]
+        tls_key: PathBuf,
+        /// The sidecar's image.
+        #[arg(long, default_value = "charon:0.1.0")]
+        image: String,
+        /// The sidecar's --store, unless the pod's `charon.io/store` annotation names one.
+        #[arg(long, default_value = "memory")]
+        store: String,
+    },
+    /// Run the real engine on a virtual clock for a request pattern and print
+    /// the timeline: per tick, grants, rejections, tiers and retry-after.
+    Simulate {
+        /// A configuration file or directory (or give --rate).
+        #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
+        config: Option<PathBuf>,
+        /// The namespace (`domain:`) in --config; needed if it has several.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// The rate-limited resource; needed if the namespace has several.
+        #[arg(long)]
+        resource: Option<String>,
+        /// Limits inline, as a resource's `rate:` block in YAML flow style:
+        /// '{tiers: [{limit: 5, window: 1s}, {limit: 20, window: 1s, active: 5s, cooldown: 10s}]}'.
+        #[arg(long)]
+        rate: Option<String>,
+        /// The tenant the requests come from (per-domain overrides apply).
+        #[arg(long, default_value = "tenant")]
+        domain: String,
+        /// The requests: '10/s for 3s, pause 2s, 50/s for 1s, burst 30, at 100ms 250ms'.
+        #[arg(long)]
+        pattern: String,
+        /// The timeline's step.
+        #[arg(long, default_value = "1s")]
+        tick: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a configuration file or directory; print it normalized, or the errors.
+    Check {
+        /// A configuration file, or a directory of *.yaml files.
+        path: PathBuf,
+        /// Merge files that name the same domain, as `serve` does with it.
+        #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+        merge_domain_config: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check {
+            path,
+            merge_domain_config,
+        } => check(
+            &path,
+            charon::config::LoadOptions {
+                merge_domains: merge_domain_config,
+            },
+        ),
+        Command::Simulate {
+            config,
+            namespace,
+            resource,
+            rate,
+            domain,
+            pattern,
+            tick,
+            json,
+        } => {
+            let source = match (&config, &rate) {
+                (Some(path), _) => charon::simulate::Source::Config {
+                    path,
+                    namespace: namespace.as_deref(),
+                    resource: resource.as_deref(),
+                },
+                (None, Some(rate)) => charon::simulate::Source::Inline(rate),
+                (None, None) => {
+                    eprintln!("error: give --config or --rate");
+                    return ExitCode::FAILURE;
+                }
+            };
+            simulate(source, &domain, &pattern, &tick, json)
+        }
+        Command::Inject {
+            addr,
+            tls_cert,
+            tls_key,
+            image,
+            store,
+        } => inject(
+            charon::inject::InjectOptions {
+                addr,
+                tls_cert,
+                tls_key,
+                template: charon::inject::review::SidecarTemplate { image, store },
+            },
+            &cli.log,
+        ),
+        Command::Serve(args) => {
+            logging::init(&cli.log);
+            serve::run(args)
+        }
+    }
+}
+
+fn inject(options: charon::inject::InjectOptions, log: &LogOptions) -> ExitCode {
+    logging::init(log);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(charon::inject::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate(
+    source: charon::simulate::Source<'_>,
+    domain: &str,
+    pattern: &str,
+    tick: &str,
+    json: bool,
+) -> ExitCode {
+    let run = || -> Result<String, String> {
+        let rate = charon::simulate::resolve(source)?;
+        let pattern = charon::simulate::parse_pattern(pattern)?;
+        let tick =
+            charon::config::parse_duration(tick).map_err(|error| format!("--tick: {error}"))?;
+        let timeline = charon::simulate::simulate(&rate, domain, &pattern, tick)?;
+        if json {
+            serde_json::to_string_pretty(&timeline).map_err(|error| error.to_string())
+        } else {
+            Ok(timeline.to_text())
+        }
+    };
+    match run() {
+        Ok(output) => {
+            println!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(path: &std::path::Path, options: charon::config::LoadOptions) -> ExitCode {
+    match charon::config::load_path_with(path, options) {
+        Ok(loaded) => {
+            for note in &loaded.notes {
+                eprintln!("note: {note}");
+            }
+            for (file, yaml) in &loaded.normalized {
+                println!("# {}", file.display());
+                println!("{yaml}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for error in &errors.0 {
+                eprintln!("error: {error}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

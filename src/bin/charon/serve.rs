@@ -1,0 +1,303 @@
+//! `charon serve`: its flags, and the sidecar's options built from them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ArgAction;
+use clap::builder::BoolishValueParser;
+
+use crate::secrets::{secret, store_tls, with_store_password};
+
+/// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A configuration file, or a directory of *.yaml files.
+    #[arg(long, env = "CHARON_CONFIG")]
+    pub config: PathBuf,
+    /// Where the gRPC services (Envoy RLS, health) listen.
+    #[arg(long, env = "CHARON_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+    pub grpc_addr: SocketAddr,
+    /// gRPC streams in flight per connection (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS); more wait in the client.
+    #[arg(long, env = "CHARON_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub grpc_max_concurrent_streams: u32,
+    /// HTTP/2 pings on idle gRPC connections, to drop peers that vanished.
+    #[arg(long, env = "CHARON_GRPC_KEEPALIVE", default_value = "30s", value_parser = parse_timeout)]
+    pub grpc_keepalive: std::time::Duration,
+    /// Close gRPC connections older than this, gracefully (default:
+    /// never). A Charon API session ends with its connection.
+    #[arg(long, env = "CHARON_GRPC_MAX_CONNECTION_AGE", value_parser = parse_timeout)]
+    pub grpc_max_connection_age: Option<std::time::Duration>,
+    /// TLS on the gRPC port: the certificate chain (PEM), re-read when
+    /// the file changes.
+    #[arg(long, env = "CHARON_GRPC_TLS_CERT", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM), re-read when it changes.
+    #[arg(long, env = "CHARON_GRPC_TLS_KEY", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<PathBuf>,
+    /// mTLS: require client certificates signed by this CA (PEM).
+    #[arg(long, env = "CHARON_GRPC_CLIENT_CA", requires = "grpc_tls_cert")]
+    pub grpc_client_ca: Option<PathBuf>,
+    /// With --grpc-client-ca: accept only client certificates naming this
+    /// DNS name or IP (repeat, or comma-separated).
+    #[arg(
+        long,
+        env = "CHARON_GRPC_ALLOWED_SAN",
+        value_delimiter = ',',
+        requires = "grpc_client_ca"
+    )]
+    pub grpc_allowed_san: Vec<String>,
+    /// Also serve gRPC on this Unix socket (Envoy reaches it as a pipe).
+    #[arg(long, env = "CHARON_GRPC_UDS")]
+    pub grpc_uds: Option<PathBuf>,
+    /// The socket's file mode, octal.
+    #[arg(long, env = "CHARON_GRPC_UDS_MODE", default_value = "600", value_parser = parse_mode)]
+    pub grpc_uds_mode: u32,
+    /// Where /healthz, /readyz and /metrics listen.
+    #[arg(long, env = "CHARON_ADMIN_ADDR", default_value = "127.0.0.1:9102")]
+    pub admin_addr: SocketAddr,
+    /// A file holding the bearer token that `/debug/*` and the
+    /// simulator's sessions require (a mounted Secret). Without one, they
+    /// answer only on a loopback --admin-addr; probes and /metrics never
+    /// need it.
+    #[arg(long, env = "CHARON_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Where state lives: `memory` (embedded), or Redis shared by several
+    /// sidecars: redis://[user:password@]host:port[/db], rediss:// (TLS),
+    /// redis+sentinel://[user:password@]host:port[,…]/service[/db],
+    /// redis+cluster://[user:password@]host:port[,host:port…].
+    #[arg(long, env = "CHARON_STORE", default_value = "memory")]
+    pub store: String,
+    /// A file holding the Redis password (a mounted Secret), so that it
+    /// is neither in the URL nor on the command line. Or set
+    /// CHARON_STORE_PASSWORD.
+    #[arg(long, env = "CHARON_STORE_PASSWORD_FILE")]
+    pub store_password_file: Option<PathBuf>,
+    /// The Redis ACL user that the password from the file or
+    /// CHARON_STORE_PASSWORD belongs to.
+    #[arg(long, env = "CHARON_STORE_USER")]
+    pub store_user: Option<String>,
+    /// With redis+sentinel://: a file holding the sentinels' own
+    /// password. Or set CHARON_STORE_SENTINEL_PASSWORD.
+    #[arg(long, env = "CHARON_STORE_SENTINEL_PASSWORD_FILE")]
+    pub store_sentinel_password_file: Option<PathBuf>,
+    /// `rediss://`: the CA to trust (PEM) instead of the system's roots.
+    #[arg(long, env = "CHARON_STORE_CA")]
+    pub store_ca: Option<PathBuf>,
+    /// `rediss://`: a client certificate (PEM), for a Redis that asks
+    /// for one (its default, `tls-auth-clients yes`).
+    #[arg(long, env = "CHARON_STORE_TLS_CERT", requires = "store_tls_key")]
+    pub store_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "CHARON_STORE_TLS_KEY", requires = "store_tls_cert")]
+    pub store_tls_key: Option<PathBuf>,
+    /// Written before every Redis key, so that two fleets can share one
+    /// Redis without seeing each other's counts (CACHE_KEY_PREFIX).
+    #[arg(long, env = "CHARON_STORE_KEY_PREFIX", default_value = "", value_parser = parse_key_prefix)]
+    pub store_key_prefix: charon::store::keys::KeyPrefix,
+    /// The deadline of one Redis decision, e.g. 50ms, 1s.
+    #[arg(long, env = "CHARON_STORE_TIMEOUT", default_value = "50ms", value_parser = parse_timeout)]
+    pub store_timeout: std::time::Duration,
+    /// What to answer while Redis is unreachable: `allow`, `deny`, or
+    /// `local` (decide on an in-process memory store with the same limits).
+    #[arg(long, env = "CHARON_ON_STORE_ERROR", default_value = "local")]
+    pub on_store_error: charon::store::OnStoreError,
+    /// The memory store's cap on keys. At the cap, a request that needs a
+    /// new key is decided as for a fresh tenant but not remembered.
+    #[arg(long, env = "CHARON_MAX_KEYS", default_value_t = charon::store::DEFAULT_MAX_KEYS)]
+    pub max_keys: usize,
+    /// With Redis: how often this sidecar renews its heartbeat in the copy log.
+    #[arg(long, env = "CHARON_HEARTBEAT", default_value = "1s", value_parser = parse_timeout)]
+    pub heartbeat: std::time::Duration,
+    /// With Redis: how long a heartbeat lives. A sidecar that cannot renew
+    /// it for `ttl - heartbeat` resigns; one silent for `ttl` is dead and
+    /// its holds are reaped.
+    #[arg(long, env = "CHARON_HEARTBEAT_TTL", default_value = "5s", value_parser = parse_timeout)]
+    pub heartbeat_ttl: std::time::Duration,
+    /// With Redis: how often the reaper looks for dead sidecars and
+    /// expired transfers.
+    #[arg(long, env = "CHARON_REAP_INTERVAL", default_value = "1s", value_parser = parse_timeout)]
+    pub reap_interval: std::time::Duration,
+    /// Charon API sessions served at once; more are refused (RESOURCE_EXHAUSTED).
+    #[arg(long, env = "CHARON_MAX_SESSIONS", default_value_t = 10_000)]
+    pub max_sessions: usize,
+    /// Files naming the same domain add their descriptors to it
+    /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
+    #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub merge_domain_config: bool,
+    /// Answer OK to requests over their limits; statuses still say which
+    /// descriptors are over, and each is counted (SHADOW_MODE).
+    #[arg(long, env = "CHARON_SHADOW_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub shadow_mode: bool,
+    /// Every descriptor is a quota descriptor: a request is over only
+    /// when all of them are (QUOTA_MODE).
+    #[arg(long, env = "CHARON_QUOTA_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub quota_mode: bool,
+    /// Headers Envoy adds to the client's response: `none`, `ratelimit`
+    /// (envoyproxy/ratelimit's RateLimit-Limit/-Remaining/-Reset) or `ietf`
+    /// (RateLimit-Policy and RateLimit, and Retry-After when over).
+    #[arg(long, env = "CHARON_RESPONSE_HEADERS", default_value = "none")]
+    pub response_headers: HeaderMode,
+    /// With `--response-headers ratelimit`: the limit header's name.
+    #[arg(long, env = "CHARON_LIMIT_HEADER", default_value = "RateLimit-Limit")]
+    pub limit_header: String,
+    /// With `--response-headers ratelimit`: the remaining header's name.
+    #[arg(
+        long,
+        env = "CHARON_REMAINING_HEADER",
+        default_value = "RateLimit-Remaining"
+    )]
+    pub remaining_header: String,
+    /// With `--response-headers ratelimit`: the reset header's name.
+    #[arg(long, env = "CHARON_RESET_HEADER", default_value = "RateLimit-Reset")]
+    pub reset_header: String,
+    /// Return the request and the matched descriptors' `metadata` in the
+    /// response's dynamic_metadata (RESPONSE_DYNAMIC_METADATA).
+    #[arg(long, env = "CHARON_RESPONSE_DYNAMIC_METADATA", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub response_dynamic_metadata: bool,
+    /// Runtime threads: 0 for one per CPU the process may use, and a
+    /// single-threaded runtime when that is one (it batches answers
+    /// into fewer writes); 1 for single-threaded.
+    #[arg(long, env = "CHARON_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub threads: u16,
+}
+
+/// `--response-headers`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HeaderMode {
+    None,
+    Ratelimit,
+    Ietf,
+}
+
+/// Starts the runtime and serves until a signal says stop.
+pub fn run(args: ServeArgs) -> ExitCode {
+    let threads = args.threads;
+    let options = match args.into_options() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match charon::server::runtime::build(usize::from(threads)) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(charon::server::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The sidecar's options, with the secrets and certificates read.
+    fn into_options(self) -> anyhow::Result<charon::server::ServeOptions> {
+        use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
+        let headers = match self.response_headers {
+            HeaderMode::None => ResponseHeaders::None,
+            HeaderMode::Ratelimit => ResponseHeaders::RateLimit(HeaderNames {
+                limit: self.limit_header,
+                remaining: self.remaining_header,
+                reset: self.reset_header,
+            }),
+            HeaderMode::Ietf => ResponseHeaders::Ietf,
+        };
+        let store = with_store_password(self.store, self.store_password_file, self.store_user)?;
+        let sentinel_password = secret(
+            self.store_sentinel_password_file,
+            "--store-sentinel-password-file",
+            "CHARON_STORE_SENTINEL_PASSWORD",
+        )?;
+        let store_tls = store_tls(self.store_ca, self.store_tls_cert.zip(self.store_tls_key))?;
+        Ok(charon::server::ServeOptions {
+            config: self.config,
+            grpc_addr: self.grpc_addr,
+            admin_addr: self.admin_addr,
+            admin_token_file: self.admin_token_file,
+            grpc: charon::server::GrpcOptions {
+                max_concurrent_streams: self.grpc_max_concurrent_streams,
+                keepalive_interval: self.grpc_keepalive,
+                max_connection_age: self.grpc_max_connection_age,
+                tls: self
+                    .grpc_tls_cert
+                    .zip(self.grpc_tls_key)
+                    .map(|(cert, key)| charon::server::listen::TlsOptions {
+                        cert,
+                        key,
+                        client_ca: self.grpc_client_ca,
+                        allowed_sans: self.grpc_allowed_san,
+                    }),
+                uds: self
+                    .grpc_uds
+                    .map(|path| charon::server::listen::UdsOptions {
+                        path,
+                        mode: self.grpc_uds_mode,
+                    }),
+            },
+            store: charon::service::store::StoreOptions {
+                url: store,
+                timeout: self.store_timeout,
+                on_error: self.on_store_error,
+                max_keys: self.max_keys,
+                key_prefix: self.store_key_prefix,
+                tls: store_tls,
+                sentinel_password,
+            },
+            copies: charon::server::CopyOptions {
+                timings: charon::store::copies::CopyTimings {
+                    heartbeat: self.heartbeat,
+                    ttl: self.heartbeat_ttl,
+                    reap_interval: self.reap_interval,
+                },
+                max_sessions: self.max_sessions,
+            },
+            envoy: charon::server::EnvoyOptions {
+                load: charon::config::LoadOptions {
+                    merge_domains: self.merge_domain_config,
+                },
+                modes: charon::limiter::Modes {
+                    shadow: self.shadow_mode,
+                    quota: self.quota_mode,
+                },
+                rls: RlsOptions {
+                    headers,
+                    dynamic_metadata: self.response_dynamic_metadata,
+                },
+            },
+        })
+    }
+}
+
+/// `--grpc-uds-mode`: octal, at most 777.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    match u32::from_str_radix(text, 8) {
+        Ok(mode) if mode <= 0o777 => Ok(mode),
+        _ => Err(format!(
+            "{text:?} is not a file mode (octal, e.g. 600 or 660)"
+        )),
+    }
+}
+
+fn parse_key_prefix(text: &str) -> Result<charon::store::keys::KeyPrefix, String> {
+    charon::store::keys::KeyPrefix::new(text)
+}
+
+/// `--store-timeout` and the other deadlines: a whole number of ms, s or m
+/// (at least 1 ms, finite).
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let ms = charon::config::parse_duration(text)?;
+    if ms == 0 || ms == charon::config::FOREVER {
+        return Err(format!(
+            "{text:?}: a deadline must be at least 1ms and finite"
+        ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
