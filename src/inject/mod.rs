@@ -84,7 +84,11 @@ async fn mutate(State(template): State<Arc<SidecarTemplate>>, body: Bytes) -> Re
 
 /// Serves the webhook until SIGTERM or SIGINT.
 pub async fn run(options: InjectOptions) -> Result<(), InjectError> {
-    let certificate = tls::ReloadingCert::watch(options.tls_cert.clone(), options.tls_key.clone())?;
+    let certificate = crate::server::certificate::ReloadingCert::watch(
+        options.tls_cert.clone(),
+        options.tls_key.clone(),
+    )
+    .map_err(|error| InjectError::Certificate(error.to_string()))?;
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|error| InjectError::Listen(format!("{}: {error}", options.addr)))?;

@@ -1,100 +1,21 @@
-//! TLS for the webhook: a certificate reloaded from its files whenever they
-//! change (a renewed Secret, cert-manager's rotation), without a restart, and
-//! a listener that does TLS handshakes off the accept loop.
+//! TLS for the webhook: a listener that does TLS handshakes off the accept
+//! loop, with the sidecar's reloading certificate
+//! ([`crate::server::certificate`]).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::InjectError;
+use crate::server::certificate::ReloadingCert;
 
-/// How often the certificate files are looked at.
-const RELOAD_POLL: Duration = Duration::from_secs(1);
 /// A client must finish its TLS handshake within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The current certificate, swapped when the files change.
-#[derive(Debug)]
-pub struct ReloadingCert {
-    current: ArcSwap<CertifiedKey>,
-}
-
-impl ResolvesServerCert for ReloadingCert {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.load_full())
-    }
-}
-
-/// Reads a PEM certificate chain and private key.
-pub fn load(cert: &Path, key: &Path) -> Result<CertifiedKey, InjectError> {
-    let bad =
-        |path: &Path, why: String| InjectError::Certificate(format!("{}: {why}", path.display()));
-    let chain = CertificateDer::pem_file_iter(cert)
-        .map_err(|error| bad(cert, error.to_string()))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|error| bad(cert, error.to_string()))?;
-    if chain.is_empty() {
-        return Err(bad(cert, "no certificate in the file".into()));
-    }
-    let private = PrivateKeyDer::from_pem_file(key).map_err(|error| bad(key, error.to_string()))?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&private)
-        .map_err(|error| bad(key, error.to_string()))?;
-    let certified = CertifiedKey::new(chain, signing);
-    certified
-        .keys_match()
-        .map_err(|error| bad(key, format!("does not match the certificate: {error}")))?;
-    Ok(certified)
-}
-
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let metadata = std::fs::metadata(path).ok()?;
-    Some((metadata.modified().ok()?, metadata.len()))
-}
-
-impl ReloadingCert {
-    /// Loads the files now (an error stops the webhook from starting), then
-    /// watches them: a change that loads replaces the certificate; one that
-    /// does not is logged and the previous certificate kept.
-    pub fn watch(cert: PathBuf, key: PathBuf) -> Result<Arc<Self>, InjectError> {
-        let reloading = Arc::new(Self {
-            current: ArcSwap::from_pointee(load(&cert, &key)?),
-        });
-        let weak = Arc::downgrade(&reloading);
-        tokio::spawn(async move {
-            let mut seen = (stamp(&cert), stamp(&key));
-            loop {
-                tokio::time::sleep(RELOAD_POLL).await;
-                let Some(this) = weak.upgrade() else { return };
-                let now = (stamp(&cert), stamp(&key));
-                if now == seen {
-                    continue;
-                }
-                seen = now;
-                match load(&cert, &key) {
-                    Ok(certified) => {
-                        this.current.store(Arc::new(certified));
-                        tracing::info!(cert = %cert.display(), "reloaded the TLS certificate");
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "the new TLS certificate does not load; keeping the previous one");
-                    }
-                }
-            }
-        });
-        Ok(reloading)
-    }
-}
 
 /// TLS connections, handshaken concurrently, for `axum::serve`.
 pub struct TlsListener {

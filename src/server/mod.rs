@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod certificate;
 pub mod listen;
 pub mod metrics;
 pub mod reload;
