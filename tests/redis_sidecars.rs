@@ -1186,3 +1186,91 @@ async fn sentinels_with_a_password_are_asked_with_it() {
         "the password is logged"
     );
 }
+
+/// The sample names (`charon_…`, with their `_total`, `_bucket` or `_count`
+/// suffix) that the dashboard and alert rules in deploy/observability query.
+fn observability_series() -> std::collections::BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/observability");
+    let mut names = std::collections::BTreeSet::new();
+    for file in ["grafana-dashboard.json", "prometheus-rules.yaml"] {
+        let text = std::fs::read_to_string(root.join(file)).expect("the file reads");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("charon_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            rest = &rest[at + name.len()..];
+            names.insert(name);
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_the_dashboard_and_alerts_query_is_exported() {
+    let series = observability_series();
+    assert!(series.len() >= 10, "{series:?}");
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let yaml = format!(
+        "{}  seats:\n    copies: {{domain_limit: 1}}\n",
+        edge_config(1)
+    );
+    let config = write_config(dir.path(), &yaml);
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--store-timeout", "2s"],
+    );
+    sidecar.wait_reachable().await;
+    // Within, over, a copy reserved, and a configuration that does not load.
+    let mut client = sidecar.rls_client().await;
+    assert_eq!(ask(&mut client, request("tenant", "acme")).await, "OK");
+    assert_eq!(
+        ask(&mut client, request("tenant", "acme")).await,
+        "OVER_LIMIT"
+    );
+    let mut session = sidecar.session().await;
+    eventually("a seat", READY_TIMEOUT, async || {
+        match session.reserve("edge", "seats", "acme", 1, 1).await {
+            charon::api::v1::session_response::Result::Reserve(answer) if answer.granted == 1 => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    std::fs::write(&config, "domain: [").expect("config written");
+    let metrics = eventually("every queried series", READY_TIMEOUT, async || {
+        let metrics = sidecar.metrics().await?;
+        let missing: Vec<&String> = series
+            .iter()
+            .filter(|name| {
+                !metrics.lines().any(|line| {
+                    line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(metrics)
+        } else {
+            Err(format!("missing {missing:?} in\n{metrics}"))
+        }
+    })
+    .await;
+    // The store's latency histogram saw the decisions and the reserve.
+    for operation in ["decide", "reserve"] {
+        let count = metrics
+            .lines()
+            .find_map(|line| {
+                let rest = line.strip_prefix("charon_store_call_duration_seconds_count{")?;
+                rest.contains(&format!("operation=\"{operation}\""))
+                    .then(|| rest.contains("result=\"ok\""))?
+                    .then(|| line.rsplit_once(' ')?.1.parse::<f64>().ok())?
+            })
+            .unwrap_or(0.0);
+        assert!(count >= 1.0, "no {operation} call timed:\n{metrics}");
+    }
+}

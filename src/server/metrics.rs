@@ -83,6 +83,7 @@ pub struct Metrics {
     limit_folds: Counter,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
+    store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
 }
 
 /// Distinct limit keys the per-limit metrics keep before folding new ones
@@ -130,6 +131,23 @@ impl EncodeLabelValue for SharedLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NamespaceLabel {
     pub namespace: String,
+}
+
+/// One call to the shared store and how it ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreCallLabels {
+    /// `decide`, `peek`, `ping`, a copy operation (`reserve`, `release`,
+    /// `transfer`, `seize`, `drop_session`, `counts`, `index`) or the copy
+    /// log's housekeeping (`heartbeat`, `register`, `deregister`,
+    /// `reaper_lease`, `reap_scan`, `reap`, `expire`).
+    pub operation: &'static str,
+    /// `ok` or `error` (a failure or a missed deadline).
+    pub result: &'static str,
+}
+
+/// 50 µs .. ~0.8 s: a loopback call, up to well past any sane deadline.
+fn store_call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 15))
 }
 
 /// A Charon API session operation and how it ended.
@@ -242,6 +260,15 @@ impl Metrics {
             "Charon API session operations by operation and result",
             copy_operations.clone(),
         );
+        let store_calls =
+            Family::<StoreCallLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                store_call_histogram,
+            );
+        registry.register(
+            "store_call_duration_seconds",
+            "Calls to the shared store (Redis) by operation and result, deadline included",
+            store_calls.clone(),
+        );
         let copy_serving = Gauge::default();
         registry.register(
             "copy_log_registered",
@@ -258,6 +285,7 @@ impl Metrics {
             sessions,
             copy_operations,
             copy_serving,
+            store_calls,
             store_reachable,
             store_degraded,
             store_errors,
@@ -270,6 +298,17 @@ impl Metrics {
             store_max_keys,
             store_unrecorded,
         }
+    }
+
+    /// What the Redis store calls after each call: observes its latency.
+    pub fn store_call_observer(&self) -> crate::store::redis::CallObserver {
+        let calls = self.store_calls.clone();
+        Arc::new(move |operation, elapsed, ok| {
+            let result = if ok { "ok" } else { "error" };
+            calls
+                .get_or_create(&StoreCallLabels { operation, result })
+                .observe(elapsed.as_secs_f64());
+        })
     }
 
     pub fn decision(&self, namespace: &str, result: Decision, elapsed: Duration) {

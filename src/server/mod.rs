@@ -158,14 +158,18 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     }
     let metrics = Arc::new(Metrics::new());
     metrics.set_namespaces(loaded.config.namespaces().count());
-    let store = SidecarStore::open(&options.store).context("cannot open --store")?;
+    let store_options = store::StoreOptions {
+        observer: Some(metrics.store_call_observer()),
+        ..options.store.clone()
+    };
+    let store = SidecarStore::open(&store_options).context("cannot open --store")?;
     options
         .copies
         .timings
         .validate()
         .context("invalid copy-log timings")?;
     let copies = Arc::new(
-        store::open_copies(&options.store, options.copies.timings)
+        store::open_copies(&store_options, options.copies.timings)
             .context("cannot open --store")?,
     );
     store.settle().await;

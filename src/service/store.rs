@@ -30,6 +30,8 @@ pub struct StoreOptions {
     pub tls: Option<crate::store::StoreTls>,
     /// The sentinels' own password.
     pub sentinel_password: Option<String>,
+    /// Told the latency of every Redis call (the sidecar's histogram).
+    pub observer: Option<crate::store::redis::CallObserver>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -45,6 +47,7 @@ impl std::fmt::Debug for StoreOptions {
                 "sentinel_password",
                 &self.sentinel_password.as_ref().map(|_| "***"),
             )
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
@@ -59,6 +62,7 @@ impl Default for StoreOptions {
             key_prefix: KeyPrefix::default(),
             tls: None,
             sentinel_password: None,
+            observer: None,
         }
     }
 }
@@ -98,6 +102,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
             key_prefix: options.key_prefix.clone(),
             tls: options.tls.clone(),
             sentinel_password: options.sentinel_password.clone(),
+            observer: options.observer.clone(),
             ..RedisOptions::default()
         },
         timings,
@@ -119,6 +124,7 @@ impl SidecarStore {
                 key_prefix: options.key_prefix.clone(),
                 tls: options.tls.clone(),
                 sentinel_password: options.sentinel_password.clone(),
+                observer: options.observer.clone(),
                 ..RedisOptions::default()
             },
         )?;

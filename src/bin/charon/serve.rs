@@ -250,6 +250,8 @@ impl ServeArgs {
                 key_prefix: self.store_key_prefix,
                 tls: store_tls,
                 sentinel_password,
+                // The sidecar's metrics fill it in.
+                observer: None,
             },
             copies: charon::server::CopyOptions {
                 timings: charon::store::copies::CopyTimings {

@@ -142,7 +142,7 @@ impl RedisCopies {
                                     last_renewal.elapsed()
                                 );
                             }
-                            renewed = self.redis.query(&renew) => match renewed {
+                            renewed = self.redis.query("heartbeat", &renew) => match renewed {
                                 Ok(Value::Okay) => last_renewal = sent,
                                 Ok(_) => break "its heartbeat key is gone (Redis lost its data, or the sidecar was reaped)".to_owned(),
                                 Err(error) => tracing::warn!(%error, "heartbeat renewal failed"),
@@ -185,7 +185,7 @@ impl RedisCopies {
                 .arg("PX")
                 .arg(millis(self.timings.ttl))
                 .arg("NX");
-            match self.redis.query(&register).await {
+            match self.redis.query("register", &register).await {
                 Ok(Value::Okay) => return Some((id, sent)),
                 Ok(_) => continue,
                 Err(error) => {
@@ -211,7 +211,7 @@ impl RedisCopies {
         }
         let mut delete = redis::cmd("DEL");
         delete.arg(self.redis.key(&keys::heartbeat_key(&id)).as_ref());
-        if let Err(error) = self.redis.query(&delete).await {
+        if let Err(error) = self.redis.query("deregister", &delete).await {
             tracing::warn!(%error, "cannot remove the heartbeat; it expires on its own");
         }
     }
@@ -256,12 +256,12 @@ impl RedisCopies {
         let ms = millis(self.timings.lease());
         let mut take = redis::cmd("SET");
         take.arg(&lease).arg(id).arg("NX").arg("PX").arg(ms);
-        if self.redis.query(&take).await? == Value::Okay {
+        if self.redis.query("reaper_lease", &take).await? == Value::Okay {
             return Ok(true);
         }
         let mut get = redis::cmd("GET");
         get.arg(&lease);
-        let holder = self.redis.query(&get).await?;
+        let holder = self.redis.query("reaper_lease", &get).await?;
         if !matches!(&holder, Value::BulkString(bytes) if bytes == id.as_bytes()) {
             return Ok(false);
         }
@@ -269,7 +269,7 @@ impl RedisCopies {
         // script that deletes what it subtracts.
         let mut extend = redis::cmd("PEXPIRE");
         extend.arg(&lease).arg(ms);
-        self.redis.query(&extend).await?;
+        self.redis.query("reaper_lease", &extend).await?;
         Ok(true)
     }
 
@@ -282,7 +282,7 @@ impl RedisCopies {
         let mut resources: HashSet<(String, String)> = configured.into_iter().collect();
         let mut members = redis::cmd("SMEMBERS");
         members.arg(self.redis.key(&keys::copy_index_key()).as_ref());
-        for member in strings(self.redis.query(&members).await?) {
+        for member in strings(self.redis.query("reap_scan", &members).await?) {
             if let Some((namespace, resource)) = keys::parse_copy_index_member(&member) {
                 resources.insert((namespace.to_owned(), resource.to_owned()));
             }
@@ -293,7 +293,7 @@ impl RedisCopies {
             let keys = self.redis.copy_keys(&namespace, &resource);
             let mut contributors = redis::cmd("SMEMBERS");
             contributors.arg(&keys.contributors);
-            for member in strings(self.redis.query(&contributors).await?) {
+            for member in strings(self.redis.query("reap_scan", &contributors).await?) {
                 // `<sidecar id>.<session>`: alive while its sidecar is.
                 let server = member
                     .split_once('.')
@@ -307,7 +307,7 @@ impl RedisCopies {
                     None => {
                         let mut exists = redis::cmd("EXISTS");
                         exists.arg(self.redis.key(&keys::heartbeat_key(&server)).as_ref());
-                        let known = self.redis.query(&exists).await? != Value::Int(0);
+                        let known = self.redis.query("reap_scan", &exists).await? != Value::Int(0);
                         alive.insert(server.clone(), known);
                         known
                     }
@@ -317,7 +317,7 @@ impl RedisCopies {
                 }
                 let mut invocation = self.invocation(&keys, &member, "reap");
                 invocation.arg(member.as_str()).arg(server.as_str());
-                let reply = array(self.redis.invoke(&invocation).await?)
+                let reply = array(self.redis.invoke("reap", &invocation).await?)
                     .map_err(|e| RedisError::Reply(e.to_string()))?;
                 let copies = int(reply.get(1)).unwrap_or(0);
                 match reaped.servers.iter_mut().find(|(id, _)| *id == server) {
@@ -326,7 +326,7 @@ impl RedisCopies {
                 }
             }
             let invocation = self.invocation(&keys, "", "expire");
-            let reply = array(self.redis.invoke(&invocation).await?)
+            let reply = array(self.redis.invoke("expire", &invocation).await?)
                 .map_err(|e| RedisError::Reply(e.to_string()))?;
             reaped.expired_transfers += int(reply.get(1)).unwrap_or(0);
         }

@@ -118,7 +118,7 @@ impl RedisCopies {
         command
             .arg(self.redis.key(&keys::copy_index_key()).as_ref())
             .arg(keys::copy_index_member(namespace, resource));
-        self.redis.query(&command).await?;
+        self.redis.query("index", &command).await?;
         if let Ok(mut set) = self.indexed.lock() {
             set.insert(entry);
         }
@@ -153,7 +153,7 @@ impl RedisCopies {
         for (_, limit) in &limits.groups {
             invocation.arg(*limit);
         }
-        let reply = array(self.redis.invoke(&invocation).await?)?;
+        let reply = array(self.redis.invoke("reserve", &invocation).await?)?;
         if status(&reply) == Some("resigned") {
             return Err(CopyError::Resigned("its holds were reaped".into()));
         }
@@ -229,7 +229,7 @@ impl RedisCopies {
         if let Some((secret, ttl_ms)) = transfer {
             invocation.arg(secret).arg(ttl_ms);
         }
-        let reply = array(self.redis.invoke(&invocation).await?)?;
+        let reply = array(self.redis.invoke(op, &invocation).await?)?;
         let counts = counts(&reply, now_groups.len())?;
         let moved = int(reply.get(3 + now_groups.len()))?;
         let expires = int(reply.get(4 + now_groups.len()))?;
@@ -284,7 +284,7 @@ impl RedisCopies {
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "seize");
         invocation.arg(name.as_str()).arg(who.server).arg(secret);
-        let reply = array(self.redis.invoke(&invocation).await?)?;
+        let reply = array(self.redis.invoke("seize", &invocation).await?)?;
         match status(&reply) {
             Some("ok") => {}
             Some("resigned") => return Err(CopyError::Resigned("its holds were reaped".into())),
@@ -320,7 +320,7 @@ impl RedisCopies {
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "drop");
         invocation.arg(name.as_str()).arg(who.server);
-        array(self.redis.invoke(&invocation).await?)?;
+        array(self.redis.invoke("drop_session", &invocation).await?)?;
         Ok(())
     }
 
@@ -331,7 +331,10 @@ impl RedisCopies {
         for group in groups {
             invocation.arg(*group);
         }
-        counts(&array(self.redis.invoke(&invocation).await?)?, groups.len())
+        counts(
+            &array(self.redis.invoke("counts", &invocation).await?)?,
+            groups.len(),
+        )
     }
 }
 

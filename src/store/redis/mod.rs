@@ -30,7 +30,7 @@ mod error;
 mod options;
 pub mod url;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
@@ -41,7 +41,7 @@ use crate::store::keys;
 use self::blocked::Blocked;
 use self::connection::Connection;
 pub use self::error::RedisError;
-pub use self::options::{RedisOptions, StoreTls};
+pub use self::options::{CallObserver, RedisOptions, StoreTls};
 use super::{Batch, SlotKey, Store, StoreError};
 
 /// The scripts, by the kinds of limit a batch holds.
@@ -117,43 +117,53 @@ impl RedisStore {
 
     /// Whether Redis answers now (readiness and circuit-breaker probes).
     pub async fn ping(&self) -> Result<(), RedisError> {
-        let deadline = self.options.timeout;
-        match tokio::time::timeout(deadline, self.connection.ping()).await {
-            Ok(result) => result,
-            // A connection attempt that failed says more than the deadline
-            // (a refused password, a TLS error).
-            Err(_) => Err(self
-                .connection
-                .last_connect_error()
-                .unwrap_or(RedisError::Timeout(millis(deadline)))),
-        }
+        // On a deadline, a connection attempt that failed says more than the
+        // deadline does (a refused password, a TLS error).
+        self.within_deadline("ping", self.connection.ping()).await
     }
 
-    /// Runs a script (the copy log's) within the store's deadline.
+    /// Runs a script (the copy log's) within the store's deadline;
+    /// `operation` names it to the call observer.
     pub(crate) async fn invoke(
         &self,
+        operation: &'static str,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<redis::Value, RedisError> {
-        self.within_deadline(self.connection.invoke(invocation))
+        self.within_deadline(operation, self.connection.invoke(invocation))
             .await
     }
 
     /// Runs one command within the store's deadline.
-    pub(crate) async fn query(&self, command: &redis::Cmd) -> Result<redis::Value, RedisError> {
-        self.within_deadline(self.connection.query(command)).await
+    pub(crate) async fn query(
+        &self,
+        operation: &'static str,
+        command: &redis::Cmd,
+    ) -> Result<redis::Value, RedisError> {
+        self.within_deadline(operation, self.connection.query(command))
+            .await
     }
 
     async fn within_deadline<T>(
         &self,
+        operation: &'static str,
         call: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, RedisError> {
         let deadline = self.options.timeout;
-        match tokio::time::timeout(deadline, call).await {
+        let started = self.options.observer.as_ref().map(|_| Instant::now());
+        let result = match tokio::time::timeout(deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(self
                 .connection
                 .last_connect_error()
                 .unwrap_or(RedisError::Timeout(millis(deadline)))),
+        };
+        self.observe(operation, started, result.is_ok());
+        result
+    }
+
+    fn observe(&self, operation: &'static str, started: Option<Instant>, ok: bool) {
+        if let (Some(observer), Some(started)) = (&self.options.observer, started) {
+            observer(operation, started.elapsed(), ok);
         }
     }
 
@@ -164,14 +174,14 @@ impl RedisStore {
         let now = match &self.options.injected_clock {
             Some(clock) => clock.now_ms(),
             None => {
-                let time = self.query(&redis::cmd("TIME")).await?;
+                let time = self.query("peek", &redis::cmd("TIME")).await?;
                 redis_time_ms(&time)?
             }
         };
         let mut slots = Vec::with_capacity(keys.len());
         for key in keys {
             let value = self
-                .query(redis::cmd("GET").arg(self.key(&key.key).as_ref()))
+                .query("peek", redis::cmd("GET").arg(self.key(&key.key).as_ref()))
                 .await?;
             let raw = match value {
                 redis::Value::Nil => None,
@@ -202,10 +212,13 @@ impl RedisStore {
             return Ok(decision);
         }
         let deadline = self.options.timeout;
+        let started = self.options.observer.as_ref().map(|_| Instant::now());
         let decision = match tokio::time::timeout(deadline, self.decide_remote(batch)).await {
-            Ok(result) => result?,
-            Err(_) => return Err(RedisError::Timeout(millis(deadline))),
+            Ok(result) => result,
+            Err(_) => Err(RedisError::Timeout(millis(deadline))),
         };
+        self.observe("decide", started, decision.is_ok());
+        let decision = decision?;
         if self.options.local_rejections
             && let Some((key, item)) = single_item(batch)
             && let Some(outcome) = decision.outcomes.first()

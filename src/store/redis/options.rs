@@ -22,7 +22,14 @@ pub struct RedisOptions {
     /// The sentinels' own password (`requirepass` or the `default` ACL user
     /// of the sentinels), for `redis+sentinel://`.
     pub sentinel_password: Option<String>,
+    /// Told how long each call to Redis took (the sidecar's latency
+    /// histogram); `None` costs nothing.
+    pub observer: Option<CallObserver>,
 }
+
+/// Told, after each call to Redis, which operation it was (`decide`,
+/// `reserve`, `heartbeat`…), how long it took, and whether it succeeded.
+pub type CallObserver = Arc<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
 
 /// `--store-ca`, `--store-tls-cert`, `--store-tls-key`: for `rediss://`, the
 /// CA to trust instead of the system's roots, and a client certificate for
@@ -68,6 +75,7 @@ impl Default for RedisOptions {
             key_prefix: crate::store::keys::KeyPrefix::default(),
             tls: None,
             sentinel_password: None,
+            observer: None,
         }
     }
 }
@@ -81,6 +89,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("key_prefix", &self.key_prefix.as_str())
             .field("tls", &self.tls.is_some())
             .field("sentinel_password", &self.sentinel_password.is_some())
+            .field("observer", &self.observer.is_some())
             .finish()
     }
 }
