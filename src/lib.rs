@@ -39,11 +39,16 @@
 //! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load/`
 //! is the load tool.
 
+// The session future nests the limiter, the failover and a Redis call: the
+// compiler's Send and Sync proofs of its type go deeper than the default.
+#![recursion_limit = "256"]
+
 pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod limiter;
 pub mod simulate;
+pub mod spans;
 pub mod store;
 pub mod watch;
 

@@ -1274,3 +1274,169 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
         assert!(count >= 1.0, "no {operation} call timed:\n{metrics}");
     }
 }
+
+/// An OTLP collector's trace service, started by the test: keeps every span
+/// it is sent.
+#[derive(Clone, Default)]
+struct Collector(Arc<Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
+    for Collector
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let mut spans = self.0.lock().expect("the span list");
+        for resource in request.into_inner().resource_spans {
+            for scope in resource.scope_spans {
+                spans.extend(scope.spans);
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+impl Collector {
+    /// Serves on a free loopback port; returns the endpoint to give Charon.
+    async fn start(&self) -> String {
+        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port for the collector");
+        let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
+        let service = TraceServiceServer::new(self.clone());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        endpoint
+    }
+
+    fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+        self.0.lock().expect("the span list").clone()
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A span's string (or bool, as text) attribute.
+fn attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let value = span
+        .attributes
+        .iter()
+        .find(|kv| kv.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        Value::StringValue(text) => Some(text.clone()),
+        Value::BoolValue(flag) => Some(flag.to_string()),
+        other => Some(format!("{other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_inside_the_callers_trace() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(1));
+    // Ratio 0: only callers that ask for a trace get one.
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &[
+            "--store-timeout",
+            "2s",
+            "--otlp-endpoint",
+            &endpoint,
+            "--trace-sample-ratio",
+            "0",
+        ],
+    );
+    sidecar.wait_reachable().await;
+    let mut client = sidecar.rls_client().await;
+    let traced = |tenant: &str, flags: Option<&str>| {
+        let mut call = tonic::Request::new(request("tenant", tenant));
+        if let Some(flags) = flags {
+            let traceparent = format!("00-{TRACE}-{PARENT}-{flags}");
+            call.metadata_mut()
+                .insert("traceparent", traceparent.parse().expect("ASCII"));
+        }
+        call
+    };
+    // Untraced: no traceparent, then an unsampled one.
+    for call in [traced("quiet", None), traced("quiet", Some("00"))] {
+        client.should_rate_limit(call).await.expect("an answer");
+    }
+    // Traced: granted, then over the limit of 1.
+    for _ in 0..2 {
+        client
+            .should_rate_limit(traced("acme", Some("01")))
+            .await
+            .expect("an answer");
+    }
+    let spans = eventually(
+        "two request spans and their Redis calls",
+        READY_TIMEOUT,
+        async || {
+            let spans = collector.spans();
+            let requests = spans
+                .iter()
+                .filter(|s| s.name.ends_with("/ShouldRateLimit"))
+                .count();
+            let calls = spans.iter().filter(|s| s.name == "redis").count();
+            if requests >= 2 && calls >= 2 {
+                Ok(spans)
+            } else {
+                Err(format!(
+                    "{} spans: {:?}",
+                    spans.len(),
+                    spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+                ))
+            }
+        },
+    )
+    .await;
+    let requests: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.ends_with("/ShouldRateLimit"))
+        .collect();
+    assert_eq!(
+        requests.len(),
+        2,
+        "the untraced requests made no span: {spans:?}"
+    );
+    let mut outcomes = Vec::new();
+    for span in &requests {
+        assert_eq!(hex(&span.trace_id), TRACE, "in the caller's trace");
+        assert_eq!(hex(&span.parent_span_id), PARENT, "under the caller's span");
+        assert_eq!(attribute(span, "namespace").as_deref(), Some("edge"));
+        outcomes.push(attribute(span, "outcome").unwrap_or_default());
+        let call = spans
+            .iter()
+            .find(|s| s.name == "redis" && s.parent_span_id == span.span_id)
+            .unwrap_or_else(|| panic!("no Redis call under {span:?}"));
+        assert_eq!(hex(&call.trace_id), TRACE);
+        assert_eq!(attribute(call, "db.operation").as_deref(), Some("decide"));
+        assert_eq!(attribute(call, "result").as_deref(), Some("ok"));
+    }
+    outcomes.sort();
+    assert_eq!(outcomes, ["ok", "over_limit"]);
+}

@@ -12,6 +12,7 @@ pub mod rls;
 pub mod rls_http;
 pub mod runtime;
 mod shutdown;
+pub mod trace;
 
 pub(crate) use self::shutdown::shutdown_signal;
 

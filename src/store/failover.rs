@@ -228,6 +228,7 @@ impl Failover {
             )));
         }
         inner.degraded.fetch_add(1, Ordering::Relaxed);
+        crate::spans::mark_degraded();
         let mut decision = match inner.policy {
             OnStoreError::Local => inner.local.decide_at(batch, SystemClock.now_ms()),
             OnStoreError::Allow => by_fiat(&batch, true),

@@ -2,6 +2,15 @@
 
 use std::io::IsTerminal;
 
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
+
 /// How `serve` and `inject` log (to stderr).
 #[derive(clap::Args, Clone)]
 pub struct LogOptions {
@@ -25,30 +34,84 @@ pub enum LogFormat {
 /// Rejects a `--log-level` the filter cannot read, at parse time, so that a
 /// typo is an error rather than a sidecar that logs less than asked.
 fn parse_filter(text: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(text)
+    EnvFilter::try_new(text)
         .map(|_| text.to_owned())
         .map_err(|error| format!("{text:?} is not a level or filter: {error}"))
 }
 
-/// Installs the global subscriber. A `RUST_LOG` that cannot be read falls
-/// back to `info`, as it always has.
-pub fn init(options: &LogOptions) {
+/// Installs the global subscriber: logs to stderr, and, with `traces`,
+/// the request spans to the OTLP exporter. A `RUST_LOG` that cannot be read
+/// falls back to `info`, as it always has.
+pub fn init(options: &LogOptions, traces: Option<&Traces>) {
     let filter = options
         .log_level
         .as_deref()
-        .and_then(|level| tracing_subscriber::EnvFilter::try_new(level).ok())
-        .or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match options.log_format {
-        LogFormat::Json => builder.json().with_current_span(true).init(),
+        .and_then(|level| EnvFilter::try_new(level).ok())
+        .or_else(|| EnvFilter::try_from_default_env().ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = vec![match options.log_format {
+        LogFormat::Json => fmt
+            .json()
+            .with_current_span(true)
+            .with_filter(filter)
+            .boxed(),
         LogFormat::Text => {
             // Escape codes only where a person reads them: elsewhere they end
             // up as garbage in `kubectl logs` and files.
             let colours = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-            builder.with_ansi(colours).init();
+            fmt.with_ansi(colours).with_filter(filter).boxed()
+        }
+    }];
+    if let Some(traces) = traces {
+        layers.push(traces.layer());
+    }
+    tracing_subscriber::registry().with(layers).init();
+}
+
+/// The OTLP trace exporter (`--otlp-endpoint`): batches the spans of traced
+/// requests to a collector over gRPC.
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Traces {
+    /// Starts the exporter. Call within the runtime: its gRPC channel lives
+    /// there. The collector need not be up: spans wait in the batch.
+    pub fn start(endpoint: &str) -> anyhow::Result<Self> {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(endpoint)
+            .build()
+            .map_err(|error| anyhow::anyhow!("--otlp-endpoint {endpoint}: {error}"))?;
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(
+                opentelemetry_sdk::Resource::builder()
+                    .with_service_name("charon")
+                    .build(),
+            )
+            .build();
+        Ok(Self { provider })
+    }
+
+    /// The layer that turns the request spans (and only those) into
+    /// OpenTelemetry spans.
+    fn layer(&self) -> Box<dyn Layer<Registry> + Send + Sync> {
+        tracing_opentelemetry::layer()
+            .with_tracer(self.provider.tracer("charon"))
+            .with_filter(Targets::new().with_target(charon::server::trace::TARGET, Level::TRACE))
+            .boxed()
+    }
+
+    /// Sends what is batched and stops. Off the runtime's threads: the
+    /// flush waits on the exporter, which runs on the runtime.
+    pub async fn shutdown(self) {
+        let provider = self.provider;
+        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the trace exporter did not flush"),
+            Err(error) => tracing::warn!(%error, "the trace exporter did not stop"),
         }
     }
 }

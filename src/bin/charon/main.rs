@@ -146,15 +146,12 @@ fn main() -> ExitCode {
             },
             &cli.log,
         ),
-        Command::Serve(args) => {
-            logging::init(&cli.log);
-            serve::run(args)
-        }
+        Command::Serve(args) => serve::run(args, &cli.log),
     }
 }
 
 fn inject(options: charon::inject::InjectOptions, log: &LogOptions) -> ExitCode {
-    logging::init(log);
+    logging::init(log, None);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::ArgAction;
 use clap::builder::BoolishValueParser;
 
+use crate::logging::{self, LogOptions};
 use crate::secrets::{secret, store_tls, with_store_password};
 
 /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
@@ -161,6 +162,16 @@ pub struct ServeArgs {
     /// into fewer writes); 1 for single-threaded.
     #[arg(long, env = "CHARON_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub threads: u16,
+    /// Send traces over OTLP/gRPC to this collector (`http://collector:4317`):
+    /// a span per traced ShouldRateLimit and per Redis call it makes,
+    /// joined to the caller's trace by its W3C `traceparent`.
+    #[arg(long, env = "CHARON_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: the share of requests without a `traceparent`
+    /// that are traced, 0 to 1. A caller's sampled or unsampled
+    /// `traceparent` decides for its own requests.
+    #[arg(long, env = "CHARON_TRACE_SAMPLE_RATIO", default_value_t = 0.01, value_parser = parse_ratio)]
+    pub trace_sample_ratio: f64,
 }
 
 /// `--response-headers`.
@@ -171,9 +182,11 @@ pub enum HeaderMode {
     Ietf,
 }
 
-/// Starts the runtime and serves until a signal says stop.
-pub fn run(args: ServeArgs) -> ExitCode {
+/// Starts the runtime, logging and traces, and serves until a signal says
+/// stop.
+pub fn run(args: ServeArgs, log: &LogOptions) -> ExitCode {
     let threads = args.threads;
+    let otlp_endpoint = args.otlp_endpoint.clone();
     let options = match args.into_options() {
         Ok(options) => options,
         Err(error) => {
@@ -188,7 +201,19 @@ pub fn run(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(charon::server::run(options)) {
+    let served = runtime.block_on(async {
+        let traces = otlp_endpoint
+            .as_deref()
+            .map(logging::Traces::start)
+            .transpose()?;
+        logging::init(log, traces.as_ref());
+        let served = charon::server::run(options).await;
+        if let Some(traces) = traces {
+            traces.shutdown().await;
+        }
+        served
+    });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -201,6 +226,7 @@ impl ServeArgs {
     /// The sidecar's options, with the secrets and certificates read.
     fn into_options(self) -> anyhow::Result<charon::server::ServeOptions> {
         use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
+        use charon::server::trace::TraceSampler;
         let headers = match self.response_headers {
             HeaderMode::None => ResponseHeaders::None,
             HeaderMode::Ratelimit => ResponseHeaders::RateLimit(HeaderNames {
@@ -272,9 +298,21 @@ impl ServeArgs {
                 rls: RlsOptions {
                     headers,
                     dynamic_metadata: self.response_dynamic_metadata,
+                    traces: match self.otlp_endpoint {
+                        Some(_) => TraceSampler::new(self.trace_sample_ratio),
+                        None => TraceSampler::off(),
+                    },
                 },
             },
         })
+    }
+}
+
+/// `--trace-sample-ratio`: a share, 0 to 1.
+fn parse_ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
+        _ => Err(format!("{text:?} is not a share from 0 to 1")),
     }
 }
 

@@ -12,9 +12,11 @@ mod wire;
 use std::sync::Arc;
 use std::time::Instant;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
@@ -30,6 +32,8 @@ pub struct RlsOptions {
     pub headers: ResponseHeaders,
     /// Fill `dynamic_metadata` (upstream `RESPONSE_DYNAMIC_METADATA`).
     pub dynamic_metadata: bool,
+    /// Which requests get a span (`--otlp-endpoint`).
+    pub traces: super::trace::TraceSampler,
 }
 
 /// `--response-headers`: which headers Envoy is asked to add to the client's
@@ -103,7 +107,24 @@ impl<S: Store> RateLimitService for RlsService<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.into_inner()).await.map(Response::new)
+        let (metadata, _, request) = request.into_parts();
+        let span = self
+            .options
+            .traces
+            .should_rate_limit(&metadata, &request.domain);
+        if span.is_none() {
+            return self.decide(request).await.map(Response::new);
+        }
+        let answer = self.decide(request).instrument(span.clone()).await;
+        span.record(
+            "outcome",
+            match &answer {
+                Ok(response) if response.overall_code == Code::OverLimit as i32 => "over_limit",
+                Ok(_) => "ok",
+                Err(status) => status_label(status.code()),
+            },
+        );
+        answer.map(Response::new)
     }
 }
 
@@ -172,6 +193,15 @@ impl<S: Store> RlsService<S> {
                 Err(Status::unavailable(error.to_string()))
             }
         }
+    }
+}
+
+/// A failed answer's outcome in its span.
+fn status_label(code: tonic::Code) -> &'static str {
+    match code {
+        tonic::Code::InvalidArgument => "invalid_argument",
+        tonic::Code::Unavailable => "unavailable",
+        _ => "error",
     }
 }
 

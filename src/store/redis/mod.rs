@@ -213,10 +213,15 @@ impl RedisStore {
         }
         let deadline = self.options.timeout;
         let started = self.options.observer.as_ref().map(|_| Instant::now());
-        let decision = match tokio::time::timeout(deadline, self.decide_remote(batch)).await {
+        let span = crate::spans::store_call("decide");
+        let call = tokio::time::timeout(deadline, self.decide_remote(batch));
+        let decision = match tracing::Instrument::instrument(call, span.clone()).await {
             Ok(result) => result,
             Err(_) => Err(RedisError::Timeout(millis(deadline))),
         };
+        if !span.is_none() {
+            span.record("result", if decision.is_ok() { "ok" } else { "error" });
+        }
         self.observe("decide", started, decision.is_ok());
         let decision = decision?;
         if self.options.local_rejections
