@@ -13,7 +13,9 @@
 #
 # BENCH_CASES="memory:64 redis:1" runs only those cases; BASE_BIN=PATH takes
 # that binary as the base instead of building BASE_REV (an experiment's
-# variant, built by hand).
+# variant, built by hand); NEW_ARGS="--flag value ..." are given to the
+# working tree's sidecar only (a feature switched on, against it off or
+# against the base).
 #
 # Prints one line per run, then per case the mean of each figure and the
 # ratio working tree / base. Everything on 127.0.0.1; every process stopped
@@ -50,6 +52,9 @@ results="$work/results"
 
 run() { # rev binary store inflight connections
     local rev=$1 bin=$2 store=$3 inflight=$4 connections=$5
+    local extra=()
+    # shellcheck disable=SC2206 # NEW_ARGS is split into flags on purpose.
+    [ "$rev" = new ] && extra=(${NEW_ARGS:-})
     local store_arg=memory
     if [ "$store" = redis ]; then
         store_arg="redis://127.0.0.1:$redis_port"
@@ -60,7 +65,7 @@ run() { # rev binary store inflight connections
     grpc=$(free_port)
     admin=$(free_port)
     taskset -c 0 "$bin" serve --config examples/bench/fixed.yaml --store "$store_arg" \
-        --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" 2>"$work/charon.log" &
+        --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" "${extra[@]}" 2>"$work/charon.log" &
     local charon_pid=$!
     pids+=("$charon_pid")
     until curl -sf "127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
@@ -90,7 +95,7 @@ run() { # rev binary store inflight connections
     }' | tee -a "$results"
 }
 
-echo "== base $base_rev ($base_sha) vs working tree $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes'); ${duration} s per run, $rounds rounds"
+echo "== base $base_rev ($base_sha) vs working tree $(git rev-parse --short HEAD)$(git diff --quiet || echo '+changes')${NEW_ARGS:+ with $NEW_ARGS}; ${duration} s per run, $rounds rounds"
 echo "store inflight rev figures (cpu_us: sidecar CPU µs per decision; redis_us: Redis script µs per decision)"
 for case in ${BENCH_CASES:-memory:64 memory:1 redis:64 redis:1}; do
     store=${case%%:*}

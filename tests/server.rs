@@ -637,3 +637,65 @@ fn a_log_level_that_cannot_be_read_is_refused_at_start() {
     assert!(stderr.contains("--log-level"), "{stderr}");
     assert!(stderr.contains("charon=loud"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sampled_decisions_are_logged_within_the_rate_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), "edge.yaml", CONFIG);
+    let log = dir.path().join("stderr.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let flags = [
+        "--log-format",
+        "json",
+        "--decision-log-sample",
+        "1",
+        "--decision-log-max-per-second",
+        "3",
+    ];
+    let mut sidecar = Sidecar::start_with(&config, &flags, file).ready().await;
+    let mut client = sidecar.client().await;
+    // 3 an hour: three grants, then rejections.
+    for _ in 0..10 {
+        ask(&mut client, request("edge", &[("tenant", "a")])).await;
+    }
+    // A decision in a later second says how many were held back.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ask(&mut client, request("edge", &[("tenant", "b")])).await;
+    sidecar.signal("TERM");
+    sidecar
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits after SIGTERM");
+    let text = std::fs::read_to_string(&log).expect("log read");
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["target"] == "charon::decision")
+        .collect();
+    let decisions: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|event| event["fields"]["message"] == "decision")
+        .map(|event| &event["fields"])
+        .collect();
+    let held_back: u64 = events
+        .iter()
+        .filter_map(|event| event["fields"]["held_back"].as_u64())
+        .sum();
+    // Every decision was sampled; each was logged or counted as held back
+    // (the burst may straddle a second: up to twice the cap).
+    assert_eq!(decisions.len() as u64 + held_back, 11, "{text}");
+    assert!(decisions.len() <= 7, "the cap of 3 a second held: {text}");
+    assert!(held_back >= 4, "{text}");
+    let first = decisions[0];
+    assert_eq!(first["namespace"], "edge");
+    assert_eq!(first["descriptors"], "tenant=a");
+    assert_eq!(first["outcome"], "ok");
+    assert_eq!(first["limit"], "edge.tenant");
+    let last = decisions.last().expect("the last decision");
+    assert_eq!(last["descriptors"], "tenant=b");
+    if let Some(over) = decisions.iter().find(|d| d["outcome"] == "over_limit") {
+        assert!(
+            over["retry_after_s"].as_u64().is_some_and(|s| s >= 1),
+            "{over}"
+        );
+    }
+}

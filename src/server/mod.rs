@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod api;
 pub mod certificate;
+pub mod decision_log;
 pub mod listen;
 pub mod metrics;
 pub mod reload;

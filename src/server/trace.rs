@@ -110,7 +110,7 @@ fn trace_flags(traceparent: &str) -> Option<u8> {
 
 /// A fast per-thread random number (SplitMix64), seeded from the OS once per
 /// thread: sampling needs uniformity, not secrecy.
-fn random() -> u64 {
+pub(crate) fn random() -> u64 {
     thread_local! {
         static STATE: Cell<u64> = Cell::new({
             let mut seed = [0u8; 8];

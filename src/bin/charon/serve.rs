@@ -172,6 +172,18 @@ pub struct ServeArgs {
     /// `traceparent` decides for its own requests.
     #[arg(long, env = "CHARON_TRACE_SAMPLE_RATIO", default_value_t = 0.01, value_parser = parse_ratio)]
     pub trace_sample_ratio: f64,
+    /// Log this share of ShouldRateLimit decisions (0 to 1; 0, the default,
+    /// logs none) as structured events with target `charon::decision`.
+    #[arg(long, env = "CHARON_DECISION_LOG_SAMPLE", default_value_t = 0.0, value_parser = parse_ratio)]
+    pub decision_log_sample: f64,
+    /// At most this many decision-log events a second; more are counted
+    /// and said once a second.
+    #[arg(
+        long,
+        env = "CHARON_DECISION_LOG_MAX_PER_SECOND",
+        default_value_t = 100
+    )]
+    pub decision_log_max_per_second: u32,
 }
 
 /// `--response-headers`.
@@ -302,6 +314,10 @@ impl ServeArgs {
                         Some(_) => TraceSampler::new(self.trace_sample_ratio),
                         None => TraceSampler::off(),
                     },
+                    decision_log: charon::server::decision_log::DecisionLogOptions::new(
+                        self.decision_log_sample,
+                        self.decision_log_max_per_second,
+                    ),
                 },
             },
         })

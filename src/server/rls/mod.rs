@@ -21,6 +21,7 @@ use tracing::Instrument;
 use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
+use super::decision_log::DecisionLog;
 use super::metrics::{Decision, LimitOutcome, Metrics};
 
 pub use wire::SOFT_LIMIT_HEADER;
@@ -34,6 +35,8 @@ pub struct RlsOptions {
     pub dynamic_metadata: bool,
     /// Which requests get a span (`--otlp-endpoint`).
     pub traces: super::trace::TraceSampler,
+    /// Which decisions are logged (`--decision-log-sample`).
+    pub decision_log: super::decision_log::DecisionLogOptions,
 }
 
 /// `--response-headers`: which headers Envoy is asked to add to the client's
@@ -74,6 +77,7 @@ pub struct RlsService<S> {
     limiter: Arc<Limiter<S>>,
     metrics: Arc<Metrics>,
     options: Arc<RlsOptions>,
+    decision_log: Arc<DecisionLog>,
 }
 
 impl<S> Clone for RlsService<S> {
@@ -82,6 +86,7 @@ impl<S> Clone for RlsService<S> {
             limiter: self.limiter.clone(),
             metrics: self.metrics.clone(),
             options: self.options.clone(),
+            decision_log: self.decision_log.clone(),
         }
     }
 }
@@ -91,6 +96,7 @@ impl<S> RlsService<S> {
         Self {
             limiter,
             metrics,
+            decision_log: Arc::new(DecisionLog::new(options.decision_log)),
             options: Arc::new(options),
         }
     }
@@ -146,6 +152,7 @@ impl<S: Store> RlsService<S> {
             .options
             .dynamic_metadata
             .then(|| metadata::Echo::of(&request));
+        let logged = self.decision_log.sample(&request);
         let request = match wire::from_wire(request) {
             Ok(request) => request,
             Err(message) => {
@@ -174,6 +181,9 @@ impl<S: Store> RlsService<S> {
                 }
                 if answer.namespace_known {
                     count_limits(&self.metrics, label, &answer);
+                }
+                if let Some(logged) = logged {
+                    self.decision_log.record(logged, label, &answer);
                 }
                 self.metrics.decision(label, result, started.elapsed());
                 let dynamic_metadata = echo.map(|echo| echo.into_struct(&answer));
