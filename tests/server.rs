@@ -699,3 +699,76 @@ async fn sampled_decisions_are_logged_within_the_rate_cap() {
         );
     }
 }
+
+/// The sample lines of `metrics` whose name and labels start with `prefix`.
+fn samples<'m>(metrics: &'m str, prefix: &str) -> Vec<&'m str> {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with(prefix))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tier_hits_and_unconfigured_resources_are_counted_by_limit() {
+    use charon::api::v1::RequestOp;
+    use charon::api::v1::charon_client::CharonClient;
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_config(dir.path(), "edge.yaml", CONFIG);
+    write_config(
+        dir.path(),
+        "open.yaml",
+        "domain: open\nsettings:\n  allow_unconfigured: true\n",
+    );
+    let sidecar = Sidecar::start(dir.path()).ready().await;
+    // Envoy: customer c1 on resource `api` (2 an hour, one tier): two
+    // grants, the second near the limit, then one over.
+    let mut client = sidecar.client().await;
+    for _ in 0..3 {
+        ask(&mut client, request("edge", &[("customer", "c1")])).await;
+    }
+    // The Charon API: the same resource for domain d1, three times.
+    let mut api = CharonClient::connect(format!("http://127.0.0.1:{}", sidecar.grpc))
+        .await
+        .expect("connects");
+    let op = |namespace: &str, resource: &str, domain: &str| RequestOp {
+        namespace: namespace.into(),
+        resource: resource.into(),
+        domain: domain.into(),
+        copies: Some(1),
+        min_copies: None,
+    };
+    for _ in 0..3 {
+        api.request(op("edge", "api", "d1"))
+            .await
+            .expect("an answer");
+    }
+    // A resource `open` does not configure but allows: granted, recorded.
+    for _ in 0..2 {
+        api.request(op("open", "uploads", "d1"))
+            .await
+            .expect("an answer");
+    }
+    let metrics = sidecar.metrics().await;
+    let expect = |line: &str| {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    };
+    for limit in ["edge.customer", "api"] {
+        expect(&format!(
+            "charon_tier_hits_total{{namespace=\"edge\",limit=\"{limit}\",outcome=\"within_limit\",tier=\"1\",limited_by=\"none\"}} 2"
+        ));
+        expect(&format!(
+            "charon_tier_hits_total{{namespace=\"edge\",limit=\"{limit}\",outcome=\"over_limit\",tier=\"1\",limited_by=\"tier\"}} 1"
+        ));
+    }
+    expect("charon_limit_hits_total{namespace=\"edge\",limit=\"api\",outcome=\"within_limit\"} 2");
+    expect("charon_limit_hits_total{namespace=\"edge\",limit=\"api\",outcome=\"near_limit\"} 1");
+    expect("charon_limit_hits_total{namespace=\"edge\",limit=\"api\",outcome=\"over_limit\"} 1");
+    expect("charon_unconfigured_hits_total{namespace=\"open\",resource=\"uploads\"} 2");
+    assert_eq!(
+        samples(&metrics, "charon_unconfigured_series_folded_total "),
+        ["charon_unconfigured_series_folded_total 0"]
+    );
+}

@@ -145,6 +145,12 @@ impl Core {
                     && rate.soft_limit.is_some_and(|soft| {
                         soft.exceeded(outcome.snapshot.tier_hits, outcome.snapshot.tier_limit)
                     });
+                self.observer.rate_request(
+                    &namespace.name,
+                    &rate.name,
+                    copies,
+                    rate_outcome(&outcome, namespace.settings.ignore_configured),
+                );
                 Ok(answer)
             }
             Target::Copies(..) => Err(ApiError::new(
@@ -154,14 +160,39 @@ impl Core {
                     op.resource
                 ),
             )),
-            Target::Unconfigured(_) => Ok(RequestAnswer {
-                granted: copies,
-                retry_after_ms: Some(0),
-                degraded: false,
-                context: Some(RateContext::default()),
-                soft_limit_exceeded: false,
-            }),
+            Target::Unconfigured(namespace) => {
+                self.observer
+                    .unconfigured_request(&namespace.name, &op.resource, copies);
+                Ok(RequestAnswer {
+                    granted: copies,
+                    retry_after_ms: Some(0),
+                    degraded: false,
+                    context: Some(RateContext::default()),
+                    soft_limit_exceeded: false,
+                })
+            }
         }
+    }
+}
+
+/// A decided rate request as the metrics see it.
+fn rate_outcome(outcome: &TierOutcome, ignore: bool) -> super::RateOutcome {
+    let snapshot = &outcome.snapshot;
+    let used = snapshot.tier_limit.saturating_sub(snapshot.remaining);
+    super::RateOutcome {
+        over: outcome.over,
+        shadow: outcome.over && ignore,
+        near: !outcome.over && used.saturating_mul(5) > snapshot.tier_limit.saturating_mul(4),
+        tier: snapshot.tier,
+        limited_by: if !outcome.over {
+            "none"
+        } else if outcome.limited_by_global {
+            "global"
+        } else if outcome.limited_by_hard {
+            "hard"
+        } else {
+            "tier"
+        },
     }
 }
 

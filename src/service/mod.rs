@@ -28,6 +28,33 @@ pub trait Observer: Send + Sync {
     fn copy_operation(&self, operation: &'static str, result: &'static str) {
         let _ = (operation, result);
     }
+
+    /// A rate request on a configured resource was decided.
+    fn rate_request(&self, namespace: &str, resource: &str, hits: u64, outcome: RateOutcome) {
+        let _ = (namespace, resource, hits, outcome);
+    }
+
+    /// A rate request named a resource its namespace does not configure
+    /// but allows (`allow_unconfigured`): granted, and recorded so that a
+    /// limit can be learned from it.
+    fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {
+        let _ = (namespace, resource, hits);
+    }
+}
+
+/// How a rate request on a burst-tier resource ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateOutcome {
+    /// Over its limits (and rejected, unless `shadow`).
+    pub over: bool,
+    /// Over, but granted: `ignore_configured`.
+    pub shadow: bool,
+    /// Granted past 80% of the current tier's limit.
+    pub near: bool,
+    /// The tier it was decided in (one-indexed; 0 when none is active).
+    pub tier: usize,
+    /// What rejected it: `tier`, `hard` or `global`; `none` when granted.
+    pub limited_by: &'static str,
 }
 
 /// Reports nowhere.

@@ -1,12 +1,16 @@
 //! Prometheus metrics. Labels are bounded: namespaces come from the
-//! configuration (unknown ones are labelled `unknown`), never domains.
+//! configuration (unknown ones are labelled `unknown`), never domains; keys
+//! that requests shape (a `detailed_metric` limit, an unconfigured resource)
+//! stop at a cap of distinct values and fold into `overflow` past it.
+
+mod labels;
+
+pub use self::labels::*;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::fmt::Write as _;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,51 +18,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::service::store::StoreStatus;
-
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum Decision {
-    Ok,
-    OverLimit,
-    InvalidArgument,
-    StoreError,
-}
-
-impl EncodeLabelValue for Decision {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(match self {
-            Decision::Ok => "ok",
-            Decision::OverLimit => "over_limit",
-            Decision::InvalidArgument => "invalid_argument",
-            Decision::StoreError => "store_error",
-        })
-    }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabels {
-    pub namespace: String,
-    pub result: Decision,
-}
-
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum ReloadResult {
-    Ok,
-    Rejected,
-}
-
-impl EncodeLabelValue for ReloadResult {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        encoder.write_str(match self {
-            ReloadResult::Ok => "ok",
-            ReloadResult::Rejected => "rejected",
-        })
-    }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    pub result: ReloadResult,
-}
 
 /// Every metric the sidecar exports.
 pub struct Metrics {
@@ -78,9 +37,14 @@ pub struct Metrics {
     soft_limit_warnings: Family<NamespaceLabel, Counter>,
     global_shadow: Family<NamespaceLabel, Counter>,
     limit_hits: Family<LimitLabels, Counter>,
+    tier_hits: Family<TierLabels, Counter>,
     /// The limit keys counted so far (each starts with its namespace).
-    limit_keys: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
+    limit_keys: SeriesCap,
     limit_folds: Counter,
+    unconfigured_hits: Family<ResourceLabels, Counter>,
+    /// The unconfigured resources counted so far.
+    unconfigured_keys: SeriesCap,
+    unconfigured_folds: Counter,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
     store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
@@ -90,72 +54,57 @@ pub struct Metrics {
 /// into `overflow`: a `detailed_metric` limit can see unbounded values.
 pub const MAX_LIMIT_SERIES: usize = 10_000;
 
-/// What happened to a limit's hits.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum LimitOutcome {
-    WithinLimit,
-    NearLimit,
-    OverLimit,
-    ShadowMode,
+/// Distinct unconfigured resources (`allow_unconfigured`) counted before new
+/// ones fold into `overflow`: clients name them.
+pub const MAX_UNCONFIGURED_SERIES: usize = 1_000;
+
+/// The distinct keys a label has taken, up to a cap.
+struct SeriesCap {
+    keys: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
+    max: usize,
 }
 
-impl EncodeLabelValue for LimitOutcome {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        encoder.write_str(match self {
-            LimitOutcome::WithinLimit => "within_limit",
-            LimitOutcome::NearLimit => "near_limit",
-            LimitOutcome::OverLimit => "over_limit",
-            LimitOutcome::ShadowMode => "shadow_mode",
-        })
+impl SeriesCap {
+    fn new(max: usize) -> Self {
+        Self {
+            keys: Default::default(),
+            max,
+        }
     }
-}
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LimitLabels {
-    pub namespace: String,
-    pub limit: SharedLabel,
-    pub outcome: LimitOutcome,
-}
-
-/// A label value shared with the configuration: counting a hit clones a
-/// pointer instead of copying the key.
-#[derive(Debug, Clone, Hash, PartialEq, Eq)]
-pub struct SharedLabel(pub Arc<str>);
-
-impl EncodeLabelValue for SharedLabel {
-    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
-        encoder.write_str(&self.0)
+    /// `key` itself while it is counted (or fits under the cap), else
+    /// `overflow`, with `folds` counted.
+    fn label(&self, key: &str, folds: &Counter) -> SharedLabel {
+        let known = self
+            .keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .cloned();
+        if let Some(known) = known {
+            return SharedLabel(known);
+        }
+        let mut keys = self
+            .keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = keys.get(key) {
+            return SharedLabel(known.clone());
+        }
+        if keys.len() < self.max {
+            let key: Arc<str> = Arc::from(key);
+            keys.insert(key.clone());
+            SharedLabel(key)
+        } else {
+            folds.inc();
+            SharedLabel(Arc::from("overflow"))
+        }
     }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NamespaceLabel {
-    pub namespace: String,
-}
-
-/// One call to the shared store and how it ended.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StoreCallLabels {
-    /// `decide`, `peek`, `ping`, a copy operation (`reserve`, `release`,
-    /// `transfer`, `seize`, `drop_session`, `counts`, `index`) or the copy
-    /// log's housekeeping (`heartbeat`, `register`, `deregister`,
-    /// `reaper_lease`, `reap_scan`, `reap`, `expire`).
-    pub operation: &'static str,
-    /// `ok` or `error` (a failure or a missed deadline).
-    pub result: &'static str,
 }
 
 /// 50 µs .. ~0.8 s: a loopback call, up to well past any sane deadline.
 fn store_call_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 15))
-}
-
-/// A Charon API session operation and how it ended.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CopyOperationLabels {
-    pub operation: &'static str,
-    /// `ok`, `rejected` (a reserve granted nothing) or the error kind.
-    pub result: &'static str,
 }
 
 impl Metrics {
@@ -269,6 +218,24 @@ impl Metrics {
             "Calls to the shared store (Redis) by operation and result, deadline included",
             store_calls.clone(),
         );
+        let tier_hits = Family::<TierLabels, Counter>::default();
+        registry.register(
+            "tier_hits",
+            "Hits per burst-tier limit (the statistics key; for the Charon API, the resource) by outcome, the tier they were decided in (0: none active) and what limited them: none, tier, hard or global",
+            tier_hits.clone(),
+        );
+        let unconfigured_hits = Family::<ResourceLabels, Counter>::default();
+        registry.register(
+            "unconfigured_hits",
+            "Charon API hits on resources a namespace does not configure but allows (allow_unconfigured), by resource",
+            unconfigured_hits.clone(),
+        );
+        let unconfigured_folds = Counter::default();
+        registry.register(
+            "unconfigured_series_folded",
+            "Hits counted under resource=\"overflow\" because the unconfigured resources had reached their cap of distinct names",
+            unconfigured_folds.clone(),
+        );
         let copy_serving = Gauge::default();
         registry.register(
             "copy_log_registered",
@@ -280,8 +247,12 @@ impl Metrics {
             soft_limit_warnings,
             global_shadow,
             limit_hits,
-            limit_keys: Default::default(),
+            tier_hits,
+            limit_keys: SeriesCap::new(MAX_LIMIT_SERIES),
             limit_folds,
+            unconfigured_hits,
+            unconfigured_keys: SeriesCap::new(MAX_UNCONFIGURED_SERIES),
+            unconfigured_folds,
             sessions,
             copy_operations,
             copy_serving,
@@ -365,42 +336,36 @@ impl Metrics {
 
     /// Counts `hits` of the limit `key` of `namespace` as `outcome`; past
     /// [`MAX_LIMIT_SERIES`] distinct keys, new ones count as `overflow`.
-    pub fn limit_hits(&self, namespace: &str, key: &Arc<str>, outcome: LimitOutcome, hits: u64) {
-        let limit = if self.limit_key_counted(key) {
-            key.clone()
-        } else {
-            self.limit_folds.inc();
-            Arc::from("overflow")
-        };
+    pub fn limit_hits(&self, namespace: &str, key: &str, outcome: LimitOutcome, hits: u64) {
         self.limit_hits
             .get_or_create(&LimitLabels {
                 namespace: namespace.to_owned(),
-                limit: SharedLabel(limit),
+                limit: self.limit_keys.label(key, &self.limit_folds),
                 outcome,
             })
             .inc_by(hits);
     }
 
-    /// Whether `key` has (or may now have) its own series.
-    fn limit_key_counted(&self, key: &Arc<str>) -> bool {
-        let known = self
-            .limit_keys
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(key);
-        if known {
-            return true;
-        }
-        let mut keys = self
-            .limit_keys
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if keys.len() < MAX_LIMIT_SERIES {
-            keys.insert(key.clone());
-            true
-        } else {
-            keys.contains(key)
-        }
+    /// Counts `hits` of the burst-tier limit `key` by outcome, the tier they
+    /// were decided in and what limited them (under the same cap as
+    /// [`limit_hits`](Self::limit_hits)).
+    pub fn tier_hits(
+        &self,
+        namespace: &str,
+        key: &str,
+        outcome: LimitOutcome,
+        (tier, limited_by): (usize, &'static str),
+        hits: u64,
+    ) {
+        self.tier_hits
+            .get_or_create(&TierLabels {
+                namespace: namespace.to_owned(),
+                limit: self.limit_keys.label(key, &self.limit_folds),
+                outcome,
+                tier: TierLabel(tier),
+                limited_by,
+            })
+            .inc_by(hits);
     }
 
     pub fn set_sessions(&self, open: usize) {
@@ -436,6 +401,44 @@ impl Default for Metrics {
 impl crate::service::Observer for Metrics {
     fn copy_operation(&self, operation: &'static str, result: &'static str) {
         self.session_operation(operation, result);
+    }
+
+    fn rate_request(
+        &self,
+        namespace: &str,
+        resource: &str,
+        hits: u64,
+        outcome: crate::service::RateOutcome,
+    ) {
+        let main = if outcome.shadow {
+            LimitOutcome::ShadowMode
+        } else if outcome.over {
+            LimitOutcome::OverLimit
+        } else {
+            LimitOutcome::WithinLimit
+        };
+        self.limit_hits(namespace, resource, main, hits);
+        if outcome.near {
+            self.limit_hits(namespace, resource, LimitOutcome::NearLimit, hits);
+        }
+        self.tier_hits(
+            namespace,
+            resource,
+            main,
+            (outcome.tier, outcome.limited_by),
+            hits,
+        );
+    }
+
+    fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {
+        self.unconfigured_hits
+            .get_or_create(&ResourceLabels {
+                namespace: namespace.to_owned(),
+                resource: self
+                    .unconfigured_keys
+                    .label(resource, &self.unconfigured_folds),
+            })
+            .inc_by(hits);
     }
 }
 

@@ -1,0 +1,143 @@
+//! The label sets of the sidecar's metrics. Every value is bounded: an
+//! enumeration, a name from the configuration, or a key under a series cap.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum Decision {
+    Ok,
+    OverLimit,
+    InvalidArgument,
+    StoreError,
+}
+
+impl EncodeLabelValue for Decision {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            Decision::Ok => "ok",
+            Decision::OverLimit => "over_limit",
+            Decision::InvalidArgument => "invalid_argument",
+            Decision::StoreError => "store_error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub namespace: String,
+    pub result: Decision,
+}
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum ReloadResult {
+    Ok,
+    Rejected,
+}
+
+impl EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            ReloadResult::Ok => "ok",
+            ReloadResult::Rejected => "rejected",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub result: ReloadResult,
+}
+
+/// What happened to a limit's hits.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum LimitOutcome {
+    WithinLimit,
+    NearLimit,
+    OverLimit,
+    ShadowMode,
+}
+
+impl EncodeLabelValue for LimitOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            LimitOutcome::WithinLimit => "within_limit",
+            LimitOutcome::NearLimit => "near_limit",
+            LimitOutcome::OverLimit => "over_limit",
+            LimitOutcome::ShadowMode => "shadow_mode",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub namespace: String,
+    pub limit: SharedLabel,
+    pub outcome: LimitOutcome,
+}
+
+/// A label value shared with the configuration: counting a hit clones a
+/// pointer instead of copying the key.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+pub struct SharedLabel(pub Arc<str>);
+
+impl EncodeLabelValue for SharedLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceLabel {
+    pub namespace: String,
+}
+
+/// One call to the shared store and how it ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreCallLabels {
+    /// `decide`, `peek`, `ping`, a copy operation (`reserve`, `release`,
+    /// `transfer`, `seize`, `drop_session`, `counts`, `index`) or the copy
+    /// log's housekeeping (`heartbeat`, `register`, `deregister`,
+    /// `reaper_lease`, `reap_scan`, `reap`, `expire`).
+    pub operation: &'static str,
+    /// `ok` or `error` (a failure or a missed deadline).
+    pub result: &'static str,
+}
+
+/// A Charon API session operation and how it ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyOperationLabels {
+    pub operation: &'static str,
+    /// `ok`, `rejected` (a reserve granted nothing) or the error kind.
+    pub result: &'static str,
+}
+
+/// The tier a burst-tier decision was made in (one-indexed; 0: none active).
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub struct TierLabel(pub usize);
+
+impl EncodeLabelValue for TierLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(itoa::Buffer::new().format(self.0))
+    }
+}
+
+/// A burst-tier limit's hits by outcome, tier and what limited them.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierLabels {
+    pub namespace: String,
+    pub limit: SharedLabel,
+    pub outcome: LimitOutcome,
+    pub tier: TierLabel,
+    /// `none` (granted), `tier`, `hard` or `global`.
+    pub limited_by: &'static str,
+}
+
+/// Hits on a resource a namespace does not configure but allows.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub namespace: String,
+    pub resource: SharedLabel,
+}
