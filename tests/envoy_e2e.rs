@@ -124,6 +124,47 @@ fn envoy_config(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
     text.join("\n") + "\n"
 }
 
+/// `envoy_yaml` with every request traced (OpenTelemetry tracer, 100%
+/// sampling) to an OTLP collector on 127.0.0.1:`port`: Envoy then sends the
+/// request's `traceparent` on its rate-limit call.
+fn with_tracing(envoy_yaml: &str, port: u16) -> String {
+    let hcm = "                stat_prefix: edge\n";
+    assert_eq!(envoy_yaml.matches(hcm).count(), 1, "one connection manager");
+    let tracing = format!(
+        "{hcm}                tracing:
+                  random_sampling: {{value: 100}}
+                  provider:
+                    name: envoy.tracers.opentelemetry
+                    typed_config:
+                      \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                      service_name: front-envoy
+                      grpc_service:
+                        envoy_grpc: {{cluster_name: otlp}}
+                        timeout: 1s
+"
+    );
+    let cluster = format!(
+        "
+    - name: otlp
+      type: STATIC
+      connect_timeout: 1s
+      typed_extension_protocol_options:
+        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+          explicit_http_config:
+            http2_protocol_options: {{}}
+      load_assignment:
+        cluster_name: otlp
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address:
+                    socket_address: {{address: 127.0.0.1, port_value: {port}}}
+"
+    );
+    envoy_yaml.replacen(hcm, &tracing, 1) + &cluster
+}
+
 /// A child process that is killed (SIGKILL) and reaped when dropped, even
 /// on panic. On panic its log (stdout and stderr) is printed.
 struct Proc {
@@ -234,6 +275,17 @@ impl Harness {
     /// The same, Envoy reaching the sidecar over its Unix socket (a `pipe`
     /// address) when `via_socket`.
     async fn start_via(config: &Path, args: &[String], via_socket: bool) -> Harness {
+        Self::start_traced(config, args, via_socket, None).await
+    }
+
+    /// The same, with Envoy tracing every request to the OTLP collector at
+    /// `otlp` (a port on 127.0.0.1) when given.
+    async fn start_traced(
+        config: &Path,
+        args: &[String],
+        via_socket: bool,
+        otlp: Option<u16>,
+    ) -> Harness {
         let envoy_bin = find_envoy();
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("charon.sock");
@@ -277,6 +329,9 @@ impl Harness {
             let tcp = format!("socket_address: {{address: 127.0.0.1, port_value: {grpc}}}");
             assert_eq!(envoy_yaml.matches(&tcp).count(), 1, "one Charon address");
             envoy_yaml = envoy_yaml.replace(&tcp, &format!("pipe: {{path: {}}}", socket.display()));
+        }
+        if let Some(port) = otlp {
+            envoy_yaml = with_tracing(&envoy_yaml, port);
         }
         fs::write(&config, envoy_yaml).expect("write envoy.yaml");
         // --disable-hot-restart: no shared memory and no hot-restart socket,
@@ -488,6 +543,72 @@ async fn envoy_asks_charon_over_a_unix_socket() {
     )
     .await;
     envoy_scenario(&mut h).await;
+}
+
+/// Envoy traces the request and sends its `traceparent` on the rate-limit
+/// call; Charon's span lands in Envoy's trace, under Envoy's span of that
+/// call.
+#[tokio::test(flavor = "multi_thread")]
+async fn charons_span_joins_envoys_trace() {
+    use support::otlp::{Collector, hex};
+    let collector = Collector::default();
+    let endpoint = collector.start().await;
+    let port: u16 = endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .expect("the collector's port");
+    // Ratio 0: Charon traces only what Envoy asks it to.
+    let args = [
+        "--otlp-endpoint".to_owned(),
+        endpoint,
+        "--trace-sample-ratio".into(),
+        "0".into(),
+    ];
+    let h = Harness::start_traced(
+        &manifest_dir().join("examples/envoy/ratelimit.yaml"),
+        &args,
+        false,
+        Some(port),
+    )
+    .await;
+    let tenant = unique("traced");
+    let reply = h.get(Some(&tenant)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    const CHARON: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let spans = collector.spans();
+        // Charon's spans, each under a span that Envoy sent.
+        let joined = spans
+            .iter()
+            .filter(|span| span.name == CHARON)
+            .find(|charon| {
+                spans.iter().any(|envoy| {
+                    envoy.name != CHARON
+                        && envoy.span_id == charon.parent_span_id
+                        && envoy.trace_id == charon.trace_id
+                })
+            });
+        if let Some(charon) = joined {
+            assert_eq!(charon.trace_id.len(), 16, "{}", hex(&charon.trace_id));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Charon span under an Envoy span; spans: {:?}",
+            spans
+                .iter()
+                .map(|s| (
+                    &s.name,
+                    hex(&s.trace_id),
+                    hex(&s.span_id),
+                    hex(&s.parent_span_id)
+                ))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The same tour with the state in Redis: the answers are the same, and the

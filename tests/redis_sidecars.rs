@@ -55,6 +55,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use support::otlp::{Collector, attribute, hex};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer, free_port};
 use support::sidecar::{READY_TIMEOUT, Sidecar, eventually, metric_value, tempdir, write_config};
 use tokio::task::JoinHandle;
@@ -1214,7 +1215,7 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
     let redis = RedisServer::start();
     let dir = tempdir();
     let yaml = format!(
-        "{}  seats:\n    copies: {{domain_limit: 1}}\n",
+        "{}  seats:\n    copies: {{domain_limit: 1, groups: [{{name: vip, limit: 5, domains: [acme]}}]}}\n",
         edge_config(1)
     );
     let config = write_config(dir.path(), &yaml);
@@ -1232,6 +1233,8 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
         ask(&mut client, request("tenant", "acme")).await,
         "OVER_LIMIT"
     );
+    // A burst-tier resource, for the per-tier series.
+    assert_eq!(ask(&mut client, request("customer", "acme")).await, "OK");
     let mut session = sidecar.session().await;
     eventually("a seat", READY_TIMEOUT, async || {
         match session.reserve("edge", "seats", "acme", 1, 1).await {
@@ -1273,77 +1276,16 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
             .unwrap_or(0.0);
         assert!(count >= 1.0, "no {operation} call timed:\n{metrics}");
     }
-}
-
-/// An OTLP collector's trace service, started by the test: keeps every span
-/// it is sent.
-#[derive(Clone, Default)]
-struct Collector(Arc<Mutex<Vec<opentelemetry_proto::tonic::trace::v1::Span>>>);
-
-#[tonic::async_trait]
-impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService
-    for Collector
-{
-    async fn export(
-        &self,
-        request: tonic::Request<
-            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
-        >,
-    ) -> Result<
-        tonic::Response<
-            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
-        >,
-        tonic::Status,
-    > {
-        let mut spans = self.0.lock().expect("the span list");
-        for resource in request.into_inner().resource_spans {
-            for scope in resource.scope_spans {
-                spans.extend(scope.spans);
-            }
-        }
-        Ok(tonic::Response::new(Default::default()))
-    }
-}
-
-impl Collector {
-    /// Serves on a free loopback port; returns the endpoint to give Charon.
-    async fn start(&self) -> String {
-        use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port for the collector");
-        let endpoint = format!("http://{}", listener.local_addr().expect("its address"));
-        let service = TraceServiceServer::new(self.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    // The seat held shows in the gauges; the sidecar's registration counts.
+    for line in [
+        "charon_copies_held{namespace=\"edge\",resource=\"seats\"} 1",
+        "charon_copies_held_by_group{namespace=\"edge\",resource=\"seats\",group=\"vip\"} 1",
+        "charon_copy_log_events_total{event=\"registered\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in:\n{metrics}"
         );
-        endpoint
-    }
-
-    fn spans(&self) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
-        self.0.lock().expect("the span list").clone()
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A span's string (or bool, as text) attribute.
-fn attribute(span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str) -> Option<String> {
-    use opentelemetry_proto::tonic::common::v1::any_value::Value;
-    let value = span
-        .attributes
-        .iter()
-        .find(|kv| kv.key == key)?
-        .value
-        .as_ref()?;
-    match value.value.as_ref()? {
-        Value::StringValue(text) => Some(text.clone()),
-        Value::BoolValue(flag) => Some(flag.to_string()),
-        other => Some(format!("{other:?}")),
     }
 }
 

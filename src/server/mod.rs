@@ -162,6 +162,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     metrics.set_namespaces(loaded.config.namespaces().count());
     let store_options = store::StoreOptions {
         observer: Some(metrics.store_call_observer()),
+        events: Some(metrics.copy_log_event_observer()),
         ..options.store.clone()
     };
     let store = SidecarStore::open(&store_options).context("cannot open --store")?;

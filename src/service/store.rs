@@ -32,6 +32,8 @@ pub struct StoreOptions {
     pub sentinel_password: Option<String>,
     /// Told the latency of every Redis call (the sidecar's histogram).
     pub observer: Option<crate::store::redis::CallObserver>,
+    /// Told of the copy log's membership events (the sidecar's counters).
+    pub events: Option<crate::store::redis::EventObserver>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -48,6 +50,7 @@ impl std::fmt::Debug for StoreOptions {
                 &self.sentinel_password.as_ref().map(|_| "***"),
             )
             .field("observer", &self.observer.is_some())
+            .field("events", &self.events.is_some())
             .finish()
     }
 }
@@ -63,6 +66,7 @@ impl Default for StoreOptions {
             tls: None,
             sentinel_password: None,
             observer: None,
+            events: None,
         }
     }
 }
@@ -103,6 +107,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
             tls: options.tls.clone(),
             sentinel_password: options.sentinel_password.clone(),
             observer: options.observer.clone(),
+            events: options.events.clone(),
             ..RedisOptions::default()
         },
         timings,

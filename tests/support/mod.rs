@@ -1,13 +1,15 @@
 //! What the test binaries share: a Redis harness that starts its own
 //! servers on free ports (`redis`), a sidecar harness that runs
 //! `charon serve` (`sidecar`), the Python tools of the test venv (`venv`),
-//! and the generators of the property tests (`properties`).
+//! the generators of the property tests (`properties`), and an OTLP
+//! collector that keeps the spans it is sent (`otlp`).
 //!
 //! Each binary declares `mod support;` and uses what it needs, so the rest
 //! is dead code there.
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod otlp;
 pub mod properties;
 pub mod redis;
 pub mod sidecar;

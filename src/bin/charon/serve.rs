@@ -288,8 +288,9 @@ impl ServeArgs {
                 key_prefix: self.store_key_prefix,
                 tls: store_tls,
                 sentinel_password,
-                // The sidecar's metrics fill it in.
+                // The sidecar's metrics fill these in.
                 observer: None,
+                events: None,
             },
             copies: charon::server::CopyOptions {
                 timings: charon::store::copies::CopyTimings {

@@ -85,7 +85,7 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
             Router::new()
                 .route("/debug/resources", get(state::resources))
                 .route("/debug/state", get(state::state))
-                .with_state(sources)
+                .with_state(sources.clone())
                 .layer(axum::middleware::from_fn_with_state(
                     access.clone(),
                     access::guard,
@@ -95,7 +95,10 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route(
+            "/metrics",
+            get(move |State(admin): State<AdminState>| metrics(admin, sources.clone())),
+        )
         .with_state(admin)
         .merge(pages)
 }
@@ -177,8 +180,11 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+async fn metrics(state: AdminState, sources: StateSources) -> impl IntoResponse {
     state.metrics.set_store((state.store_status)());
+    state
+        .metrics
+        .set_copy_holds(&state::copy_holds(&sources).await);
     (
         [(
             header::CONTENT_TYPE,

@@ -282,3 +282,51 @@ async fn copies_detail(
     };
     Ok((Detail::Copies { holds }, SystemClock.now_ms()))
 }
+
+/// The copies held of one copy-limited resource, across its domains, and
+/// per group: what `/metrics` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceHolds {
+    pub namespace: String,
+    pub resource: String,
+    pub held: u64,
+    /// (group, copies held by its members).
+    pub groups: Vec<(String, u64)>,
+}
+
+/// The holds of every copy-limited resource of the running configuration
+/// (one copy-log read each, within the store's deadline). A resource whose
+/// read fails is left out: the scrape still answers.
+pub async fn copy_holds(sources: &StateSources) -> Vec<ResourceHolds> {
+    let config = sources.limiter.config();
+    let mut holds = Vec::new();
+    for namespace in config.namespaces() {
+        for resource in namespace.resources.values() {
+            let crate::config::Resource::Copies(copies) = resource else {
+                continue;
+            };
+            let names: Vec<&str> = copies.groups.iter().map(|g| g.name.as_str()).collect();
+            let at = CopyRef {
+                namespace: &namespace.name,
+                resource: &copies.name,
+                domain: "",
+            };
+            match sources.copies.counts(at, &names).await {
+                Ok(counts) => holds.push(ResourceHolds {
+                    namespace: namespace.name.clone(),
+                    resource: copies.name.clone(),
+                    held: counts.global,
+                    groups: names
+                        .iter()
+                        .map(|name| (*name).to_owned())
+                        .zip(counts.groups)
+                        .collect(),
+                }),
+                Err(error) => {
+                    tracing::debug!(%error, resource = %copies.name, "copy holds not read for /metrics");
+                }
+            }
+        }
+    }
+    holds
+}

@@ -141,3 +141,24 @@ pub struct ResourceLabels {
     pub namespace: String,
     pub resource: SharedLabel,
 }
+
+/// A copy-limited resource.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyResourceLabels {
+    pub namespace: String,
+    pub resource: String,
+}
+
+/// A group of a copy-limited resource.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyGroupLabels {
+    pub namespace: String,
+    pub resource: String,
+    pub group: String,
+}
+
+/// A membership event of the copy log.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyLogEventLabels {
+    pub event: &'static str,
+}

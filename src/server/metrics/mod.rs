@@ -10,7 +10,6 @@ pub use self::labels::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -47,6 +46,9 @@ pub struct Metrics {
     unconfigured_folds: Counter,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
+    copies_held: Family<CopyResourceLabels, Gauge>,
+    copy_log_events: Family<CopyLogEventLabels, Counter>,
+    copies_held_by_group: Family<CopyGroupLabels, Gauge>,
     store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -236,6 +238,24 @@ impl Metrics {
             "Hits counted under resource=\"overflow\" because the unconfigured resources had reached their cap of distinct names",
             unconfigured_folds.clone(),
         );
+        let copies_held = Family::<CopyResourceLabels, Gauge>::default();
+        registry.register(
+            "copies_held",
+            "Copies held of each copy-limited resource, across its domains (read from the copy log at each scrape)",
+            copies_held.clone(),
+        );
+        let copies_held_by_group = Family::<CopyGroupLabels, Gauge>::default();
+        registry.register(
+            "copies_held_by_group",
+            "Copies held by the members of each group of a copy-limited resource",
+            copies_held_by_group.clone(),
+        );
+        let copy_log_events = Family::<CopyLogEventLabels, Counter>::default();
+        registry.register(
+            "copy_log_events",
+            "The copy log's membership events: registered, resigned, reaped_sidecars, reaped_copies (copies released by reaping), expired_transfers",
+            copy_log_events.clone(),
+        );
         let copy_serving = Gauge::default();
         registry.register(
             "copy_log_registered",
@@ -256,6 +276,9 @@ impl Metrics {
             sessions,
             copy_operations,
             copy_serving,
+            copies_held,
+            copies_held_by_group,
+            copy_log_events,
             store_calls,
             store_reachable,
             store_degraded,
@@ -366,6 +389,40 @@ impl Metrics {
                 limited_by,
             })
             .inc_by(hits);
+    }
+
+    /// What the copy log calls on its membership events: counts them.
+    pub fn copy_log_event_observer(&self) -> crate::store::redis::EventObserver {
+        let events = self.copy_log_events.clone();
+        Arc::new(move |event, count| {
+            events
+                .get_or_create(&CopyLogEventLabels { event })
+                .inc_by(count);
+        })
+    }
+
+    /// Replaces the copy-hold gauges with what the copy log says now
+    /// (resources no longer configured disappear).
+    pub fn set_copy_holds(&self, holds: &[super::admin::state::ResourceHolds]) {
+        self.copies_held.clear();
+        self.copies_held_by_group.clear();
+        for resource in holds {
+            self.copies_held
+                .get_or_create(&CopyResourceLabels {
+                    namespace: resource.namespace.clone(),
+                    resource: resource.resource.clone(),
+                })
+                .set(i64::try_from(resource.held).unwrap_or(i64::MAX));
+            for (group, held) in &resource.groups {
+                self.copies_held_by_group
+                    .get_or_create(&CopyGroupLabels {
+                        namespace: resource.namespace.clone(),
+                        resource: resource.resource.clone(),
+                        group: group.clone(),
+                    })
+                    .set(i64::try_from(*held).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     pub fn set_sessions(&self, open: usize) {

@@ -105,6 +105,7 @@ impl RedisCopies {
                 m.serving = true;
             });
             tracing::info!(server_id = %id, "registered in the copy log");
+            self.redis.event("registered", 1);
             let mut last_renewal = registered_at;
             let mut ticks = tokio::time::interval(self.timings.heartbeat);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -152,6 +153,7 @@ impl RedisCopies {
                 }
             };
             tracing::warn!(server_id = %id, %reason, "resigning: ending every session; the other sidecars reap its holds");
+            self.redis.event("resigned", 1);
             self.membership.send_modify(|m| {
                 m.generation += 1;
                 m.serving = false;
@@ -244,6 +246,12 @@ impl RedisCopies {
                 Ok(reaped) => {
                     for (server, copies) in &reaped.servers {
                         tracing::warn!(dead = %server, copies, "reaped the holds of a sidecar whose heartbeat expired");
+                        self.redis.event("reaped_sidecars", 1);
+                        self.redis.event("reaped_copies", *copies);
+                    }
+                    if reaped.expired_transfers > 0 {
+                        self.redis
+                            .event("expired_transfers", reaped.expired_transfers);
                     }
                 }
                 Err(error) => tracing::debug!(%error, "reaper pass failed; next pass retries"),

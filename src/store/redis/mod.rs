@@ -41,7 +41,7 @@ use crate::store::keys;
 use self::blocked::Blocked;
 use self::connection::Connection;
 pub use self::error::RedisError;
-pub use self::options::{CallObserver, RedisOptions, StoreTls};
+pub use self::options::{CallObserver, EventObserver, RedisOptions, StoreTls};
 use super::{Batch, SlotKey, Store, StoreError};
 
 /// The scripts, by the kinds of limit a batch holds.
@@ -159,6 +159,13 @@ impl RedisStore {
         };
         self.observe(operation, started, result.is_ok());
         result
+    }
+
+    /// Tells the event observer (if any) that `event` happened `count` times.
+    pub(crate) fn event(&self, event: &'static str, count: u64) {
+        if let Some(events) = &self.options.events {
+            events(event, count);
+        }
     }
 
     fn observe(&self, operation: &'static str, started: Option<Instant>, ok: bool) {

@@ -25,11 +25,17 @@ pub struct RedisOptions {
     /// Told how long each call to Redis took (the sidecar's latency
     /// histogram); `None` costs nothing.
     pub observer: Option<CallObserver>,
+    /// Told of the copy log's membership events (the sidecar's counters).
+    pub events: Option<EventObserver>,
 }
 
 /// Told, after each call to Redis, which operation it was (`decide`,
 /// `reserve`, `heartbeat`…), how long it took, and whether it succeeded.
 pub type CallObserver = Arc<dyn Fn(&'static str, Duration, bool) + Send + Sync>;
+
+/// Told of the copy log's membership events and how many: `registered`,
+/// `resigned`, `reaped_sidecars`, `reaped_copies`, `expired_transfers`.
+pub type EventObserver = Arc<dyn Fn(&'static str, u64) + Send + Sync>;
 
 /// `--store-ca`, `--store-tls-cert`, `--store-tls-key`: for `rediss://`, the
 /// CA to trust instead of the system's roots, and a client certificate for
@@ -76,6 +82,7 @@ impl Default for RedisOptions {
             tls: None,
             sentinel_password: None,
             observer: None,
+            events: None,
         }
     }
 }
@@ -90,6 +97,7 @@ impl std::fmt::Debug for RedisOptions {
             .field("tls", &self.tls.is_some())
             .field("sentinel_password", &self.sentinel_password.is_some())
             .field("observer", &self.observer.is_some())
+            .field("events", &self.events.is_some())
             .finish()
     }
 }
