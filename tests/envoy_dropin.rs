@@ -823,3 +823,91 @@ async fn every_serve_flag_reads_its_environment_variable() {
     assert!(flags >= 19, "{help}");
     assert_eq!(envs, flags, "{help}");
 }
+
+/// The per-limit counters after a scripted sequence: within, near (past 80%
+/// of the limit), over, a `shadow_mode` limit over, and a namespace that
+/// ignores its configuration.
+#[tokio::test]
+async fn every_outcome_is_counted_per_limit_in_hits() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(
+        dir.path(),
+        r#"
+domain: seq
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"#,
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    // 5 an hour: 4 hits within (the 5th hit is past 80%), then 3 over.
+    for hits in [2, 2, 1, 3] {
+        ask(
+            &mut client,
+            "seq",
+            vec![descriptor(&[("k", "x")], Some(hits))],
+        )
+        .await;
+    }
+    // 1 an hour in shadow mode: within, then over but let through.
+    for _ in 0..2 {
+        ask(
+            &mut client,
+            "seq",
+            vec![descriptor(&[("shadowed", "x")], None)],
+        )
+        .await;
+    }
+    let metric = async |limit: &str, outcome: &str| {
+        sidecar
+            .metric(&format!(
+                "charon_limit_hits_total{{namespace=\"seq\",limit=\"{limit}\",outcome=\"{outcome}\"}}"
+            ))
+            .await
+    };
+    assert_eq!(metric("seq.k", "within_limit").await, 5.0);
+    // The request that reached 5 of 5 (past 80%) counts as near, in hits.
+    assert_eq!(metric("seq.k", "near_limit").await, 1.0);
+    assert_eq!(metric("seq.k", "over_limit").await, 3.0);
+    assert_eq!(metric("seq.shadowed", "within_limit").await, 1.0);
+    assert_eq!(metric("seq.shadowed", "shadow_mode").await, 1.0);
+}
+
+#[tokio::test]
+async fn ignore_configured_rejections_count_as_shadow() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(
+        dir.path(),
+        r#"
+domain: quiet
+settings:
+  ignore_configured: true
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"#,
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    for _ in 0..3 {
+        ask(&mut client, "quiet", vec![descriptor(&[("k", "x")], None)]).await;
+    }
+    let metric = async |outcome: &str| {
+        sidecar
+            .metric(&format!(
+                "charon_limit_hits_total{{namespace=\"quiet\",limit=\"quiet.k\",outcome=\"{outcome}\"}}"
+            ))
+            .await
+    };
+    assert_eq!(metric("within_limit").await, 1.0);
+    assert_eq!(metric("shadow_mode").await, 2.0);
+    let metrics = sidecar.metrics().await.expect("/metrics");
+    assert!(
+        !metrics.contains("limit=\"quiet.k\",outcome=\"over_limit\""),
+        "nothing is rejected: {metrics}"
+    );
+}
