@@ -1382,3 +1382,70 @@ async fn spans_reach_an_otlp_collector_inside_the_callers_trace() {
     outcomes.sort();
     assert_eq!(outcomes, ["ok", "over_limit"]);
 }
+
+/// Redis hangs (a stalled link) and calls pile up: past `--max-in-flight`,
+/// they are answered at once by `--on-overload`, counted, and the sidecar
+/// keeps answering the rest within its store deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_in_flight_calls_are_answered_at_once_by_policy() {
+    const BOUND: usize = 4;
+    const BURST: usize = 20;
+    let redis = RedisServer::start();
+    let stall = Arc::new(AtomicBool::new(false));
+    let proxy = support::proxy::stalling_proxy(redis.port, stall.clone()).await;
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(1000));
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &format!("redis://127.0.0.1:{proxy}"),
+        &[
+            "--store-timeout",
+            "3s",
+            "--on-store-error",
+            "allow",
+            "--max-in-flight",
+            &BOUND.to_string(),
+            "--on-overload",
+            "deny",
+        ],
+    );
+    sidecar.wait_reachable().await;
+    let mut client = sidecar.rls_client().await;
+    assert_eq!(ask(&mut client, request("tenant", "warm")).await, "OK");
+    // The link hangs: the first BOUND calls wait for the 3 s deadline (then
+    // `allow`), every later one is over the bound and denied at once.
+    stall.store(true, Ordering::SeqCst);
+    let started = Instant::now();
+    let calls: Vec<JoinHandle<(String, Duration)>> = (0..BURST)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let answer = ask(&mut client, request("tenant", &format!("t{i}"))).await;
+                (answer, started.elapsed())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.expect("the call task"));
+    }
+    stall.store(false, Ordering::SeqCst);
+    let denied: Vec<&(String, Duration)> = answers
+        .iter()
+        .filter(|(answer, _)| answer == "OVER_LIMIT")
+        .collect();
+    assert_eq!(denied.len(), BURST - BOUND, "{answers:?}");
+    for (_, after) in &denied {
+        assert!(
+            *after < Duration::from_secs(2),
+            "denied at once: {answers:?}"
+        );
+    }
+    assert_eq!(
+        sidecar
+            .metric("charon_overload_answers_total{policy=\"deny\"}")
+            .await,
+        (BURST - BOUND) as f64
+    );
+}

@@ -8,6 +8,7 @@ pub mod certificate;
 pub mod decision_log;
 pub mod listen;
 pub mod metrics;
+pub mod overload;
 pub mod reload;
 pub mod rls;
 pub mod rls_http;

@@ -184,6 +184,14 @@ pub struct ServeArgs {
         default_value_t = 100
     )]
     pub decision_log_max_per_second: u32,
+    /// ShouldRateLimit calls decided at once, across connections; past it,
+    /// calls are answered at once by --on-overload (0: no bound).
+    #[arg(long, env = "CHARON_MAX_IN_FLIGHT", default_value_t = charon::server::overload::DEFAULT_MAX_IN_FLIGHT)]
+    pub max_in_flight: usize,
+    /// What to answer past --max-in-flight: `allow` (OK, as Envoy's
+    /// fail-open) or `deny` (OVER_LIMIT).
+    #[arg(long, env = "CHARON_ON_OVERLOAD", default_value = "allow")]
+    pub on_overload: charon::server::overload::OnOverload,
 }
 
 /// `--response-headers`.
@@ -319,6 +327,10 @@ impl ServeArgs {
                         self.decision_log_sample,
                         self.decision_log_max_per_second,
                     ),
+                    overload: charon::server::overload::OverloadOptions {
+                        max_in_flight: self.max_in_flight,
+                        policy: self.on_overload,
+                    },
                 },
             },
         })

@@ -162,3 +162,9 @@ pub struct CopyGroupLabels {
 pub struct CopyLogEventLabels {
     pub event: &'static str,
 }
+
+/// `--on-overload`'s policy.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: &'static str,
+}

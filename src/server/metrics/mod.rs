@@ -47,6 +47,7 @@ pub struct Metrics {
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
     copies_held: Family<CopyResourceLabels, Gauge>,
+    overloads: Family<PolicyLabels, Counter>,
     copy_log_events: Family<CopyLogEventLabels, Counter>,
     copies_held_by_group: Family<CopyGroupLabels, Gauge>,
     store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
@@ -238,6 +239,12 @@ impl Metrics {
             "Hits counted under resource=\"overflow\" because the unconfigured resources had reached their cap of distinct names",
             unconfigured_folds.clone(),
         );
+        let overloads = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "overload_answers",
+            "ShouldRateLimit calls past --max-in-flight, answered at once by --on-overload (policy: allow or deny)",
+            overloads.clone(),
+        );
         let copies_held = Family::<CopyResourceLabels, Gauge>::default();
         registry.register(
             "copies_held",
@@ -277,6 +284,7 @@ impl Metrics {
             copy_operations,
             copy_serving,
             copies_held,
+            overloads,
             copies_held_by_group,
             copy_log_events,
             store_calls,
@@ -389,6 +397,11 @@ impl Metrics {
                 limited_by,
             })
             .inc_by(hits);
+    }
+
+    /// A call answered by `--on-overload` without a decision.
+    pub fn overload(&self, policy: &'static str) {
+        self.overloads.get_or_create(&PolicyLabels { policy }).inc();
     }
 
     /// What the copy log calls on its membership events: counts them.

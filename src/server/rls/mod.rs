@@ -12,7 +12,7 @@ mod wire;
 use std::sync::Arc;
 use std::time::Instant;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::{Request, Response, Status};
@@ -23,6 +23,7 @@ use crate::store::Store;
 
 use super::decision_log::DecisionLog;
 use super::metrics::{Decision, LimitOutcome, Metrics};
+use super::overload::{Admission, OnOverload};
 
 pub use wire::SOFT_LIMIT_HEADER;
 
@@ -37,6 +38,8 @@ pub struct RlsOptions {
     pub traces: super::trace::TraceSampler,
     /// Which decisions are logged (`--decision-log-sample`).
     pub decision_log: super::decision_log::DecisionLogOptions,
+    /// The bound on calls in flight, and the answer past it.
+    pub overload: super::overload::OverloadOptions,
 }
 
 /// `--response-headers`: which headers Envoy is asked to add to the client's
@@ -78,6 +81,7 @@ pub struct RlsService<S> {
     metrics: Arc<Metrics>,
     options: Arc<RlsOptions>,
     decision_log: Arc<DecisionLog>,
+    admission: Arc<Admission>,
 }
 
 impl<S> Clone for RlsService<S> {
@@ -87,6 +91,7 @@ impl<S> Clone for RlsService<S> {
             metrics: self.metrics.clone(),
             options: self.options.clone(),
             decision_log: self.decision_log.clone(),
+            admission: self.admission.clone(),
         }
     }
 }
@@ -97,6 +102,7 @@ impl<S> RlsService<S> {
             limiter,
             metrics,
             decision_log: Arc::new(DecisionLog::new(options.decision_log)),
+            admission: Admission::new(options.overload),
             options: Arc::new(options),
         }
     }
@@ -114,6 +120,9 @@ impl<S: Store> RateLimitService for RlsService<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
+        let Some(_permit) = self.admission.enter() else {
+            return Ok(Response::new(self.overloaded(&request)));
+        };
         let span = self
             .options
             .traces
@@ -202,6 +211,31 @@ impl<S: Store> RlsService<S> {
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }
+        }
+    }
+}
+
+impl<S> RlsService<S> {
+    /// The answer to a call past `--max-in-flight`: `--on-overload`'s, at
+    /// once, for every descriptor.
+    fn overloaded(&self, request: &RateLimitRequest) -> RateLimitResponse {
+        let policy = self.admission.policy();
+        self.metrics.overload(policy.as_str());
+        let code = match policy {
+            OnOverload::Allow => Code::Ok,
+            OnOverload::Deny => Code::OverLimit,
+        };
+        RateLimitResponse {
+            overall_code: code as i32,
+            statuses: request
+                .descriptors
+                .iter()
+                .map(|_| DescriptorStatus {
+                    code: code as i32,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
         }
     }
 }
