@@ -1131,3 +1131,78 @@ async fn a_partitioned_sidecar_resigns_before_its_copies_are_granted_elsewhere()
         granted_at - cut
     );
 }
+
+/// SIGTERM with rate calls in flight (Redis slow to answer them) and copies
+/// held: every call in flight gets its answer, the holds are released
+/// exactly once (a second release would drive the counts below zero), the
+/// sidecar leaves the copy log, and it exits well within Kubernetes' default
+/// 30 s grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_calls_in_flight_releases_holds_once_and_deregisters() {
+    let redis = RedisServer::start();
+    let stall = Arc::new(AtomicBool::new(false));
+    let proxy = stalling_proxy(redis.port, stall.clone()).await;
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    // Default membership timings: a 1 s stall is no reason to resign.
+    let mut sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &format!("redis://127.0.0.1:{proxy}"),
+        &["--store-timeout", "5s"],
+    );
+    sidecar.wait_serving().await;
+    let mut session = sidecar.session().await;
+    let answer = session.reserve(NS, POOL, "acme", 3, 3).await;
+    assert_eq!(granted(&answer), 3);
+    assert_eq!(count(&redis_counts(&redis), "g"), 3);
+    // A heartbeat key: the hash tag, then `h` (store/keys.rs).
+    const HEARTBEATS: &str = "{????????}h*";
+    assert!(!redis.command(&["KEYS", HEARTBEATS]).trim().is_empty());
+
+    // Four rate calls wait on a stalled Redis when SIGTERM comes.
+    stall.store(true, Ordering::SeqCst);
+    let client = sidecar.client().await;
+    let calls: Vec<_> = (0..4)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                client
+                    .request(RequestOp {
+                        namespace: NS.into(),
+                        resource: "search".into(),
+                        domain: format!("d{i}"),
+                        copies: None,
+                        min_copies: None,
+                    })
+                    .await
+                    .map(|answer| answer.into_inner().granted)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = std::time::Instant::now();
+    let stopping = tokio::spawn(async move {
+        let status = sidecar.terminate().await;
+        (status, signalled.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stall.store(false, Ordering::SeqCst);
+
+    for call in calls {
+        let granted = call.await.expect("the call task");
+        assert_eq!(granted.ok(), Some(1), "a call in flight was answered");
+    }
+    let (status, took) = stopping.await.expect("the stopping task");
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(20), "stopped in {took:?}");
+    drop(session);
+    // Released once: no count left, none below zero; no heartbeat left.
+    counts_become_empty(
+        &redis,
+        "the holds released at shutdown",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert_eq!(redis.command(&["KEYS", HEARTBEATS]).trim(), "");
+}
