@@ -21,7 +21,11 @@
 //!   sessions can hold the full limits: nothing counted twice, nothing leaked;
 //! - clients reserving and releasing at random on two sidecars never see a
 //!   limit exceeded, and every count ends at zero;
-//! - a flood of sessions beyond `--max-sessions` is refused, and leaks nothing.
+//! - a flood of sessions beyond `--max-sessions` is refused, and leaks nothing;
+//! - a sidecar cut off from Redis by a stalled link resigns before another
+//!   sidecar can be granted its copies;
+//! - SIGTERM with calls in flight and copies held answers every call,
+//!   releases the holds exactly once and leaves the copy log.
 //!
 //! Timings: the Redis sidecars run with `--heartbeat 100ms --heartbeat-ttl
 //! 600ms --reap-interval 100ms`, so every crash test resolves in about a

@@ -18,6 +18,14 @@
 //!   Redis when it appears;
 //! - Cluster and Sentinel give the same answers as one Redis, and two
 //!   sidecars on one cluster share their counts;
+//! - a Cluster master SIGKILLed under load (3 masters, 3 replicas): every
+//!   call is answered quickly, the gap by the local policy, and Redis-backed
+//!   answers return after the promotion without a restart;
+//! - past `--max-in-flight`, calls on a stalled Redis are answered at once by
+//!   `--on-overload`;
+//! - the metrics the dashboard and alerts query exist after a scripted
+//!   sequence, and traced requests reach an OTLP collector under the
+//!   caller's `traceparent`;
 //! - bad `--store`, `--store-timeout` and `--on-store-error` values stop the
 //!   sidecar at once with a message naming the problem, never the password;
 //!   a good URL's password is not shown by a running sidecar either.
@@ -1447,5 +1455,148 @@ async fn past_max_in_flight_calls_are_answered_at_once_by_policy() {
             .metric("charon_overload_answers_total{policy=\"deny\"}")
             .await,
         (BURST - BOUND) as f64
+    );
+}
+
+/// A Redis Cluster of 3 masters and 3 replicas loses a master (SIGKILL)
+/// under load: every call is still answered, within a second, by Redis or,
+/// for the dead master's slots during the gap, by `--on-store-error local`
+/// (counted as degraded); once the replica is promoted the sidecar is back
+/// on Redis without a restart (the degraded count stops growing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_killed_under_load_fails_over_without_a_restart() {
+    let mut cluster = RedisCluster::start_with_replicas(3, 1);
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(1_000_000));
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &cluster.url(),
+        &["--store-timeout", "500ms", "--on-store-error", "local"],
+    );
+    sidecar.wait_reachable().await;
+
+    // Load: two clients asking for tenants spread over every slot, until told
+    // to stop; each answer's code and time are kept.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Vec<JoinHandle<Vec<(String, Duration)>>> = (0..2)
+        .map(|worker| {
+            let stop = stop.clone();
+            let port = sidecar.grpc;
+            tokio::spawn(async move {
+                let mut client =
+                    RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}"))
+                        .await
+                        .expect("connects");
+                let mut answers = Vec::new();
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let sent = Instant::now();
+                    let tenant = format!("w{worker}-{}", i % 512);
+                    let code = match try_ask(&mut client, request("tenant", &tenant)).await {
+                        Ok((code, _)) => code_name(code),
+                        Err(error) => format!("error: {error}"),
+                    };
+                    answers.push((code, sent.elapsed()));
+                    i += 1;
+                }
+                answers
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        sidecar.degraded().await,
+        0.0,
+        "decided by Redis before the kill"
+    );
+
+    let masters = cluster.master_ports();
+    assert_eq!(masters.len(), 3, "3 masters: {masters:?}");
+    let victim_port = masters[0];
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|node| node.port == victim_port)
+        .expect("the master's node")
+        .kill();
+    let live_port = cluster
+        .nodes
+        .iter()
+        .map(|node| node.port)
+        .find(|port| *port != victim_port)
+        .expect("a live node");
+    // The replica takes over after the node timeout (2 s).
+    eventually("a replica promoted", READY_TIMEOUT, async || {
+        let masters = cluster.master_ports();
+        if masters.len() == 3 && !masters.contains(&victim_port) {
+            Ok(())
+        } else {
+            let logs: String = cluster
+                .nodes
+                .iter()
+                .map(|node| {
+                    format!(
+                        "--- {}\n{}",
+                        node.port,
+                        node.log()
+                            .lines()
+                            .rev()
+                            .take(8)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    )
+                })
+                .collect();
+            Err(format!(
+                "masters: {masters:?}\n{}\n{logs}",
+                support::redis::command(live_port, &["CLUSTER", "NODES"])
+            ))
+        }
+    })
+    .await;
+    cluster.wait_ok();
+    // Back on Redis: the degraded count stops growing while the load goes on.
+    eventually("answers from Redis again", READY_TIMEOUT, async || {
+        let before = sidecar.degraded().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = sidecar.degraded().await;
+        if after == before {
+            Ok(())
+        } else {
+            Err(format!("degraded {before} -> {after}"))
+        }
+    })
+    .await;
+    let degraded = sidecar.degraded().await;
+    stop.store(true, Ordering::SeqCst);
+    let mut answers = Vec::new();
+    for worker in load {
+        answers.extend(worker.await.expect("a load worker"));
+    }
+    let errors: Vec<&(String, Duration)> = answers
+        .iter()
+        .filter(|(code, _)| code.starts_with("error"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} of {} calls failed: {:?}",
+        errors.len(),
+        answers.len(),
+        &errors[..errors.len().min(5)]
+    );
+    let slowest = answers
+        .iter()
+        .map(|(_, took)| *took)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        slowest < Duration::from_secs(1),
+        "the slowest answer took {slowest:?}"
+    );
+    assert!(degraded > 0.0, "the gap was answered by the local policy");
+    eprintln!(
+        "failover: {} calls, {degraded} degraded, slowest {slowest:?}",
+        answers.len()
     );
 }

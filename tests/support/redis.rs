@@ -508,11 +508,17 @@ impl RedisCluster {
     /// create` demands), creates the cluster without replicas and waits until
     /// every node reports `cluster_state:ok`.
     pub fn start(masters: usize) -> RedisCluster {
+        Self::start_with_replicas(masters, 0)
+    }
+
+    /// The same with `replicas` replicas per master: a master killed is
+    /// replaced by its replica after the node timeout (2 s).
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> RedisCluster {
         assert!(
             masters >= 3,
             "a Redis cluster needs at least 3 masters, not {masters}"
         );
-        let nodes = (0..masters)
+        let nodes = (0..masters * (1 + replicas))
             .map(|_| RedisServer::start_on_free_port(Role::ClusterNode, free_cluster_port))
             .collect();
         let cluster = RedisCluster { nodes };
@@ -524,7 +530,8 @@ impl RedisCluster {
             .collect();
         let mut create = vec!["--cluster", "create"];
         create.extend(addresses.iter().map(String::as_str));
-        create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+        let replica_count = replicas.to_string();
+        create.extend(["--cluster-replicas", &replica_count, "--cluster-yes"]);
         if let Err(error) = run_cli(&create) {
             panic!(
                 "cannot create the Redis cluster: {error}\n{}",
@@ -544,7 +551,75 @@ impl RedisCluster {
                 }
             });
         }
+        if replicas > 0 {
+            cluster.wait_replicas_synced();
+        }
         cluster
+    }
+
+    /// Waits until every replica has finished its first sync with its
+    /// master: a replica that never synced cannot be promoted.
+    fn wait_replicas_synced(&self) {
+        for node in &self.nodes {
+            let port = node.port;
+            let role = try_command(port, &["ROLE"]).unwrap_or_default();
+            if !role.starts_with("slave") {
+                continue;
+            }
+            let what = format!("replica 127.0.0.1:{port} in sync with its master");
+            wait_for(&what, CLUSTER_DEADLINE, || {
+                let info = try_command(port, &["INFO", "replication"])?;
+                if info
+                    .lines()
+                    .any(|line| line.trim() == "master_link_status:up")
+                {
+                    Ok(())
+                } else {
+                    Err(info)
+                }
+            });
+        }
+    }
+
+    /// The ports of the nodes that are masters now, by `CLUSTER NODES`
+    /// asked of a live node.
+    pub fn master_ports(&mut self) -> Vec<u16> {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find_map(|node| node.is_running().then_some(node))
+            .expect("a live node");
+        let text = command(node.port, &["CLUSTER", "NODES"]);
+        text.lines()
+            .filter(|line| {
+                let flags = line.split_whitespace().nth(2).unwrap_or("");
+                flags.contains("master") && !flags.contains("fail")
+            })
+            .filter_map(|line| {
+                let address = line.split_whitespace().nth(1)?;
+                let port = address.split(['@', ',']).next()?.rsplit(':').next()?;
+                port.parse().ok()
+            })
+            .collect()
+    }
+
+    /// Waits until every live node says `cluster_state:ok`.
+    pub fn wait_ok(&mut self) {
+        for node in self.nodes.iter_mut() {
+            if !node.is_running() {
+                continue;
+            }
+            let port = node.port;
+            let what = format!("cluster_state:ok on node 127.0.0.1:{port}");
+            wait_for(&what, CLUSTER_DEADLINE, || {
+                let info = try_command(port, &["CLUSTER", "INFO"])?;
+                if info.lines().any(|line| line.trim() == "cluster_state:ok") {
+                    Ok(())
+                } else {
+                    Err(info)
+                }
+            });
+        }
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`.
