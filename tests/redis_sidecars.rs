@@ -1389,6 +1389,47 @@ async fn spans_reach_an_otlp_collector_inside_the_callers_trace() {
     }
     outcomes.sort();
     assert_eq!(outcomes, ["ok", "over_limit"]);
+
+    // The Charon API's unary Request, traced the same way.
+    let mut api = sidecar.client().await;
+    let mut call = tonic::Request::new(charon::api::v1::RequestOp {
+        namespace: "edge".into(),
+        resource: "api".into(),
+        domain: "acme".into(),
+        copies: None,
+        min_copies: None,
+    });
+    call.metadata_mut().insert(
+        "traceparent",
+        format!("00-{TRACE}-{PARENT}-01").parse().expect("ASCII"),
+    );
+    api.request(call).await.expect("an answer");
+    let span = eventually(
+        "the Request span and its Redis call",
+        READY_TIMEOUT,
+        async || {
+            let spans = collector.spans();
+            let request = spans
+                .iter()
+                .find(|s| s.name == "charon.v1.Charon/Request")
+                .cloned()
+                .ok_or_else(|| format!("{} spans", spans.len()))?;
+            if spans
+                .iter()
+                .any(|s| s.name == "redis" && s.parent_span_id == request.span_id)
+            {
+                Ok(request)
+            } else {
+                Err("no Redis call under it yet".to_owned())
+            }
+        },
+    )
+    .await;
+    assert_eq!(hex(&span.trace_id), TRACE);
+    assert_eq!(hex(&span.parent_span_id), PARENT);
+    assert_eq!(attribute(&span, "resource").as_deref(), Some("api"));
+    assert_eq!(attribute(&span, "outcome").as_deref(), Some("granted"));
+    assert_eq!(attribute(&span, "degraded").as_deref(), Some("false"));
 }
 
 /// Redis hangs (a stalled link) and calls pile up: past `--max-in-flight`,

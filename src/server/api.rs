@@ -15,8 +15,10 @@ use crate::api::v1::charon_server::Charon;
 use crate::api::v1::{RequestAnswer, RequestOp, SessionRequest, SessionResponse};
 
 use super::metrics::Metrics;
+use super::trace::TraceSampler;
 use crate::service::core::Core;
 use crate::service::session::Session;
+use tracing::Instrument;
 
 /// The gRPC service.
 pub struct ApiService {
@@ -25,6 +27,7 @@ pub struct ApiService {
     sessions: Arc<AtomicUsize>,
     max_sessions: usize,
     shutdown: watch::Receiver<bool>,
+    traces: TraceSampler,
 }
 
 impl ApiService {
@@ -40,7 +43,14 @@ impl ApiService {
             sessions: Arc::new(AtomicUsize::new(0)),
             max_sessions,
             shutdown,
+            traces: TraceSampler::off(),
         }
+    }
+
+    /// Traces unary `Request`s as `traces` says (`--otlp-endpoint`).
+    pub fn with_traces(mut self, traces: TraceSampler) -> Self {
+        self.traces = traces;
+        self
     }
 }
 
@@ -94,7 +104,35 @@ impl Charon for ApiService {
         &self,
         request: Request<RequestOp>,
     ) -> Result<Response<RequestAnswer>, Status> {
-        match self.core.request(&request.into_inner()).await {
+        let (metadata, _, op) = request.into_parts();
+        let span = self
+            .traces
+            .charon_request(&metadata, &op.namespace, &op.resource);
+        if span.is_none() {
+            return match self.core.request(&op).await {
+                Ok(answer) => Ok(Response::new(answer)),
+                Err(error) => Err(error.into_status()),
+            };
+        }
+        let answer = self.core.request(&op).instrument(span.clone()).await;
+        match &answer {
+            Ok(answer) => {
+                span.record(
+                    "outcome",
+                    if answer.granted > 0 {
+                        "granted"
+                    } else {
+                        "rejected"
+                    },
+                );
+                span.record("degraded", answer.degraded);
+            }
+            Err(error) => {
+                span.record("outcome", "error");
+                span.record("error", error.message.as_str());
+            }
+        }
+        match answer {
             Ok(answer) => Ok(Response::new(answer)),
             Err(error) => Err(error.into_status()),
         }

@@ -269,7 +269,8 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         metrics.clone(),
         options.copies.max_sessions,
         shutdown_rx.clone(),
-    );
+    )
+    .with_traces(options.envoy.rls.traces);
     let open_sessions = api.open_sessions();
 
     let (health, health_service) = tonic_health::server::health_reporter();

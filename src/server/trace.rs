@@ -82,6 +82,36 @@ impl TraceSampler {
         span
     }
 
+    /// The span of one unary Charon API `Request`, or [`Span::none`].
+    pub fn charon_request(&self, metadata: &MetadataMap, namespace: &str, resource: &str) -> Span {
+        if !self.enabled {
+            return Span::none();
+        }
+        let parent = metadata
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok());
+        if !self.sampled(parent) {
+            return Span::none();
+        }
+        let span = tracing::info_span!(
+            target: TARGET,
+            "charon.v1.Charon/Request",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            namespace,
+            resource,
+            outcome = tracing::field::Empty,
+            degraded = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        if parent.is_some() {
+            let context = TraceContextPropagator::new().extract(&Metadata(metadata));
+            // Only fails once the span has started: it has not.
+            let _ = span.set_parent(context);
+        }
+        span
+    }
+
     fn sampled(&self, traceparent: Option<&str>) -> bool {
         match traceparent.and_then(trace_flags) {
             Some(flags) => flags & 1 == 1,
