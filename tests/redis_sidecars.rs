@@ -1253,6 +1253,17 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
         }
     })
     .await;
+    // The seat, handed over: staged until someone seizes it.
+    let staged = session
+        .transfer("edge", "seats", "acme", 1, &["vip".to_owned()], 60_000)
+        .await;
+    assert!(
+        matches!(
+            staged,
+            charon::api::v1::session_response::Result::Transfer(_)
+        ),
+        "{staged:?}"
+    );
     std::fs::write(&config, "domain: [").expect("config written");
     let metrics = eventually("every queried series", READY_TIMEOUT, async || {
         let metrics = sidecar.metrics().await?;
@@ -1288,6 +1299,7 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
     for line in [
         "charon_copies_held{namespace=\"edge\",resource=\"seats\"} 1",
         "charon_copies_held_by_group{namespace=\"edge\",resource=\"seats\",group=\"vip\"} 1",
+        "charon_transfers_staged{namespace=\"edge\",resource=\"seats\"} 1",
         "charon_copy_log_events_total{event=\"registered\"} 1",
     ] {
         assert!(

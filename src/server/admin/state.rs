@@ -292,6 +292,8 @@ pub struct ResourceHolds {
     pub held: u64,
     /// (group, copies held by its members).
     pub groups: Vec<(String, u64)>,
+    /// Transfers staged and not yet seized.
+    pub staged: u64,
 }
 
 /// The holds of every copy-limited resource of the running configuration
@@ -311,8 +313,14 @@ pub async fn copy_holds(sources: &StateSources) -> Vec<ResourceHolds> {
                 resource: &copies.name,
                 domain: "",
             };
+            let staged = sources
+                .copies
+                .staged_transfers(&namespace.name, &copies.name)
+                .await
+                .unwrap_or(0);
             match sources.copies.counts(at, &names).await {
                 Ok(counts) => holds.push(ResourceHolds {
+                    staged,
                     namespace: namespace.name.clone(),
                     resource: copies.name.clone(),
                     held: counts.global,

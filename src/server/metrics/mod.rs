@@ -50,6 +50,7 @@ pub struct Metrics {
     overloads: Family<PolicyLabels, Counter>,
     copy_log_events: Family<CopyLogEventLabels, Counter>,
     copies_held_by_group: Family<CopyGroupLabels, Gauge>,
+    transfers_staged: Family<CopyResourceLabels, Gauge>,
     store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
 }
 
@@ -257,6 +258,12 @@ impl Metrics {
             "Copies held by the members of each group of a copy-limited resource",
             copies_held_by_group.clone(),
         );
+        let transfers_staged = Family::<CopyResourceLabels, Gauge>::default();
+        registry.register(
+            "transfers_staged",
+            "Transfers staged and not yet seized, per copy-limited resource (read from the copy log at each scrape)",
+            transfers_staged.clone(),
+        );
         let copy_log_events = Family::<CopyLogEventLabels, Counter>::default();
         registry.register(
             "copy_log_events",
@@ -286,6 +293,7 @@ impl Metrics {
             copies_held,
             overloads,
             copies_held_by_group,
+            transfers_staged,
             copy_log_events,
             store_calls,
             store_reachable,
@@ -419,7 +427,14 @@ impl Metrics {
     pub fn set_copy_holds(&self, holds: &[super::admin::state::ResourceHolds]) {
         self.copies_held.clear();
         self.copies_held_by_group.clear();
+        self.transfers_staged.clear();
         for resource in holds {
+            self.transfers_staged
+                .get_or_create(&CopyResourceLabels {
+                    namespace: resource.namespace.clone(),
+                    resource: resource.resource.clone(),
+                })
+                .set(i64::try_from(resource.staged).unwrap_or(i64::MAX));
             self.copies_held
                 .get_or_create(&CopyResourceLabels {
                     namespace: resource.namespace.clone(),

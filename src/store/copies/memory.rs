@@ -243,6 +243,14 @@ impl<C: Clock> MemoryCopies<C> {
         }
     }
 
+    /// Transfers staged for `namespace`/`resource` and not yet seized (nor
+    /// released by expiry).
+    pub fn staged_transfers(&self, namespace: &str, resource: &str) -> u64 {
+        let logs = self.logs();
+        logs.get(&(namespace.to_owned(), resource.to_owned()))
+            .map_or(0, |log| log.staged.len() as u64)
+    }
+
     /// Releases every staged transfer past its ttl; how many.
     pub fn expire(&self) -> usize {
         let now = self.clock.now_ms();

@@ -182,6 +182,19 @@ impl CopyStore {
         }
     }
 
+    /// Transfers staged for `namespace`/`resource` and not yet seized.
+    pub async fn staged_transfers(
+        &self,
+        namespace: &str,
+        resource: &str,
+    ) -> Result<u64, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.staged_transfers(namespace, resource)),
+            #[cfg(feature = "redis")]
+            CopyStore::Redis(redis) => redis.staged_transfers(namespace, resource).await,
+        }
+    }
+
     /// Who this sidecar is in the copy log, and its changes.
     pub fn membership(&self) -> tokio::sync::watch::Receiver<Membership> {
         match self {

@@ -324,6 +324,21 @@ impl RedisCopies {
         Ok(())
     }
 
+    /// Transfers staged for `namespace`/`resource` and not yet seized.
+    pub async fn staged_transfers(
+        &self,
+        namespace: &str,
+        resource: &str,
+    ) -> Result<u64, CopyError> {
+        let keys = self.redis.copy_keys(namespace, resource);
+        let mut count = redis::cmd("HLEN");
+        count.arg(&keys.staged);
+        match self.redis.query("staged", &count).await? {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            other => Err(CopyError::Internal(format!("HLEN answered {other:?}"))),
+        }
+    }
+
     pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
         let keys = self.redis.copy_keys(at.namespace, at.resource);
         let mut invocation = self.invocation(&keys, "", "counts");
