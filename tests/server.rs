@@ -42,34 +42,64 @@ struct Sidecar {
     child: Child,
     grpc: u16,
     admin: u16,
+    /// How to start it again, on other ports, if it could not bind.
+    relaunch: Launch,
+}
+
+/// A sidecar's flags and where its log goes.
+struct Launch {
+    config: PathBuf,
+    extra: Vec<String>,
+    stderr: Box<dyn Fn() -> Stdio + Send>,
 }
 
 impl Sidecar {
     fn start(config: &Path) -> Self {
-        Self::start_with(config, &[], Stdio::null())
+        Self::start_with(config, &[], Stdio::null)
     }
 
-    /// With more flags, and stderr (the log) where the test wants it.
-    fn start_with(config: &Path, extra: &[&str], stderr: impl Into<Stdio>) -> Self {
+    /// With more flags, and stderr (the log) where `stderr` says.
+    fn start_with(
+        config: &Path,
+        extra: &[&str],
+        stderr: impl Fn() -> Stdio + Send + 'static,
+    ) -> Self {
+        Self::launch(Launch {
+            config: config.to_owned(),
+            extra: extra.iter().map(|flag| (*flag).to_owned()).collect(),
+            stderr: Box::new(stderr),
+        })
+    }
+
+    fn launch(relaunch: Launch) -> Self {
         let (grpc, admin) = (free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_charon"))
             .arg("serve")
             .arg("--config")
-            .arg(config)
+            .arg(&relaunch.config)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(extra)
+            .args(&relaunch.extra)
             .env("RUST_LOG", "info")
             .env_remove("NO_COLOR")
             .stdout(Stdio::null())
-            .stderr(stderr)
+            .stderr((relaunch.stderr)())
             .spawn()
             .expect("charon starts");
-        Self { child, grpc, admin }
+        Self {
+            child,
+            grpc,
+            admin,
+            relaunch,
+        }
     }
 
+    /// Waits until `/readyz` answers 200. A sidecar that exits first is
+    /// started again on other ports (twice at most): a port picked free can
+    /// be taken by another process before the sidecar binds it.
     async fn ready(mut self) -> Self {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut relaunches = 0;
+        let mut deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(response) = reqwest::get(self.admin_url("/readyz")).await
                 && response.status().is_success()
@@ -77,7 +107,22 @@ impl Sidecar {
                 return self;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("the sidecar exited before it was ready: {status}");
+                assert!(
+                    relaunches < 2,
+                    "the sidecar exited before it was ready, three times: {status}"
+                );
+                relaunches += 1;
+                let relaunch = std::mem::replace(
+                    &mut self.relaunch,
+                    Launch {
+                        config: PathBuf::new(),
+                        extra: Vec::new(),
+                        stderr: Box::new(Stdio::null),
+                    },
+                );
+                self = Self::launch(relaunch);
+                deadline = Instant::now() + Duration::from_secs(30);
+                continue;
             }
             assert!(Instant::now() < deadline, "sidecar not ready within 30 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -559,8 +604,11 @@ async fn log_of_a_short_run(extra: &[&str]) -> Vec<u8> {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_config(dir.path(), "edge.yaml", CONFIG);
     let log = dir.path().join("stderr.log");
-    let file = std::fs::File::create(&log).expect("log file");
-    let sidecar = Sidecar::start_with(&config, extra, file);
+    let stderr = {
+        let log = log.clone();
+        move || Stdio::from(std::fs::File::create(&log).expect("log file"))
+    };
+    let sidecar = Sidecar::start_with(&config, extra, stderr);
     let ready = tokio::spawn(sidecar.ready()).await;
     let mut sidecar = ready.unwrap_or_else(|error| {
         let log = std::fs::read_to_string(&log).unwrap_or_default();
@@ -643,7 +691,10 @@ async fn sampled_decisions_are_logged_within_the_rate_cap() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_config(dir.path(), "edge.yaml", CONFIG);
     let log = dir.path().join("stderr.log");
-    let file = std::fs::File::create(&log).expect("log file");
+    let stderr = {
+        let log = log.clone();
+        move || Stdio::from(std::fs::File::create(&log).expect("log file"))
+    };
     let flags = [
         "--log-format",
         "json",
@@ -652,7 +703,7 @@ async fn sampled_decisions_are_logged_within_the_rate_cap() {
         "--decision-log-max-per-second",
         "3",
     ];
-    let mut sidecar = Sidecar::start_with(&config, &flags, file).ready().await;
+    let mut sidecar = Sidecar::start_with(&config, &flags, stderr).ready().await;
     let mut client = sidecar.client().await;
     // 3 an hour: three grants, then rejections.
     for _ in 0..10 {

@@ -74,3 +74,19 @@ pub struct TierOutcome {
     /// never.
     pub wait: Option<u64>,
 }
+
+impl TierOutcome {
+    /// What rejected the request, for metrics and logs: `none` when it was
+    /// granted, else `global`, `hard` or `tier`, the first that applies.
+    pub fn limited_by(&self) -> &'static str {
+        if !self.over {
+            "none"
+        } else if self.limited_by_global {
+            "global"
+        } else if self.limited_by_hard {
+            "hard"
+        } else {
+            "tier"
+        }
+    }
+}

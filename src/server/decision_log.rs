@@ -172,15 +172,7 @@ fn tier_of(status: &DescriptorStatus) -> (Option<usize>, Option<&'static str>) {
     let Some(tiers) = &status.tiers else {
         return (None, None);
     };
-    let limited_by = if !tiers.over {
-        None
-    } else if tiers.limited_by_global {
-        Some("global")
-    } else if tiers.limited_by_hard {
-        Some("hard")
-    } else {
-        Some("tier")
-    };
+    let limited_by = tiers.over.then(|| tiers.limited_by());
     (Some(tiers.snapshot.tier), limited_by)
 }
 

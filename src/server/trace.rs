@@ -56,15 +56,9 @@ impl TraceSampler {
     /// The span of one `ShouldRateLimit`, or [`Span::none`] when this call
     /// is not traced.
     pub fn should_rate_limit(&self, metadata: &MetadataMap, namespace: &str) -> Span {
-        if !self.enabled {
+        let Some(parent) = self.traced(metadata) else {
             return Span::none();
-        }
-        let parent = metadata
-            .get("traceparent")
-            .and_then(|value| value.to_str().ok());
-        if !self.sampled(parent) {
-            return Span::none();
-        }
+        };
         let span = tracing::info_span!(
             target: TARGET,
             "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
@@ -74,25 +68,15 @@ impl TraceSampler {
             outcome = tracing::field::Empty,
             degraded = tracing::field::Empty,
         );
-        if parent.is_some() {
-            let context = TraceContextPropagator::new().extract(&Metadata(metadata));
-            // Only fails once the span has started: it has not.
-            let _ = span.set_parent(context);
-        }
+        adopt(&span, parent);
         span
     }
 
     /// The span of one unary Charon API `Request`, or [`Span::none`].
     pub fn charon_request(&self, metadata: &MetadataMap, namespace: &str, resource: &str) -> Span {
-        if !self.enabled {
+        let Some(parent) = self.traced(metadata) else {
             return Span::none();
-        }
-        let parent = metadata
-            .get("traceparent")
-            .and_then(|value| value.to_str().ok());
-        if !self.sampled(parent) {
-            return Span::none();
-        }
+        };
         let span = tracing::info_span!(
             target: TARGET,
             "charon.v1.Charon/Request",
@@ -104,12 +88,20 @@ impl TraceSampler {
             degraded = tracing::field::Empty,
             error = tracing::field::Empty,
         );
-        if parent.is_some() {
-            let context = TraceContextPropagator::new().extract(&Metadata(metadata));
-            // Only fails once the span has started: it has not.
-            let _ = span.set_parent(context);
-        }
+        adopt(&span, parent);
         span
+    }
+
+    /// `None` when this call is not traced; else the caller's metadata if it
+    /// sent a `traceparent` (the span's parent), or `None` inside.
+    fn traced<'m>(&self, metadata: &'m MetadataMap) -> Option<Option<&'m MetadataMap>> {
+        if !self.enabled {
+            return None;
+        }
+        let parent = metadata
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok());
+        self.sampled(parent).then(|| parent.map(|_| metadata))
     }
 
     fn sampled(&self, traceparent: Option<&str>) -> bool {
@@ -117,6 +109,15 @@ impl TraceSampler {
             Some(flags) => flags & 1 == 1,
             None => self.threshold > 0 && random() < self.threshold,
         }
+    }
+}
+
+/// Makes the caller's trace context (from its metadata) `span`'s parent.
+fn adopt(span: &Span, parent: Option<&MetadataMap>) {
+    if let Some(metadata) = parent {
+        let context = TraceContextPropagator::new().extract(&Metadata(metadata));
+        // Only fails once the span has started: it has not.
+        let _ = span.set_parent(context);
     }
 }
 

@@ -184,15 +184,7 @@ fn rate_outcome(outcome: &TierOutcome, ignore: bool) -> super::RateOutcome {
         shadow: outcome.over && ignore,
         near: !outcome.over && used.saturating_mul(5) > snapshot.tier_limit.saturating_mul(4),
         tier: snapshot.tier,
-        limited_by: if !outcome.over {
-            "none"
-        } else if outcome.limited_by_global {
-            "global"
-        } else if outcome.limited_by_hard {
-            "hard"
-        } else {
-            "tier"
-        },
+        limited_by: outcome.limited_by(),
     }
 }
 

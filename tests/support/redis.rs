@@ -521,7 +521,7 @@ impl RedisCluster {
         let nodes = (0..masters * (1 + replicas))
             .map(|_| RedisServer::start_on_free_port(Role::ClusterNode, free_cluster_port))
             .collect();
-        let cluster = RedisCluster { nodes };
+        let mut cluster = RedisCluster { nodes };
 
         let addresses: Vec<String> = cluster
             .nodes
@@ -539,18 +539,7 @@ impl RedisCluster {
             );
         }
 
-        for node in &cluster.nodes {
-            let port = node.port;
-            let what = format!("cluster_state:ok on node 127.0.0.1:{port}");
-            wait_for(&what, CLUSTER_DEADLINE, || {
-                let info = try_command(port, &["CLUSTER", "INFO"])?;
-                if info.lines().any(|line| line.trim() == "cluster_state:ok") {
-                    Ok(())
-                } else {
-                    Err(info)
-                }
-            });
-        }
+        cluster.wait_ok();
         if replicas > 0 {
             cluster.wait_replicas_synced();
         }

@@ -267,22 +267,8 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
         };
         metrics.limit_hits(namespace, key, outcome, hits);
         if let Some(tiers) = &status.tiers {
-            let limited_by = if !tiers.over {
-                "none"
-            } else if tiers.limited_by_global {
-                "global"
-            } else if tiers.limited_by_hard {
-                "hard"
-            } else {
-                "tier"
-            };
-            metrics.tier_hits(
-                namespace,
-                key,
-                outcome,
-                (tiers.snapshot.tier, limited_by),
-                hits,
-            );
+            let at = (tiers.snapshot.tier, tiers.limited_by());
+            metrics.tier_hits(namespace, key, outcome, at, hits);
         }
         let near = status.limit.as_ref().is_some_and(|limit| {
             let used = limit.requests_per_unit.saturating_sub(status.remaining);
