@@ -911,3 +911,38 @@ descriptors:
         "nothing is rejected: {metrics}"
     );
 }
+
+/// Past 10 000 distinct limit keys (a `detailed_metric` limit seeing new
+/// values), new keys are counted under `limit="overflow"` and each fold is
+/// counted: the metrics stay bounded whatever clients send.
+#[tokio::test]
+async fn limit_keys_past_the_cap_fold_into_overflow() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(
+        dir.path(),
+        "domain: fold\ndescriptors:\n  - key: user\n    detailed_metric: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    // 40 requests of 256 descriptors: 10 240 distinct users.
+    for batch in 0..40 {
+        let descriptors = (0..256)
+            .map(|i| descriptor(&[("user", &format!("u{}", batch * 256 + i))], None))
+            .collect();
+        ask(&mut client, "fold", descriptors).await;
+    }
+    let overflow = sidecar
+        .metric("charon_limit_hits_total{namespace=\"fold\",limit=\"overflow\",outcome=\"within_limit\"}")
+        .await;
+    assert_eq!(overflow, 240.0);
+    assert_eq!(
+        sidecar.metric("charon_limit_series_folded_total").await,
+        240.0
+    );
+    let metrics = sidecar.metrics().await.expect("/metrics");
+    let series = metrics
+        .lines()
+        .filter(|line| line.starts_with("charon_limit_hits_total{namespace=\"fold\""))
+        .count();
+    assert_eq!(series, 10_001, "10 000 keys and the overflow");
+}
