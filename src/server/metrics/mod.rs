@@ -3,6 +3,7 @@
 //! that requests shape (a `detailed_metric` limit, an unconfigured resource)
 //! stop at a cap of distinct values and fold into `overflow` past it.
 
+mod hooks;
 mod labels;
 
 pub use self::labels::*;
@@ -310,17 +311,6 @@ impl Metrics {
         }
     }
 
-    /// What the Redis store calls after each call: observes its latency.
-    pub fn store_call_observer(&self) -> crate::store::redis::CallObserver {
-        let calls = self.store_calls.clone();
-        Arc::new(move |operation, elapsed, ok| {
-            let result = if ok { "ok" } else { "error" };
-            calls
-                .get_or_create(&StoreCallLabels { operation, result })
-                .observe(elapsed.as_secs_f64());
-        })
-    }
-
     pub fn decision(&self, namespace: &str, result: Decision, elapsed: Duration) {
         self.decisions
             .get_or_create(&DecisionLabels {
@@ -412,47 +402,6 @@ impl Metrics {
         self.overloads.get_or_create(&PolicyLabels { policy }).inc();
     }
 
-    /// What the copy log calls on its membership events: counts them.
-    pub fn copy_log_event_observer(&self) -> crate::store::redis::EventObserver {
-        let events = self.copy_log_events.clone();
-        Arc::new(move |event, count| {
-            events
-                .get_or_create(&CopyLogEventLabels { event })
-                .inc_by(count);
-        })
-    }
-
-    /// Replaces the copy-hold gauges with what the copy log says now
-    /// (resources no longer configured disappear).
-    pub fn set_copy_holds(&self, holds: &[super::admin::state::ResourceHolds]) {
-        self.copies_held.clear();
-        self.copies_held_by_group.clear();
-        self.transfers_staged.clear();
-        for resource in holds {
-            self.transfers_staged
-                .get_or_create(&CopyResourceLabels {
-                    namespace: resource.namespace.clone(),
-                    resource: resource.resource.clone(),
-                })
-                .set(i64::try_from(resource.staged).unwrap_or(i64::MAX));
-            self.copies_held
-                .get_or_create(&CopyResourceLabels {
-                    namespace: resource.namespace.clone(),
-                    resource: resource.resource.clone(),
-                })
-                .set(i64::try_from(resource.held).unwrap_or(i64::MAX));
-            for (group, held) in &resource.groups {
-                self.copies_held_by_group
-                    .get_or_create(&CopyGroupLabels {
-                        namespace: resource.namespace.clone(),
-                        resource: resource.resource.clone(),
-                        group: group.clone(),
-                    })
-                    .set(i64::try_from(*held).unwrap_or(i64::MAX));
-            }
-        }
-    }
-
     pub fn set_sessions(&self, open: usize) {
         self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
     }
@@ -480,50 +429,6 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl crate::service::Observer for Metrics {
-    fn copy_operation(&self, operation: &'static str, result: &'static str) {
-        self.session_operation(operation, result);
-    }
-
-    fn rate_request(
-        &self,
-        namespace: &str,
-        resource: &str,
-        hits: u64,
-        outcome: crate::service::RateOutcome,
-    ) {
-        let main = if outcome.shadow {
-            LimitOutcome::ShadowMode
-        } else if outcome.over {
-            LimitOutcome::OverLimit
-        } else {
-            LimitOutcome::WithinLimit
-        };
-        self.limit_hits(namespace, resource, main, hits);
-        if outcome.near {
-            self.limit_hits(namespace, resource, LimitOutcome::NearLimit, hits);
-        }
-        self.tier_hits(
-            namespace,
-            resource,
-            main,
-            (outcome.tier, outcome.limited_by),
-            hits,
-        );
-    }
-
-    fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {
-        self.unconfigured_hits
-            .get_or_create(&ResourceLabels {
-                namespace: namespace.to_owned(),
-                resource: self
-                    .unconfigured_keys
-                    .label(resource, &self.unconfigured_folds),
-            })
-            .inc_by(hits);
     }
 }
 
