@@ -53,6 +53,42 @@ struct Launch {
     stderr: Box<dyn Fn() -> Stdio + Send>,
 }
 
+impl Launch {
+    /// `charon serve` on two ports picked free: the process and its ports.
+    fn spawn(&self) -> (Child, u16, u16) {
+        let (grpc, admin) = (free_port(), free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+            .arg("serve")
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+            .args(&self.extra)
+            .env("RUST_LOG", "info")
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::null())
+            .stderr((self.stderr)())
+            .spawn()
+            .expect("charon starts");
+        (child, grpc, admin)
+    }
+}
+
+/// What `charon serve` says on stderr when it refuses to start on `config`
+/// with `extra` flags (it must exit non-zero).
+fn refused_start(config: &Path, extra: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
+        .args(extra)
+        .output()
+        .expect("charon runs");
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 impl Sidecar {
     fn start(config: &Path) -> Self {
         Self::start_with(config, &[], Stdio::null)
@@ -72,20 +108,7 @@ impl Sidecar {
     }
 
     fn launch(relaunch: Launch) -> Self {
-        let (grpc, admin) = (free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
-            .arg("serve")
-            .arg("--config")
-            .arg(&relaunch.config)
-            .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(&relaunch.extra)
-            .env("RUST_LOG", "info")
-            .env_remove("NO_COLOR")
-            .stdout(Stdio::null())
-            .stderr((relaunch.stderr)())
-            .spawn()
-            .expect("charon starts");
+        let (child, grpc, admin) = relaunch.spawn();
         Self {
             child,
             grpc,
@@ -112,15 +135,7 @@ impl Sidecar {
                     "the sidecar exited before it was ready, three times: {status}"
                 );
                 relaunches += 1;
-                let relaunch = std::mem::replace(
-                    &mut self.relaunch,
-                    Launch {
-                        config: PathBuf::new(),
-                        extra: Vec::new(),
-                        stderr: Box::new(Stdio::null),
-                    },
-                );
-                self = Self::launch(relaunch);
+                (self.child, self.grpc, self.admin) = self.relaunch.spawn();
                 deadline = Instant::now() + Duration::from_secs(30);
                 continue;
             }
@@ -585,15 +600,7 @@ fn refuses_to_start_on_an_invalid_config() {
         "edge.yaml",
         "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
     );
-    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
-        .output()
-        .expect("charon runs");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_start(&path, &[]);
     assert!(stderr.contains("edge.yaml:4:"), "{stderr}");
     assert!(stderr.contains("fortnight"), "{stderr}");
 }
@@ -673,15 +680,8 @@ async fn text_logs_to_a_file_carry_no_escape_codes() {
 #[test]
 fn a_log_level_that_cannot_be_read_is_refused_at_start() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(env!("CARGO_BIN_EXE_charon"))
-        .args(["serve", "--log-level", "charon=loud", "--config"])
-        .arg(write_config(dir.path(), "edge.yaml", CONFIG))
-        .args(["--grpc-addr", &format!("127.0.0.1:{}", free_port())])
-        .args(["--admin-addr", &format!("127.0.0.1:{}", free_port())])
-        .output()
-        .expect("charon runs");
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let config = write_config(dir.path(), "edge.yaml", CONFIG);
+    let stderr = refused_start(&config, &["--log-level", "charon=loud"]);
     assert!(stderr.contains("--log-level"), "{stderr}");
     assert!(stderr.contains("charon=loud"), "{stderr}");
 }

@@ -31,14 +31,8 @@ pub struct DecisionLogOptions {
 impl DecisionLogOptions {
     /// `ratio` (0 to 1) of decisions, at most `max_per_second` a second.
     pub fn new(ratio: f64, max_per_second: u32) -> Self {
-        let ratio = if ratio.is_nan() {
-            0.0
-        } else {
-            ratio.clamp(0.0, 1.0)
-        };
         Self {
-            // u64::MAX as f64 rounds up to 2^64; the cast back saturates.
-            threshold: (ratio * u64::MAX as f64) as u64,
+            threshold: crate::server::trace::threshold(ratio),
             max_per_second,
         }
     }

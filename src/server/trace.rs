@@ -40,15 +40,8 @@ impl TraceSampler {
 
     /// Traces callers that ask for it, and `ratio` (0 to 1) of the rest.
     pub fn new(ratio: f64) -> Self {
-        let ratio = if ratio.is_nan() {
-            0.0
-        } else {
-            ratio.clamp(0.0, 1.0)
-        };
-        // u64::MAX as f64 rounds up to 2^64; the cast back saturates.
-        let threshold = (ratio * u64::MAX as f64) as u64;
         Self {
-            threshold,
+            threshold: threshold(ratio),
             enabled: true,
         }
     }
@@ -119,6 +112,18 @@ fn adopt(span: &Span, parent: Option<&MetadataMap>) {
         // Only fails once the span has started: it has not.
         let _ = span.set_parent(context);
     }
+}
+
+/// The draw of [`random`] under which a call is in a sample of `ratio`
+/// (0 to 1; NaN is 0).
+pub(crate) fn threshold(ratio: f64) -> u64 {
+    let ratio = if ratio.is_nan() {
+        0.0
+    } else {
+        ratio.clamp(0.0, 1.0)
+    };
+    // u64::MAX as f64 rounds up to 2^64; the cast back saturates.
+    (ratio * u64::MAX as f64) as u64
 }
 
 /// The `trace-flags` of a W3C `traceparent` (`00-<trace>-<span>-<flags>`).

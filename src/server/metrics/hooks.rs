@@ -73,13 +73,7 @@ impl crate::service::Observer for Metrics {
         hits: u64,
         outcome: crate::service::RateOutcome,
     ) {
-        let main = if outcome.shadow {
-            LimitOutcome::ShadowMode
-        } else if outcome.over {
-            LimitOutcome::OverLimit
-        } else {
-            LimitOutcome::WithinLimit
-        };
+        let main = LimitOutcome::of(outcome.over, outcome.shadow);
         self.limit_hits(namespace, resource, main, hits);
         if outcome.near {
             self.limit_hits(namespace, resource, LimitOutcome::NearLimit, hits);

@@ -60,6 +60,20 @@ pub enum LimitOutcome {
     ShadowMode,
 }
 
+impl LimitOutcome {
+    /// A decision's main outcome: over but let through (shadow mode,
+    /// `ignore_configured`) first, then over, else within.
+    pub fn of(over: bool, shadowed: bool) -> Self {
+        if shadowed {
+            Self::ShadowMode
+        } else if over {
+            Self::OverLimit
+        } else {
+            Self::WithinLimit
+        }
+    }
+}
+
 impl EncodeLabelValue for LimitOutcome {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         encoder.write_str(match self {

@@ -258,13 +258,7 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
             continue;
         };
         let hits = status.hits.max(1);
-        let outcome = if status.shadowed {
-            LimitOutcome::ShadowMode
-        } else if status.over_limit {
-            LimitOutcome::OverLimit
-        } else {
-            LimitOutcome::WithinLimit
-        };
+        let outcome = LimitOutcome::of(status.over_limit, status.shadowed);
         metrics.limit_hits(namespace, key, outcome, hits);
         if let Some(tiers) = &status.tiers {
             let at = (tiers.snapshot.tier, tiers.limited_by());
