@@ -1210,3 +1210,167 @@ async fn sigterm_answers_calls_in_flight_releases_holds_once_and_deregisters() {
     .await;
     assert_eq!(redis.command(&["KEYS", HEARTBEATS]).trim(), "");
 }
+
+/// `pools` copy-limited resources `pool0`, `pool1`, … (4 per domain, 10 in
+/// all): their keys spread over a cluster's masters.
+fn pools_config(pools: usize) -> String {
+    let mut yaml = String::from("domain: jobs\nresources:\n");
+    for pool in 0..pools {
+        yaml.push_str(&format!(
+            "  pool{pool}:\n    copies: {{domain_limit: 4, global_limit: 10}}\n"
+        ));
+    }
+    yaml
+}
+
+/// Waits until the replicas of the master on `port` have every write it
+/// has: a promoted replica then holds what was acknowledged before the kill.
+async fn replicas_caught_up(port: u16) {
+    eventually(
+        &format!("the replicas of :{port} caught up"),
+        Duration::from_secs(10),
+        async || {
+            let info = support::redis::command(port, &["INFO", "replication"]);
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|line| line.trim().strip_prefix(name))
+                    .map(str::to_owned)
+            };
+            let master = field("master_repl_offset:").unwrap_or_default();
+            let replica = field("slave0:").unwrap_or_default();
+            let replica_offset = replica
+                .split(',')
+                .find_map(|part| part.strip_prefix("offset="))
+                .unwrap_or("none");
+            if !master.is_empty() && replica_offset == master {
+                Ok(())
+            } else {
+                Err(format!("master offset {master}, replica {replica}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Copies held on a Redis Cluster whose master is SIGKILLed: the replica
+/// promoted in its place has the holds (they were replicated before the
+/// kill), the sessions that hold them live on, the limits still count them,
+/// and once the sessions end every count is gone: nothing leaked, nothing
+/// over-granted. The heartbeat ttl (8 s) is longer than the failover, so the
+/// sidecar has no reason to resign (the case where Redis loses its data is
+/// `redis_restarted_with_copies_held_makes_sidecars_resign_and_start_clean`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_held_through_a_cluster_failover_are_kept_then_released() {
+    const POOLS: usize = 12;
+    let mut cluster = support::redis::RedisCluster::start_with_replicas(3, 1);
+    let dir = tempdir();
+    let config = write_config(dir.path(), &pools_config(POOLS));
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &cluster.url(),
+        &[
+            "--heartbeat",
+            "200ms",
+            "--heartbeat-ttl",
+            "8s",
+            "--reap-interval",
+            "200ms",
+            "--store-timeout",
+            "1s",
+        ],
+    );
+    sidecar.wait_serving().await;
+    let pool = |index: usize| format!("pool{index}");
+    let counts_key = |index: usize| keys::copy_keys(NS, &pool(index)).counts;
+
+    let mut holders = Vec::new();
+    for index in 0..POOLS {
+        let mut session = sidecar.session().await;
+        assert_eq!(session.hold(NS, &pool(index), "acme", 3).await.0, 3);
+        holders.push(session);
+    }
+    let victim = cluster.master_of(&counts_key(0));
+    let on_victim: Vec<usize> = (0..POOLS)
+        .filter(|index| cluster.master_of(&counts_key(*index)) == victim)
+        .collect();
+    replicas_caught_up(victim).await;
+
+    cluster
+        .nodes
+        .iter_mut()
+        .find(|node| node.port == victim)
+        .expect("the victim's node")
+        .kill();
+    eventually("a replica promoted", Duration::from_secs(30), async || {
+        let masters = cluster.master_ports();
+        if masters.len() == 3 && !masters.contains(&victim) {
+            Ok(())
+        } else {
+            Err(format!("masters: {masters:?}"))
+        }
+    })
+    .await;
+    cluster.wait_ok();
+
+    // Every hold is still counted: acme may take exactly one more copy of
+    // each pool (4 per domain), on the promoted replica's pools too.
+    let mut probe = sidecar.session().await;
+    let mut probed = Vec::new();
+    for index in 0..POOLS {
+        let granted = eventually(
+            &format!(
+                "{} (on the killed master: {})",
+                pool(index),
+                on_victim.contains(&index)
+            ),
+            Duration::from_secs(20),
+            async || match probe.reserve(NS, &pool(index), "acme", 4, 1).await {
+                Answer::Reserve(answer) => Ok(answer.granted),
+                Answer::Error(error) => Err(format!("{error:?}")),
+                other => Err(format!("{other:?}")),
+            },
+        )
+        .await;
+        probed.push(granted);
+    }
+    assert!(
+        probed.iter().all(|granted| *granted == 1),
+        "copies granted beside acme's 3 per pool (on the killed master: {on_victim:?}): {probed:?}"
+    );
+    let counts: Vec<String> = (0..POOLS)
+        .map(|index| cluster.command(&["HGET", &counts_key(index), "d:acme"]))
+        .collect();
+    assert!(
+        counts.iter().all(|count| count == "4"),
+        "acme's copies per pool after the failover (3 held, 1 probed): {counts:?}"
+    );
+    // The holders' sessions lived through it: each releases what it holds.
+    for (index, session) in holders.iter_mut().enumerate() {
+        let answer = session.release(NS, &pool(index), "acme", 3, &[]).await;
+        assert!(
+            matches!(answer, Answer::Release(_)),
+            "{}: {answer:?}",
+            pool(index)
+        );
+    }
+    drop(probe);
+    drop(holders);
+    eventually(
+        "every pool's counts gone",
+        Duration::from_secs(20),
+        async || {
+            let left: Vec<String> = (0..POOLS)
+                .map(|index| cluster.command(&["HGETALL", &counts_key(index)]))
+                .filter(|text| !text.trim().is_empty())
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    )
+    .await;
+    eprintln!("failover: pools {on_victim:?} were on the killed master :{victim}");
+}

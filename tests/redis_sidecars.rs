@@ -1653,3 +1653,181 @@ async fn a_cluster_master_killed_under_load_fails_over_without_a_restart() {
         answers.len()
     );
 }
+
+/// What one client saw while a sidecar was restarted under it.
+#[derive(Debug, Default, Clone, Copy)]
+struct RestartTally {
+    ok: u64,
+    over_limit: u64,
+    /// Calls refused while its sidecar was down (never decided).
+    refused: u64,
+    /// Answers received once the restarted sidecar was ready.
+    after_restart: u64,
+}
+
+/// One of three sidecars sharing a limit on one Redis is stopped (SIGTERM)
+/// and started again on its ports while clients keep asking all three, far
+/// beyond the limit. Exactly the limit is granted in all: no decision was
+/// lost (a call decided, counted in Redis and never answered would leave
+/// fewer OK answers than the limit) and nothing was over-admitted (the
+/// restarted sidecar starts from Redis's counts, not from zero). Only the
+/// clients of the restarted sidecar may see calls refused, and only once
+/// its restart has begun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_of_three_sidecars_restarted_under_load_loses_and_over_admits_nothing() {
+    const LIMIT: u64 = 3_000;
+    const CLIENTS_PER_SIDECAR: usize = 4;
+    let _turn = LOAD_TESTS.lock().await;
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "domain: edge
+descriptors:
+  - key: customer
+    resource: api
+resources:
+  api:
+    rate:
+      tiers:
+        - {{limit: {LIMIT}, window: 1h, active: forever}}
+"
+        ),
+    );
+    let args = ["--store-timeout", "2s"];
+    let mut sidecars: Vec<Sidecar> = (0..3)
+        .map(|_| Sidecar::start(dir.path(), &config, &redis.url(), &args))
+        .collect();
+    for sidecar in &sidecars {
+        sidecar.wait_reachable().await;
+    }
+
+    let granted = Arc::new(AtomicU64::new(0));
+    let restart_began = Arc::new(AtomicBool::new(false));
+    let restarted = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + EXHAUST_DEADLINE;
+    let mut tasks: Vec<(usize, JoinHandle<Result<RestartTally, String>>)> = Vec::new();
+    for (index, sidecar) in sidecars.iter().enumerate() {
+        for _ in 0..CLIENTS_PER_SIDECAR {
+            let url = sidecar.grpc_url();
+            let (granted, restart_began, restarted) =
+                (granted.clone(), restart_began.clone(), restarted.clone());
+            tasks.push((
+                index,
+                tokio::spawn(async move {
+                    let request = request("customer", "restart");
+                    let mut tally = RestartTally::default();
+                    let mut client: Option<RateLimitServiceClient<Channel>> = None;
+                    let mut in_a_row = 0;
+                    let refusal = |error: String, tally: &mut RestartTally| {
+                        if restart_began.load(Ordering::SeqCst) && index == 2 {
+                            tally.refused += 1;
+                            Ok(())
+                        } else {
+                            Err(format!("{error} (tally {tally:?})"))
+                        }
+                    };
+                    while in_a_row < REJECTIONS_TO_STOP || !restarted.load(Ordering::SeqCst) {
+                        if Instant::now() > deadline {
+                            return Err(format!(
+                                "still asking after {EXHAUST_DEADLINE:?}: {tally:?}"
+                            ));
+                        }
+                        let Some(connected) = client.as_mut() else {
+                            match RateLimitServiceClient::connect(url.clone()).await {
+                                Ok(connected) => client = Some(connected),
+                                Err(error) => {
+                                    refusal(format!("connect: {error}"), &mut tally)?;
+                                    tokio::time::sleep(Duration::from_millis(20)).await;
+                                }
+                            }
+                            continue;
+                        };
+                        let after_restart = restarted.load(Ordering::SeqCst);
+                        match try_ask(connected, request.clone()).await {
+                            Ok((code, _)) => {
+                                tally.after_restart += u64::from(after_restart);
+                                match Code::try_from(code) {
+                                    Ok(Code::Ok) => {
+                                        tally.ok += 1;
+                                        granted.fetch_add(1, Ordering::SeqCst);
+                                        in_a_row = 0;
+                                    }
+                                    Ok(Code::OverLimit) => {
+                                        tally.over_limit += 1;
+                                        in_a_row += 1;
+                                    }
+                                    _ => {
+                                        return Err(format!(
+                                            "unexpected answer {}",
+                                            code_name(code)
+                                        ));
+                                    }
+                                }
+                            }
+                            Err(error) => {
+                                refusal(error, &mut tally)?;
+                                client = None;
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Ok(tally)
+                }),
+            ));
+        }
+    }
+
+    // A tenth of the limit granted: stop sidecar #2 and start it again.
+    eventually(
+        "grants before the restart",
+        READY_TIMEOUT,
+        async || match granted.load(Ordering::SeqCst) {
+            n if n >= LIMIT / 10 => Ok(()),
+            n => Err(format!("{n} granted")),
+        },
+    )
+    .await;
+    restart_began.store(true, Ordering::SeqCst);
+    let status = sidecars[2].terminate().await;
+    assert!(status.success(), "SIGTERM under load: {status:?}");
+    let granted_while_down = granted.load(Ordering::SeqCst);
+    let ports = (sidecars[2].grpc, sidecars[2].admin);
+    sidecars[2] = Sidecar::start_at(dir.path(), &config, &redis.url(), ports, &args);
+    sidecars[2].wait_reachable().await;
+    restarted.store(true, Ordering::SeqCst);
+
+    let mut tallies = [RestartTally::default(); 3];
+    let mut failures = Vec::new();
+    for (index, task) in tasks {
+        match task.await {
+            Ok(Ok(tally)) => {
+                let sum = &mut tallies[index];
+                sum.ok += tally.ok;
+                sum.over_limit += tally.over_limit;
+                sum.refused += tally.refused;
+                sum.after_restart += tally.after_restart;
+            }
+            Ok(Err(error)) => failures.push(format!("a client of sidecar #{index}: {error}")),
+            Err(error) => failures.push(format!("a client of sidecar #{index} panicked: {error}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let ok: u64 = tallies.iter().map(|tally| tally.ok).sum();
+    assert_eq!(
+        ok, LIMIT,
+        "OK answers across three sidecars, one restarted under load (per sidecar: {tallies:?})"
+    );
+    assert!(
+        tallies[2].after_restart > 0,
+        "the restarted sidecar answered its clients again: {tallies:?}"
+    );
+    for sidecar in &sidecars {
+        assert_never_degraded(sidecar).await;
+    }
+    eprintln!(
+        "restart under load: {granted_while_down} granted when #2 had stopped; per sidecar {tallies:?}"
+    );
+}

@@ -592,6 +592,46 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The port of the master serving `key`'s slot now, by `CLUSTER KEYSLOT`
+    /// and the slot ranges of `CLUSTER NODES`, asked of a live node.
+    pub fn master_of(&mut self, key: &str) -> u16 {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find_map(|node| node.is_running().then_some(node))
+            .expect("a live node");
+        let slot: u16 = command(node.port, &["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        let nodes = command(node.port, &["CLUSTER", "NODES"]);
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2).copied().unwrap_or("");
+            if !flags.contains("master") || flags.contains("fail") {
+                continue;
+            }
+            let serves = fields.iter().skip(8).any(|range| {
+                let mut ends = range.split('-').map(|end| end.parse::<u16>().ok());
+                match (ends.next().flatten(), ends.next()) {
+                    (Some(low), None) => low == slot,
+                    (Some(low), Some(Some(high))) => (low..=high).contains(&slot),
+                    _ => false,
+                }
+            });
+            if serves {
+                let address = fields.get(1).copied().unwrap_or("");
+                let port = address
+                    .split(['@', ','])
+                    .next()
+                    .and_then(|a| a.rsplit(':').next().and_then(|port| port.parse().ok()));
+                if let Some(port) = port {
+                    return port;
+                }
+            }
+        }
+        panic!("no master serves slot {slot} of {key}:\n{nodes}");
+    }
+
     /// Waits until every live node says `cluster_state:ok`.
     pub fn wait_ok(&mut self) {
         for node in self.nodes.iter_mut() {
