@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_saphyr::Location;
 
 use super::compile::Ctx;
+use super::overlay::{Overlay, Write};
 use super::raw::RawFile;
 use super::{Config, ConfigError, ConfigErrors, Namespace, Note, caps};
 
@@ -38,24 +39,63 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
 
 /// [`load_path`], with files naming one domain merged if `options` say so.
 pub fn load_path_with(path: &Path, options: LoadOptions) -> Result<Loaded, ConfigErrors> {
+    assemble(read_sources(path)?, options, &Overlay::default(), None)
+}
+
+/// One namespace's text and where it came from.
+pub(super) struct Source {
+    pub origin: PathBuf,
+    pub text: String,
+    /// For a namespace the API owns: its name in the API's path.
+    pub api_name: Option<String>,
+}
+
+/// Reads one file, or every `*.yaml`/`*.yml` file of a directory.
+pub(super) fn read_sources(path: &Path) -> Result<Vec<Source>, ConfigErrors> {
     let files = if path.is_dir() {
         yaml_files_in(path)?
     } else {
         vec![path.to_owned()]
     };
     let mut errors = Vec::new();
+    let mut sources = Vec::new();
+    for file in files {
+        match read_capped(&file) {
+            Ok(text) => sources.push(Source {
+                origin: file,
+                text,
+                api_name: None,
+            }),
+            Err(error) => errors.push(error),
+        }
+    }
+    if errors.is_empty() {
+        Ok(sources)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Compiles every source with `overlay` applied and merges namespaces.
+/// `strict` is a write being checked: its override must apply, and its API
+/// namespace must not collide with a file's.
+pub(super) fn assemble(
+    sources: Vec<Source>,
+    options: LoadOptions,
+    overlay: &Overlay,
+    strict: Option<Write<'_>>,
+) -> Result<Loaded, ConfigErrors> {
+    let mut errors = Vec::new();
     let mut notes = Vec::new();
     let mut normalized = Vec::new();
     let mut namespaces: HashMap<String, Namespace> = HashMap::new();
-    for file in files {
-        let text = match read_capped(&file) {
-            Ok(text) => text,
-            Err(error) => {
-                errors.push(error);
-                continue;
-            }
-        };
-        match compile_file(&text, &file) {
+    for Source {
+        origin: file,
+        text,
+        api_name,
+    } in sources
+    {
+        match compile_file(&text, &file, overlay, strict) {
             Ok(compiled) => {
                 let name = compiled.namespace.name.clone();
                 let error = |message: String| ConfigError {
@@ -64,6 +104,31 @@ pub fn load_path_with(path: &Path, options: LoadOptions) -> Result<Loaded, Confi
                     column: compiled.domain_at.column(),
                     message,
                 };
+                if let Some(wanted) = &api_name {
+                    if *wanted != name {
+                        errors.push(error(format!(
+                            "the body names domain `{name}`; it was sent for namespace `{wanted}`"
+                        )));
+                        continue;
+                    }
+                    if let Some(first) = namespaces.get(&name) {
+                        let message = format!(
+                            "namespace `{name}` is defined by the file {}; the API cannot also define it",
+                            first.source.display()
+                        );
+                        if matches!(strict, Some(Write::Namespace(checked)) if checked == name) {
+                            errors.push(ConfigError::whole_file(&file, message));
+                        } else {
+                            notes.push(Note {
+                                file: file.clone(),
+                                line: 0,
+                                column: 0,
+                                message: format!("skipped: {message}"),
+                            });
+                        }
+                        continue;
+                    }
+                }
                 if let Some(first) = namespaces.get_mut(&name) {
                     if !options.merge_domains {
                         errors.push(error(format!(
@@ -130,7 +195,7 @@ fn merge(first: &mut Namespace, later: Namespace) -> Result<(), String> {
 /// Loads one file's text; `origin` names it in errors.
 pub fn load_str(text: &str, origin: impl AsRef<Path>) -> Result<Loaded, ConfigErrors> {
     let origin = origin.as_ref();
-    let compiled = compile_file(text, origin).map_err(ConfigErrors)?;
+    let compiled = compile_file(text, origin, &Overlay::default(), None).map_err(ConfigErrors)?;
     let mut config = Config::default();
     config.namespaces.insert(
         compiled.namespace.name.clone(),
@@ -221,7 +286,9 @@ struct Compiled {
     domain_at: Location,
 }
 
-fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
+/// The YAML parser's options: locations without snippets, and the caps
+/// (docs/configuration.md#caps-on-input).
+pub(super) fn parser_options() -> serde_saphyr::options::Options {
     let mut options = serde_saphyr::options::Options::default();
     options.with_snippet = false;
     let mut budget = serde_saphyr::Budget::default();
@@ -230,6 +297,16 @@ fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
     budget.max_nodes = caps::MAX_YAML_NODES;
     budget.max_events = 2 * caps::MAX_YAML_NODES;
     options.budget = Some(budget);
+    options
+}
+
+fn compile_file(
+    text: &str,
+    file: &Path,
+    overlay: &Overlay,
+    strict: Option<Write<'_>>,
+) -> Result<Compiled, Vec<ConfigError>> {
+    let options = parser_options();
     // Like envoyproxy/ratelimit, tolerate `---` separators around the one
     // document (empty documents are skipped).
     let documents: Vec<Option<RawFile>> =
@@ -256,6 +333,18 @@ fn compile_file(text: &str, file: &Path) -> Result<Compiled, Vec<ConfigError>> {
         errors: Vec::new(),
         notes: Vec::new(),
     };
+    let strict_override = match strict {
+        Some(Write::Override {
+            namespace,
+            resource,
+            domain,
+        }) if namespace == raw.domain.value => Some((resource, domain)),
+        _ => None,
+    };
+    overlay.apply(&mut raw, strict_override, &mut ctx.notes, &mut ctx.errors);
+    if !ctx.errors.is_empty() {
+        return Err(ctx.errors);
+    }
     let namespace = ctx.namespace(&mut raw);
     if !ctx.errors.is_empty() {
         return Err(ctx.errors);
@@ -331,7 +420,7 @@ fn plain_words(message: &str) -> String {
     message
 }
 
-fn parse_error(file: &Path, error: &serde_saphyr::Error) -> ConfigError {
+pub(super) fn parse_error(file: &Path, error: &serde_saphyr::Error) -> ConfigError {
     let text = plain_words(&error.to_string());
     match error.location() {
         Some(at) => {

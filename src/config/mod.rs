@@ -19,6 +19,7 @@ mod descriptors;
 pub mod duration;
 mod error;
 mod load;
+pub mod overlay;
 mod raw;
 
 use std::collections::{HashMap, HashSet};

@@ -38,9 +38,11 @@ use crate::store::copies::{CopyStore, CopyTimings};
 use self::api::ApiService;
 use self::metrics::Metrics;
 use self::rls::{RlsOptions, RlsService};
+use crate::service::configuration::Configuration;
 use crate::service::core::Core;
 use crate::service::store::{self, SidecarStore, StoreOptions};
 use crate::service::{copy_resources, spawn_sweeper};
+use crate::store::config_log::ConfigLog;
 
 /// What `charon serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -51,6 +53,9 @@ pub struct ServeOptions {
     /// The bearer token of the admin routes that read tenant state
     /// (see [`admin::access`]).
     pub admin_token_file: Option<PathBuf>,
+    /// Where the configuration API keeps its changes on the memory store
+    /// (none: in memory only).
+    pub config_state: Option<PathBuf>,
     pub grpc: GrpcOptions,
     pub store: StoreOptions,
     pub copies: CopyOptions,
@@ -136,6 +141,7 @@ struct Started {
     grpc_tls: Option<listen::Tls>,
     grpc_uds: Option<tokio::net::UnixListener>,
     access: admin::access::Access,
+    configuration: Arc<Configuration<SidecarStore>>,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     /// Config reload, for as long as the sidecar runs.
@@ -146,7 +152,9 @@ struct Started {
 /// reload, the sweeper and the copy log's membership. Any failure here stops
 /// the process before it answers anything.
 async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
-    let loaded = config::load_path_with(&options.config, options.envoy.load)
+    // The files alone first: a broken file stops the sidecar whatever the
+    // configuration API holds.
+    config::load_path_with(&options.config, options.envoy.load)
         .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
     let access = admin::access::Access::new(options.admin_token_file.as_deref())?;
     if matches!(access, admin::access::Access::Loopback) && !options.admin_addr.ip().is_loopback() {
@@ -156,16 +164,36 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
              peers only (kubectl port-forward), 401 to the network"
         );
     }
-    for note in &loaded.notes {
-        tracing::info!(%note, "normalized");
-    }
     let metrics = Arc::new(Metrics::new());
-    metrics.set_namespaces(loaded.config.namespaces().count());
     let store_options = store::StoreOptions {
         observer: Some(metrics.store_call_observer()),
         events: Some(metrics.copy_log_event_observer()),
         ..options.store.clone()
     };
+    let config_log = store::open_config_log(&store_options, options.config_state.as_deref())
+        .context("cannot open the configuration API's log")?;
+    if !config_log.is_durable() {
+        tracing::info!(
+            "configuration API changes are kept in memory only (no --config-state file)"
+        );
+    }
+    let snapshot = Configuration::<SidecarStore>::first_snapshot(&config_log).await;
+    let loaded = match config::overlay::load_with_overlay(
+        &options.config,
+        options.envoy.load,
+        &snapshot.overlay(),
+    ) {
+        Ok(loaded) => loaded,
+        Err(errors) => {
+            tracing::error!(%errors, "the configuration API's objects do not load; serving the files alone");
+            config::load_path_with(&options.config, options.envoy.load)
+                .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?
+        }
+    };
+    for note in &loaded.notes {
+        tracing::info!(%note, "normalized");
+    }
+    metrics.set_namespaces(loaded.config.namespaces().count());
     let store = SidecarStore::open(&store_options).context("cannot open --store")?;
     options
         .copies
@@ -177,7 +205,16 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
             .context("cannot open --store")?,
     );
     store.settle().await;
-    let limiter = Arc::new(Limiter::new(loaded.config, store).with_modes(options.envoy.modes));
+    let config = loaded.config.clone();
+    let limiter = Arc::new(Limiter::new(config, store).with_modes(options.envoy.modes));
+    let configuration = Arc::new(Configuration::new(
+        options.config.clone(),
+        options.envoy.load,
+        config_log,
+        limiter.clone(),
+        snapshot,
+        &loaded,
+    ));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
@@ -201,11 +238,13 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let watcher = reload::spawn(
         options.config.clone(),
-        options.envoy.load,
-        limiter.clone(),
+        configuration.clone(),
         metrics.clone(),
         shutdown_rx.clone(),
     )?;
+    if matches!(configuration.log(), ConfigLog::Redis(_)) {
+        configuration.clone().spawn_sync(shutdown_rx.clone());
+    }
     spawn_sweeper(limiter.clone(), copies.clone(), shutdown_rx.clone());
     if let CopyStore::Redis(redis) = &*copies {
         let limiter = limiter.clone();
@@ -224,6 +263,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         grpc_tls,
         grpc_uds,
         access,
+        configuration,
         shutdown_tx,
         shutdown_rx,
         watcher,
@@ -255,6 +295,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         grpc_tls,
         grpc_uds,
         access,
+        configuration,
         shutdown_tx,
         shutdown_rx,
         watcher,
@@ -316,8 +357,12 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
                 limiter: limiter.clone(),
                 copies: copies.clone(),
             },
-            access,
+            access.clone(),
         )
+        .merge(admin::guarded(
+            admin::config_api::router(configuration),
+            access,
+        ))
         .merge(rls_http::router(rls_service))
         // The peer's address, for the guarded routes' loopback rule.
         .into_make_service_with_connect_info::<SocketAddr>(),

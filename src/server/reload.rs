@@ -1,6 +1,8 @@
 //! Configuration reload: on a change of the file or directory (including a
 //! Kubernetes ConfigMap's atomic `..data` symlink swap) and on SIGHUP. A new
 //! configuration that does not load is logged and the running one is kept.
+//! The configuration API's objects are applied on top of the files at every
+//! reload ([`Configuration::rebuild`]), so a reload keeps them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,8 +11,7 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
-use crate::config;
-use crate::limiter::Limiter;
+use crate::service::configuration::Configuration;
 use crate::store::Store;
 
 use super::metrics::{Metrics, ReloadResult};
@@ -22,8 +23,7 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// returned watcher must be kept alive for file events to arrive.
 pub fn spawn<S: Store>(
     path: PathBuf,
-    options: config::LoadOptions,
-    limiter: Arc<Limiter<S>>,
+    configuration: Arc<Configuration<S>>,
     metrics: Arc<Metrics>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<notify::RecommendedWatcher> {
@@ -64,7 +64,7 @@ pub fn spawn<S: Store>(
             }
             tokio::time::sleep(SETTLE).await;
             while rx.try_recv().is_ok() {}
-            reload(&path, options, &limiter, &metrics).await;
+            reload(&path, &configuration, &metrics).await;
         }
     });
     Ok(watcher)
@@ -95,37 +95,22 @@ fn watched_dir(path: &Path) -> PathBuf {
     }
 }
 
-/// Loads `path` and swaps it in, or keeps the running configuration.
-pub async fn reload<S: Store>(
-    path: &Path,
-    options: config::LoadOptions,
-    limiter: &Limiter<S>,
-    metrics: &Metrics,
-) {
-    let owned = path.to_owned();
-    let loaded = tokio::task::spawn_blocking(move || config::load_path_with(&owned, options)).await;
-    match loaded {
-        Ok(Ok(loaded)) => {
-            for note in &loaded.notes {
-                tracing::info!(%note, "normalized");
-            }
-            let count = loaded.config.namespaces().count();
-            limiter.replace_config(loaded.config);
+/// Loads `path` (with the API's objects) and swaps it in, or keeps the
+/// running configuration.
+pub async fn reload<S: Store>(path: &Path, configuration: &Configuration<S>, metrics: &Metrics) {
+    match configuration.rebuild().await {
+        Ok(count) => {
             metrics.reload(ReloadResult::Ok);
             metrics.set_namespaces(count);
             tracing::info!(path = %path.display(), namespaces = count, "configuration reloaded");
         }
-        Ok(Err(errors)) => {
+        Err(errors) => {
             metrics.reload(ReloadResult::Rejected);
             tracing::error!(
                 path = %path.display(),
                 errors = %errors,
                 "new configuration rejected; keeping the running one"
             );
-        }
-        Err(error) => {
-            metrics.reload(ReloadResult::Rejected);
-            tracing::error!(%error, "configuration loader failed; keeping the running one");
         }
     }
 }

@@ -5,6 +5,8 @@
 //! gRPC faces in `server` translate the wire into these calls; the embedded
 //! client calls them in process.
 
+#[cfg(feature = "server")]
+pub mod configuration;
 pub mod core;
 pub mod session;
 pub mod store;

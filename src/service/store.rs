@@ -115,6 +115,51 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
     Ok(CopyStore::Redis(Arc::new(redis)))
 }
 
+/// The configuration API's log on the store of `options`: Redis's, shared by
+/// every sidecar on it; with the memory store, this process's, kept in
+/// `state_file` when given.
+#[cfg(feature = "server")]
+pub fn open_config_log(
+    options: &StoreOptions,
+    state_file: Option<&std::path::Path>,
+) -> Result<crate::store::config_log::ConfigLog, ConfigLogError> {
+    use crate::store::config_log::{ConfigLog, MemoryLog, RedisLog};
+    if options.url == "memory" {
+        return Ok(ConfigLog::Memory(match state_file {
+            Some(file) => MemoryLog::with_file(file)?,
+            None => MemoryLog::new(),
+        }));
+    }
+    if state_file.is_some() {
+        return Err(ConfigLogError::StateFileWithRedis);
+    }
+    Ok(ConfigLog::Redis(Box::new(RedisLog::open(
+        &options.url,
+        RedisOptions {
+            timeout: options.timeout,
+            key_prefix: options.key_prefix.clone(),
+            tls: options.tls.clone(),
+            sentinel_password: options.sentinel_password.clone(),
+            observer: options.observer.clone(),
+            ..RedisOptions::default()
+        },
+    )?)))
+}
+
+/// Why the configuration API's log cannot be opened.
+#[cfg(feature = "server")]
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigLogError {
+    #[error(
+        "--config-state is for the memory store; on Redis the configuration API's changes live in Redis"
+    )]
+    StateFileWithRedis,
+    #[error(transparent)]
+    Log(#[from] crate::store::config_log::LogError),
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
+
 impl SidecarStore {
     /// Opens the store (inside the runtime: Redis connects from there).
     pub fn open(options: &StoreOptions) -> Result<Self, RedisError> {

@@ -259,6 +259,22 @@ pub fn copy_index_key() -> String {
     key
 }
 
+/// The configuration API's keys (its version, objects and change log), in
+/// one slot.
+pub fn config_log_keys() -> [String; 3] {
+    let key = |kind: &str| {
+        let mut key = String::with_capacity(TAG_LEN + 16);
+        push_tag(&mut key, ["config-log"]);
+        key.push_str(kind);
+        key
+    };
+    [
+        key("config-version"),
+        key("config-objects"),
+        key("config-changes"),
+    ]
+}
+
 /// A member of [`copy_index_key`]: (namespace, resource), length-prefixed.
 pub fn copy_index_member(namespace: &str, resource: &str) -> String {
     let mut member = String::with_capacity(12 + namespace.len() + resource.len());

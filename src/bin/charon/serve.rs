@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// need it.
     #[arg(long, env = "CHARON_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// On the memory store: the file where the configuration API's changes
+    /// are kept across restarts (written atomically). Without it they last
+    /// as long as the process. On Redis they live in Redis.
+    #[arg(long, env = "CHARON_CONFIG_STATE")]
+    pub config_state: Option<PathBuf>,
     /// Where state lives: `memory` (embedded), or Redis shared by several
     /// sidecars: redis://[user:password@]host:port[/db], rediss:// (TLS),
     /// redis+sentinel://[user:password@]host:port[,…]/service[/db],
@@ -268,6 +273,7 @@ impl ServeArgs {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
             admin_token_file: self.admin_token_file,
+            config_state: self.config_state,
             grpc: charon::server::GrpcOptions {
                 max_concurrent_streams: self.grpc_max_concurrent_streams,
                 keepalive_interval: self.grpc_keepalive,

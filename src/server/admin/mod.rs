@@ -16,6 +16,7 @@
 //! misconfiguration to fix, not an outage to ride out.
 
 pub mod access;
+pub mod config_api;
 pub mod simulator;
 pub mod state;
 
@@ -101,6 +102,18 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         )
         .with_state(admin)
         .merge(pages)
+}
+
+/// `router` behind `access` (and, like the pages, answering only requests
+/// addressed to `localhost` or an IP address), taking bodies as large as a
+/// configuration file.
+pub fn guarded(router: Router, access: Access) -> Router {
+    router
+        .layer(DefaultBodyLimit::max(
+            usize::try_from(crate::config::caps::MAX_FILE_BYTES).unwrap_or(usize::MAX),
+        ))
+        .layer(axum::middleware::from_fn_with_state(access, access::guard))
+        .layer(axum::middleware::from_fn(addressed_directly))
 }
 
 /// The pages answer only requests addressed to `localhost` or an IP

@@ -1,0 +1,359 @@
+//! The configuration API's core (docs/configuration-api.md): what the
+//! limiter decides with is the files plus the API's objects, and this owns
+//! that composition. It keeps this sidecar's view of the shared log (a
+//! [`Snapshot`] at some version), catches up with the log (deltas, or the
+//! whole state when too far behind), validates a write exactly as a file is
+//! validated before committing it, and swaps the compiled configuration in
+//! whole, so that no request sees half a change.
+//!
+//! Rebuilds are serialized: a file reload and a change of the log that
+//! arrive together are applied one after the other, each from the latest
+//! snapshot, so the last configuration swapped in is never an older one.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::overlay::{self, Overlay};
+use crate::config::{ConfigErrors, LoadOptions, Loaded, Note};
+use crate::limiter::Limiter;
+use crate::store::Store;
+use crate::store::config_log::{
+    Change, ConfigLog, Delta, Expect, LogError, Object, ObjectPath, Snapshot, Write,
+};
+
+/// How often a sidecar asks the log for its version: a change made through
+/// another sidecar is applied here within this (plus one rebuild).
+pub const SYNC_PERIOD: Duration = Duration::from_millis(250);
+
+/// What the last rebuild produced, for reading back.
+#[derive(Debug, Default, Clone)]
+pub struct View {
+    /// The snapshot's version it was built from.
+    pub version: u64,
+    pub notes: Vec<Note>,
+    /// Each source (file or API namespace) as normalized, in YAML.
+    pub normalized: Vec<(PathBuf, String)>,
+}
+
+/// Why a write was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The body (or what it makes of the configuration) is invalid.
+    #[error("invalid configuration:\n{0}")]
+    Invalid(ConfigErrors),
+    /// The namespace is a file's: the API cannot own it.
+    #[error("namespace `{0}` is defined by a file; the API cannot define it")]
+    FileNamespace(String),
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// A write that was checked (and, unless a dry run, committed).
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// The change committed; `None` for a dry run.
+    pub change: Option<Change>,
+    pub notes: Vec<Note>,
+    pub normalized: Vec<(PathBuf, String)>,
+}
+
+pub struct Configuration<S: Store> {
+    path: PathBuf,
+    options: LoadOptions,
+    log: ConfigLog,
+    limiter: Arc<Limiter<S>>,
+    snapshot: Mutex<Snapshot>,
+    view: Mutex<View>,
+    rebuilding: tokio::sync::Mutex<()>,
+}
+
+impl<S: Store> Configuration<S> {
+    /// Over `limiter` (already holding a configuration loaded from `path`
+    /// with `snapshot`'s overlay).
+    pub fn new(
+        path: PathBuf,
+        options: LoadOptions,
+        log: ConfigLog,
+        limiter: Arc<Limiter<S>>,
+        snapshot: Snapshot,
+        loaded: &Loaded,
+    ) -> Self {
+        let view = View {
+            version: snapshot.version,
+            notes: loaded.notes.clone(),
+            normalized: loaded.normalized.clone(),
+        };
+        Self {
+            path,
+            options,
+            log,
+            limiter,
+            snapshot: Mutex::new(snapshot),
+            view: Mutex::new(view),
+            rebuilding: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The log's state at start, or an empty one (logged) when the log
+    /// cannot be read yet: the sync task catches up once it can.
+    pub async fn first_snapshot(log: &ConfigLog) -> Snapshot {
+        match log.snapshot().await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                tracing::warn!(%error, "configuration API log unreadable at start; files only until it answers");
+                Snapshot::default()
+            }
+        }
+    }
+
+    pub fn log(&self) -> &ConfigLog {
+        &self.log
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        lock(&self.snapshot).clone()
+    }
+
+    pub fn view(&self) -> View {
+        lock(&self.view).clone()
+    }
+
+    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        &self.limiter
+    }
+
+    /// Loads the files with the current overlay and swaps the result in
+    /// (a file reload). On errors the running configuration is kept.
+    pub async fn rebuild(&self) -> Result<usize, ConfigErrors> {
+        let _one_at_a_time = self.rebuilding.lock().await;
+        let snapshot = self.snapshot();
+        let (path, options, overlay) = (self.path.clone(), self.options, snapshot.overlay());
+        let loaded = tokio::task::spawn_blocking(move || {
+            overlay::load_with_overlay(&path, options, &overlay)
+        })
+        .await
+        .map_err(|error| {
+            ConfigErrors(vec![crate::config::ConfigError::whole_file(
+                &self.path,
+                format!("the loader failed: {error}"),
+            )])
+        })??;
+        let count = loaded.config.namespaces().count();
+        for note in &loaded.notes {
+            if is_skip(note) {
+                tracing::warn!(%note, "configuration API");
+            } else {
+                tracing::info!(%note, "normalized");
+            }
+        }
+        self.limiter.replace_config(loaded.config);
+        *lock(&self.view) = View {
+            version: snapshot.version,
+            notes: loaded.notes,
+            normalized: loaded.normalized,
+        };
+        Ok(count)
+    }
+
+    /// Catches up with the log; rebuilds if anything changed. Returns
+    /// whether it did.
+    pub async fn sync(&self) -> Result<bool, LogError> {
+        let have = lock(&self.snapshot).version;
+        let latest = self.log.version().await?;
+        if latest == have {
+            return Ok(false);
+        }
+        match self.log.since(have).await? {
+            Delta::Changes(changes) => {
+                let mut snapshot = lock(&self.snapshot);
+                for change in &changes {
+                    if change.version > snapshot.version {
+                        snapshot.apply(change);
+                    }
+                }
+            }
+            Delta::Snapshot(snapshot) => *lock(&self.snapshot) = snapshot,
+        }
+        // A log older than our view (Redis restarted empty) is the truth too.
+        if latest < have {
+            *lock(&self.snapshot) = self.log.snapshot().await?;
+        }
+        if let Err(errors) = self.rebuild().await {
+            tracing::error!(%errors, "configuration API change not applied; keeping the running configuration");
+        }
+        Ok(true)
+    }
+
+    /// Checks `write` against the files and every other object, then (unless
+    /// `dry_run`) commits it to the log and applies it here.
+    pub async fn write(&self, write: Write, dry_run: bool) -> Result<Written, WriteError> {
+        // Validate against the latest state, not a stale view.
+        if let Err(error) = self.sync().await {
+            return Err(WriteError::Log(error));
+        }
+        let mut candidate: Overlay = self.snapshot().overlay();
+        let checked = match &write.path {
+            ObjectPath::Namespace { namespace } => {
+                let owned_by_api = candidate.namespaces.contains_key(namespace);
+                if !owned_by_api && self.limiter.config().namespace(namespace).is_some() {
+                    return Err(WriteError::FileNamespace(namespace.clone()));
+                }
+                match &write.body {
+                    Some(body) => candidate.namespaces.insert(namespace.clone(), body.clone()),
+                    None => candidate.namespaces.remove(namespace),
+                };
+                overlay::Write::Namespace(namespace)
+            }
+            ObjectPath::Override {
+                namespace,
+                resource,
+                domain,
+            } => {
+                candidate.set_override(namespace, resource, domain, write.body.clone());
+                overlay::Write::Override {
+                    namespace,
+                    resource,
+                    domain,
+                }
+            }
+        };
+        let (path, options) = (self.path.clone(), self.options);
+        let checked = owned(checked);
+        let loaded = tokio::task::spawn_blocking(move || {
+            overlay::check_write(&path, options, &candidate, checked.borrowed())
+        })
+        .await
+        .map_err(|error| WriteError::Log(LogError::Unavailable(error.to_string())))?
+        .map_err(WriteError::Invalid)?;
+        if let ObjectPath::Namespace { namespace } = &write.path
+            && write.body.is_some()
+            && loaded
+                .notes
+                .iter()
+                .any(|note| is_skip(note) && note.file == overlay::namespace_origin(namespace))
+        {
+            return Err(WriteError::FileNamespace(namespace.clone()));
+        }
+        if dry_run {
+            return Ok(Written {
+                change: None,
+                notes: loaded.notes,
+                normalized: loaded.normalized,
+            });
+        }
+        let change = self.log.write(write).await?;
+        {
+            let mut snapshot = lock(&self.snapshot);
+            if change.version == snapshot.version + 1 {
+                snapshot.apply(&change);
+            }
+        }
+        // Catch up on anything written in between, and apply.
+        if let Err(error) = self.sync().await {
+            tracing::warn!(%error, "configuration API: applied later by the sync task");
+        }
+        if lock(&self.view).version < change.version
+            && let Err(errors) = self.rebuild().await
+        {
+            tracing::error!(%errors, "configuration API change not applied");
+        }
+        Ok(Written {
+            change: Some(change),
+            notes: loaded.notes,
+            normalized: loaded.normalized,
+        })
+    }
+
+    /// The object at `path` in this sidecar's view.
+    pub fn object(&self, path: &ObjectPath) -> Option<Object> {
+        lock(&self.snapshot).object(path).cloned()
+    }
+
+    /// Polls the log every [`SYNC_PERIOD`] until `shutdown`.
+    pub fn spawn_sync(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(SYNC_PERIOD);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut failing = false;
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    _ = ticks.tick() => {}
+                }
+                match self.sync().await {
+                    Ok(_) if failing => {
+                        failing = false;
+                        tracing::info!("configuration API log reachable again");
+                    }
+                    Ok(_) => {}
+                    Err(error) if !failing => {
+                        failing = true;
+                        tracing::warn!(%error, "configuration API log unreachable; serving the last configuration");
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+    }
+}
+
+/// Whether a note says an API object was skipped.
+fn is_skip(note: &Note) -> bool {
+    note.message.starts_with("skipped:") || note.message.starts_with("override skipped:")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every holder replaces the value whole: a poisoned lock's is intact.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An owned [`overlay::Write`], to cross into a blocking task.
+enum OwnedWrite {
+    Namespace(String),
+    Override(String, String, String),
+}
+
+fn owned(write: overlay::Write<'_>) -> OwnedWrite {
+    match write {
+        overlay::Write::Namespace(name) => OwnedWrite::Namespace(name.to_owned()),
+        overlay::Write::Override {
+            namespace,
+            resource,
+            domain,
+        } => OwnedWrite::Override(namespace.to_owned(), resource.to_owned(), domain.to_owned()),
+    }
+}
+
+impl OwnedWrite {
+    fn borrowed(&self) -> overlay::Write<'_> {
+        match self {
+            OwnedWrite::Namespace(name) => overlay::Write::Namespace(name),
+            OwnedWrite::Override(namespace, resource, domain) => overlay::Write::Override {
+                namespace,
+                resource,
+                domain,
+            },
+        }
+    }
+}
+
+/// The expectation an `If-Match` (or `If-None-Match: *`) header sets.
+pub fn expectation(if_match: Option<&str>, if_none_match: Option<&str>) -> Result<Expect, String> {
+    if if_none_match.map(str::trim) == Some("*") {
+        return Ok(Expect::Version(0));
+    }
+    match if_match.map(str::trim) {
+        None | Some("*") => Ok(Expect::Any),
+        Some(tag) => tag
+            .trim_start_matches("W/")
+            .trim_matches('"')
+            .parse()
+            .map(Expect::Version)
+            .map_err(|_| format!("If-Match `{tag}` is not a version this API gave (\"N\")")),
+    }
+}
