@@ -17,6 +17,7 @@
 //! assert!(!engine::decide(&items, &mut slots, 1_002).granted);
 //! ```
 
+pub mod capacity;
 pub mod copies;
 pub mod gcra;
 mod hit_log;
