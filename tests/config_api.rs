@@ -443,3 +443,132 @@ async fn an_override_is_shared_by_every_sidecar_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     shared_by_every_sidecar(&cluster.url()).await;
 }
+
+/// Runs `charon config ARGS --admin <sidecar>`: (success, stdout, stderr).
+fn charon_config(sidecar: &Sidecar, args: &[&str]) -> (bool, String, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("config")
+        .args(args)
+        .args(["--admin", &sidecar.admin_url("")])
+        .env("USER", "cli-test")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("charon config runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charon_config_applies_diffs_and_reads_back() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    let lab = dir.path().join("lab.yaml");
+    std::fs::write(&lab, CONFIG.replace("domain: shop", "domain: lab")).expect("write");
+    let lab_arg = lab.to_string_lossy().into_owned();
+
+    // Without --yes and no answer on stdin, nothing is applied.
+    let (ok, _, stderr) = charon_config(&sidecar, &["apply", "-f", &lab_arg]);
+    assert!(!ok, "applied without a yes: {stderr}");
+    assert_eq!(get(&sidecar, "/v1/namespaces/lab").await.status, 404);
+
+    let (ok, stdout, stderr) = charon_config(&sidecar, &["apply", "--yes", "-f", &lab_arg]);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("+domain: lab"),
+        "the diff shows the new namespace:\n{stdout}"
+    );
+    assert_eq!(granted(&sidecar, "lab", "anyone").await, 2);
+
+    // Read back: the normalized namespace the diff proposed is served.
+    let (ok, served, stderr) = charon_config(&sidecar, &["get", "lab"]);
+    assert!(ok, "{stderr}");
+    assert!(served.contains("# source: api"), "{served}");
+    assert!(served.contains("domain: lab"), "{served}");
+    let (ok, again, _) = charon_config(&sidecar, &["apply", "--yes", "-f", &lab_arg]);
+    assert!(ok);
+    assert!(
+        again.contains("nothing to change"),
+        "a round trip changes nothing:\n{again}"
+    );
+
+    // A diff of a change shows it and commits nothing.
+    std::fs::write(
+        &lab,
+        CONFIG
+            .replace("domain: shop", "domain: lab")
+            .replace("limit: 2,", "limit: 4,"),
+    )
+    .expect("write");
+    let (ok, diff, stderr) = charon_config(&sidecar, &["diff", "-f", &lab_arg]);
+    assert!(ok, "{stderr}");
+    assert!(
+        diff.lines()
+            .any(|line| line.starts_with('-') && line.contains("2"))
+            && diff
+                .lines()
+                .any(|line| line.starts_with('+') && line.contains("4")),
+        "{diff}"
+    );
+    assert_eq!(granted(&sidecar, "lab", "other").await, 2);
+
+    // An override, and the history of both changes.
+    let body = dir.path().join("vip.json");
+    std::fs::write(&body, r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#).expect("write");
+    let body_arg = body.to_string_lossy().into_owned();
+    let (ok, out, stderr) = charon_config(
+        &sidecar,
+        &[
+            "apply",
+            "--yes",
+            "-f",
+            &body_arg,
+            "--namespace",
+            "shop",
+            "--resource",
+            "api",
+            "--domain",
+            "vip",
+        ],
+    );
+    assert!(ok, "{out}{stderr}");
+    assert_eq!(granted(&sidecar, "shop", "vip").await, 5);
+    let (ok, history, _) = charon_config(&sidecar, &["history"]);
+    assert!(ok);
+    let lines: Vec<&str> = history.lines().collect();
+    assert_eq!(lines.len(), 2, "{history}");
+    assert!(
+        lines[0].contains("cli-test") && lines[0].ends_with("namespaces/lab"),
+        "{history}"
+    );
+    assert!(
+        lines[1].ends_with("namespaces/shop/resources/api/domains/vip"),
+        "{history}"
+    );
+
+    // Errors are the server's, said plainly.
+    std::fs::write(&body, "tiers: [{limit: 1, window: never-ever}]").expect("write");
+    let (ok, _, stderr) = charon_config(
+        &sidecar,
+        &[
+            "diff",
+            "-f",
+            &body_arg,
+            "--namespace",
+            "shop",
+            "--resource",
+            "api",
+            "--domain",
+            "vip",
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        stderr.contains("400") && stderr.contains("never-ever"),
+        "{stderr}"
+    );
+}

@@ -2,6 +2,7 @@
 //! subcommand's work is a library call; what lives here is flags, the
 //! secrets read from files, and logging.
 
+mod config;
 mod logging;
 mod secrets;
 mod serve;
@@ -85,6 +86,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The configuration API of a running sidecar: get, apply, diff, history.
+    Config(config::ConfigArgs),
     /// Validate a configuration file or directory; print it normalized, or the errors.
     Check {
         /// A configuration file, or a directory of *.yaml files.
@@ -147,6 +150,27 @@ fn main() -> ExitCode {
             &cli.log,
         ),
         Command::Serve(args) => serve::run(args, &cli.log),
+        Command::Config(args) => configure(args),
+    }
+}
+
+fn configure(args: config::ConfigArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(config::run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
