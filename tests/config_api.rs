@@ -140,6 +140,14 @@ async fn overrides_and_namespaces_through_the_api_on_one_sidecar() {
     assert_eq!(granted(&sidecar, "shop", "vip").await, 5);
     assert_eq!(granted(&sidecar, "shop", "plain").await, 2);
 
+    // The state view says where each domain's limits come from.
+    let vip = get(&sidecar, "/debug/state?namespace=shop&resource=api&domain=vip").await;
+    assert_eq!(vip.json["limits_from"]["source"], "api override", "{vip:?}");
+    assert_eq!(vip.json["limits_from"]["version"], 1, "{vip:?}");
+    assert_eq!(vip.json["tiers"][0]["limit"], 5, "{vip:?}");
+    let plain = get(&sidecar, "/debug/state?namespace=shop&resource=api&domain=plain").await;
+    assert_eq!(plain.json["limits_from"]["source"], "file", "{plain:?}");
+
     let namespace = get(&sidecar, "/v1/namespaces/shop").await;
     assert_eq!(namespace.status, 200);
     assert_eq!(

@@ -403,7 +403,11 @@ proptest! {
                     metrics: Arc::new(Metrics::new()),
                     store_status: Arc::new(move || store.store().status()),
                 },
-                StateSources { limiter, copies },
+                StateSources {
+                    limiter,
+                    copies,
+                    origins: None,
+                },
                 Access::new(None).expect("no token file"),
             );
             let mut session = String::from("none");

@@ -356,6 +356,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             admin::state::StateSources {
                 limiter: limiter.clone(),
                 copies: copies.clone(),
+                origins: Some(admin::config_api::origins(configuration.clone())),
             },
             access.clone(),
         )

@@ -15,12 +15,54 @@ use axum::routing::get;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::state::LimitsFrom;
 use crate::config::{ConfigErrors, Note};
 use crate::service::configuration::{Configuration, WriteError, Written, expectation};
 use crate::service::store::SidecarStore;
 use crate::store::config_log::{Change, LogError, ObjectPath, Write};
 
 type Shared = Arc<Configuration<SidecarStore>>;
+
+/// Where each domain's limits come from, for the state view: the API's
+/// override, the API's namespace, or the file.
+pub fn origins(configuration: Shared) -> super::state::Origins {
+    Arc::new(move |namespace: &str, resource: &str, domain: &str| {
+        let snapshot = configuration.snapshot();
+        let from_api = |source: &'static str, path: ObjectPath| {
+            snapshot.object(&path).map(|object| LimitsFrom {
+                source,
+                path: format!("/v1/{}", path.key()),
+                version: Some(object.version),
+            })
+        };
+        from_api(
+            "api override",
+            ObjectPath::Override {
+                namespace: namespace.to_owned(),
+                resource: resource.to_owned(),
+                domain: domain.to_owned(),
+            },
+        )
+        .or_else(|| {
+            from_api(
+                "api namespace",
+                ObjectPath::Namespace {
+                    namespace: namespace.to_owned(),
+                },
+            )
+        })
+        .unwrap_or_else(|| LimitsFrom {
+            source: "file",
+            path: configuration
+                .limiter()
+                .config()
+                .namespace(namespace)
+                .map(|found| found.source.display().to_string())
+                .unwrap_or_default(),
+            version: None,
+        })
+    })
+}
 
 /// Who made a change, when the caller says (else the peer's address).
 const ACTOR_HEADER: &str = "x-charon-actor";

@@ -37,6 +37,23 @@ use crate::service::store::SidecarStore;
 pub struct StateSources {
     pub limiter: Arc<Limiter<SidecarStore>>,
     pub copies: Arc<CopyStore>,
+    /// Where a (namespace, resource, domain)'s limits come from: a file or
+    /// the configuration API (none: files only).
+    pub origins: Option<Origins>,
+}
+
+/// Says where the limits of (namespace, resource, domain) come from.
+pub type Origins = Arc<dyn Fn(&str, &str, &str) -> LimitsFrom + Send + Sync>;
+
+/// Where a domain's limits come from.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LimitsFrom {
+    /// `file`, `api namespace` or `api override`.
+    pub source: &'static str,
+    /// The file, or the API path.
+    pub path: String,
+    /// The API object's version (its ETag).
+    pub version: Option<u64>,
 }
 
 /// One resource of the configuration.
@@ -85,6 +102,8 @@ struct Shown {
     now_ms: u64,
     #[serde(flatten)]
     detail: Detail,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits_from: Option<LimitsFrom>,
     recent: Vec<Recent>,
     watching_since_ms: u64,
 }
@@ -190,10 +209,15 @@ async fn read(
         .limiter
         .watch()
         .look(&namespace, &resource, &domain, now);
+    let limits_from = sources
+        .origins
+        .as_ref()
+        .map(|origins| origins(&namespace, &resource, &domain));
     Ok(Shown {
         store: sources.limiter.store().name(),
         now_ms: now,
         detail,
+        limits_from,
         recent: seen.recent,
         watching_since_ms: seen.watching_since_ms,
         namespace,
