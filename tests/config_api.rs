@@ -141,11 +141,19 @@ async fn overrides_and_namespaces_through_the_api_on_one_sidecar() {
     assert_eq!(granted(&sidecar, "shop", "plain").await, 2);
 
     // The state view says where each domain's limits come from.
-    let vip = get(&sidecar, "/debug/state?namespace=shop&resource=api&domain=vip").await;
+    let vip = get(
+        &sidecar,
+        "/debug/state?namespace=shop&resource=api&domain=vip",
+    )
+    .await;
     assert_eq!(vip.json["limits_from"]["source"], "api override", "{vip:?}");
     assert_eq!(vip.json["limits_from"]["version"], 1, "{vip:?}");
     assert_eq!(vip.json["tiers"][0]["limit"], 5, "{vip:?}");
-    let plain = get(&sidecar, "/debug/state?namespace=shop&resource=api&domain=plain").await;
+    let plain = get(
+        &sidecar,
+        "/debug/state?namespace=shop&resource=api&domain=plain",
+    )
+    .await;
     assert_eq!(plain.json["limits_from"]["source"], "file", "{plain:?}");
 
     let namespace = get(&sidecar, "/v1/namespaces/shop").await;
@@ -578,5 +586,104 @@ async fn charon_config_applies_diffs_and_reads_back() {
     assert!(
         stderr.contains("400") && stderr.contains("never-ever"),
         "{stderr}"
+    );
+}
+
+/// A request racing changes sees the old limits or the new ones, never a
+/// mix: a namespace of two limits that every change moves together (both
+/// 10, then both 20, …) is asked for both at once, by clients running while
+/// the changes stream in; every answer names two equal limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_racing_changes_sees_old_or_new_limits_never_a_mix() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let namespace = |limit: u64| {
+        format!(
+            "domain: race\ndescriptors:\n  - key: a\n    rate_limit: {{unit: hour, requests_per_unit: {limit}}}\n  - key: b\n    rate_limit: {{unit: hour, requests_per_unit: {limit}}}\n"
+        )
+    };
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    assert_eq!(
+        put(&sidecar, "/v1/namespaces/race", &namespace(10), &[])
+            .await
+            .status,
+        200
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let askers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = stop.clone();
+            let url = sidecar.grpc_url();
+            tokio::spawn(async move {
+                let mut client = RateLimitServiceClient::connect(url)
+                    .await
+                    .expect("connects");
+                let descriptor = |key: &str| RateLimitDescriptor {
+                    entries: vec![Entry {
+                        key: key.to_owned(),
+                        value: "x".to_owned(),
+                    }],
+                    ..Default::default()
+                };
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::SeqCst) {
+                    let answer = client
+                        .should_rate_limit(RateLimitRequest {
+                            domain: "race".to_owned(),
+                            descriptors: vec![descriptor("a"), descriptor("b")],
+                            hits_addend: 0,
+                        })
+                        .await
+                        .expect("answered")
+                        .into_inner();
+                    let limits: Vec<u32> = answer
+                        .statuses
+                        .iter()
+                        .map(|status| {
+                            status
+                                .current_limit
+                                .as_ref()
+                                .map_or(0, |limit| limit.requests_per_unit)
+                        })
+                        .collect();
+                    seen.push(limits);
+                }
+                seen
+            })
+        })
+        .collect();
+    for change in 0..40u64 {
+        let limit = if change % 2 == 0 { 20 } else { 10 };
+        let reply = put(&sidecar, "/v1/namespaces/race", &namespace(limit), &[]).await;
+        assert_eq!(reply.status, 200, "{reply:?}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let mut answers = 0;
+    let mut kinds = std::collections::BTreeSet::new();
+    for asker in askers {
+        for limits in asker.await.expect("an asker") {
+            answers += 1;
+            assert_eq!(limits.len(), 2, "{limits:?}");
+            assert_eq!(
+                limits[0], limits[1],
+                "a mix of old and new limits: {limits:?}"
+            );
+            kinds.insert(limits[0]);
+        }
+    }
+    assert!(answers > 40, "only {answers} answers raced the changes");
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [10, 20],
+        "both sides were seen"
     );
 }
