@@ -30,7 +30,7 @@ use clap::{Parser, ValueEnum};
 use tonic::transport::Endpoint;
 
 use tally::{Tally, ms, own_cpu_seconds, percentile};
-use workers::{Plan, copies_worker, worker};
+use workers::{Plan, copies_worker, paced_worker, worker};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -76,6 +76,12 @@ struct Args {
     /// Charon API sessions (one per worker) instead of ShouldRateLimit.
     #[arg(long)]
     copies: Option<String>,
+    /// Open loop: send this many requests per second in all, on schedule,
+    /// whether or not earlier ones were answered (latency is counted from
+    /// the scheduled instant, so queueing shows); --concurrency is then
+    /// ignored. Without it, --concurrency requests are kept in flight.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    rate: Option<u64>,
     /// Threads of the client's runtime (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -167,7 +173,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
 
     println!("command: {}", command_line());
     println!(
-        "settings: target {} domain {} key {} tenants {} ({}) connections {} concurrency {} duration {:?} timeout {:?}",
+        "settings: target {} domain {} key {} tenants {} ({}) connections {} concurrency {} rate {} duration {:?} timeout {:?}",
         args.target,
         args.domain,
         args.key,
@@ -183,6 +189,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         },
         args.connections,
         args.concurrency,
+        args.rate.map_or_else(
+            || "closed loop".to_owned(),
+            |rate| format!("{rate}/s open loop")
+        ),
         args.duration,
         args.timeout,
     );
@@ -193,7 +203,22 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + args.duration;
     let mut workers = Vec::new();
-    for index in 0..args.concurrency {
+    if let Some(rate) = args.rate {
+        // One pacer per connection, each sending its share of the rate.
+        for index in 0..args.connections {
+            let channel = channels[index as usize].clone();
+            let seed = seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F);
+            let share = rate as f64 / args.connections as f64;
+            workers.push(tokio::spawn(paced_worker(
+                plan.clone(),
+                channel,
+                seed,
+                deadline,
+                share,
+            )));
+        }
+    }
+    for index in 0..args.concurrency * u64::from(args.rate.is_none()) {
         let channel = channels[(index % args.connections) as usize].clone();
         let seed = seed ^ index.wrapping_mul(0xA076_1D64_78BD_642F);
         if args.copies.is_some() {

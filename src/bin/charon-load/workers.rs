@@ -100,6 +100,73 @@ pub(crate) async fn worker(
     tally
 }
 
+/// Sends `per_second` requests a second on schedule until `deadline`, each
+/// in its own task, however many are still unanswered; latency runs from
+/// each request's scheduled instant. Then waits for the stragglers (each
+/// bounded by --timeout).
+pub(crate) async fn paced_worker(
+    plan: Arc<Plan>,
+    channel: Channel,
+    seed: u64,
+    deadline: tokio::time::Instant,
+    per_second: f64,
+) -> Tally {
+    let client = RateLimitServiceClient::new(channel);
+    let mut rng = SplitMix(seed);
+    let timeout = plan.args.timeout;
+    let period = std::time::Duration::from_secs_f64(1.0 / per_second.max(1e-3));
+    let mut ticks = tokio::time::interval(period);
+    // Ticks missed while the runtime was busy are sent at once: the rate
+    // holds on average, as an open-loop load must.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut tally = Tally::default();
+    loop {
+        let scheduled = ticks.tick().await;
+        if scheduled >= deadline {
+            break;
+        }
+        while let Some(done) = in_flight.try_join_next() {
+            record(&mut tally, done);
+        }
+        let request = plan.request(plan.tenant(&mut rng));
+        let mut client = client.clone();
+        in_flight.spawn(async move {
+            let answer = tokio::time::timeout(timeout, client.should_rate_limit(request)).await;
+            let took = u64::try_from(scheduled.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            let code = match answer {
+                Ok(Ok(response)) => Ok(response.get_ref().overall_code),
+                Ok(Err(status)) => Err(format!("{:?}", status.code())),
+                Err(_) => Err("Timeout".to_owned()),
+            };
+            (took, code)
+        });
+    }
+    while let Some(done) = in_flight.join_next().await {
+        record(&mut tally, done);
+    }
+    tally
+}
+
+type Sent = (u64, Result<i32, String>);
+
+fn record(tally: &mut Tally, done: Result<Sent, tokio::task::JoinError>) {
+    match done {
+        Ok((took, code)) => {
+            tally.latencies.push(took);
+            match code {
+                Ok(code) => match Code::try_from(code) {
+                    Ok(Code::Ok) => tally.ok += 1,
+                    Ok(Code::OverLimit) => tally.over_limit += 1,
+                    _ => tally.other += 1,
+                },
+                Err(what) => tally.error(what),
+            }
+        }
+        Err(error) => tally.error(format!("task: {error}")),
+    }
+}
+
 /// One session looping on reserve + release of one copy.
 pub(crate) async fn copies_worker(
     plan: Arc<Plan>,
