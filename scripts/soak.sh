@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Soak run (opt-in; not part of scripts/test.sh): one sidecar under steady
 # load for MINUTES on each store (the memory store, then one local Redis):
-# rate decisions over 10^6 tenants (charon-load, 16 in flight) and, beside
-# them, copy reserve/release churn over 1 000 domains (8 in flight). Every 10 s
+# rate decisions over 10^6 tenants (charon-load at a steady SOAK_RATE per
+# second, open loop; default 3000) and, beside them, copy reserve/release
+# churn over 1 000 domains (2 in flight). Every 10 s
 # it samples the sidecar's RSS and open file descriptors, its memory store's
 # keys, and Redis's memory and key count, into target/soak/<store>.csv, then
 # plots them (target/soak/soak.png; matplotlib in a venv under target/). What
@@ -14,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes="${1:-30}"
+rate="${SOAK_RATE:-3000}"
 seconds=$((minutes * 60))
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
@@ -45,11 +47,11 @@ soak() { # store-label store-url
     until curl -sf "http://127.0.0.1:$admin/metrics" | grep -q '^charon_copy_log_registered 1'; do sleep 0.1; done
     echo "== $label: ${minutes} min" >&2
     target/release/charon-load --target "http://127.0.0.1:$grpc" --tenants 1000000 \
-        --connections 2 --concurrency 16 --duration "${seconds}s" >"$work/rate-$label.txt" &
+        --connections 2 --rate "$rate" --duration "${seconds}s" >"$work/rate-$label.txt" &
     local rate=$!
     pids+=("$rate")
     target/release/charon-load --target "http://127.0.0.1:$grpc" --domain edge --copies pool \
-        --tenants 1000 --connections 1 --concurrency 8 --duration "${seconds}s" >"$work/copies-$label.txt" &
+        --tenants 1000 --connections 1 --concurrency 2 --duration "${seconds}s" >"$work/copies-$label.txt" &
     local copies=$!
     pids+=("$copies")
     echo "seconds,rss_kib,fds,store_keys,redis_used_kib,redis_keys" >"$csv"
