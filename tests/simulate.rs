@@ -26,7 +26,7 @@ async fn limiter_grants(file: &str, domain: &str, pattern: &str, tick: u64) -> V
         .values()
         .find_map(|resource| match resource {
             Resource::Rate(rate) => Some(rate.clone()),
-            Resource::Copies(_) => None,
+            Resource::Copies(_) | Resource::Capacity(_) => None,
         })
         .unwrap();
     let start = 1_800_000_000_000;

@@ -88,6 +88,23 @@ pub struct Settings {
 pub enum Resource {
     Rate(Arc<RateResource>),
     Copies(Arc<CopyResource>),
+    Capacity(Arc<CapacityResource>),
+}
+
+/// A capacity shared out in leases (docs/design.md#capacity-leases).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityResource {
+    pub name: String,
+    pub default: crate::engine::capacity::CapacityConfig,
+    /// Domains with a capacity of their own.
+    pub domains: HashMap<String, crate::engine::capacity::CapacityConfig>,
+}
+
+impl CapacityResource {
+    /// The configuration that applies to `domain`.
+    pub fn config_for(&self, domain: &str) -> &crate::engine::capacity::CapacityConfig {
+        self.domains.get(domain).unwrap_or(&self.default)
+    }
 }
 
 /// A rate-limited resource: burst tiers with hard and global limits.

@@ -115,7 +115,7 @@ pub struct RawReplace {
     pub name: String,
 }
 
-/// A Charon resource: exactly one of `rate` and `copies`.
+/// A Charon resource: exactly one of `rate`, `copies` and `capacity`.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawResource {
@@ -123,6 +123,46 @@ pub struct RawResource {
     pub rate: Option<RawRate>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copies: Option<RawCopies>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<RawCapacity>,
+}
+
+/// A capacity shared out in leases (docs/design.md#capacity-leases):
+/// `capacity: {capacity: 1000, algorithm: fair_share, lease: 60s,
+/// refresh_interval: 5s, safe_capacity: 10, learning: 20s}`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCapacity {
+    pub capacity: Spanned<f64>,
+    /// `none`, `static`, `proportional_share` or `fair_share` (the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Spanned<String>>,
+    /// `static` only: the most one client gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_client: Option<Spanned<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_interval: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safe_capacity: Option<Spanned<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning: Option<Spanned<String>>,
+    /// Per-domain capacities (the rest of the settings are the resource's).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub domains: BTreeMap<String, Spanned<RawDomainCapacity>>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDomainCapacity {
+    pub capacity: Spanned<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safe_capacity: Option<Spanned<f64>>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -12,11 +12,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::v1::charon_server::Charon;
-use crate::api::v1::{RequestAnswer, RequestOp, SessionRequest, SessionResponse};
+use crate::api::v1::{
+    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
+    RequestAnswer, RequestOp, SessionRequest, SessionResponse,
+};
 
 use super::metrics::Metrics;
 use super::trace::TraceSampler;
 use crate::service::core::Core;
+use crate::service::leases::Leases;
 use crate::service::session::Session;
 use tracing::Instrument;
 
@@ -28,6 +32,7 @@ pub struct ApiService {
     max_sessions: usize,
     shutdown: watch::Receiver<bool>,
     traces: TraceSampler,
+    leases: Option<Arc<Leases>>,
 }
 
 impl ApiService {
@@ -44,7 +49,20 @@ impl ApiService {
             max_sessions,
             shutdown,
             traces: TraceSampler::off(),
+            leases: None,
         }
+    }
+
+    /// Serves `GetCapacity` and `ReleaseCapacity` from `leases`.
+    pub fn with_leases(mut self, leases: Arc<Leases>) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
+    fn leases(&self) -> Result<&Leases, Status> {
+        self.leases
+            .as_deref()
+            .ok_or_else(|| Status::unimplemented("capacity leases are not served here"))
     }
 
     /// Traces unary `Request`s as `traces` says (`--otlp-endpoint`).
@@ -98,6 +116,28 @@ impl Charon for ApiService {
             metrics.set_sessions(sessions.load(Ordering::SeqCst));
         });
         Ok(Response::new(ReceiverStream::new(receiver)))
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        self.leases()?
+            .get_capacity(request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(|error| error.into_status())
+    }
+
+    async fn release_capacity(
+        &self,
+        request: Request<ReleaseCapacityRequest>,
+    ) -> Result<Response<ReleaseCapacityResponse>, Status> {
+        self.leases()?
+            .release_capacity(request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(|error| error.into_status())
     }
 
     async fn request(

@@ -40,6 +40,7 @@ use self::metrics::Metrics;
 use self::rls::{RlsOptions, RlsService};
 use crate::service::configuration::Configuration;
 use crate::service::core::Core;
+use crate::service::leases::Leases;
 use crate::service::store::{self, SidecarStore, StoreOptions};
 use crate::service::{copy_resources, spawn_sweeper};
 use crate::store::config_log::ConfigLog;
@@ -301,6 +302,10 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         watcher,
     } = started;
     let ready = Arc::new(AtomicBool::new(false));
+    let leases = Arc::new(Leases::new(
+        limiter.clone(),
+        store::open_leases(&options.store).context("cannot open --store for capacity leases")?,
+    ));
     let api = ApiService::new(
         Arc::new(Core {
             limiter: limiter.clone(),
@@ -311,7 +316,8 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         options.copies.max_sessions,
         shutdown_rx.clone(),
     )
-    .with_traces(options.envoy.rls.traces);
+    .with_traces(options.envoy.rls.traces)
+    .with_leases(leases);
     let open_sessions = api.open_sessions();
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -100,6 +100,7 @@ impl From<CopyError> for ApiError {
 pub enum Target {
     Rate(Arc<Namespace>, Arc<RateResource>),
     Copies(Arc<Namespace>, Arc<CopyResource>),
+    Capacity(Arc<Namespace>, Arc<crate::config::CapacityResource>),
     /// Not configured, but the namespace has `allow_unconfigured`.
     Unconfigured(Arc<Namespace>),
 }
@@ -116,6 +117,9 @@ impl Core {
         match found.resources.get(resource) {
             Some(Resource::Rate(rate)) => Ok(Target::Rate(found.clone(), rate.clone())),
             Some(Resource::Copies(copies)) => Ok(Target::Copies(found.clone(), copies.clone())),
+            Some(Resource::Capacity(capacity)) => {
+                Ok(Target::Capacity(found.clone(), capacity.clone()))
+            }
             None if found.settings.allow_unconfigured => Ok(Target::Unconfigured(found.clone())),
             None => Err(ApiError::new(
                 Kind::UnknownResource,
@@ -157,6 +161,13 @@ impl Core {
                 Kind::WrongKind,
                 format!(
                     "resource `{}` is copy-limited: use reserve and release, not request",
+                    op.resource
+                ),
+            )),
+            Target::Capacity(..) => Err(ApiError::new(
+                Kind::WrongKind,
+                format!(
+                    "resource `{}` is a leased capacity: use GetCapacity, not request",
                     op.resource
                 ),
             )),

@@ -8,6 +8,8 @@
 #[cfg(feature = "server")]
 pub mod configuration;
 pub mod core;
+#[cfg(feature = "server")]
+pub mod leases;
 pub mod session;
 pub mod store;
 

@@ -146,6 +146,27 @@ pub fn open_config_log(
     )?)))
 }
 
+/// Where capacity leases live on the store of `options`: Redis's, shared
+/// by every sidecar on it, or this process's.
+#[cfg(feature = "server")]
+pub fn open_leases(options: &StoreOptions) -> Result<crate::store::leases::LeaseStore, RedisError> {
+    use crate::store::leases::{LeaseStore, MemoryLeases, RedisLeases};
+    if options.url == "memory" {
+        return Ok(LeaseStore::Memory(MemoryLeases::new()));
+    }
+    Ok(LeaseStore::Redis(Box::new(RedisLeases::open(
+        &options.url,
+        RedisOptions {
+            timeout: options.timeout,
+            key_prefix: options.key_prefix.clone(),
+            tls: options.tls.clone(),
+            sentinel_password: options.sentinel_password.clone(),
+            observer: options.observer.clone(),
+            ..RedisOptions::default()
+        },
+    )?)))
+}
+
 /// Why the configuration API's log cannot be opened.
 #[cfg(feature = "server")]
 #[derive(Debug, thiserror::Error)]

@@ -77,7 +77,7 @@ pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
         .iter()
         .filter_map(|(name, resource)| match resource {
             Resource::Rate(rate) => Some((name, rate)),
-            Resource::Copies(_) => None,
+            Resource::Copies(_) | Resource::Capacity(_) => None,
         })
         .collect();
     match resource {
@@ -85,6 +85,9 @@ pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
             Some(Resource::Rate(rate)) => Ok(rate.clone()),
             Some(Resource::Copies(_)) => Err(format!(
                 "resource `{name}` is copy-limited: simulate shows rate limits (tiers and buckets)"
+            )),
+            Some(Resource::Capacity(_)) => Err(format!(
+                "resource `{name}` is a leased capacity: simulate shows rate limits (tiers and buckets)"
             )),
             None => Err(format!(
                 "no resource `{name}` in namespace `{}`",

@@ -259,6 +259,19 @@ pub fn copy_index_key() -> String {
     key
 }
 
+/// The lease state of one leased capacity of one domain (every client's
+/// lease, one value).
+pub fn lease_key(namespace: &str, resource: &str, domain: &str) -> String {
+    let mut key =
+        String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
+    push_tag(&mut key, ["lease", namespace, resource, domain]);
+    key.push('l');
+    push_part(&mut key, namespace);
+    push_part(&mut key, resource);
+    push_part(&mut key, domain);
+    key
+}
+
 /// The configuration API's keys (its version, objects and change log), in
 /// one slot.
 pub fn config_log_keys() -> [String; 3] {

@@ -15,6 +15,8 @@ pub mod copies;
 #[cfg(feature = "redis")]
 mod failover;
 pub mod keys;
+#[cfg(feature = "server")]
+pub mod leases;
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;

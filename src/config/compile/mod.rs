@@ -3,6 +3,7 @@
 //! their line and column instead of stopping at the first. Descriptor trees
 //! are compiled here; resources (tiers, GCRA, copy limits) in `resources`.
 
+mod capacity;
 mod resources;
 
 use std::collections::{HashMap, HashSet};
@@ -29,6 +30,7 @@ pub(in crate::config) struct Ctx {
 pub(in crate::config) enum Kind {
     Rate,
     Copies,
+    Capacity,
 }
 
 impl Ctx {
@@ -95,7 +97,9 @@ impl Ctx {
             .resources
             .iter()
             .map(|(name, resource)| {
-                let kind = if resource.value.copies.is_some() && resource.value.rate.is_none() {
+                let kind = if resource.value.capacity.is_some() {
+                    Kind::Capacity
+                } else if resource.value.copies.is_some() && resource.value.rate.is_none() {
                     Kind::Copies
                 } else {
                     Kind::Rate
@@ -214,6 +218,16 @@ impl Ctx {
                         resource.referenced,
                         format!(
                             "resource `{}` is copy-limited; a descriptor can only name a rate-limited resource",
+                            resource.value
+                        ),
+                    );
+                    Leaf::None
+                }
+                Some(Kind::Capacity) => {
+                    self.error(
+                        resource.referenced,
+                        format!(
+                            "resource `{}` is a leased capacity; a descriptor can only name a rate-limited resource",
                             resource.value
                         ),
                     );

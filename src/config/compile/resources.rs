@@ -26,6 +26,20 @@ impl Ctx {
             self.error(at, "resource name is empty");
             return None;
         }
+        if let Some(capacity) = &mut resource.value.capacity {
+            if resource.value.rate.is_some() || resource.value.copies.is_some() {
+                self.error(
+                    at,
+                    format!(
+                        "resource `{name}` has `capacity:` and `rate:` or `copies:`; it needs exactly one"
+                    ),
+                );
+                return None;
+            }
+            return self
+                .capacity(name, capacity)
+                .map(|c| Resource::Capacity(Arc::new(c)));
+        }
         match (&mut resource.value.rate, &mut resource.value.copies) {
             (Some(_), Some(_)) => {
                 self.error(
@@ -37,7 +51,10 @@ impl Ctx {
                 None
             }
             (None, None) => {
-                self.error(at, format!("resource `{name}` needs `rate:` or `copies:`"));
+                self.error(
+                    at,
+                    format!("resource `{name}` needs `rate:`, `copies:` or `capacity:`"),
+                );
                 None
             }
             (Some(rate), None) => self

@@ -77,6 +77,7 @@ pub async fn resources(State(sources): State<StateSources>) -> Json<Vec<Listed>>
                 kind: match resource {
                     Resource::Rate(_) => "rate",
                     Resource::Copies(_) => "copies",
+                    Resource::Capacity(_) => "capacity",
                 },
             })
         })
@@ -203,6 +204,14 @@ async fn read(
         Some(Resource::Rate(rate)) => rate_detail(sources, &namespace, rate, &domain).await?,
         Some(Resource::Copies(copies)) => {
             copies_detail(sources, &namespace, copies, &domain).await?
+        }
+        Some(Resource::Capacity(_)) => {
+            return Err(Refusal(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "resource `{resource}` is a leased capacity: the state view shows rate and copy limits"
+                ),
+            ));
         }
     };
     let seen = sources

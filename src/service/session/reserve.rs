@@ -32,6 +32,15 @@ impl Session {
                     ),
                 ));
             }
+            Target::Capacity(..) => {
+                return Err(ApiError::new(
+                    Kind::WrongKind,
+                    format!(
+                        "resource `{}` is a leased capacity: use GetCapacity, not reserve",
+                        op.resource
+                    ),
+                ));
+            }
             Target::Unconfigured(_) => (None, CopyLimits::unlimited(Vec::new())),
         };
         let key = HoldKey {

@@ -1,0 +1,141 @@
+//! Capacity leases for the Charon API (docs/design.md#capacity-leases):
+//! `GetCapacity` and `ReleaseCapacity`, checked and looked up in the running
+//! configuration, apportioned by the lease store. Each resource of a request
+//! is answered on its own: one unknown resource does not cost the others
+//! their leases.
+
+use std::sync::Arc;
+
+use crate::api::v1::capacity_answer::Result as Answered;
+use crate::api::v1::error::Kind;
+use crate::api::v1::{
+    CapacityAnswer, CapacityLease, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse,
+};
+use crate::limiter::Limiter;
+use crate::store::leases::{LeaseError, LeaseRef, LeaseStore};
+
+use super::core::{ApiError, check_name, check_names};
+use super::store::SidecarStore;
+
+/// Resources in one `GetCapacity` or `ReleaseCapacity`.
+pub const MAX_RESOURCES_PER_CALL: usize = 256;
+
+pub struct Leases {
+    limiter: Arc<Limiter<SidecarStore>>,
+    store: LeaseStore,
+}
+
+impl From<LeaseError> for ApiError {
+    fn from(error: LeaseError) -> Self {
+        let kind = match &error {
+            LeaseError::Invalid(_) => Kind::Malformed,
+            LeaseError::Unavailable(_) => Kind::StoreUnavailable,
+        };
+        ApiError::new(kind, error.to_string())
+    }
+}
+
+impl Leases {
+    pub fn new(limiter: Arc<Limiter<SidecarStore>>, store: LeaseStore) -> Self {
+        Self { limiter, store }
+    }
+
+    pub async fn get_capacity(
+        &self,
+        request: &GetCapacityRequest,
+    ) -> Result<GetCapacityResponse, ApiError> {
+        check_call(&request.client_id, request.resources.len())?;
+        let mut answers = Vec::with_capacity(request.resources.len());
+        for want in &request.resources {
+            let at = LeaseRef {
+                namespace: &want.namespace,
+                resource: &want.resource,
+                domain: &want.domain,
+            };
+            let result = match self.config(at) {
+                Ok(config) => self
+                    .store
+                    .get(at, &config, &request.client_id, want.wants, want.has)
+                    .await
+                    .map(|lease| {
+                        Answered::Lease(CapacityLease {
+                            capacity: lease.capacity,
+                            expiry_ms: lease.expiry_ms,
+                            refresh_interval_ms: lease.refresh_interval_ms,
+                            safe_capacity: lease.safe_capacity,
+                        })
+                    })
+                    .map_err(ApiError::from),
+                Err(error) => Err(error),
+            };
+            answers.push(CapacityAnswer {
+                result: Some(result.unwrap_or_else(|error| Answered::Error(error.into_wire()))),
+            });
+        }
+        Ok(GetCapacityResponse { answers })
+    }
+
+    pub async fn release_capacity(
+        &self,
+        request: &ReleaseCapacityRequest,
+    ) -> Result<ReleaseCapacityResponse, ApiError> {
+        check_call(&request.client_id, request.resources.len())?;
+        let mut released = Vec::with_capacity(request.resources.len());
+        for resource in &request.resources {
+            let at = LeaseRef {
+                namespace: &resource.namespace,
+                resource: &resource.resource,
+                domain: &resource.domain,
+            };
+            check_names(at.namespace, at.resource, at.domain)?;
+            released.push(self.store.release(at, &request.client_id).await?);
+        }
+        Ok(ReleaseCapacityResponse { released })
+    }
+
+    /// The capacity configuration of `at`'s domain.
+    fn config(
+        &self,
+        at: LeaseRef<'_>,
+    ) -> Result<crate::engine::capacity::CapacityConfig, ApiError> {
+        check_names(at.namespace, at.resource, at.domain)?;
+        let config = self.limiter.config();
+        let Some(namespace) = config.namespace(at.namespace) else {
+            return Err(ApiError::new(
+                Kind::UnknownResource,
+                format!("namespace `{}` is not configured", at.namespace),
+            ));
+        };
+        match namespace.resources.get(at.resource) {
+            Some(crate::config::Resource::Capacity(capacity)) => {
+                Ok(*capacity.config_for(at.domain))
+            }
+            Some(_) => Err(ApiError::new(
+                Kind::WrongKind,
+                format!(
+                    "resource `{}` is not a leased capacity: use request or reserve",
+                    at.resource
+                ),
+            )),
+            None => Err(ApiError::new(
+                Kind::UnknownResource,
+                format!(
+                    "resource `{}` is not configured in namespace `{}`",
+                    at.resource, at.namespace
+                ),
+            )),
+        }
+    }
+}
+
+fn check_call(client_id: &str, resources: usize) -> Result<(), ApiError> {
+    check_name("client_id", client_id)?;
+    if resources > MAX_RESOURCES_PER_CALL {
+        return Err(ApiError::new(
+            Kind::TooMany,
+            format!("{resources} resources in one call; at most {MAX_RESOURCES_PER_CALL}"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! Where capacity leases live (docs/design.md#capacity-leases): the state of
+//! each leased capacity of each domain (every client's lease), in the
+//! process for one sidecar, or in Redis so that every sidecar on it hands
+//! out shares of one pool. The apportioning itself is the engine's
+//! ([`crate::engine::capacity`]); a store reads the state and the time,
+//! runs it, and keeps the result atomically.
+
+mod redis;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::clock::{Clock, SystemClock};
+use crate::engine::capacity::{self, CapacityConfig, CapacityError, Lease, LeaseState};
+
+pub use self::redis::RedisLeases;
+
+/// Which leased capacity, for which domain.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRef<'a> {
+    pub namespace: &'a str,
+    pub resource: &'a str,
+    pub domain: &'a str,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LeaseError {
+    /// What the client sent (or the configuration) cannot be apportioned.
+    #[error(transparent)]
+    Invalid(#[from] CapacityError),
+    #[error("the lease store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+pub enum LeaseStore {
+    Memory(MemoryLeases),
+    Redis(Box<RedisLeases>),
+}
+
+impl LeaseStore {
+    /// Asks for (or renews) `client`'s lease: what it `wants`, and what it
+    /// says it `has` (given back in the learning period).
+    pub async fn get(
+        &self,
+        at: LeaseRef<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        wants: f64,
+        has: f64,
+    ) -> Result<Lease, LeaseError> {
+        match self {
+            LeaseStore::Memory(store) => store.get(at, config, client, wants, has),
+            LeaseStore::Redis(store) => store.get(at, config, client, wants, has).await,
+        }
+    }
+
+    /// Gives `client`'s lease back; whether it had one.
+    pub async fn release(&self, at: LeaseRef<'_>, client: &str) -> Result<bool, LeaseError> {
+        match self {
+            LeaseStore::Memory(store) => Ok(store.release(at, client)),
+            LeaseStore::Redis(store) => store.release(at, client).await,
+        }
+    }
+}
+
+/// Leases in this process. Its learning period starts with the process: a
+/// restarted sidecar gives clients back what they say they have.
+pub struct MemoryLeases {
+    clock: Arc<dyn Clock>,
+    started_ms: u64,
+    states: Mutex<HashMap<(String, String, String), LeaseState>>,
+}
+
+impl MemoryLeases {
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        let started_ms = clock.now_ms();
+        Self {
+            clock,
+            started_ms,
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn key(at: LeaseRef<'_>) -> (String, String, String) {
+        (
+            at.namespace.to_owned(),
+            at.resource.to_owned(),
+            at.domain.to_owned(),
+        )
+    }
+
+    fn get(
+        &self,
+        at: LeaseRef<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        wants: f64,
+        has: f64,
+    ) -> Result<Lease, LeaseError> {
+        let now = self.clock.now_ms();
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = states
+            .entry(Self::key(at))
+            .or_insert_with(|| LeaseState::new(self.started_ms));
+        Ok(capacity::request(config, state, client, wants, has, now)?)
+    }
+
+    fn release(&self, at: LeaseRef<'_>, client: &str) -> bool {
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = Self::key(at);
+        let Some(state) = states.get_mut(&key) else {
+            return false;
+        };
+        let released = capacity::release(state, client);
+        if state.clients.is_empty() {
+            states.remove(&key);
+        }
+        released
+    }
+}
+
+impl Default for MemoryLeases {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,148 @@
+//! Leases on Redis: the engine decides in the sidecar on the state Redis
+//! holds, at Redis's time, and the result is written back only if the state
+//! did not change in between (`leases.lua`); on a conflict the step is run
+//! again on the new state. So every sidecar on one Redis apportions one pool,
+//! and no two steps interleave.
+
+use redis::Value;
+
+use super::{LeaseError, LeaseRef};
+use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
+use crate::store::keys;
+use crate::store::redis::{RedisError, RedisOptions, RedisStore};
+
+const SCRIPT: &str = include_str!("leases.lua");
+
+/// Steps retried on conflicting writes before giving up (each conflict is
+/// another sidecar's step succeeding, so this is contention, not an outage).
+const ATTEMPTS: usize = 16;
+
+pub struct RedisLeases {
+    redis: RedisStore,
+    script: redis::Script,
+}
+
+impl From<RedisError> for LeaseError {
+    fn from(error: RedisError) -> Self {
+        LeaseError::Unavailable(error.to_string())
+    }
+}
+
+impl RedisLeases {
+    /// Connects lazily (inside a Tokio runtime), like [`RedisStore`].
+    pub fn open(url: &str, options: RedisOptions) -> Result<Self, RedisError> {
+        Ok(Self {
+            redis: RedisStore::open(url, options)?,
+            script: redis::Script::new(SCRIPT),
+        })
+    }
+
+    pub async fn get(
+        &self,
+        at: LeaseRef<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        wants: f64,
+        has: f64,
+    ) -> Result<Lease, LeaseError> {
+        let mut answer = None;
+        self.step(at, ttl(config), |state, now| {
+            let mut state = state.unwrap_or_else(|| LeaseState::new(now));
+            answer = Some(capacity::request(
+                config, &mut state, client, wants, has, now,
+            )?);
+            Ok(Some(state))
+        })
+        .await?;
+        answer.ok_or_else(|| LeaseError::Unavailable("no lease was decided".into()))
+    }
+
+    pub async fn release(&self, at: LeaseRef<'_>, client: &str) -> Result<bool, LeaseError> {
+        let mut released = false;
+        // What is left keeps the time to live it had been given (a day at
+        // most is plenty: leases expire long before).
+        self.step(at, DAY_MS, |state, now| {
+            let Some(mut state) = state else {
+                released = false;
+                return Ok(None);
+            };
+            released = capacity::release(&mut state, client);
+            capacity::expire(&mut state, now);
+            Ok((!state.clients.is_empty()).then_some(state))
+        })
+        .await?;
+        Ok(released)
+    }
+
+    /// Reads the state and Redis's time, runs `decide`, and writes its
+    /// result back (`None`: delete) if nothing changed meanwhile.
+    async fn step(
+        &self,
+        at: LeaseRef<'_>,
+        ttl_ms: u64,
+        mut decide: impl FnMut(Option<LeaseState>, u64) -> Result<Option<LeaseState>, LeaseError>,
+    ) -> Result<(), LeaseError> {
+        let key = self
+            .redis
+            .key(&keys::lease_key(at.namespace, at.resource, at.domain))
+            .into_owned();
+        for _ in 0..ATTEMPTS {
+            let mut load = self.script.prepare_invoke();
+            load.key(key.as_str()).arg("load");
+            let (read, now) = match self.redis.invoke("lease_load", &load).await? {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::BulkString(bytes), Value::Int(now)] => (
+                        String::from_utf8_lossy(bytes).into_owned(),
+                        u64::try_from(*now).unwrap_or(0),
+                    ),
+                    other => return Err(unexpected(other)),
+                },
+                other => return Err(unexpected(&other)),
+            };
+            let state = if read.is_empty() {
+                None
+            } else {
+                Some(serde_json::from_str(&read).map_err(|error| {
+                    LeaseError::Unavailable(format!("unreadable lease state: {error}"))
+                })?)
+            };
+            let next = decide(state, now)?;
+            let written = match &next {
+                Some(state) => serde_json::to_string(state)
+                    .map_err(|error| LeaseError::Unavailable(error.to_string()))?,
+                None => String::new(),
+            };
+            let mut store = self.script.prepare_invoke();
+            store
+                .key(key.as_str())
+                .arg("store")
+                .arg(read.as_str())
+                .arg(written.as_str())
+                .arg(ttl_ms.max(1));
+            match self.redis.invoke("lease_store", &store).await? {
+                Value::Int(1) => return Ok(()),
+                Value::Int(_) => continue,
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Err(LeaseError::Unavailable(format!(
+            "the lease state kept changing: {ATTEMPTS} attempts conflicted"
+        )))
+    }
+}
+
+const DAY_MS: u64 = 86_400_000;
+
+/// How long a state outlives its last step: every lease in it has expired
+/// by then, and a client returning later is in a new learning period.
+fn ttl(config: &CapacityConfig) -> u64 {
+    config
+        .lease_ms
+        .saturating_mul(2)
+        .saturating_add(config.learning_ms)
+        .min(DAY_MS)
+}
+
+fn unexpected(value: &(impl std::fmt::Debug + ?Sized)) -> LeaseError {
+    LeaseError::Unavailable(format!("unexpected reply {value:?}"))
+}

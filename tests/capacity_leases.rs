@@ -1,0 +1,256 @@
+//! Capacity leases end to end (docs/design.md#capacity-leases): the real
+//! `charon` binary, `GetCapacity` and `ReleaseCapacity` over gRPC, on the
+//! memory store and on two sidecars sharing a real `redis-server`.
+//!
+//! What it proves:
+//!
+//! - clients renewing in turn converge to their max-min fair shares within
+//!   two rounds, and the leases handed out never sum past the capacity;
+//! - on Redis, clients of two sidecars share one pool the same way;
+//! - a client that stops renewing loses its lease at expiry, and the others
+//!   gain its share; a released lease goes to the others at once;
+//! - every mistake is a typed error per resource (unknown, wrong kind, not a
+//!   number), or an `INVALID_ARGUMENT` for the call (no client id), and a
+//!   bad `capacity:` configuration is refused with its line.
+#![cfg(all(unix, feature = "server"))]
+
+mod support;
+
+use std::time::Duration;
+
+use charon::api::v1::capacity_answer::Result as Answered;
+use charon::api::v1::charon_client::CharonClient;
+use charon::api::v1::error::Kind;
+use charon::api::v1::{CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest};
+use support::redis::RedisServer;
+use support::sidecar::{Sidecar, tempdir, write_config};
+use tonic::transport::Channel;
+
+const CONFIG: &str = "
+domain: jobs
+resources:
+  backend:
+    capacity: {capacity: 100, algorithm: fair_share, lease: 2s, refresh_interval: 500ms, learning: 0s}
+  search:
+    rate:
+      tiers:
+        - {limit: 5, window: 1s}
+";
+
+/// Asks for `wants` of `backend` as `client`; the capacity granted.
+async fn lease(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> f64 {
+    let answer = client
+        .get_capacity(GetCapacityRequest {
+            client_id: id.to_owned(),
+            resources: vec![CapacityWant {
+                namespace: "jobs".into(),
+                resource: "backend".into(),
+                domain: "acme".into(),
+                wants,
+                has: 0.0,
+            }],
+        })
+        .await
+        .expect("GetCapacity answers")
+        .into_inner();
+    match answer.answers.first().and_then(|a| a.result.clone()) {
+        Some(Answered::Lease(lease)) => {
+            assert_eq!(lease.refresh_interval_ms, 500);
+            lease.capacity
+        }
+        other => panic!("{id}: {other:?}"),
+    }
+}
+
+/// Rounds of renewals by (client, sidecar index, wants), in turn; the
+/// leases after each round. Checks that the leases live at any moment (the
+/// last one each client got) never sum past the capacity.
+async fn rounds(
+    clients: &mut [CharonClient<Channel>],
+    asks: &[(&str, usize, f64)],
+    count: usize,
+) -> Vec<Vec<f64>> {
+    let mut held = vec![0.0; asks.len()];
+    let mut history = Vec::new();
+    for _ in 0..count {
+        for (index, (id, sidecar, wants)) in asks.iter().enumerate() {
+            held[index] = lease(&mut clients[*sidecar], id, *wants).await;
+            let sum: f64 = held.iter().sum();
+            assert!(sum <= 100.0 + 1e-6, "live leases {held:?} sum past 100");
+        }
+        history.push(held.clone());
+    }
+    history
+}
+
+async fn fair_shares_converge(clients: &mut [CharonClient<Channel>], sidecar_of: [usize; 3]) {
+    // a alone wants everything, then b (30) and c (100) join: max-min fair
+    // is 35, 30, 35, reached within two rounds of renewals.
+    assert_eq!(lease(&mut clients[sidecar_of[0]], "a", 100.0).await, 100.0);
+    let history = rounds(
+        clients,
+        &[
+            ("a", sidecar_of[0], 100.0),
+            ("b", sidecar_of[1], 30.0),
+            ("c", sidecar_of[2], 100.0),
+        ],
+        3,
+    )
+    .await;
+    assert_eq!(history[2], [35.0, 30.0, 35.0], "rounds: {history:?}");
+}
+
+async fn client(sidecar: &Sidecar) -> CharonClient<Channel> {
+    CharonClient::connect(sidecar.grpc_url())
+        .await
+        .expect("connects")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_one_sidecar_converge_expire_and_release() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    let mut clients = vec![client(&sidecar).await];
+    fair_shares_converge(&mut clients, [0, 0, 0]).await;
+
+    // c stops renewing: at expiry (2 s) its share goes to a.
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    let history = rounds(&mut clients, &[("a", 0, 100.0), ("b", 0, 30.0)], 2).await;
+    assert_eq!(
+        history[1],
+        [70.0, 30.0],
+        "after c's lease expired: {history:?}"
+    );
+
+    // b gives its lease back: a gets all it wants on its next renewal.
+    let released = clients[0]
+        .release_capacity(ReleaseCapacityRequest {
+            client_id: "b".into(),
+            resources: vec![CapacityRef {
+                namespace: "jobs".into(),
+                resource: "backend".into(),
+                domain: "acme".into(),
+            }],
+        })
+        .await
+        .expect("ReleaseCapacity answers")
+        .into_inner();
+    assert_eq!(released.released, [true]);
+    assert_eq!(lease(&mut clients[0], "a", 100.0).await, 100.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_of_two_sidecars_share_one_pool_on_redis() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let args = ["--store-timeout", "2s"];
+    let one = Sidecar::start(dir.path(), &config, &redis.url(), &args);
+    let two = Sidecar::start(dir.path(), &config, &redis.url(), &args);
+    one.wait_readyz(200, "ready: store reachable").await;
+    two.wait_readyz(200, "ready: store reachable").await;
+    let mut clients = vec![client(&one).await, client(&two).await];
+    fair_shares_converge(&mut clients, [0, 1, 1]).await;
+    let key = charon::store::keys::lease_key("jobs", "backend", "acme");
+    assert!(
+        !redis.command(&["GET", &key]).trim().is_empty(),
+        "the leases live in Redis"
+    );
+
+    // Many clients at once on both sidecars: the pool is never overdrawn.
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let mut client = clients[n % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..5 {
+                got.push(lease(&mut client, &format!("w{n}"), 50.0).await);
+            }
+            got
+        }));
+    }
+    for task in tasks {
+        let got = task.await.expect("a client");
+        assert!(got.iter().all(|g| *g <= 50.0), "{got:?}");
+    }
+    let live: f64 = {
+        let state = redis.command(&["GET", &key]);
+        let state: serde_json::Value = serde_json::from_str(&state).expect("the state is JSON");
+        state["c"]
+            .as_object()
+            .expect("clients")
+            .values()
+            .map(|client| client["h"].as_f64().unwrap_or(0.0))
+            .sum()
+    };
+    assert!(live <= 100.0 + 1e-6, "{live} leased of 100");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mistakes_are_typed_errors() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    let mut client = client(&sidecar).await;
+    let want = |resource: &str, wants: f64| CapacityWant {
+        namespace: "jobs".into(),
+        resource: resource.into(),
+        domain: "acme".into(),
+        wants,
+        has: 0.0,
+    };
+    let answer = client
+        .get_capacity(GetCapacityRequest {
+            client_id: "x".into(),
+            resources: vec![
+                want("nothing", 1.0),
+                want("search", 1.0),
+                want("backend", f64::NAN),
+                want("backend", 10.0),
+            ],
+        })
+        .await
+        .expect("answers")
+        .into_inner();
+    let kinds: Vec<Option<Kind>> = answer
+        .answers
+        .iter()
+        .map(|a| match &a.result {
+            Some(Answered::Error(error)) => Kind::try_from(error.kind).ok(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            Some(Kind::UnknownResource),
+            Some(Kind::WrongKind),
+            Some(Kind::Malformed),
+            None
+        ],
+        "{answer:?}"
+    );
+    let refused = client
+        .get_capacity(GetCapacityRequest {
+            client_id: String::new(),
+            resources: vec![want("backend", 1.0)],
+        })
+        .await
+        .expect_err("no client id");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+    let bad =
+        "domain: jobs\nresources:\n  backend:\n    capacity: {capacity: 100, algorithm: fairest}\n";
+    let errors = charon::config::load_str(bad, "bad.yaml").expect_err("refused");
+    assert!(errors.to_string().contains("bad.yaml:4:"), "{errors}");
+    assert!(
+        errors.to_string().contains("unknown algorithm `fairest`"),
+        "{errors}"
+    );
+    let bad = "domain: jobs\nresources:\n  backend:\n    capacity: {capacity: 100, lease: 1s, refresh_interval: 5s}\n";
+    let errors = charon::config::load_str(bad, "bad.yaml").expect_err("refused");
+    assert!(errors.to_string().contains("refresh"), "{errors}");
+}
