@@ -30,7 +30,7 @@ const CONFIG: &str = "
 domain: jobs
 resources:
   backend:
-    capacity: {capacity: 100, algorithm: fair_share, lease: 2s, refresh_interval: 500ms, learning: 0s}
+    capacity: {capacity: 100, algorithm: fair_share, lease: 2s, refresh_interval: 500ms, learning: 0s, safe_capacity: 10}
   search:
     rate:
       tiers:
@@ -253,4 +253,115 @@ async fn mistakes_are_typed_errors() {
     let bad = "domain: jobs\nresources:\n  backend:\n    capacity: {capacity: 100, lease: 1s, refresh_interval: 5s}\n";
     let errors = charon::config::load_str(bad, "bad.yaml").expect_err("refused");
     assert!(errors.to_string().contains("refresh"), "{errors}");
+}
+
+/// Keeps asking `limiter` for one unit every millisecond until `stop`.
+fn demand(
+    limiter: std::sync::Arc<charon::client::lease::LeaseLimiter>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = limiter.try_acquire(1);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
+
+async fn rate_becomes(limiter: &charon::client::lease::LeaseLimiter, what: &str, expected: f64) {
+    support::sidecar::eventually(what, Duration::from_secs(15), async || {
+        match limiter.rate() {
+            rate if (rate - expected).abs() < 1e-9 => Ok(()),
+            rate => Err(format!("rate {rate}")),
+        }
+    })
+    .await;
+}
+
+/// Two clients, each renewing in the background from the demand it
+/// measured, converge to half the capacity each; with the sidecar gone,
+/// one falls back to the safe capacity and the other (pessimistic) to
+/// nothing; when a sidecar is back they share the capacity again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewers_share_by_measured_demand_and_follow_their_failure_mode() {
+    use charon::client::lease::{FailureMode, LeaseOptions, LeaseRenewer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let mut sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
+        .expect("an endpoint")
+        .connect_lazy();
+    let options = |id: &str, mode: FailureMode| LeaseOptions {
+        failure_mode: mode,
+        retry_interval: Duration::from_millis(200),
+        ..LeaseOptions::new(id, "jobs", "backend", "acme")
+    };
+    let safe = LeaseRenewer::spawn(channel.clone(), options("p", FailureMode::Safe));
+    let pessimist = LeaseRenewer::spawn(channel.clone(), options("q", FailureMode::Pessimistic));
+    let stop = Arc::new(AtomicBool::new(false));
+    let demands = [
+        demand(safe.clone(), stop.clone()),
+        demand(pessimist.clone(), stop.clone()),
+    ];
+    rate_becomes(&safe, "p's fair share", 50.0).await;
+    rate_becomes(&pessimist, "q's fair share", 50.0).await;
+
+    let ports = (sidecar.grpc, sidecar.admin);
+    sidecar.kill();
+    rate_becomes(&safe, "p on the safe capacity", 10.0).await;
+    rate_becomes(&pessimist, "q on nothing", 0.0).await;
+
+    let sidecar = Sidecar::start_at(dir.path(), &config, "memory", ports, &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    rate_becomes(&safe, "p's fair share again", 50.0).await;
+    rate_becomes(&pessimist, "q's fair share again", 50.0).await;
+    stop.store(true, Ordering::SeqCst);
+    for task in demands {
+        task.await.expect("a demand task");
+    }
+}
+
+/// The layer on a lease answers from the local limiter alone: the bucket
+/// holds a second of the rate, then 429 with `Retry-After`, and a second
+/// later (Tokio's clock, paused and advanced) the rate's worth passes again.
+#[tokio::test(start_paused = true)]
+async fn the_layer_on_a_lease_answers_429_with_retry_after_locally() {
+    use charon::client::lease::LeaseLimiter;
+    use charon::layer::LeaseLimitLayer;
+    use std::sync::Arc;
+    use tower::{Layer, Service, ServiceExt};
+
+    let limiter = Arc::new(LeaseLimiter::with_rate(5.0));
+    let mut service =
+        LeaseLimitLayer::new(limiter).layer(tower::service_fn(|_: http::Request<String>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
+        }));
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(http::Request::new(String::new()))
+            .await
+            .expect("answered");
+        statuses.push(response.status().as_u16());
+        if response.status() == 429 {
+            assert_eq!(response.headers()["retry-after"], "1");
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429]);
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let response = service
+        .ready()
+        .await
+        .expect("ready")
+        .call(http::Request::new(String::new()))
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 200);
 }

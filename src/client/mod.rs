@@ -33,6 +33,7 @@ mod call;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod hold;
+pub mod lease;
 mod limits;
 pub mod retry;
 mod sidecar;

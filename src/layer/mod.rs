@@ -50,6 +50,7 @@ mod concurrency;
 mod descriptors;
 mod future;
 pub mod key;
+mod lease;
 mod limit;
 mod rate;
 pub mod reply;
@@ -62,6 +63,7 @@ pub use descriptors::{
 };
 pub use future::ResponseFuture;
 pub use key::{DomainOf, Fixed, Header, MethodAndRoute, MissingDomain, PeerAddr, ResourceOf};
+pub use lease::{LeaseFuture, LeaseLimit, LeaseLimitLayer};
 pub use limit::{Limit, LimitLayer};
 pub use rate::{Hits, RateLimit, RateLimitLayer};
 pub use resource::PerResource;
