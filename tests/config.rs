@@ -1063,7 +1063,7 @@ fn resource_needs_exactly_one_of_rate_and_copies() {
         "domain: a\nresources:\n  r: {}\n",
         3,
         6,
-        &["`r`", "`rate:` or `copies:`"],
+        &["`r`", "`rate:`, `copies:` or `capacity:`"],
     );
 }
 

@@ -270,3 +270,60 @@ fn a_pattern_of_a_whole_week_is_simulated_to_its_last_tick() {
     let timeline = simulate::simulate(&rate, "acme", &pattern, 14 * 86_400_000).unwrap();
     assert_eq!((timeline.ticks.len(), timeline.granted), (1, 1));
 }
+
+/// `charon simulate --capacity`: clients joining and leaving a leased
+/// capacity, per tick, through the real engine: shares converge to max-min
+/// fair and never sum past the capacity.
+#[test]
+fn simulate_shows_leases_converging_to_fair_shares() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args([
+            "simulate",
+            "--capacity",
+            "{capacity: 100, algorithm: fair_share, lease: 10s, refresh_interval: 2s, learning: 0s}",
+            "--clients",
+            "a: 100; b: 30 from 5s; c: 100 from 10s until 20s",
+            "--duration",
+            "24s",
+            "--tick",
+            "2s",
+            "--json",
+        ])
+        .output()
+        .expect("charon simulate runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let timeline: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let ticks = timeline["ticks"].as_array().expect("ticks");
+    let at = |ms: u64| {
+        ticks
+            .iter()
+            .find(|tick| tick["at_ms"] == ms)
+            .map(|tick| tick["leases"].clone())
+            .expect("a tick")
+    };
+    assert_eq!(at(0), serde_json::json!([100.0, null, null]));
+    assert_eq!(at(16_000), serde_json::json!([35.0, 30.0, 35.0]));
+    assert_eq!(at(24_000), serde_json::json!([70.0, 30.0, null]));
+    for tick in ticks {
+        assert!(
+            tick["total"].as_f64().expect("a total") <= 100.0 + 1e-9,
+            "{tick}"
+        );
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args([
+            "simulate",
+            "--capacity",
+            "{capacity: 100}",
+            "--clients",
+            "a 100",
+        ])
+        .output()
+        .expect("charon simulate runs");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("name: WANTS"));
+}

@@ -60,8 +60,8 @@ enum Command {
     /// Run the real engine on a virtual clock for a request pattern and print
     /// the timeline: per tick, grants, rejections, tiers and retry-after.
     Simulate {
-        /// A configuration file or directory (or give --rate).
-        #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
+        /// A configuration file or directory (or give --rate or --capacity).
+        #[arg(long, conflicts_with_all = ["rate", "capacity"], required_unless_present_any = ["rate", "capacity"])]
         config: Option<PathBuf>,
         /// The namespace (`domain:`) in --config; needed if it has several.
         #[arg(long)]
@@ -77,8 +77,19 @@ enum Command {
         #[arg(long, default_value = "tenant")]
         domain: String,
         /// The requests: '10/s for 3s, pause 2s, 50/s for 1s, burst 30, at 100ms 250ms'.
+        #[arg(long, required_unless_present = "capacity")]
+        pattern: Option<String>,
+        /// Capacity leases instead: a resource's `capacity:` block in YAML flow
+        /// style, '{capacity: 100, algorithm: fair_share, lease: 10s, refresh_interval: 2s, learning: 0s}'.
+        #[arg(long, requires = "clients", conflicts_with = "rate")]
+        capacity: Option<String>,
+        /// With --capacity: the clients and what they want over time,
+        /// 'a: 100; b: 30 from 5s; c: 100 from 10s until 20s then 50 from 15s'.
         #[arg(long)]
-        pattern: String,
+        clients: Option<String>,
+        /// With --capacity: how long to simulate.
+        #[arg(long, default_value = "30s")]
+        duration: String,
         /// The timeline's step.
         #[arg(long, default_value = "1s")]
         tick: String,
@@ -117,9 +128,19 @@ fn main() -> ExitCode {
             rate,
             domain,
             pattern,
+            capacity,
+            clients,
+            duration,
             tick,
             json,
         } => {
+            if let (Some(capacity), Some(clients)) = (&capacity, &clients) {
+                return simulate_leases(capacity, clients, &duration, &tick, json);
+            }
+            let Some(pattern) = pattern else {
+                eprintln!("error: give --pattern");
+                return ExitCode::FAILURE;
+            };
             let source = match (&config, &rate) {
                 (Some(path), _) => charon::simulate::Source::Config {
                     path,
@@ -239,6 +260,35 @@ fn check(path: &std::path::Path, options: charon::config::LoadOptions) -> ExitCo
             for error in &errors.0 {
                 eprintln!("error: {error}");
             }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn simulate_leases(capacity: &str, clients: &str, span: &str, tick: &str, json: bool) -> ExitCode {
+    use charon::simulate::leases;
+    let run = || -> Result<String, String> {
+        let config = leases::resolve_capacity(capacity)?;
+        let clients = leases::parse_clients(clients)?;
+        let span = charon::config::parse_duration(span).map_err(|e| format!("--duration: {e}"))?;
+        let tick = charon::config::parse_duration(tick).map_err(|e| format!("--tick: {e}"))?;
+        if span == charon::config::FOREVER {
+            return Err("--duration: give a finite duration".into());
+        }
+        let timeline = leases::simulate_leases(&config, &clients, span, tick)?;
+        if json {
+            serde_json::to_string_pretty(&timeline).map_err(|error| error.to_string())
+        } else {
+            Ok(timeline.to_text())
+        }
+    };
+    match run() {
+        Ok(output) => {
+            println!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
             ExitCode::FAILURE
         }
     }
