@@ -365,3 +365,60 @@ async fn the_layer_on_a_lease_answers_429_with_retry_after_locally() {
         .expect("answered");
     assert_eq!(response.status(), 200);
 }
+
+/// The same clients on a sidecar whose Redis is SIGKILLed: every renewal
+/// is answered `STORE_UNAVAILABLE`, so each follows its failure mode; once
+/// Redis is back (empty) they share the capacity again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
+    use charon::client::lease::{FailureMode, LeaseOptions, LeaseRenewer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let mut redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--store-timeout", "500ms"],
+    );
+    sidecar.wait_readyz(200, "ready: store reachable").await;
+    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
+        .expect("an endpoint")
+        .connect_lazy();
+    let options = |id: &str, mode: FailureMode| LeaseOptions {
+        failure_mode: mode,
+        retry_interval: Duration::from_millis(200),
+        ..LeaseOptions::new(id, "jobs", "backend", "acme")
+    };
+    let optimist = LeaseRenewer::spawn(channel.clone(), options("o", FailureMode::Optimistic));
+    let pessimist = LeaseRenewer::spawn(channel.clone(), options("p", FailureMode::Pessimistic));
+    let stop = Arc::new(AtomicBool::new(false));
+    let demands = [
+        demand(optimist.clone(), stop.clone()),
+        demand(pessimist.clone(), stop.clone()),
+    ];
+    rate_becomes(&optimist, "o's fair share", 50.0).await;
+    rate_becomes(&pessimist, "p's fair share", 50.0).await;
+
+    redis.kill();
+    support::sidecar::eventually("o on what it wants", Duration::from_secs(15), async || {
+        match optimist.rate() {
+            // What it measured (about 1 000 a second) times the headroom.
+            rate if rate > 100.0 => Ok(()),
+            rate => Err(format!("rate {rate}")),
+        }
+    })
+    .await;
+    rate_becomes(&pessimist, "p on nothing", 0.0).await;
+
+    redis.restart();
+    rate_becomes(&optimist, "o's fair share again", 50.0).await;
+    rate_becomes(&pessimist, "p's fair share again", 50.0).await;
+    stop.store(true, Ordering::SeqCst);
+    for task in demands {
+        task.await.expect("a demand task");
+    }
+}

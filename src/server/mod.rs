@@ -171,8 +171,19 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         events: Some(metrics.copy_log_event_observer()),
         ..options.store.clone()
     };
+    let store = SidecarStore::open(&store_options).context("cannot open --store")?;
+    options
+        .copies
+        .timings
+        .validate()
+        .context("invalid copy-log timings")?;
+    let copies = Arc::new(
+        store::open_copies(&store_options, options.copies.timings)
+            .context("cannot open --store")?,
+    );
+    store.settle().await;
     let config_log = store::open_config_log(&store_options, options.config_state.as_deref())
-        .context("cannot open the configuration API's log")?;
+        .context("cannot open --store for the configuration API's log")?;
     if !config_log.is_durable() {
         tracing::info!(
             "configuration API changes are kept in memory only (no --config-state file)"
@@ -195,17 +206,6 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         tracing::info!(%note, "normalized");
     }
     metrics.set_namespaces(loaded.config.namespaces().count());
-    let store = SidecarStore::open(&store_options).context("cannot open --store")?;
-    options
-        .copies
-        .timings
-        .validate()
-        .context("invalid copy-log timings")?;
-    let copies = Arc::new(
-        store::open_copies(&store_options, options.copies.timings)
-            .context("cannot open --store")?,
-    );
-    store.settle().await;
     let config = loaded.config.clone();
     let limiter = Arc::new(Limiter::new(config, store).with_modes(options.envoy.modes));
     let configuration = Arc::new(Configuration::new(

@@ -1,8 +1,10 @@
 //! Leases on Redis: the engine decides in the sidecar on the state Redis
 //! holds, at Redis's time, and the result is written back only if the state
 //! did not change in between (`leases.lua`); on a conflict the step is run
-//! again on the new state. So every sidecar on one Redis apportions one pool,
-//! and no two steps interleave.
+//! again on the new state, after a short random pause. So every sidecar on
+//! one Redis apportions one pool, and no two steps interleave. Within one
+//! sidecar steps take turns (renewals are rare: one per client per refresh
+//! interval), so conflicts only come from other sidecars.
 
 use redis::Value;
 
@@ -15,11 +17,13 @@ const SCRIPT: &str = include_str!("leases.lua");
 
 /// Steps retried on conflicting writes before giving up (each conflict is
 /// another sidecar's step succeeding, so this is contention, not an outage).
-const ATTEMPTS: usize = 16;
+const ATTEMPTS: usize = 32;
 
 pub struct RedisLeases {
     redis: RedisStore,
     script: redis::Script,
+    /// One step at a time from this sidecar.
+    turns: tokio::sync::Mutex<()>,
 }
 
 impl From<RedisError> for LeaseError {
@@ -34,6 +38,7 @@ impl RedisLeases {
         Ok(Self {
             redis: RedisStore::open(url, options)?,
             script: redis::Script::new(SCRIPT),
+            turns: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -86,7 +91,17 @@ impl RedisLeases {
             .redis
             .key(&keys::lease_key(at.namespace, at.resource, at.domain))
             .into_owned();
-        for _ in 0..ATTEMPTS {
+        let _turn = self.turns.lock().await;
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                // Another sidecar wrote first: let it finish its turn.
+                let mut jitter = [0u8; 1];
+                let _ = getrandom::fill(&mut jitter);
+                tokio::time::sleep(std::time::Duration::from_micros(
+                    200 + u64::from(jitter[0]) * 8,
+                ))
+                .await;
+            }
             let mut load = self.script.prepare_invoke();
             load.key(key.as_str()).arg("load");
             let (read, now) = match self.redis.invoke("lease_load", &load).await? {
