@@ -135,14 +135,7 @@ pub fn open_config_log(
     }
     Ok(ConfigLog::Redis(Box::new(RedisLog::open(
         &options.url,
-        RedisOptions {
-            timeout: options.timeout,
-            key_prefix: options.key_prefix.clone(),
-            tls: options.tls.clone(),
-            sentinel_password: options.sentinel_password.clone(),
-            observer: options.observer.clone(),
-            ..RedisOptions::default()
-        },
+        plain_redis_options(options),
     )?)))
 }
 
@@ -156,15 +149,23 @@ pub fn open_leases(options: &StoreOptions) -> Result<crate::store::leases::Lease
     }
     Ok(LeaseStore::Redis(Box::new(RedisLeases::open(
         &options.url,
-        RedisOptions {
-            timeout: options.timeout,
-            key_prefix: options.key_prefix.clone(),
-            tls: options.tls.clone(),
-            sentinel_password: options.sentinel_password.clone(),
-            observer: options.observer.clone(),
-            ..RedisOptions::default()
-        },
+        plain_redis_options(options),
     )?)))
+}
+
+/// The Redis options of the stores beside the rate store (the configuration
+/// log, the leases): `--store`'s deadline, prefix, TLS and sentinel
+/// password, and the call observer.
+#[cfg(feature = "server")]
+fn plain_redis_options(options: &StoreOptions) -> RedisOptions {
+    RedisOptions {
+        timeout: options.timeout,
+        key_prefix: options.key_prefix.clone(),
+        tls: options.tls.clone(),
+        sentinel_password: options.sentinel_password.clone(),
+        observer: options.observer.clone(),
+        ..RedisOptions::default()
+    }
 }
 
 /// Why the configuration API's log cannot be opened.

@@ -232,16 +232,7 @@ fn simulate(
             Ok(timeline.to_text())
         }
     };
-    match run() {
-        Ok(output) => {
-            println!("{output}");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    print_or_fail(run())
 }
 
 fn check(path: &std::path::Path, options: charon::config::LoadOptions) -> ExitCode {
@@ -282,7 +273,12 @@ fn simulate_leases(capacity: &str, clients: &str, span: &str, tick: &str, json: 
             Ok(timeline.to_text())
         }
     };
-    match run() {
+    print_or_fail(run())
+}
+
+/// Prints a simulation's output, or its error, and says how it went.
+fn print_or_fail(output: Result<String, String>) -> ExitCode {
+    match output {
         Ok(output) => {
             println!("{output}");
             ExitCode::SUCCESS
