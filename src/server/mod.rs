@@ -206,7 +206,11 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         tracing::info!(%note, "normalized");
     }
     metrics.set_namespaces(loaded.config.namespaces().count());
-    let config = loaded.config.clone();
+    let config::Loaded {
+        config,
+        notes,
+        normalized,
+    } = loaded;
     let limiter = Arc::new(Limiter::new(config, store).with_modes(options.envoy.modes));
     let configuration = Arc::new(Configuration::new(
         options.config.clone(),
@@ -214,7 +218,8 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         config_log,
         limiter.clone(),
         snapshot,
-        &loaded,
+        notes,
+        normalized,
     ));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::overlay::{self, Overlay};
-use crate::config::{ConfigErrors, LoadOptions, Loaded, Note};
+use crate::config::{ConfigErrors, LoadOptions, Note};
 use crate::limiter::Limiter;
 use crate::store::Store;
 use crate::store::config_log::{
@@ -72,19 +72,20 @@ pub struct Configuration<S: Store> {
 
 impl<S: Store> Configuration<S> {
     /// Over `limiter` (already holding a configuration loaded from `path`
-    /// with `snapshot`'s overlay).
+    /// with `snapshot`'s overlay; `notes` and `normalized` are that load's).
     pub fn new(
         path: PathBuf,
         options: LoadOptions,
         log: ConfigLog,
         limiter: Arc<Limiter<S>>,
         snapshot: Snapshot,
-        loaded: &Loaded,
+        notes: Vec<Note>,
+        normalized: Vec<(PathBuf, String)>,
     ) -> Self {
         let view = View {
             version: snapshot.version,
-            notes: loaded.notes.clone(),
-            normalized: loaded.normalized.clone(),
+            notes,
+            normalized,
         };
         Self {
             path,
@@ -195,7 +196,7 @@ impl<S: Store> Configuration<S> {
             return Err(WriteError::Log(error));
         }
         let mut candidate: Overlay = self.snapshot().overlay();
-        let checked = match &write.path {
+        match &write.path {
             ObjectPath::Namespace { namespace } => {
                 let owned_by_api = candidate.namespaces.contains_key(namespace);
                 if !owned_by_api && self.limiter.config().namespace(namespace).is_some() {
@@ -205,38 +206,20 @@ impl<S: Store> Configuration<S> {
                     Some(body) => candidate.namespaces.insert(namespace.clone(), body.clone()),
                     None => candidate.namespaces.remove(namespace),
                 };
-                overlay::Write::Namespace(namespace)
             }
             ObjectPath::Override {
                 namespace,
                 resource,
                 domain,
-            } => {
-                candidate.set_override(namespace, resource, domain, write.body.clone());
-                overlay::Write::Override {
-                    namespace,
-                    resource,
-                    domain,
-                }
-            }
-        };
-        let (path, options) = (self.path.clone(), self.options);
-        let checked = owned(checked);
+            } => candidate.set_override(namespace, resource, domain, write.body.clone()),
+        }
+        let (path, options, target) = (self.path.clone(), self.options, write.path.clone());
         let loaded = tokio::task::spawn_blocking(move || {
-            overlay::check_write(&path, options, &candidate, checked.borrowed())
+            overlay::check_write(&path, options, &candidate, checked(&target))
         })
         .await
         .map_err(|error| WriteError::Log(LogError::Unavailable(error.to_string())))?
         .map_err(WriteError::Invalid)?;
-        if let ObjectPath::Namespace { namespace } = &write.path
-            && write.body.is_some()
-            && loaded
-                .notes
-                .iter()
-                .any(|note| is_skip(note) && note.file == overlay::namespace_origin(namespace))
-        {
-            return Err(WriteError::FileNamespace(namespace.clone()));
-        }
         if dry_run {
             return Ok(Written {
                 change: None,
@@ -312,33 +295,19 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// An owned [`overlay::Write`], to cross into a blocking task.
-enum OwnedWrite {
-    Namespace(String),
-    Override(String, String, String),
-}
-
-fn owned(write: overlay::Write<'_>) -> OwnedWrite {
-    match write {
-        overlay::Write::Namespace(name) => OwnedWrite::Namespace(name.to_owned()),
-        overlay::Write::Override {
+/// What the loader checks strictly for a write at `path`.
+fn checked(path: &ObjectPath) -> overlay::Write<'_> {
+    match path {
+        ObjectPath::Namespace { namespace } => overlay::Write::Namespace(namespace),
+        ObjectPath::Override {
             namespace,
             resource,
             domain,
-        } => OwnedWrite::Override(namespace.to_owned(), resource.to_owned(), domain.to_owned()),
-    }
-}
-
-impl OwnedWrite {
-    fn borrowed(&self) -> overlay::Write<'_> {
-        match self {
-            OwnedWrite::Namespace(name) => overlay::Write::Namespace(name),
-            OwnedWrite::Override(namespace, resource, domain) => overlay::Write::Override {
-                namespace,
-                resource,
-                domain,
-            },
-        }
+        } => overlay::Write::Override {
+            namespace,
+            resource,
+            domain,
+        },
     }
 }
 

@@ -102,13 +102,8 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
     let redis = RedisCopies::open(
         &options.url,
         RedisOptions {
-            timeout: options.timeout,
-            key_prefix: options.key_prefix.clone(),
-            tls: options.tls.clone(),
-            sentinel_password: options.sentinel_password.clone(),
-            observer: options.observer.clone(),
             events: options.events.clone(),
-            ..RedisOptions::default()
+            ..plain_redis_options(options)
         },
         timings,
     )?;
@@ -153,10 +148,9 @@ pub fn open_leases(options: &StoreOptions) -> Result<crate::store::leases::Lease
     )?)))
 }
 
-/// The Redis options of the stores beside the rate store (the configuration
-/// log, the leases): `--store`'s deadline, prefix, TLS and sentinel
-/// password, and the call observer.
-#[cfg(feature = "server")]
+/// The Redis options of the stores beside the rate store (the copy log, the
+/// configuration log, the leases): `--store`'s deadline, prefix, TLS and
+/// sentinel password, and the call observer.
 fn plain_redis_options(options: &StoreOptions) -> RedisOptions {
     RedisOptions {
         timeout: options.timeout,

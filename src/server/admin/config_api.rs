@@ -27,9 +27,9 @@ type Shared = Arc<Configuration<SidecarStore>>;
 /// override, the API's namespace, or the file.
 pub fn origins(configuration: Shared) -> super::state::Origins {
     Arc::new(move |namespace: &str, resource: &str, domain: &str| {
-        let snapshot = configuration.snapshot();
+        // One object read, not the whole snapshot: the page asks every second.
         let from_api = |source: &'static str, path: ObjectPath| {
-            snapshot.object(&path).map(|object| LimitsFrom {
+            configuration.object(&path).map(|object| LimitsFrom {
                 source,
                 path: format!("/v1/{}", path.key()),
                 version: Some(object.version),
