@@ -8,7 +8,8 @@
 //!   two rounds, and the leases handed out never sum past the capacity;
 //! - on Redis, clients of two sidecars share one pool the same way;
 //! - a client that stops renewing loses its lease at expiry, and the others
-//!   gain its share; a released lease goes to the others at once;
+//!   gain its share (also a real client process killed with SIGKILL, which
+//!   releases nothing); a released lease goes to the others at once;
 //! - every mistake is a typed error per resource (unknown, wrong kind, not a
 //!   number), or an `INVALID_ARGUMENT` for the call (no client id), and a
 //!   bad `capacity:` configuration is refused with its line.
@@ -421,4 +422,117 @@ async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
     for task in demands {
         task.await.expect("a demand task");
     }
+}
+
+/// A client *process* (`examples/lease_workers.rs`, one worker, as a user
+/// runs it) holding a lease is killed with SIGKILL, so nothing is released:
+/// the sidecar keeps counting its lease until expiry (5 s after its last
+/// renewal, which was at most a refresh interval, 1 s, before the kill),
+/// then a client that wants the whole capacity gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    let worker_binary = std::path::PathBuf::from(env!("CARGO_BIN_EXE_charon"))
+        .parent()
+        .map(|dir| dir.join("examples").join("lease_workers"))
+        .expect("the binaries' directory");
+    assert!(
+        worker_binary.is_file(),
+        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
+        worker_binary.display()
+    );
+    let dir = tempdir();
+    let example_config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
+    let config = write_config(
+        dir.path(),
+        &std::fs::read_to_string(example_config).expect("the example's configuration"),
+    );
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    struct KilledOnDrop(std::process::Child);
+    impl Drop for KilledOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut worker = KilledOnDrop(
+        Command::new(&worker_binary)
+            .arg("1")
+            .env("CHARON_URL", sidecar.grpc_url())
+            .env("SECONDS", "120")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the worker starts"),
+    );
+
+    // The probe wants everything; with the worker alive it gets at most the
+    // other half of the fair share.
+    let mut probe = client(&sidecar).await;
+    let ask = |probe: &mut CharonClient<Channel>| {
+        let mut probe = probe.clone();
+        async move {
+            let answer = probe
+                .get_capacity(GetCapacityRequest {
+                    client_id: "probe".into(),
+                    resources: vec![CapacityWant {
+                        namespace: "jobs".into(),
+                        resource: "backend".into(),
+                        domain: "acme".into(),
+                        wants: 100.0,
+                        has: 0.0,
+                    }],
+                })
+                .await
+                .expect("GetCapacity answers")
+                .into_inner();
+            match answer.answers.first().and_then(|a| a.result.clone()) {
+                Some(Answered::Lease(lease)) => lease.capacity,
+                other => panic!("probe: {other:?}"),
+            }
+        }
+    };
+    support::sidecar::eventually(
+        "the worker holds its fair share",
+        Duration::from_secs(15),
+        async || match ask(&mut probe).await {
+            granted if (granted - 50.0).abs() < 1e-9 => Ok(()),
+            granted => Err(format!("the probe got {granted}")),
+        },
+    )
+    .await;
+
+    worker.0.kill().expect("SIGKILL the worker");
+    let killed = Instant::now();
+    let _ = worker.0.wait();
+    // Until its lease can have expired (4 s at the earliest), the dead
+    // worker's half stays taken.
+    while killed.elapsed() < Duration::from_millis(3_500) {
+        let granted = ask(&mut probe).await;
+        assert!(
+            granted <= 50.0 + 1e-9,
+            "{:?} after the kill the probe got {granted}: the dead worker's lease went early",
+            killed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // By its expiry (5 s at the latest, plus a margin) all of it is free.
+    let freed = loop {
+        let granted = ask(&mut probe).await;
+        if (granted - 100.0).abs() < 1e-9 {
+            break killed.elapsed();
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "10 s after the kill the probe still gets {granted}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        freed >= Duration::from_millis(3_500),
+        "freed after {freed:?}"
+    );
 }

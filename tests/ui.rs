@@ -122,6 +122,67 @@ async fn the_simulator_endpoint_gives_the_timeline_of_charon_simulate() {
     }
 }
 
+/// The page's capacity-lease simulation is `charon simulate --capacity`'s
+/// timeline, in one call; nonsense and oversized runs are refused with the
+/// reason.
+#[tokio::test]
+async fn the_lease_simulation_endpoint_gives_the_timeline_of_charon_simulate() {
+    use charon::simulate::leases;
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let capacity =
+        "{capacity: 100, algorithm: fair_share, lease: 10s, refresh_interval: 2s, learning: 0s}";
+    let clients = "a: 100; b: 30 from 5s; c: 100 from 10s until 20s";
+    let expected = leases::run(capacity, clients, "24s", "500ms", simulate::MAX_TICKS).unwrap();
+    let (status, timeline) = post(
+        &sidecar,
+        "/ui/simulator/leases",
+        &json!({ "capacity": capacity, "clients": clients, "duration": "24s", "tick": "500ms" })
+            .to_string(),
+    )
+    .await;
+    assert_eq!(status, 200, "{timeline}");
+    assert_eq!(timeline, serde_json::to_value(&expected).unwrap());
+    assert_eq!(timeline["ticks"].as_array().map(Vec::len), Some(49));
+
+    let many_clients: Vec<String> = (0..65).map(|i| format!("c{i}: 1")).collect();
+    for (body, message) in [
+        (
+            json!({ "capacity": capacity, "clients": "a: lots" }),
+            "start with what the client wants",
+        ),
+        (
+            json!({ "capacity": "{capacity: -1}", "clients": "a: 1" }),
+            "invalid --capacity",
+        ),
+        (
+            json!({ "capacity": capacity, "clients": many_clients.join("; ") }),
+            "at most 64 clients",
+        ),
+        (
+            json!({ "capacity": capacity, "clients": "a: 1", "duration": "1h", "tick": "1s" }),
+            "at most 2000 ticks",
+        ),
+        (
+            json!({ "capacity": capacity, "clients": "a: 1", "duration": "forever" }),
+            "give a finite duration",
+        ),
+        (
+            json!({ "capacity": capacity, "clients": "a: 1", "tick": "0s" }),
+            "ticks",
+        ),
+        (
+            json!({ "capacity": capacity, "clients": "a: 1", "speed": 2 }),
+            "unknown field",
+        ),
+    ] {
+        let (status, refused) = post(&sidecar, "/ui/simulator/leases", &body.to_string()).await;
+        assert_eq!(status, 400, "{body} → {refused}");
+        let error = refused["error"].as_str().unwrap_or_default();
+        assert!(error.contains(message), "{body} → {error}");
+    }
+}
+
 #[tokio::test]
 async fn the_simulator_refuses_nonsense_and_bounds_its_work() {
     let dir = tempdir();
@@ -458,7 +519,7 @@ async fn the_pages_in_a_real_browser_agree_with_charon_simulate() {
         output.status.success(),
         "the browser test failed:\n{printed}"
     );
-    for screenshot in ["simulator.png", "state.png"] {
+    for screenshot in ["simulator.png", "leases.png", "state.png"] {
         let size = std::fs::metadata(artifacts.join(screenshot)).map_or(0, |m| m.len());
         assert!(
             size > 10_000,

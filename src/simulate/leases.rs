@@ -16,6 +16,9 @@ use crate::engine::capacity::{self, CapacityConfig, LeaseState};
 
 use super::MAX_TICKS;
 
+/// Clients in one simulation at most.
+pub const MAX_CLIENTS: usize = 64;
+
 /// One client's demand over time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimClient {
@@ -46,6 +49,9 @@ pub fn parse_clients(text: &str) -> Result<Vec<SimClient>, String> {
             .split_once(':')
             .ok_or_else(|| format!("`{part}`: write `name: WANTS [from T] [until T]`"))?;
         let name = name.trim();
+        if clients.len() == MAX_CLIENTS {
+            return Err(format!("at most {MAX_CLIENTS} clients"));
+        }
         if name.is_empty() || clients.iter().any(|c: &SimClient| c.name == name) {
             return Err(format!("`{part}`: a client needs a name of its own"));
         }
@@ -105,6 +111,32 @@ pub fn resolve_capacity(inline: &str) -> Result<CapacityConfig, String> {
         Some(crate::config::Resource::Capacity(capacity)) => Ok(capacity.default),
         _ => Err("--capacity is not a capacity block".into()),
     }
+}
+
+/// The whole simulation from its text arguments, as `charon simulate
+/// --capacity C --clients L --duration D --tick T` and the simulator page
+/// give them: one code path, so the page shows what the command prints.
+pub fn run(
+    capacity: &str,
+    clients: &str,
+    span: &str,
+    tick: &str,
+    max_ticks: u64,
+) -> Result<LeaseTimeline, String> {
+    let config = resolve_capacity(capacity)?;
+    let clients = parse_clients(clients)?;
+    let span = duration::parse(span).map_err(|e| format!("--duration: {e}"))?;
+    let tick = duration::parse(tick).map_err(|e| format!("--tick: {e}"))?;
+    if span == crate::config::FOREVER {
+        return Err("--duration: give a finite duration".into());
+    }
+    if tick == 0 || span / tick > max_ticks.min(MAX_TICKS) {
+        return Err(format!(
+            "at most {} ticks: a longer --tick or a shorter --duration",
+            max_ticks.min(MAX_TICKS)
+        ));
+    }
+    simulate_leases(&config, &clients, span, tick)
 }
 
 /// One tick: each client's lease (`None`: not there).

@@ -3,7 +3,8 @@
 // both; no browser is ever downloaded).
 //
 // The simulator's decisions must be exactly those of `charon simulate` for
-// the same rate and pattern: totals, and every tick both have.
+// the same rate and pattern: totals, and every tick both have; its capacity
+// leases, those of `charon simulate --capacity` for the same clients.
 //
 // Environment:
 //   CHARON_ADMIN        admin server, e.g. http://127.0.0.1:9999 (required)
@@ -221,6 +222,53 @@ async function run() {
   });
   check(pixels.active > 100 && pixels.cooldown > 100 && pixels.granted > 10 && pixels.rejected > 0,
     "the chart shows active and cooldown bands, grants and rejections", JSON.stringify(pixels));
+  // ---- capacity leases on the same page ----------------------------------
+  // Its own scenario (not the default), typed in as a user would.
+  const leaseArgs = {
+    capacity: "{capacity: 90, algorithm: fair_share, lease: 6s, refresh_interval: 1s, learning: 0s}",
+    clients: "a: 80; b: 20 from 3s then 60 from 8s; c: 50 from 5s until 15s",
+    duration: "20s", tick: "500ms",
+  };
+  for (const [name, value] of Object.entries(leaseArgs)) await page.fill(`#lease-${name}`, value);
+  await page.click("#lease-run");
+  await page.waitForSelector('body[data-leases="1"]', { timeout: 15_000 });
+  const leases = await page.evaluate(() => ({ timeline: window.charonLeases.timeline, command: window.charonLeases.command }));
+  const leaseCli = JSON.parse(execFileSync(BIN, ["simulate", "--capacity", leaseArgs.capacity, "--clients", leaseArgs.clients,
+    "--duration", leaseArgs.duration, "--tick", leaseArgs.tick, "--json"], { encoding: "utf8" }));
+  check(JSON.stringify(leases.timeline) === JSON.stringify(leaseCli),
+    `the lease timeline (${leaseCli.ticks.length} ticks, ${leaseCli.clients.length} clients) equals charon simulate --capacity's`,
+    `page ${JSON.stringify(leases.timeline).slice(0, 300)}…, charon simulate ${JSON.stringify(leaseCli).slice(0, 300)}…`);
+  check(leaseCli.ticks.every((tick) => tick.total <= leaseCli.capacity + 1e-9), "the leases never sum past the capacity");
+  check(leases.command.startsWith("charon simulate --capacity '{capacity: 90"), "the page shows the command", leases.command);
+  const linePixels = await page.evaluate(() => {
+    const canvas = document.getElementById("lease-chart");
+    const { data } = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height);
+    return window.charonLeases.palette.slice(0, 3).map((hex) => {
+      const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+      let n = 0;
+      for (let i = 0; i < data.length; i += 4) {
+        if (Math.abs(data[i] - rgb[0]) <= 8 && Math.abs(data[i + 1] - rgb[1]) <= 8 && Math.abs(data[i + 2] - rgb[2]) <= 8 && data[i + 3] > 200) n++;
+      }
+      return n;
+    });
+  });
+  check(linePixels.every((n) => n > 50), "the lease chart draws a line per client", JSON.stringify(linePixels));
+  // A refused run: Chromium logs the 400 itself; that one line is expected.
+  const errorsBefore = consoleErrors.length;
+  await page.fill("#lease-clients", "a: lots");
+  await page.click("#lease-run");
+  await page.waitForSelector('body[data-leases="error"]', { timeout: 15_000 });
+  const leaseError = await page.evaluate(() => window.charonLeases.error);
+  check(/start with what the client wants/.test(leaseError || ""), "a bad client list is refused with the reason", leaseError);
+  const logged = consoleErrors.splice(errorsBefore);
+  check(logged.every((text) => /status of 400/.test(text)), "the refused run logged only its 400", logged.join(" | "));
+  await page.evaluate(() => document.getElementById("error").click());
+  for (const [name, value] of Object.entries(leaseArgs)) await page.fill(`#lease-${name}`, value);
+  await page.click("#lease-run");
+  await page.waitForSelector('body[data-leases="1"]', { timeout: 15_000 });
+  await page.locator("#leases").screenshot({ path: path.join(ARTIFACTS, "leases.png") });
+  ok(`screenshot ${path.join(ARTIFACTS, "leases.png")}`);
+
   await page.screenshot({ path: path.join(ARTIFACTS, "simulator.png"), fullPage: true });
   ok(`screenshot ${path.join(ARTIFACTS, "simulator.png")}`);
   await page.close({ runBeforeUnload: true });

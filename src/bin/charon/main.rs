@@ -259,14 +259,7 @@ fn check(path: &std::path::Path, options: charon::config::LoadOptions) -> ExitCo
 fn simulate_leases(capacity: &str, clients: &str, span: &str, tick: &str, json: bool) -> ExitCode {
     use charon::simulate::leases;
     let run = || -> Result<String, String> {
-        let config = leases::resolve_capacity(capacity)?;
-        let clients = leases::parse_clients(clients)?;
-        let span = charon::config::parse_duration(span).map_err(|e| format!("--duration: {e}"))?;
-        let tick = charon::config::parse_duration(tick).map_err(|e| format!("--tick: {e}"))?;
-        if span == charon::config::FOREVER {
-            return Err("--duration: give a finite duration".into());
-        }
-        let timeline = leases::simulate_leases(&config, &clients, span, tick)?;
+        let timeline = leases::run(capacity, clients, span, tick, charon::simulate::MAX_TICKS)?;
         if json {
             serde_json::to_string_pretty(&timeline).map_err(|error| error.to_string())
         } else {

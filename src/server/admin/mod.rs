@@ -75,6 +75,7 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
                     post(simulator::feed),
                 )
                 .route("/ui/simulator/sessions/{id}", delete(simulator::end))
+                .route("/ui/simulator/leases", post(simulator::leases))
                 .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
                 .with_state(simulations)
                 .layer(axum::middleware::from_fn_with_state(

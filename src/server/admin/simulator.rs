@@ -7,6 +7,9 @@
 //! path, so the page's timeline is the CLI's. The price is a round trip per
 //! batch of clicks, on the admin port of a local sidecar.
 //!
+//! Capacity leases (`/ui/simulator/leases`) need no session: the page sends
+//! the clients' whole demand over time and gets the whole timeline back.
+//!
 //! Everything is bounded: at most [`MAX_OPEN`] simulations (opening one more
 //! ends the idlest), each ended after [`IDLE`] without a call, at most
 //! [`MAX_REQUESTS_PER_CALL`] requests and [`MAX_TICKS_PER_CALL`] ticks per
@@ -306,5 +309,61 @@ pub async fn end(
         StatusCode::NO_CONTENT
     } else {
         StatusCode::NOT_FOUND
+    }
+}
+
+/// Ticks the page's lease chart takes at most: a chart of more says little.
+pub const MAX_LEASE_TICKS: u64 = 2_000;
+
+/// The body of `POST /ui/simulator/leases`: the arguments of
+/// `charon simulate --capacity C --clients L --duration D --tick T`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRun {
+    capacity: String,
+    clients: String,
+    #[serde(default = "default_lease_duration")]
+    duration: String,
+    #[serde(default = "default_lease_tick")]
+    tick: String,
+}
+
+fn default_lease_duration() -> String {
+    "30s".into()
+}
+
+fn default_lease_tick() -> String {
+    "1s".into()
+}
+
+/// `POST /ui/simulator/leases`: a whole capacity-lease simulation in one
+/// call (it has no clicks to wait for), as `charon simulate --capacity
+/// --json` prints it.
+pub async fn leases(
+    body: Result<Json<LeaseRun>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Json(run) = match body {
+        Ok(body) => body,
+        Err(rejection) => return bad_request(rejection.body_text()).into_response(),
+    };
+    // Up to 2 000 ticks of 64 clients: off the runtime that decides.
+    let simulated = tokio::task::spawn_blocking(move || {
+        simulate::leases::run(
+            &run.capacity,
+            &run.clients,
+            &run.duration,
+            &run.tick,
+            MAX_LEASE_TICKS,
+        )
+    })
+    .await;
+    match simulated {
+        Ok(Ok(timeline)) => Json(timeline).into_response(),
+        Ok(Err(message)) => bad_request(message).into_response(),
+        Err(_) => Refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the simulation failed".into(),
+        )
+        .into_response(),
     }
 }
