@@ -431,18 +431,10 @@ async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
 /// then a client that wants the whole capacity gets it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
     use std::time::Instant;
 
-    let worker_binary = std::path::PathBuf::from(env!("CARGO_BIN_EXE_charon"))
-        .parent()
-        .map(|dir| dir.join("examples").join("lease_workers"))
-        .expect("the binaries' directory");
-    assert!(
-        worker_binary.is_file(),
-        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
-        worker_binary.display()
-    );
+    let worker_binary = lease_workers_binary();
     let dir = tempdir();
     let example_config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
     let config = write_config(
@@ -451,15 +443,8 @@ async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
     );
     let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
     sidecar.wait_readyz(200, "ready").await;
-    struct KilledOnDrop(std::process::Child);
-    impl Drop for KilledOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let mut worker = KilledOnDrop(
-        Command::new(&worker_binary)
+        std::process::Command::new(&worker_binary)
             .arg("1")
             .env("CHARON_URL", sidecar.grpc_url())
             .env("SECONDS", "120")
@@ -535,4 +520,116 @@ async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
         freed >= Duration::from_millis(3_500),
         "freed after {freed:?}"
     );
+}
+
+/// `examples/lease_workers` (built by `cargo build --examples`).
+fn lease_workers_binary() -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_charon"))
+        .parent()
+        .map(|dir| dir.join("examples").join("lease_workers"))
+        .expect("the binaries' directory");
+    assert!(
+        path.is_file(),
+        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// A child process, killed and reaped when the test ends however it ends.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The example's three worker processes, as a user runs them, on two
+/// sidecars sharing one Redis (workers 1 and 3 on one, 2 on the other).
+/// Each renews every second asking for the demand it measured (× 1.2), and
+/// their demand shifts: 80/s for worker 1 throughout, 60/s for worker 2 from
+/// the 5th second, 100/s for worker 3 from the 10th to the 20th. Their
+/// printed leases reach the fair shares of 100 within two refresh intervals
+/// of the measured change (plus the second it takes to measure it): all to
+/// worker 1, then half each, then a third each, then half each again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_worker_processes_on_two_sidecars_follow_their_fair_shares() {
+    use std::process::Stdio;
+
+    let binary = lease_workers_binary();
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let example_config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
+    let config = write_config(
+        dir.path(),
+        &std::fs::read_to_string(example_config).expect("the example's configuration"),
+    );
+    let one = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    let two = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    one.wait_readyz(200, "ready: store reachable").await;
+    two.wait_readyz(200, "ready: store reachable").await;
+    let workers: Vec<KilledOnDrop> = [(1, &one), (2, &two), (3, &one)]
+        .into_iter()
+        .map(|(worker, sidecar)| {
+            KilledOnDrop(
+                std::process::Command::new(&binary)
+                    .arg(worker.to_string())
+                    .env("CHARON_URL", sidecar.grpc_url())
+                    .env("SECONDS", "30")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("a worker starts"),
+            )
+        })
+        .collect();
+    // Each worker prints `t=12s worker 2: lease   33.3/s, ...` per second.
+    let leases: Vec<Vec<f64>> = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .map(|mut worker| {
+                let mut printed = String::new();
+                if let Some(mut stdout) = worker.0.stdout.take() {
+                    std::io::Read::read_to_string(&mut stdout, &mut printed)
+                        .expect("the worker's output");
+                }
+                printed
+                    .lines()
+                    .filter_map(|line| {
+                        let rate = line.split("lease").nth(1)?.split("/s").next()?;
+                        rate.trim().parse::<f64>().ok()
+                    })
+                    .collect()
+            })
+            .collect()
+    })
+    .await
+    .expect("the workers' output");
+    assert!(
+        leases.iter().all(|printed| printed.len() == 30),
+        "every worker printed 30 seconds: {leases:?}"
+    );
+    // (seconds, each worker's share, how near its printed lease must be).
+    let expected: [(std::ops::Range<usize>, [f64; 3], f64); 4] = [
+        // Worker 1 alone asks what it measured × 1.2 (about 96: the
+        // requests that fall in each measured second vary by one or two).
+        (2..5, [96.0, 0.0, 0.0], 4.0),
+        (8..10, [50.0, 50.0, 0.0], 0.1),
+        (13..20, [100.0 / 3.0, 100.0 / 3.0, 100.0 / 3.0], 0.1),
+        (23..30, [50.0, 50.0, 0.0], 0.1),
+    ];
+    for (seconds, shares, tolerance) in expected {
+        for t in seconds {
+            for (worker, share) in shares.iter().enumerate() {
+                assert!(
+                    (leases[worker][t] - share).abs() <= tolerance,
+                    "t={t}s worker {}: lease {} instead of {share:.1}; all: {leases:?}",
+                    worker + 1,
+                    leases[worker][t]
+                );
+            }
+        }
+    }
 }
