@@ -434,25 +434,11 @@ async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
     use std::process::Stdio;
     use std::time::Instant;
 
-    let worker_binary = lease_workers_binary();
     let dir = tempdir();
-    let example_config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
-    let config = write_config(
-        dir.path(),
-        &std::fs::read_to_string(example_config).expect("the example's configuration"),
-    );
+    let config = example_config(dir.path());
     let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
     sidecar.wait_readyz(200, "ready").await;
-    let mut worker = KilledOnDrop(
-        std::process::Command::new(&worker_binary)
-            .arg("1")
-            .env("CHARON_URL", sidecar.grpc_url())
-            .env("SECONDS", "120")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the worker starts"),
-    );
+    let mut worker = start_worker(1, &sidecar, 120, Stdio::null());
 
     // The probe wants everything; with the worker alive it gets at most the
     // other half of the fair share.
@@ -522,18 +508,32 @@ async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
     );
 }
 
-/// `examples/lease_workers` (built by `cargo build --examples`).
-fn lease_workers_binary() -> std::path::PathBuf {
-    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_charon"))
-        .parent()
-        .map(|dir| dir.join("examples").join("lease_workers"))
-        .expect("the binaries' directory");
-    assert!(
-        path.is_file(),
-        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
-        path.display()
-    );
-    path
+/// A worker of `examples/lease_workers` on `sidecar`, for `seconds`.
+fn start_worker(
+    worker: u32,
+    sidecar: &Sidecar,
+    seconds: u32,
+    stdout: std::process::Stdio,
+) -> KilledOnDrop {
+    KilledOnDrop(
+        std::process::Command::new(support::example_binary("lease_workers"))
+            .arg(worker.to_string())
+            .env("CHARON_URL", sidecar.grpc_url())
+            .env("SECONDS", seconds.to_string())
+            .stdout(stdout)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("a worker starts"),
+    )
+}
+
+/// `examples/lease_workers.yaml`, written into `dir`.
+fn example_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
+    write_config(
+        dir,
+        &std::fs::read_to_string(example).expect("the example's configuration"),
+    )
 }
 
 /// A child process, killed and reaped when the test ends however it ends.
@@ -558,32 +558,16 @@ impl Drop for KilledOnDrop {
 async fn three_worker_processes_on_two_sidecars_follow_their_fair_shares() {
     use std::process::Stdio;
 
-    let binary = lease_workers_binary();
     let redis = RedisServer::start();
     let dir = tempdir();
-    let example_config = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lease_workers.yaml");
-    let config = write_config(
-        dir.path(),
-        &std::fs::read_to_string(example_config).expect("the example's configuration"),
-    );
+    let config = example_config(dir.path());
     let one = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
     let two = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
     one.wait_readyz(200, "ready: store reachable").await;
     two.wait_readyz(200, "ready: store reachable").await;
     let workers: Vec<KilledOnDrop> = [(1, &one), (2, &two), (3, &one)]
         .into_iter()
-        .map(|(worker, sidecar)| {
-            KilledOnDrop(
-                std::process::Command::new(&binary)
-                    .arg(worker.to_string())
-                    .env("CHARON_URL", sidecar.grpc_url())
-                    .env("SECONDS", "30")
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("a worker starts"),
-            )
-        })
+        .map(|(worker, sidecar)| start_worker(worker, sidecar, 30, Stdio::piped()))
         .collect();
     // Each worker prints `t=12s worker 2: lease   33.3/s, ...` per second.
     let leases: Vec<Vec<f64>> = tokio::task::spawn_blocking(move || {

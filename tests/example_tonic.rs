@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,20 +23,6 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-
-fn example_binary() -> PathBuf {
-    let charon = PathBuf::from(env!("CARGO_BIN_EXE_charon"));
-    let path = charon
-        .parent()
-        .map(|dir| dir.join("examples").join("tonic"))
-        .expect("the binaries' directory");
-    assert!(
-        path.is_file(),
-        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
-        path.display()
-    );
-    path
-}
 
 struct Killed(Child);
 
@@ -85,7 +70,7 @@ async fn reflect(channel: Channel) -> Result<(), tonic::Status> {
 async fn grpcurl_as_the_doc_comment_says() {
     let port = support::redis::free_port();
     let _example = Killed(
-        Command::new(example_binary())
+        Command::new(support::example_binary("tonic"))
             .env("PORT", port.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

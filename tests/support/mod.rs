@@ -2,8 +2,9 @@
 //! servers on free ports (`redis`), a sidecar harness that runs
 //! `charon serve` (`sidecar`), the Python tools of the test venv (`venv`),
 //! the generators of the property tests (`properties`), an OTLP collector
-//! that keeps the spans it is sent (`otlp`), and a TCP proxy that stalls on
-//! demand (`proxy`).
+//! that keeps the spans it is sent (`otlp`), a TCP proxy that stalls on
+//! demand (`proxy`), and where the examples' programs are
+//! ([`example_binary`]).
 //!
 //! Each binary declares `mod support;` and uses what it needs, so the rest
 //! is dead code there.
@@ -16,3 +17,19 @@ pub mod proxy;
 pub mod redis;
 pub mod sidecar;
 pub mod venv;
+
+/// The program of `examples/NAME.rs`, built by `cargo build --examples`
+/// (which `scripts/test.sh` runs before the tests: `cargo test` builds
+/// examples as test harnesses, not as the program).
+pub fn example_binary(name: &str) -> std::path::PathBuf {
+    let path = std::path::PathBuf::from(env!("CARGO_BIN_EXE_charon"))
+        .parent()
+        .map(|dir| dir.join("examples").join(name))
+        .expect("the binaries' directory");
+    assert!(
+        path.is_file(),
+        "no {}: build it with `cargo build --examples` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
