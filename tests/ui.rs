@@ -630,17 +630,23 @@ async fn admin_statuses(sidecar: &Sidecar, host: &str, token: Option<&str>) -> V
             "/debug/state?namespace=ui-test&resource=api&domain=acme",
         ),
         ("POST", "/ui/simulator/sessions"),
+        ("POST", "/ui/simulator/leases"),
         ("GET", "/healthz"),
         ("GET", "/readyz"),
         ("GET", "/metrics"),
         ("GET", "/ui/simulator"),
     ] {
         let url = format!("http://{host}:{}{path}", sidecar.admin);
+        let body = if path.ends_with("/leases") {
+            json!({ "capacity": "{capacity: 10}", "clients": "a: 5" })
+        } else {
+            json!({ "rate": PENALTY, "domain": "acme", "tick_ms": 100 })
+        };
         let mut request = match method {
             "POST" => http
                 .post(&url)
                 .header("content-type", "application/json")
-                .body(json!({ "rate": PENALTY, "domain": "acme", "tick_ms": 100 }).to_string()),
+                .body(body.to_string()),
             _ => http.get(&url),
         };
         if let Some(token) = token {
