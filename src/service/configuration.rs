@@ -167,20 +167,21 @@ impl<S: Store> Configuration<S> {
         if latest == have {
             return Ok(false);
         }
-        match self.log.since(have).await? {
-            Delta::Changes(changes) => {
-                let mut snapshot = lock(&self.snapshot);
-                for change in &changes {
-                    if change.version > snapshot.version {
-                        snapshot.apply(change);
+        if latest < have {
+            // A log older than our view (Redis restarted empty) is the truth too.
+            *lock(&self.snapshot) = self.log.snapshot().await?;
+        } else {
+            match self.log.since(have).await? {
+                Delta::Changes(changes) => {
+                    let mut snapshot = lock(&self.snapshot);
+                    for change in &changes {
+                        if change.version > snapshot.version {
+                            snapshot.apply(change);
+                        }
                     }
                 }
+                Delta::Snapshot(snapshot) => *lock(&self.snapshot) = snapshot,
             }
-            Delta::Snapshot(snapshot) => *lock(&self.snapshot) = snapshot,
-        }
-        // A log older than our view (Redis restarted empty) is the truth too.
-        if latest < have {
-            *lock(&self.snapshot) = self.log.snapshot().await?;
         }
         if let Err(errors) = self.rebuild().await {
             tracing::error!(%errors, "configuration API change not applied; keeping the running configuration");
@@ -192,9 +193,7 @@ impl<S: Store> Configuration<S> {
     /// `dry_run`) commits it to the log and applies it here.
     pub async fn write(&self, write: Write, dry_run: bool) -> Result<Written, WriteError> {
         // Validate against the latest state, not a stale view.
-        if let Err(error) = self.sync().await {
-            return Err(WriteError::Log(error));
-        }
+        self.sync().await?;
         let mut candidate: Overlay = self.snapshot().overlay();
         match &write.path {
             ObjectPath::Namespace { namespace } => {

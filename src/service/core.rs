@@ -10,7 +10,7 @@ use crate::api::v1::{
     CopyContext, Error as WireError, GroupContext, RateContext, RequestAnswer, RequestOp,
     error::Kind,
 };
-use crate::config::{CopyResource, Namespace, RateResource, Resource};
+use crate::config::{CapacityResource, Config, CopyResource, Namespace, RateResource, Resource};
 use crate::engine::TierOutcome;
 use crate::engine::copies::{CopyCounts, CopyLimits};
 use crate::limiter::{Limiter, caps};
@@ -100,32 +100,40 @@ impl From<CopyError> for ApiError {
 pub enum Target {
     Rate(Arc<Namespace>, Arc<RateResource>),
     Copies(Arc<Namespace>, Arc<CopyResource>),
-    Capacity(Arc<Namespace>, Arc<crate::config::CapacityResource>),
+    Capacity(Arc<Namespace>, Arc<CapacityResource>),
     /// Not configured, but the namespace has `allow_unconfigured`.
     Unconfigured(Arc<Namespace>),
 }
 
+/// `resource` of `namespace` in `config`, or the typed error saying which of
+/// the two is not configured.
+pub fn target_in(config: &Config, namespace: &str, resource: &str) -> Result<Target, ApiError> {
+    let Some(found) = config.namespace(namespace) else {
+        return Err(ApiError::new(
+            Kind::UnknownResource,
+            format!("namespace `{namespace}` is not configured"),
+        ));
+    };
+    match found.resources.get(resource) {
+        Some(Resource::Rate(rate)) => Ok(Target::Rate(found.clone(), rate.clone())),
+        Some(Resource::Copies(copies)) => Ok(Target::Copies(found.clone(), copies.clone())),
+        Some(Resource::Capacity(capacity)) => Ok(Target::Capacity(found.clone(), capacity.clone())),
+        None if found.settings.allow_unconfigured => Ok(Target::Unconfigured(found.clone())),
+        None => Err(not_configured(namespace, resource)),
+    }
+}
+
+/// `resource` is not in `namespace`.
+pub fn not_configured(namespace: &str, resource: &str) -> ApiError {
+    ApiError::new(
+        Kind::UnknownResource,
+        format!("resource `{resource}` is not configured in namespace `{namespace}`"),
+    )
+}
+
 impl Core {
     pub fn target(&self, namespace: &str, resource: &str) -> Result<Target, ApiError> {
-        let config = self.limiter.config();
-        let Some(found) = config.namespace(namespace) else {
-            return Err(ApiError::new(
-                Kind::UnknownResource,
-                format!("namespace `{namespace}` is not configured"),
-            ));
-        };
-        match found.resources.get(resource) {
-            Some(Resource::Rate(rate)) => Ok(Target::Rate(found.clone(), rate.clone())),
-            Some(Resource::Copies(copies)) => Ok(Target::Copies(found.clone(), copies.clone())),
-            Some(Resource::Capacity(capacity)) => {
-                Ok(Target::Capacity(found.clone(), capacity.clone()))
-            }
-            None if found.settings.allow_unconfigured => Ok(Target::Unconfigured(found.clone())),
-            None => Err(ApiError::new(
-                Kind::UnknownResource,
-                format!("resource `{resource}` is not configured in namespace `{namespace}`"),
-            )),
-        }
+        target_in(&self.limiter.config(), namespace, resource)
     }
 
     /// The unary `Request`, and `request` in a session.

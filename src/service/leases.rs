@@ -12,10 +12,12 @@ use crate::api::v1::{
     CapacityAnswer, CapacityLease, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
     ReleaseCapacityResponse,
 };
+use crate::config::Config;
+use crate::engine::capacity::CapacityConfig;
 use crate::limiter::Limiter;
 use crate::store::leases::{LeaseError, LeaseRef, LeaseStore};
 
-use super::core::{ApiError, check_name, check_names};
+use super::core::{ApiError, Target, check_name, check_names, not_configured, target_in};
 use super::store::SidecarStore;
 
 /// Resources in one `GetCapacity` or `ReleaseCapacity`.
@@ -46,6 +48,8 @@ impl Leases {
         request: &GetCapacityRequest,
     ) -> Result<GetCapacityResponse, ApiError> {
         check_call(&request.client_id, request.resources.len())?;
+        // One configuration for the whole call, even if it is reloaded meanwhile.
+        let config = self.limiter.config();
         let mut answers = Vec::with_capacity(request.resources.len());
         for want in &request.resources {
             let at = LeaseRef {
@@ -53,7 +57,7 @@ impl Leases {
                 resource: &want.resource,
                 domain: &want.domain,
             };
-            let result = match self.config(at) {
+            let result = match Self::capacity_of(&config, at) {
                 Ok(config) => self
                     .store
                     .get(at, &config, &request.client_id, want.wants, want.has)
@@ -94,35 +98,18 @@ impl Leases {
         Ok(ReleaseCapacityResponse { released })
     }
 
-    /// The capacity configuration of `at`'s domain.
-    fn config(
-        &self,
-        at: LeaseRef<'_>,
-    ) -> Result<crate::engine::capacity::CapacityConfig, ApiError> {
+    /// The capacity configuration of `at`'s domain in `config`.
+    fn capacity_of(config: &Config, at: LeaseRef<'_>) -> Result<CapacityConfig, ApiError> {
         check_names(at.namespace, at.resource, at.domain)?;
-        let config = self.limiter.config();
-        let Some(namespace) = config.namespace(at.namespace) else {
-            return Err(ApiError::new(
-                Kind::UnknownResource,
-                format!("namespace `{}` is not configured", at.namespace),
-            ));
-        };
-        match namespace.resources.get(at.resource) {
-            Some(crate::config::Resource::Capacity(capacity)) => {
-                Ok(*capacity.config_for(at.domain))
-            }
-            Some(_) => Err(ApiError::new(
+        match target_in(config, at.namespace, at.resource)? {
+            Target::Capacity(_, capacity) => Ok(*capacity.config_for(at.domain)),
+            // Leases are only handed out for a configured capacity.
+            Target::Unconfigured(_) => Err(not_configured(at.namespace, at.resource)),
+            Target::Rate(..) | Target::Copies(..) => Err(ApiError::new(
                 Kind::WrongKind,
                 format!(
                     "resource `{}` is not a leased capacity: use request or reserve",
                     at.resource
-                ),
-            )),
-            None => Err(ApiError::new(
-                Kind::UnknownResource,
-                format!(
-                    "resource `{}` is not configured in namespace `{}`",
-                    at.resource, at.namespace
                 ),
             )),
         }

@@ -103,7 +103,7 @@ pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyS
         &options.url,
         RedisOptions {
             events: options.events.clone(),
-            ..plain_redis_options(options)
+            ..redis_options(options)
         },
         timings,
     )?;
@@ -130,7 +130,7 @@ pub fn open_config_log(
     }
     Ok(ConfigLog::Redis(Box::new(RedisLog::open(
         &options.url,
-        plain_redis_options(options),
+        redis_options(options),
     )?)))
 }
 
@@ -144,14 +144,14 @@ pub fn open_leases(options: &StoreOptions) -> Result<crate::store::leases::Lease
     }
     Ok(LeaseStore::Redis(Box::new(RedisLeases::open(
         &options.url,
-        plain_redis_options(options),
+        redis_options(options),
     )?)))
 }
 
-/// The Redis options of the stores beside the rate store (the copy log, the
-/// configuration log, the leases): `--store`'s deadline, prefix, TLS and
-/// sentinel password, and the call observer.
-fn plain_redis_options(options: &StoreOptions) -> RedisOptions {
+/// The Redis options of every store on `--store` (rates, the copy log, the
+/// configuration log, the leases): its deadline, prefix, TLS and sentinel
+/// password, and the call observer.
+fn redis_options(options: &StoreOptions) -> RedisOptions {
     RedisOptions {
         timeout: options.timeout,
         key_prefix: options.key_prefix.clone(),
@@ -183,17 +183,7 @@ impl SidecarStore {
         if options.url == "memory" {
             return Ok(SidecarStore::Memory(memory));
         }
-        let redis = RedisStore::open(
-            &options.url,
-            RedisOptions {
-                timeout: options.timeout,
-                key_prefix: options.key_prefix.clone(),
-                tls: options.tls.clone(),
-                sentinel_password: options.sentinel_password.clone(),
-                observer: options.observer.clone(),
-                ..RedisOptions::default()
-            },
-        )?;
+        let redis = RedisStore::open(&options.url, redis_options(options))?;
         Ok(SidecarStore::Redis(Failover::new(
             redis,
             options.on_error,
