@@ -22,7 +22,9 @@ use std::time::Duration;
 use charon::api::v1::capacity_answer::Result as Answered;
 use charon::api::v1::charon_client::CharonClient;
 use charon::api::v1::error::Kind;
-use charon::api::v1::{CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest};
+use charon::api::v1::{
+    CapacityLease, CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest,
+};
 use support::redis::RedisServer;
 use support::sidecar::{Sidecar, tempdir, write_config};
 use tonic::transport::Channel;
@@ -40,6 +42,13 @@ resources:
 
 /// Asks for `wants` of `backend` as `client`; the capacity granted.
 async fn lease(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> f64 {
+    let lease = lease_of(client, id, wants).await;
+    assert_eq!(lease.refresh_interval_ms, 500);
+    lease.capacity
+}
+
+/// Asks for `wants` of `backend` as `client`; the lease granted.
+async fn lease_of(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> CapacityLease {
     let answer = client
         .get_capacity(GetCapacityRequest {
             client_id: id.to_owned(),
@@ -55,10 +64,7 @@ async fn lease(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> f64 
         .expect("GetCapacity answers")
         .into_inner();
     match answer.answers.first().and_then(|a| a.result.clone()) {
-        Some(Answered::Lease(lease)) => {
-            assert_eq!(lease.refresh_interval_ms, 500);
-            lease.capacity
-        }
+        Some(Answered::Lease(lease)) => lease,
         other => panic!("{id}: {other:?}"),
     }
 }
@@ -279,51 +285,85 @@ async fn rate_becomes(limiter: &charon::client::lease::LeaseLimiter, what: &str,
     .await;
 }
 
+/// Two background renewers on `sidecar`, each asked for a unit every
+/// millisecond, returned once both hold their fair share (50 each).
+async fn busy_renewers(
+    sidecar: &Sidecar,
+    clients: [(&str, charon::client::lease::FailureMode); 2],
+) -> Busy {
+    use charon::client::lease::{LeaseOptions, LeaseRenewer};
+    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
+        .expect("an endpoint")
+        .connect_lazy();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let limiters = clients.map(|(id, mode)| {
+        LeaseRenewer::spawn(
+            channel.clone(),
+            LeaseOptions {
+                failure_mode: mode,
+                retry_interval: Duration::from_millis(200),
+                ..LeaseOptions::new(id, "jobs", "backend", "acme")
+            },
+        )
+    });
+    let demands = limiters
+        .each_ref()
+        .map(|limiter| demand(limiter.clone(), stop.clone()));
+    for ((id, _), limiter) in clients.iter().zip(&limiters) {
+        rate_becomes(limiter, &format!("{id}'s fair share"), 50.0).await;
+    }
+    Busy {
+        limiters,
+        stop,
+        demands,
+    }
+}
+
+struct Busy {
+    limiters: [std::sync::Arc<charon::client::lease::LeaseLimiter>; 2],
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    demands: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Busy {
+    /// Stops asking, and waits for the askers.
+    async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for task in self.demands {
+            task.await.expect("a demand task");
+        }
+    }
+}
+
 /// Two clients, each renewing in the background from the demand it
 /// measured, converge to half the capacity each; with the sidecar gone,
 /// one falls back to the safe capacity and the other (pessimistic) to
 /// nothing; when a sidecar is back they share the capacity again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewers_share_by_measured_demand_and_follow_their_failure_mode() {
-    use charon::client::lease::{FailureMode, LeaseOptions, LeaseRenewer};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use charon::client::lease::FailureMode;
 
     let dir = tempdir();
     let config = write_config(dir.path(), CONFIG);
     let mut sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
     sidecar.wait_readyz(200, "ready").await;
-    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
-        .expect("an endpoint")
-        .connect_lazy();
-    let options = |id: &str, mode: FailureMode| LeaseOptions {
-        failure_mode: mode,
-        retry_interval: Duration::from_millis(200),
-        ..LeaseOptions::new(id, "jobs", "backend", "acme")
-    };
-    let safe = LeaseRenewer::spawn(channel.clone(), options("p", FailureMode::Safe));
-    let pessimist = LeaseRenewer::spawn(channel.clone(), options("q", FailureMode::Pessimistic));
-    let stop = Arc::new(AtomicBool::new(false));
-    let demands = [
-        demand(safe.clone(), stop.clone()),
-        demand(pessimist.clone(), stop.clone()),
-    ];
-    rate_becomes(&safe, "p's fair share", 50.0).await;
-    rate_becomes(&pessimist, "q's fair share", 50.0).await;
+    let busy = busy_renewers(
+        &sidecar,
+        [("p", FailureMode::Safe), ("q", FailureMode::Pessimistic)],
+    )
+    .await;
+    let [safe, pessimist] = &busy.limiters;
 
     let ports = (sidecar.grpc, sidecar.admin);
     sidecar.kill();
-    rate_becomes(&safe, "p on the safe capacity", 10.0).await;
-    rate_becomes(&pessimist, "q on nothing", 0.0).await;
+    rate_becomes(safe, "p on the safe capacity", 10.0).await;
+    rate_becomes(pessimist, "q on nothing", 0.0).await;
 
     let sidecar = Sidecar::start_at(dir.path(), &config, "memory", ports, &[]);
     sidecar.wait_readyz(200, "ready").await;
-    rate_becomes(&safe, "p's fair share again", 50.0).await;
-    rate_becomes(&pessimist, "q's fair share again", 50.0).await;
-    stop.store(true, Ordering::SeqCst);
-    for task in demands {
-        task.await.expect("a demand task");
-    }
+    rate_becomes(safe, "p's fair share again", 50.0).await;
+    rate_becomes(pessimist, "q's fair share again", 50.0).await;
+    busy.stop().await;
 }
 
 /// The layer on a lease answers from the local limiter alone: the bucket
@@ -372,9 +412,7 @@ async fn the_layer_on_a_lease_answers_429_with_retry_after_locally() {
 /// Redis is back (empty) they share the capacity again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
-    use charon::client::lease::{FailureMode, LeaseOptions, LeaseRenewer};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use charon::client::lease::FailureMode;
 
     let mut redis = RedisServer::start();
     let dir = tempdir();
@@ -386,23 +424,15 @@ async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
         &["--store-timeout", "500ms"],
     );
     sidecar.wait_readyz(200, "ready: store reachable").await;
-    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
-        .expect("an endpoint")
-        .connect_lazy();
-    let options = |id: &str, mode: FailureMode| LeaseOptions {
-        failure_mode: mode,
-        retry_interval: Duration::from_millis(200),
-        ..LeaseOptions::new(id, "jobs", "backend", "acme")
-    };
-    let optimist = LeaseRenewer::spawn(channel.clone(), options("o", FailureMode::Optimistic));
-    let pessimist = LeaseRenewer::spawn(channel.clone(), options("p", FailureMode::Pessimistic));
-    let stop = Arc::new(AtomicBool::new(false));
-    let demands = [
-        demand(optimist.clone(), stop.clone()),
-        demand(pessimist.clone(), stop.clone()),
-    ];
-    rate_becomes(&optimist, "o's fair share", 50.0).await;
-    rate_becomes(&pessimist, "p's fair share", 50.0).await;
+    let busy = busy_renewers(
+        &sidecar,
+        [
+            ("o", FailureMode::Optimistic),
+            ("p", FailureMode::Pessimistic),
+        ],
+    )
+    .await;
+    let [optimist, pessimist] = &busy.limiters;
 
     redis.kill();
     support::sidecar::eventually("o on what it wants", Duration::from_secs(15), async || {
@@ -413,15 +443,12 @@ async fn renewers_follow_their_failure_mode_when_redis_dies_and_recover() {
         }
     })
     .await;
-    rate_becomes(&pessimist, "p on nothing", 0.0).await;
+    rate_becomes(pessimist, "p on nothing", 0.0).await;
 
     redis.restart();
-    rate_becomes(&optimist, "o's fair share again", 50.0).await;
-    rate_becomes(&pessimist, "p's fair share again", 50.0).await;
-    stop.store(true, Ordering::SeqCst);
-    for task in demands {
-        task.await.expect("a demand task");
-    }
+    rate_becomes(optimist, "o's fair share again", 50.0).await;
+    rate_becomes(pessimist, "p's fair share again", 50.0).await;
+    busy.stop().await;
 }
 
 /// A client *process* (`examples/lease_workers.rs`, one worker, as a user
@@ -443,29 +470,8 @@ async fn a_client_process_killed_with_sigkill_frees_its_share_at_expiry() {
     // The probe wants everything; with the worker alive it gets at most the
     // other half of the fair share.
     let mut probe = client(&sidecar).await;
-    let ask = |probe: &mut CharonClient<Channel>| {
-        let mut probe = probe.clone();
-        async move {
-            let answer = probe
-                .get_capacity(GetCapacityRequest {
-                    client_id: "probe".into(),
-                    resources: vec![CapacityWant {
-                        namespace: "jobs".into(),
-                        resource: "backend".into(),
-                        domain: "acme".into(),
-                        wants: 100.0,
-                        has: 0.0,
-                    }],
-                })
-                .await
-                .expect("GetCapacity answers")
-                .into_inner();
-            match answer.answers.first().and_then(|a| a.result.clone()) {
-                Some(Answered::Lease(lease)) => lease.capacity,
-                other => panic!("probe: {other:?}"),
-            }
-        }
-    };
+    let ask =
+        async |probe: &mut CharonClient<Channel>| lease_of(probe, "probe", 100.0).await.capacity;
     support::sidecar::eventually(
         "the worker holds its fair share",
         Duration::from_secs(15),
