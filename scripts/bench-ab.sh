@@ -13,7 +13,8 @@
 #
 # BENCH_CASES="memory:64 redis:1" runs only those cases; BASE_BIN=PATH takes
 # that binary as the base instead of building BASE_REV (an experiment's
-# variant, built by hand); NEW_ARGS="--flag value ..." are given to the
+# variant, built by hand); NEW_BIN=PATH runs that binary in the working
+# tree's place (the floor server of examples/bench/rls_floor.rs); NEW_ARGS="--flag value ..." are given to the
 # working tree's sidecar only (a feature switched on, against it off or
 # against the base).
 #
@@ -38,7 +39,7 @@ if [ ! -x "$base_bin" ]; then
         cargo build --release --bins -q --manifest-path "$work/base-src/Cargo.toml"
     cp target/bench-ab/target/release/charon "$base_bin"
 fi
-new_bin=target/release/charon
+new_bin="${NEW_BIN:-target/release/charon}"
 load_bin=target/release/charon-load
 taskset -pc "${REDIS_CPUS:-1}" "$redis_pid" >/dev/null
 
