@@ -9,7 +9,7 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
@@ -18,22 +18,14 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use support::KilledOnDrop;
 use support::redis::{RedisServer, free_port};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Starts the floor server on `store` as bench-ab.sh does, waits for
 /// `/readyz`, and asks `ShouldRateLimit` three times.
 async fn three_answers(store: &str) -> Vec<i32> {
     let (grpc, admin) = (free_port(), free_port());
-    let _floor = Killed(
+    let _floor = KilledOnDrop(
         Command::new(support::example_binary("rls_floor"))
             .args([
                 "serve",

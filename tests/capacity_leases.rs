@@ -25,6 +25,7 @@ use charon::api::v1::error::Kind;
 use charon::api::v1::{
     CapacityLease, CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest,
 };
+use support::KilledOnDrop;
 use support::redis::RedisServer;
 use support::sidecar::{Sidecar, tempdir, write_config};
 use tonic::transport::Channel;
@@ -540,16 +541,6 @@ fn example_config(dir: &std::path::Path) -> std::path::PathBuf {
         dir,
         &std::fs::read_to_string(example).expect("the example's configuration"),
     )
-}
-
-/// A child process, killed and reaped when the test ends however it ends.
-struct KilledOnDrop(std::process::Child);
-
-impl Drop for KilledOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// The example's three worker processes, as a user runs them, on two

@@ -11,9 +11,10 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::KilledOnDrop;
 use tonic::Request;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
@@ -23,15 +24,6 @@ use tonic_reflection::pb::v1::ServerReflectionRequest;
 use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn with_tenant<T>(message: T) -> Request<T> {
     let mut request = Request::new(message);
@@ -69,7 +61,7 @@ async fn reflect(channel: Channel) -> Result<(), tonic::Status> {
 #[tokio::test]
 async fn grpcurl_as_the_doc_comment_says() {
     let port = support::redis::free_port();
-    let _example = Killed(
+    let _example = KilledOnDrop(
         Command::new(support::example_binary("tonic"))
             .env("PORT", port.to_string())
             .stdout(Stdio::null())

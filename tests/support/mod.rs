@@ -4,7 +4,7 @@
 //! the generators of the property tests (`properties`), an OTLP collector
 //! that keeps the spans it is sent (`otlp`), a TCP proxy that stalls on
 //! demand (`proxy`), and where the examples' programs are
-//! ([`example_binary`]).
+//! ([`example_binary`]) with a guard that stops them ([`KilledOnDrop`]).
 //!
 //! Each binary declares `mod support;` and uses what it needs, so the rest
 //! is dead code there.
@@ -32,4 +32,15 @@ pub fn example_binary(name: &str) -> std::path::PathBuf {
         path.display()
     );
     path
+}
+
+/// A child process (an example's program), killed and reaped when the test
+/// ends however it ends.
+pub struct KilledOnDrop(pub std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
