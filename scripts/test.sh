@@ -45,7 +45,7 @@ fi
 step "cargo deny check licenses bans sources (deny.toml: the supply chain)"
 target/tools/bin/cargo-deny check licenses bans sources
 
-step "cargo build --examples (tests/example_tonic.rs runs one as a user would)"
+step "cargo build --examples (tests/client/example_tonic.rs runs one as a user would)"
 cargo build --examples
 
 step "cargo test --all-targets"

@@ -289,7 +289,7 @@ mod tests {
         //! another program wrote into our keys, a truncated or corrupted
         //! state, a reply of the wrong shape is an error, never a panic.
         //! `CHARON_FUZZ_CASES` sets the cases (the long run's knob, as in
-        //! `tests/fuzz.rs`).
+        //! `tests/engine/fuzz.rs`).
         use super::*;
         use proptest::prelude::*;
 

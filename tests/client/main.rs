@@ -1,0 +1,9 @@
+//! The Rust client and the Tower layers end to end, against a real sidecar
+//! and the embedded engine, and the tonic example run as a user runs it.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod client;
+mod example_tonic;
+mod layer;

@@ -1,0 +1,8 @@
+//! Copy-limited resources and capacity leases end to end: the real `charon`
+//! binary, real gRPC sessions, on the memory store and on real `redis-server`s.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod capacity_leases;
+mod copies_sidecars;

@@ -1,0 +1,16 @@
+//! Decisions in the process, no network: the engine's properties against
+//! reference models, the memory store, the limiter's Envoy semantics, capacity
+//! apportioning, the cookbook's patterns, `charon simulate`, and hostile input.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod capacity_properties;
+mod cookbook;
+mod cookbook_copies;
+mod engine_properties;
+mod fuzz;
+mod limiter;
+mod memory_store;
+mod reset_property;
+mod simulate;

@@ -1,0 +1,8 @@
+//! Envoy's face: what a user migrating from envoyproxy/ratelimit relies on,
+//! and a real Envoy in front of the real `charon` binary.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod envoy_dropin;
+mod envoy_e2e;

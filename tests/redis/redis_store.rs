@@ -1,0 +1,635 @@
+//! The Redis store against real `redis-server` processes (started here on free
+//! ports): it decides exactly as the memory store does, on one Redis and on a
+//! three-master cluster; its keys expire; it survives script flushes; it
+//! rejects locally what Redis said is over.
+
+use crate::support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use charon::clock::{Clock, ManualClock};
+use charon::config::{RatePolicy, Tier};
+use charon::engine::{GcraLimit, Item, SlotKind};
+use charon::store::keys;
+use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
+use proptest::prelude::*;
+use support::properties::arb_policy;
+use support::redis::{RedisCluster, RedisServer, patient_store};
+
+const NS: &str = "ns";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime")
+}
+
+/// A store deciding at `clock`'s time, with nothing answered locally.
+fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
+    RedisStore::open(
+        url,
+        RedisOptions {
+            timeout: Duration::from_secs(5),
+            local_rejections: false,
+            injected_clock: Some(Arc::new(clock.clone())),
+            ..RedisOptions::default()
+        },
+    )
+    .expect("a valid URL")
+}
+
+/// One thing a request can ask.
+#[derive(Debug, Clone)]
+enum Ask {
+    Window {
+        key: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+    },
+    Tiers {
+        resource: usize,
+        domain: usize,
+        copies: u64,
+        min_copies: u64,
+        check_only: bool,
+        shadow: bool,
+    },
+    Gcra {
+        key: usize,
+        count: u64,
+        period: u64,
+        burst: u64,
+        hits: u64,
+        shadow: bool,
+    },
+}
+
+fn arb_ask() -> impl Strategy<Value = Ask> {
+    prop_oneof![
+        // Rates that are not whole milliseconds (3 per second) included.
+        (
+            0usize..2,
+            prop::sample::select(vec![0u64, 1, 3, 7]),
+            prop::sample::select(vec![1_000u64, 60_000]),
+            1u64..5,
+            0u64..4,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, count, period, burst, hits, shadow)| Ask::Gcra {
+                key,
+                count,
+                period,
+                burst,
+                hits,
+                shadow,
+            }),
+        (
+            0usize..2,
+            0u64..5,
+            prop::sample::select(vec![1_000u64, 2_000]),
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, limit, period, hits, shadow)| Ask::Window {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+            }),
+        (
+            0usize..2,
+            0usize..3,
+            1u64..5,
+            0u64..5,
+            prop::bool::weighted(0.1),
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(
+                |(resource, domain, copies, min, check_only, shadow)| Ask::Tiers {
+                    resource,
+                    domain,
+                    copies,
+                    min_copies: min.clamp(1, copies),
+                    check_only,
+                    shadow,
+                }
+            ),
+    ]
+}
+
+/// (time step, the asks of one request).
+fn arb_requests() -> impl Strategy<Value = Vec<(u64, Vec<Ask>)>> {
+    prop::collection::vec(
+        (
+            prop_oneof![
+                3 => 0u64..50,
+                // Window and phase edges are multiples of 100 ms, and a hit
+                // leaves a window 1 ms after its span.
+                2 => prop::sample::select(vec![1u64, 99, 100, 101, 999, 1_000, 1_001]),
+                2 => 50u64..700,
+                1 => 700u64..4_000,
+            ],
+            prop::collection::vec(arb_ask(), 1..3),
+        ),
+        1..60,
+    )
+}
+
+type Resources = [(RatePolicy, Option<u64>); 2];
+
+fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
+    let mut batch = Batch::default();
+    for ask in asks {
+        let item = match *ask {
+            Ask::Window {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::window_key(NS, [("tenant", name.as_str())], period);
+                Item::Window {
+                    slot: batch.slot(key, SlotKind::Window),
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                }
+            }
+            Ask::Gcra {
+                key,
+                count,
+                period,
+                burst,
+                hits,
+                shadow,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::gcra_key(NS, [("tenant", name.as_str())], period);
+                Item::Gcra {
+                    slot: batch.slot(key, SlotKind::Gcra),
+                    limit: GcraLimit {
+                        count,
+                        period,
+                        burst,
+                    },
+                    hits,
+                    shadow,
+                }
+            }
+            Ask::Tiers {
+                resource,
+                domain,
+                copies,
+                min_copies,
+                check_only,
+                shadow,
+            } => {
+                let (policy, global) = &resources[resource];
+                let name = format!("r{resource}");
+                let domain = format!("d{domain}");
+                let slot = batch.slot(
+                    keys::tiers_key(NS, &name, &domain, global.is_some()),
+                    SlotKind::Tiers,
+                );
+                let global_slot =
+                    global.map(|_| batch.slot(keys::global_key(NS, &name), SlotKind::Log));
+                Item::Tiers {
+                    slot,
+                    global_slot,
+                    policy,
+                    global_limit: *global,
+                    copies,
+                    min_copies,
+                    check_only,
+                    shadow,
+                }
+            }
+        };
+        batch.items.push(item);
+    }
+    batch
+}
+
+/// Runs `requests` on a fresh memory store and on Redis; every decision must
+/// be the same, field by field.
+fn same_decisions(url: &str, resources: &Resources, requests: &[(u64, Vec<Ask>)]) {
+    same_decisions_with(url, resources, requests, || {});
+}
+
+/// [`same_decisions`], with `between` run after each request.
+fn same_decisions_with(
+    url: &str,
+    resources: &Resources,
+    requests: &[(u64, Vec<Ask>)],
+    between: impl Fn(),
+) {
+    let start = 1_700_000_000_000;
+    let clock = ManualClock::new(start);
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let redis = store_at(url, &clock);
+    let memory = MemoryStore::with_clock(clock.clone());
+    for (index, (step, asks)) in requests.iter().enumerate() {
+        clock.advance(*step);
+        let now = clock.now_ms();
+        let expected = memory.decide_at(batch(asks, resources), now);
+        let actual = runtime
+            .block_on(redis.decide_batch(&batch(asks, resources)))
+            .expect("Redis answers");
+        assert_eq!(
+            actual,
+            expected,
+            "request {index} at +{} ms: {asks:?}",
+            now - start
+        );
+        between();
+    }
+}
+
+/// Rewrites every hit log in Redis the way scripts before the logs carried
+/// their totals wrote them (`t:n,...` instead of `total~t:n,...`), keeping
+/// each key's TTL.
+fn strip_log_totals(url: &str) {
+    let client = redis::Client::open(url).expect("a valid URL");
+    let mut connection = client.get_connection().expect("Redis answers");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut connection)
+        .expect("KEYS");
+    for key in keys {
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut connection)
+            .unwrap_or_default();
+        let older: String = value
+            .split('|')
+            .map(|field| {
+                let (entered, log) = match field.split_once(';') {
+                    Some((entered, log)) => (Some(entered), log),
+                    None => (None, field),
+                };
+                let log = match log.split_once('~') {
+                    Some((_, entries)) => entries,
+                    None => log,
+                };
+                match entered {
+                    Some(entered) => format!("{entered};{log}"),
+                    None => log.to_owned(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("|");
+        if older != value {
+            let _: () = redis::cmd("SET")
+                .arg(&key)
+                .arg(older)
+                .arg("KEEPTTL")
+                .query(&mut connection)
+                .expect("SET");
+        }
+    }
+}
+
+fn flush(port: u16) {
+    support::redis::command(port, &["FLUSHALL"]);
+}
+
+/// `cases` generated request sequences on one fresh Redis, each decided as
+/// the memory store decides it, with `between` run after every request.
+fn one_redis_decides_as_memory(cases: u32, between: impl Fn(&str)) {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let config = ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(
+        a in arb_policy(1..4, 1..8, 1..10),
+        b in arb_policy(0..3, 1..8, 1..10),
+        requests in arb_requests(),
+    )| {
+        flush(redis.port);
+        same_decisions_with(&url, &[a, b], &requests, || between(&url));
+    });
+}
+
+#[test]
+fn memory_and_redis_decide_alike() {
+    one_redis_decides_as_memory(48, |_| {});
+}
+
+#[test]
+fn logs_written_without_their_totals_decide_alike() {
+    one_redis_decides_as_memory(16, strip_log_totals);
+}
+
+#[test]
+fn a_redis_cluster_decides_as_one_redis_does() {
+    let cluster = RedisCluster::start(3);
+    let url = cluster.url();
+    let config = ProptestConfig {
+        cases: 16,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(
+        a in arb_policy(1..4, 1..8, 1..10),
+        b in arb_policy(0..3, 1..8, 1..10),
+        requests in arb_requests(),
+    )| {
+        for node in &cluster.nodes {
+            flush(node.port);
+        }
+        // Only batches whose keys share a tag are atomic on a cluster; the
+        // generated requests mix tenants, so compare one item at a time.
+        let single: Vec<(u64, Vec<Ask>)> = requests
+            .iter()
+            .flat_map(|(step, asks)| {
+                asks.iter().enumerate().map(move |(i, ask)| (if i == 0 { *step } else { 0 }, vec![ask.clone()]))
+            })
+            .collect();
+        same_decisions(&url, &[a, b], &single);
+    });
+}
+
+fn three_tiers() -> RatePolicy {
+    let tier = |limit, window, active, cooldown| Tier {
+        limit,
+        window,
+        active,
+        cooldown,
+        skippable: false,
+    };
+    RatePolicy {
+        hard_limit: Some(50),
+        tiers: vec![
+            tier(10, 1_000, charon::config::FOREVER, 0),
+            tier(20, 1_000, 10_000, 60_000),
+            tier(40, 1_000, 5_000, 600_000),
+        ],
+        gcra: None,
+    }
+}
+
+fn tiers_batch<'p>(policy: &'p RatePolicy, domain: &str, copies: u64) -> Batch<'p> {
+    let mut batch = Batch::default();
+    let slot = batch.slot(keys::tiers_key(NS, "api", domain, false), SlotKind::Tiers);
+    batch.items.push(Item::Tiers {
+        slot,
+        global_slot: None,
+        policy,
+        global_limit: None,
+        copies,
+        min_copies: 1,
+        check_only: false,
+        shadow: false,
+    });
+    batch
+}
+
+#[test]
+fn every_key_expires_when_it_stops_mattering() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let mut window = Batch::default();
+    let key = keys::window_key(NS, [("tenant", "a")], 60_000);
+    let slot = window.slot(key.clone(), SlotKind::Window);
+    window.items.push(Item::Window {
+        slot,
+        limit: 10,
+        period: 60_000,
+        hits: 1,
+        shadow: false,
+    });
+    let decision = runtime
+        .block_on(store.decide_batch(&window))
+        .expect("Redis answers");
+    assert!(decision.granted);
+    let ttl: u64 = redis.command(&["PTTL", &key]).parse().expect("a TTL");
+    // Until the window ends, and at most min(period, 1 min) longer.
+    assert!(
+        ttl > 0 && ttl <= 120_000,
+        "a window lives until it ends: {ttl}"
+    );
+
+    let policy = three_tiers();
+    let decision = runtime
+        .block_on(store.decide_batch(&tiers_batch(&policy, "a", 25)))
+        .expect("Redis answers");
+    assert!(decision.granted);
+    let key = keys::tiers_key(NS, "api", "a", false);
+    let ttl: u64 = redis.command(&["PTTL", &key]).parse().expect("a TTL");
+    // Tier 2 was entered: the log lives through its active time and cooldown.
+    assert!(ttl > 60_000 && ttl <= 70_000, "tier log TTL {ttl}");
+}
+
+/// Window keys of one window would otherwise all expire at its end, and
+/// Redis would stall while deleting them at once.
+#[test]
+fn keys_of_one_window_expire_spread_over_a_minute() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let mut expiries = Vec::new();
+    for tenant in 0..20 {
+        let tenant = format!("t{tenant}");
+        let mut batch = Batch::default();
+        let key = keys::window_key(NS, [("tenant", tenant.as_str())], 3_600_000);
+        let slot = batch.slot(key.clone(), SlotKind::Window);
+        batch.items.push(Item::Window {
+            slot,
+            limit: 10,
+            period: 3_600_000,
+            hits: 1,
+            shadow: false,
+        });
+        assert!(
+            runtime
+                .block_on(store.decide_batch(&batch))
+                .expect("Redis answers")
+                .granted
+        );
+        // PEXPIRETIME: the instant, so that time passing between keys does not count.
+        let at: u64 = redis
+            .command(&["PEXPIRETIME", &key])
+            .parse()
+            .expect("an expiry");
+        expiries.push(at);
+    }
+    let first = expiries.iter().min().copied().unwrap_or(0);
+    let last = expiries.iter().max().copied().unwrap_or(0);
+    // All in one hour-long window (unless the test straddles an hour's
+    // end), spread over the minute after it.
+    assert!(last - first > 10_000, "expiries {expiries:?}");
+    assert!(last - first <= 3_660_000, "expiries {expiries:?}");
+}
+
+#[test]
+fn a_flushed_script_is_loaded_again() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let policy = three_tiers();
+    for _ in 0..2 {
+        let decision = runtime
+            .block_on(store.decide_batch(&tiers_batch(&policy, "a", 1)))
+            .expect("Redis answers");
+        assert!(decision.granted);
+        redis.command(&["SCRIPT", "FLUSH"]);
+    }
+}
+
+/// Which of the store's scripts Redis has seen (`SCRIPT EXISTS` of each).
+fn scripts_loaded(redis: &RedisServer) -> [bool; 3] {
+    let hash = |source: &str| redis::Script::new(source).get_hash().to_owned();
+    let (any, windows, buckets) = (
+        hash(include_str!("../../src/store/redis/decide.lua")),
+        hash(include_str!("../../src/store/redis/window.lua")),
+        hash(include_str!("../../src/store/redis/gcra.lua")),
+    );
+    let answer = redis.command(&["SCRIPT", "EXISTS", &any, &windows, &buckets]);
+    let flags: Vec<bool> = answer.lines().map(|line| line.trim() == "1").collect();
+    [flags[0], flags[1], flags[2]]
+}
+
+#[test]
+fn fixed_windows_and_buckets_run_their_own_small_scripts() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let window = Ask::Window {
+        key: 0,
+        limit: 5,
+        period: 1_000,
+        hits: 1,
+        shadow: false,
+    };
+    let bucket = Ask::Gcra {
+        key: 0,
+        count: 5,
+        period: 1_000,
+        burst: 5,
+        hits: 1,
+        shadow: false,
+    };
+    let decide = |asks: &[Ask]| {
+        runtime
+            .block_on(store.decide_batch(&batch(asks, &resources)))
+            .expect("Redis answers")
+    };
+    // [decide.lua, window.lua, gcra.lua]
+    assert!(decide(&[window.clone(), window.clone()]).granted);
+    assert_eq!(scripts_loaded(&redis), [false, true, false]);
+    assert!(decide(std::slice::from_ref(&bucket)).granted);
+    assert_eq!(scripts_loaded(&redis), [false, true, true]);
+    assert!(decide(&[window, bucket]).granted);
+    assert_eq!(scripts_loaded(&redis), [true, true, true]);
+}
+
+#[test]
+fn a_key_known_to_be_over_is_rejected_without_redis() {
+    let mut redis = RedisServer::start();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = RedisStore::open(
+        &redis.url(),
+        RedisOptions {
+            timeout: Duration::from_secs(1),
+            local_rejections: true,
+            injected_clock: Some(Arc::new(clock.clone())),
+            ..RedisOptions::default()
+        },
+    )
+    .expect("a valid URL");
+    let policy = three_tiers();
+    let granted = runtime
+        .block_on(store.decide_batch(&tiers_batch(&policy, "a", 50)))
+        .expect("Redis answers");
+    assert!(granted.granted);
+    let rejected = runtime
+        .block_on(store.decide_batch(&tiers_batch(&policy, "a", 1)))
+        .expect("Redis answers");
+    assert!(!rejected.granted);
+
+    // Redis is gone, but the answer is known until the hard limit frees up.
+    redis.kill();
+    clock.advance(500);
+    let local = runtime
+        .block_on(store.decide_batch(&tiers_batch(&policy, "a", 1)))
+        .expect("answered locally");
+    assert!(!local.granted);
+    let charon::engine::Outcome::Tiers(outcome) = local.outcomes[0] else {
+        panic!("a tier outcome");
+    };
+    assert_eq!(
+        outcome.retry_after,
+        Some(501),
+        "H frees up 1001 ms after the grant"
+    );
+    // Another domain still needs Redis.
+    assert!(
+        runtime
+            .block_on(store.decide_batch(&tiers_batch(&policy, "b", 1)))
+            .is_err()
+    );
+    // Past the known instant, Redis is asked again.
+    clock.advance(501);
+    assert!(
+        runtime
+            .block_on(store.decide_batch(&tiers_batch(&policy, "a", 1)))
+            .is_err()
+    );
+}
+
+#[test]
+fn memory_per_active_domain_for_a_three_tier_resource() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let policy = three_tiers();
+    let domains = 1_000;
+    let before: u64 = info_used_memory(&redis);
+    for domain in 0..domains {
+        let name = format!("tenant-{domain:06}");
+        // Burst into tier 3 with hits over three instants: a busy domain.
+        for copies in [10, 20, 5] {
+            runtime
+                .block_on(store.decide_batch(&tiers_batch(&policy, &name, copies)))
+                .expect("Redis answers");
+        }
+    }
+    let after: u64 = info_used_memory(&redis);
+    let per_domain = (after - before) / domains;
+    let key = keys::tiers_key(NS, "api", "tenant-000000", false);
+    let usage: u64 = redis
+        .command(&["MEMORY", "USAGE", &key])
+        .parse()
+        .expect("a size");
+    println!(
+        "redis memory per active domain (3 tiers): {per_domain} B used_memory delta, {usage} B MEMORY USAGE of one key"
+    );
+    assert!(per_domain < 512, "{per_domain} B per domain");
+}
+
+fn info_used_memory(redis: &RedisServer) -> u64 {
+    let info = redis.command(&["INFO", "memory"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO")
+}

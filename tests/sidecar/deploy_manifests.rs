@@ -1,0 +1,175 @@
+//! The Kubernetes manifests against the code, without a cluster:
+//!
+//! - the sidecar in every rendered overlay (`kubectl kustomize`) is exactly
+//!   the one `charon inject` adds (`charon::inject::review::sidecar`), so the
+//!   two ways of deploying cannot drift apart;
+//! - the real `charon` binary, started with the arguments of the memory
+//!   overlay's sidecar and the rendered `charon-limits` ConfigMap as its
+//!   mounted directory, becomes live and ready on the probes' paths.
+//!
+//! `scripts/validate-deploy.sh` (part of the test command) checks the rest:
+//! schemas, security settings, yamllint and `envoy --mode validate`.
+#![cfg(all(unix, feature = "server"))]
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The objects of `kubectl kustomize <dir>`, as JSON.
+fn render(overlay: &str) -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/kubernetes")
+        .join(overlay);
+    let yaml = Command::new(support::venv::tool("kubectl"))
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        yaml.status.success(),
+        "{}",
+        String::from_utf8_lossy(&yaml.stderr)
+    );
+    // PyYAML comes with kubernetes-validate in the same venv.
+    let mut python = Command::new(support::venv::tool("python"))
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d]))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    {
+        use std::io::Write;
+        let mut stdin = python.stdin.take().expect("stdin");
+        stdin.write_all(&yaml.stdout).expect("write YAML");
+    }
+    let output = python.wait_with_output().expect("python ends");
+    assert!(output.status.success());
+    serde_json::from_slice(&output.stdout).expect("JSON")
+}
+
+/// Every pod template's `charon` init container.
+fn sidecars(objects: &[Value]) -> Vec<(String, Value)> {
+    objects
+        .iter()
+        .filter_map(|object| {
+            let init = object
+                .pointer("/spec/template/spec/initContainers")?
+                .as_array()?;
+            let charon = init.iter().find(|c| c["name"] == "charon")?;
+            let name = object["metadata"]["name"].as_str()?.to_owned();
+            Some((name, charon.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_overlay_runs_exactly_the_sidecar_the_injector_adds() {
+    for (overlay, store) in [
+        ("overlays/memory", "memory"),
+        ("overlays/redis", "redis://charon-redis:6379"),
+        ("overlays/redis-cluster", ""),
+    ] {
+        let objects = render(overlay);
+        let sidecars = sidecars(&objects);
+        assert!(
+            sidecars.len() >= 2,
+            "{overlay}: demo-app and front-envoy carry the sidecar"
+        );
+        for (name, sidecar) in sidecars {
+            let args = sidecar["args"].as_array().expect("args");
+            let rendered_store = args.last().and_then(Value::as_str).expect("a --store");
+            if !store.is_empty() {
+                assert_eq!(rendered_store, store, "{overlay} {name}");
+            } else {
+                assert!(
+                    rendered_store.starts_with("redis+cluster://"),
+                    "{rendered_store}"
+                );
+            }
+            let injected = charon::inject::review::sidecar(
+                sidecar["image"].as_str().expect("an image"),
+                rendered_store,
+            );
+            assert_eq!(
+                sidecar, injected,
+                "{overlay} {name}: the manifest and the injector differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_memory_overlays_sidecar_starts_with_its_configmap_and_becomes_ready() {
+    let objects = render("overlays/memory");
+    let (_, sidecar) = sidecars(&objects).into_iter().next().expect("a sidecar");
+    let config = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "charon-limits")
+        .expect("the charon-limits ConfigMap");
+    let dir = tempfile::Builder::new()
+        .prefix("charon-deploy-")
+        .tempdir()
+        .expect("tempdir");
+    for (file, text) in config["data"].as_object().expect("data") {
+        std::fs::write(dir.path().join(file), text.as_str().expect("text")).expect("write");
+    }
+    // The manifest's arguments, with the mount path and ports of this test.
+    let (grpc, admin) = (support::redis::free_port(), support::redis::free_port());
+    let args: Vec<String> = sidecar["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|arg| match arg.as_str().expect("a string") {
+            "/etc/charon" => dir.path().display().to_string(),
+            "127.0.0.1:8081" => format!("127.0.0.1:{grpc}"),
+            "0.0.0.0:9102" => format!("127.0.0.1:{admin}"),
+            other => other.to_owned(),
+        })
+        .collect();
+    assert_eq!(args[0], "serve");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("charon starts");
+    let probe = |pointer: &str| {
+        let path = sidecar
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .expect("a probe path");
+        format!("http://127.0.0.1:{admin}{path}")
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let ready = runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let live = reqwest::get(probe("/livenessProbe/httpGet/path")).await;
+            let ready = reqwest::get(probe("/readinessProbe/httpGet/path")).await;
+            if let (Ok(live), Ok(ready)) = (live, ready)
+                && live.status() == 200
+                && ready.status() == 200
+            {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        ready,
+        "the sidecar did not become live and ready on the manifest's probes"
+    );
+}
