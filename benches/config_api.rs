@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use charon::clock::ManualClock;
-use charon::config::overlay::{Overlay, load_with_overlay};
+use charon::config::load_with_overlay;
+use charon::config::overlay::Overlay;
 use charon::config::{LoadOptions, load_str};
 use charon::limiter::{Descriptor, Limiter, RateLimitRequest};
 use charon::store::MemoryStore;

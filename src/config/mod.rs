@@ -14,6 +14,7 @@
 //! assert!(loaded.config.namespace("shop").is_some());
 //! ```
 
+pub mod capacity;
 mod compile;
 mod descriptors;
 pub mod duration;
@@ -21,6 +22,7 @@ mod error;
 mod load;
 pub mod overlay;
 mod raw;
+mod yaml;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -29,7 +31,9 @@ use std::sync::Arc;
 pub use descriptors::{Glob, Leaf, Level, Match, Metadata, Node};
 pub use duration::{FOREVER, Millis, parse as parse_duration};
 pub use error::{ConfigError, ConfigErrors, Note};
-pub use load::{LoadOptions, Loaded, load_path, load_path_with, load_str};
+pub use load::{
+    LoadOptions, Loaded, check_write, load_path, load_path_with, load_str, load_with_overlay,
+};
 pub use raw::MetaValue;
 
 /// Sizes past which a file is refused rather than loaded
@@ -95,14 +99,14 @@ pub enum Resource {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityResource {
     pub name: String,
-    pub default: crate::engine::capacity::CapacityConfig,
+    pub default: capacity::CapacityConfig,
     /// Domains with a capacity of their own.
-    pub domains: HashMap<String, crate::engine::capacity::CapacityConfig>,
+    pub domains: HashMap<String, capacity::CapacityConfig>,
 }
 
 impl CapacityResource {
     /// The configuration that applies to `domain`.
-    pub fn config_for(&self, domain: &str) -> &crate::engine::capacity::CapacityConfig {
+    pub fn config_for(&self, domain: &str) -> &capacity::CapacityConfig {
         self.domains.get(domain).unwrap_or(&self.default)
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
 use super::raw::{RawDomainRate, RawFile};
-use super::{ConfigError, ConfigErrors, LoadOptions, Loaded, Note};
+use super::{ConfigError, Note};
 
 /// Namespaces and per-domain overrides set through the API. Bodies are kept
 /// as the text that was sent (YAML or JSON, which is YAML too).
@@ -183,21 +183,8 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(
             ),
         ));
     }
-    serde_saphyr::from_str_with_options(body, super::load::parser_options())
-        .map_err(|error| super::load::parse_error(origin, &error))
-}
-
-/// Loads `path` (a file or a directory) with `overlay` applied. API
-/// namespaces whose name a file also defines are skipped with a note: the
-/// file wins.
-pub fn load_with_overlay(
-    path: &Path,
-    options: LoadOptions,
-    overlay: &Overlay,
-) -> Result<Loaded, ConfigErrors> {
-    let mut sources = super::load::read_sources(path)?;
-    add_api_namespaces(&mut sources, overlay);
-    super::load::assemble(sources, options, overlay, None)
+    serde_saphyr::from_str_with_options(body, super::yaml::parser_options())
+        .map_err(|error| super::yaml::parse_error(origin, &error))
 }
 
 /// A change being checked by [`check_write`].
@@ -209,38 +196,4 @@ pub enum Write<'a> {
         resource: &'a str,
         domain: &'a str,
     },
-}
-
-/// Loads `path` with `overlay`, which holds `write`, the change being made:
-/// it must apply, or its errors (with line and column in the body) are
-/// returned, and nothing else may fail either. The notes say what
-/// normalization changed.
-pub fn check_write(
-    path: &Path,
-    options: LoadOptions,
-    overlay: &Overlay,
-    write: Write<'_>,
-) -> Result<Loaded, ConfigErrors> {
-    let mut sources = super::load::read_sources(path)?;
-    add_api_namespaces(&mut sources, overlay);
-    let loaded = super::load::assemble(sources, options, overlay, Some(write))?;
-    if let Write::Override { namespace, .. } = write
-        && loaded.config.namespace(namespace).is_none()
-    {
-        return Err(ConfigErrors(vec![ConfigError::whole_file(
-            &namespace_origin(namespace),
-            format!("no namespace `{namespace}`"),
-        )]));
-    }
-    Ok(loaded)
-}
-
-fn add_api_namespaces(sources: &mut Vec<super::load::Source>, overlay: &Overlay) {
-    for (name, text) in &overlay.namespaces {
-        sources.push(super::load::Source {
-            origin: namespace_origin(name),
-            text: text.clone(),
-            api_name: Some(name.clone()),
-        });
-    }
 }

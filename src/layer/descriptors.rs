@@ -14,9 +14,10 @@ use crate::client::{Client, ClientError, LimitStatus, LimitsAnswer};
 use crate::limiter::{Descriptor, RateLimitRequest};
 
 use super::PeerAddr;
-use super::future::{Extra, Verdict};
 use super::key::DomainOf;
-use super::limit::{Asked, Limit, LimitLayer, Options, Policy};
+use super::limit::{Limit, LimitLayer};
+use super::policy::{Asked, Options, Policy};
+use super::policy::{Extra, Verdict};
 use super::reply::{self, Quota};
 
 /// Applies the limits of a namespace's descriptors to every request: the

@@ -12,46 +12,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use crate::client::Hold;
-
 use super::ResponseBody;
-use super::limit::{Asked, Policy, Shared};
-use super::reply::{self, Quota, SOFT_LIMIT};
-
-/// What a layer does with a request once Charon has answered.
-pub enum Verdict<B> {
-    /// Answer this, without calling the service.
-    Answer(Response<ResponseBody<B>>),
-    /// Call the service, and add these to its response.
-    Pass(Extra),
-}
-
-/// What a granted response carries from the decision.
-#[derive(Default)]
-pub struct Extra {
-    pub quota: Option<Quota>,
-    /// `x-charon-soft-limit`, past the soft limit.
-    pub soft_limit: Option<HeaderValue>,
-    /// Released when the body ends.
-    pub hold: Option<Hold>,
-}
-
-impl Extra {
-    fn finish<B>(self, response: Response<B>) -> Response<ResponseBody<B>> {
-        let (mut parts, body) = response.into_parts();
-        if let Some(quota) = self.quota {
-            quota.write(&mut parts.headers);
-        }
-        if let Some(value) = self.soft_limit {
-            parts.headers.insert(SOFT_LIMIT.clone(), value);
-        }
-        Response::from_parts(parts, ResponseBody::service(body, self.hold))
-    }
-}
+use super::policy::{Asked, Extra, Policy, Shared, Verdict};
+use super::reply;
 
 type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 

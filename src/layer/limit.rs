@@ -4,77 +4,17 @@
 //! descriptor layers are this with their own policy, so the options and
 //! the request path exist once.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use tower::{Layer, Service};
 
 use crate::client::Client;
 
 use super::ResponseBody;
-use super::future::{ResponseFuture, Verdict};
-
-/// A decision under way.
-pub type Deciding<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-/// What a request asks of Charon, decided by the policy.
-pub enum Asked<A, T> {
-    /// Decide with this; `A` is what the verdict needs of the request.
-    Decide(A, Deciding<T>),
-    /// Answer at once with this status (a request without a domain).
-    Refuse(StatusCode, &'static str),
-    /// Nothing to limit: call the service.
-    Pass,
-}
-
-/// What a layer asks and how it answers. Implemented by the layer's own
-/// policies ([`PerResource`](super::PerResource),
-/// [`PerDescriptors`](super::PerDescriptors)); configure those, with
-/// closures where a rule of your own is needed.
-pub trait Policy<B>: Send + Sync + 'static {
-    /// What the verdict needs to know of the request.
-    type Asked: Send + 'static;
-    /// The client's answer.
-    type Decided: Send + 'static;
-
-    /// Starts the decision on `request`.
-    fn ask(
-        &self,
-        client: &Client,
-        namespace: &str,
-        request: &Request<B>,
-    ) -> Asked<Self::Asked, Self::Decided>;
-
-    /// What the answer makes of the request.
-    fn verdict<R>(
-        &self,
-        asked: Self::Asked,
-        decided: Self::Decided,
-        grpc: bool,
-        options: Options,
-    ) -> Verdict<R>;
-}
-
-/// What every layer can be told, whatever its policy.
-#[derive(Debug, Clone, Copy)]
-pub struct Options {
-    /// `RateLimit-Policy` and `RateLimit` on granted responses too.
-    pub granted_headers: bool,
-    /// No answer from Charon: 503 instead of letting the request through.
-    pub fail_closed: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            granted_headers: true,
-            fail_closed: false,
-        }
-    }
-}
+use super::future::ResponseFuture;
+use super::policy::{Options, Policy, Shared};
 
 /// A Tower layer that asks Charon before each request, by policy `P`
 /// (see [`RateLimitLayer`](super::RateLimitLayer),
@@ -137,14 +77,6 @@ impl<S, P: Clone> Layer<S> for LimitLayer<P> {
             }),
         }
     }
-}
-
-/// What the clones of one service share.
-pub(super) struct Shared<P> {
-    pub(super) client: Client,
-    pub(super) namespace: Arc<str>,
-    pub(super) policy: P,
-    pub(super) options: Options,
 }
 
 /// The service of a [`LimitLayer`].

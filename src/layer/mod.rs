@@ -52,6 +52,7 @@ mod future;
 pub mod key;
 mod lease;
 mod limit;
+mod policy;
 mod rate;
 pub mod reply;
 mod resource;

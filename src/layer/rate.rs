@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use crate::client::{Client, ClientError, RateAnswer};
 
-use super::future::{Extra, Verdict};
-use super::limit::{Deciding, Limit, LimitLayer, Options};
+use super::limit::{Limit, LimitLayer};
+use super::policy::{Deciding, Options};
+use super::policy::{Extra, Verdict};
 use super::reply::{self, Quota};
 use super::resource::{Kind, PerResource};
 use super::{Fixed, Header};

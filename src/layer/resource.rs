@@ -7,9 +7,10 @@ use http::Request;
 
 use crate::client::Client;
 
-use super::future::Verdict;
 use super::key::{DomainOf, Fixed, Header, MissingDomain, ResourceOf, resolve_domain};
-use super::limit::{Asked, Deciding, LimitLayer, Options, Policy};
+use super::limit::LimitLayer;
+use super::policy::Verdict;
+use super::policy::{Asked, Deciding, Options, Policy};
 
 /// What one (resource, domain) is asked for: hits ([`Hits`](super::Hits))
 /// or a held copy ([`Copies`](super::Copies)).

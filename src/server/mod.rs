@@ -5,13 +5,10 @@
 pub mod admin;
 pub mod api;
 pub mod certificate;
-pub mod decision_log;
 pub mod listen;
 pub mod metrics;
-pub mod overload;
 pub mod reload;
 pub mod rls;
-pub mod rls_http;
 pub mod runtime;
 mod shutdown;
 pub mod trace;
@@ -190,7 +187,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         );
     }
     let snapshot = Configuration::<SidecarStore>::first_snapshot(&config_log).await;
-    let loaded = match config::overlay::load_with_overlay(
+    let loaded = match config::load_with_overlay(
         &options.config,
         options.envoy.load,
         &snapshot.overlay(),
@@ -375,7 +372,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             admin::config_api::router(configuration),
             access,
         ))
-        .merge(rls_http::router(rls_service))
+        .merge(rls::http::router(rls_service))
         // The peer's address, for the guarded routes' loopback rule.
         .into_make_service_with_connect_info::<SocketAddr>(),
     )

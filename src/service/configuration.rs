@@ -133,7 +133,7 @@ impl<S: Store> Configuration<S> {
         let snapshot = self.snapshot();
         let (path, options, overlay) = (self.path.clone(), self.options, snapshot.overlay());
         let loaded = tokio::task::spawn_blocking(move || {
-            overlay::load_with_overlay(&path, options, &overlay)
+            crate::config::load_with_overlay(&path, options, &overlay)
         })
         .await
         .map_err(|error| {
@@ -214,7 +214,7 @@ impl<S: Store> Configuration<S> {
         }
         let (path, options, target) = (self.path.clone(), self.options, write.path.clone());
         let loaded = tokio::task::spawn_blocking(move || {
-            overlay::check_write(&path, options, &candidate, checked(&target))
+            crate::config::check_write(&path, options, &candidate, checked(&target))
         })
         .await
         .map_err(|error| WriteError::Log(LogError::Unavailable(error.to_string())))?

@@ -191,12 +191,12 @@ pub struct ServeArgs {
     pub decision_log_max_per_second: u32,
     /// ShouldRateLimit calls decided at once, across connections; past it,
     /// calls are answered at once by --on-overload (0: no bound).
-    #[arg(long, env = "CHARON_MAX_IN_FLIGHT", default_value_t = charon::server::overload::DEFAULT_MAX_IN_FLIGHT)]
+    #[arg(long, env = "CHARON_MAX_IN_FLIGHT", default_value_t = charon::server::rls::overload::DEFAULT_MAX_IN_FLIGHT)]
     pub max_in_flight: usize,
     /// What to answer past --max-in-flight: `allow` (OK, as Envoy's
     /// fail-open) or `deny` (OVER_LIMIT).
     #[arg(long, env = "CHARON_ON_OVERLOAD", default_value = "allow")]
-    pub on_overload: charon::server::overload::OnOverload,
+    pub on_overload: charon::server::rls::overload::OnOverload,
 }
 
 /// `--response-headers`.
@@ -329,11 +329,11 @@ impl ServeArgs {
                         Some(_) => TraceSampler::new(self.trace_sample_ratio),
                         None => TraceSampler::off(),
                     },
-                    decision_log: charon::server::decision_log::DecisionLogOptions::new(
+                    decision_log: charon::server::rls::decision_log::DecisionLogOptions::new(
                         self.decision_log_sample,
                         self.decision_log_max_per_second,
                     ),
-                    overload: charon::server::overload::OverloadOptions {
+                    overload: charon::server::rls::overload::OverloadOptions {
                         max_in_flight: self.max_in_flight,
                         policy: self.on_overload,
                     },

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use serde_saphyr::{Location, Spanned};
 
 use crate::config::CapacityResource;
+use crate::config::capacity::{Algorithm, CapacityConfig};
 use crate::config::duration::FOREVER;
 use crate::config::raw::RawCapacity;
-use crate::engine::capacity::{Algorithm, CapacityConfig};
 
 use super::Ctx;
 

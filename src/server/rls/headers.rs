@@ -9,7 +9,23 @@ use crate::layer::reply::Quota;
 use crate::limiter::{DescriptorStatus, RateLimitAnswer};
 
 use super::ResponseHeaders;
-use super::wire::{header, whole_seconds};
+
+/// Whole seconds, rounded up: Envoy reads only a Duration's seconds (its
+/// `X-RateLimit-Reset`), so a reset must never reach a client early, and an
+/// OVER_LIMIT status never says 0 (retry at once).
+pub(super) fn whole_seconds(ms: u64, over_limit: bool) -> u64 {
+    let seconds = ms.div_ceil(1_000);
+    if over_limit { seconds.max(1) } else { seconds }
+}
+
+/// One header of Envoy's answer.
+pub(super) fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..Default::default()
+    }
+}
 
 /// The status the headers describe, as envoyproxy/ratelimit picks it: the
 /// last descriptor over its limit that is not a quota descriptor; otherwise

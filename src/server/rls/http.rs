@@ -27,7 +27,7 @@ use serde_json::{Map, Value as Json, json};
 use crate::config::{Config, Leaf, Level, Node};
 use crate::store::Store;
 
-use super::rls::RlsService;
+use super::RlsService;
 
 /// The largest `/json` body accepted.
 const MAX_BODY_BYTES: usize = 1 << 20;

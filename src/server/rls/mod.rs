@@ -2,11 +2,17 @@
 //! request into a [`Limiter`] call and the answer back
 //! (docs/design.md#envoy-answers), with what envoyproxy/ratelimit adds
 //! around the decision: quota headers for the client (`headers`), dynamic
-//! metadata (`metadata`), and the same decision for `POST /json` callers.
-//! No decision logic lives here.
+//! metadata (`metadata`), the same decision for `POST /json` callers and
+//! `/rlconfig` on the admin port (`http`), the in-flight bound and what to
+//! answer past it (`overload`), and the sampled decision log
+//! (`decision_log`). Everything here serves Envoy's face only; no decision
+//! logic lives here.
 
+pub mod decision_log;
 mod headers;
+pub mod http;
 mod metadata;
+pub mod overload;
 mod wire;
 
 use std::sync::Arc;
@@ -21,9 +27,9 @@ use tracing::Instrument;
 use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
-use super::decision_log::DecisionLog;
+use self::decision_log::DecisionLog;
+use self::overload::{Admission, OnOverload};
 use super::metrics::{Decision, LimitOutcome, Metrics};
-use super::overload::{Admission, OnOverload};
 
 pub use wire::SOFT_LIMIT_HEADER;
 
@@ -37,9 +43,9 @@ pub struct RlsOptions {
     /// Which requests get a span (`--otlp-endpoint`).
     pub traces: super::trace::TraceSampler,
     /// Which decisions are logged (`--decision-log-sample`).
-    pub decision_log: super::decision_log::DecisionLogOptions,
+    pub decision_log: decision_log::DecisionLogOptions,
     /// The bound on calls in flight, and the answer past it.
-    pub overload: super::overload::OverloadOptions,
+    pub overload: overload::OverloadOptions,
 }
 
 /// `--response-headers`: which headers Envoy is asked to add to the client's

@@ -2,7 +2,6 @@
 //! answer into Envoy's (docs/design.md#resets: resets in whole seconds,
 //! rounded up).
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as WireUnit,
 };
@@ -13,7 +12,7 @@ use crate::config::Unit;
 use crate::limiter::{self, LimitOverride};
 
 use super::ResponseHeaders;
-use super::headers;
+use super::headers::{self, header, whole_seconds};
 
 /// The response header of a granted answer with descriptors past their soft
 /// limit (docs/design.md#soft-limits): their indexes in the request, `0,2`.
@@ -87,26 +86,10 @@ fn unit_to_wire(unit: Unit) -> WireUnit {
     }
 }
 
-/// Whole seconds, rounded up: Envoy reads only a Duration's seconds (its
-/// `X-RateLimit-Reset`), so a reset must never reach a client early, and an
-/// OVER_LIMIT status never says 0 (retry at once).
-pub(super) fn whole_seconds(ms: u64, over_limit: bool) -> u64 {
-    let seconds = ms.div_ceil(1_000);
-    if over_limit { seconds.max(1) } else { seconds }
-}
-
 fn duration(seconds: u64) -> WireDuration {
     WireDuration {
         seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
         nanos: 0,
-    }
-}
-
-pub(super) fn header(key: &str, value: String) -> HeaderValue {
-    HeaderValue {
-        key: key.to_owned(),
-        value,
-        ..Default::default()
     }
 }
 

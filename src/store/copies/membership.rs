@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis::Value;
 use tokio::sync::watch;
@@ -29,61 +29,6 @@ use tokio::sync::watch;
 use super::redis::{Reaped, RedisCopies, ResourceList, array, int, millis, strings};
 use crate::store::keys;
 use crate::store::redis::RedisError;
-
-/// The timings of heartbeats and reaping (`--heartbeat`, `--heartbeat-ttl`,
-/// `--reap-interval`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CopyTimings {
-    pub heartbeat: Duration,
-    pub ttl: Duration,
-    pub reap_interval: Duration,
-}
-
-impl Default for CopyTimings {
-    fn default() -> Self {
-        Self {
-            heartbeat: Duration::from_secs(1),
-            ttl: Duration::from_secs(5),
-            reap_interval: Duration::from_secs(1),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TimingsError {
-    #[error("--heartbeat, --heartbeat-ttl and --reap-interval must be at least 10ms")]
-    TooShort,
-    #[error(
-        "--heartbeat-ttl ({ttl:?}) must be at least twice --heartbeat ({heartbeat:?}): a sidecar resigns after ttl - heartbeat without a renewal"
-    )]
-    TtlTooShort { ttl: Duration, heartbeat: Duration },
-}
-
-impl CopyTimings {
-    pub fn validate(&self) -> Result<(), TimingsError> {
-        let floor = Duration::from_millis(10);
-        if self.heartbeat < floor || self.ttl < floor || self.reap_interval < floor {
-            return Err(TimingsError::TooShort);
-        }
-        if self.ttl < self.heartbeat * 2 {
-            return Err(TimingsError::TtlTooShort {
-                ttl: self.ttl,
-                heartbeat: self.heartbeat,
-            });
-        }
-        Ok(())
-    }
-
-    /// How long a sidecar may go without a renewal before it resigns.
-    pub fn resign_after(&self) -> Duration {
-        self.ttl.saturating_sub(self.heartbeat)
-    }
-
-    /// How long the reaper lease lasts without renewal.
-    pub fn lease(&self) -> Duration {
-        self.reap_interval * 3
-    }
-}
 
 impl RedisCopies {
     /// Registers, renews and resigns until `shutdown`; and, while holding

@@ -14,15 +14,15 @@ mod membership;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod timings;
 
 use std::fmt::Write;
 use std::sync::Arc;
 
-#[cfg(feature = "redis")]
-pub use membership::{CopyTimings, TimingsError};
 pub use memory::MemoryCopies;
 #[cfg(feature = "redis")]
 pub use redis::RedisCopies;
+pub use timings::{CopyTimings, TimingsError};
 
 use crate::engine::copies::{CopyCounts, CopyLimits};
 

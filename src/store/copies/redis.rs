@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use redis::Value;
 use tokio::sync::{Notify, watch};
 
-use super::membership::CopyTimings;
+use super::CopyTimings;
 use super::{Changed, Contributor, CopyError, CopyRef, Membership, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::keys::{self, CopyKeys};

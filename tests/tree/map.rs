@@ -1,0 +1,177 @@
+//! ARCHITECTURE.md is the map of the tree: every path it names exists, and
+//! every file under `src/` is on it, so the map cannot drift from the house.
+//!
+//! A file counts as named when its path is written out, or when a line of
+//! the map names a path in its folder and, on the same line, the file's
+//! bare name (`src/store/redis/connection.rs`, `url.rs`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn map() -> String {
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md")
+}
+
+/// The text between backticks on `line`.
+fn quoted(line: &str) -> Vec<&str> {
+    line.split('`').skip(1).step_by(2).collect()
+}
+
+/// Where the tree's own paths start; anything else in backticks is code.
+const TOP: &[&str] = &[
+    "src/",
+    "tests/",
+    "benches/",
+    "examples/",
+    "scripts/",
+    "deploy/",
+    "docs/",
+    "proto/",
+];
+
+fn is_path(text: &str) -> bool {
+    TOP.iter().any(|top| text.starts_with(top))
+        && !text.contains(char::is_whitespace)
+        && !text.contains(['<', '*', '{'])
+}
+
+/// Markdown link targets on `line` that are files of the tree.
+fn links(line: &str) -> Vec<&str> {
+    line.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|target| target.split('#').next().unwrap_or(target))
+        .filter(|target| !target.is_empty() && !target.contains("://"))
+        .collect()
+}
+
+fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("readable directory") {
+        let path = entry.expect("readable entry").path();
+        if path.is_dir() {
+            files_under(&path, found);
+        } else {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_path_on_the_map_exists() {
+    let mut missing = Vec::new();
+    for (number, line) in map().lines().enumerate() {
+        let named = quoted(line)
+            .into_iter()
+            .filter(|text| is_path(text))
+            .chain(links(line));
+        for path in named {
+            if !root().join(path).exists() {
+                missing.push(format!("ARCHITECTURE.md:{}: `{path}`", number + 1));
+            }
+        }
+        // Bare names in a table row are files of the row's folders (or of
+        // the root: `build.rs`).
+        if line.starts_with('|') {
+            let folders = folders_of(line);
+            for name in quoted(line).into_iter().filter(|text| is_file_name(text)) {
+                let found = root().join(name).exists()
+                    || folders
+                        .iter()
+                        .any(|dir| root().join(dir).join(name).exists());
+                if !folders.is_empty() && !found {
+                    missing.push(format!(
+                        "ARCHITECTURE.md:{}: `{name}` in none of {folders:?}",
+                        number + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the map names what does not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_file_under_src_is_on_the_map() {
+    let map = map();
+    let mut named: BTreeSet<PathBuf> = BTreeSet::new();
+    for line in map.lines() {
+        let folders = folders_of(line);
+        for text in quoted(line) {
+            if is_path(text) {
+                named.insert(PathBuf::from(text));
+            } else if is_file_name(text) {
+                for dir in &folders {
+                    named.insert(dir.join(text));
+                }
+            }
+        }
+    }
+    let mut files = Vec::new();
+    files_under(&root().join("src"), &mut files);
+    let mut missing: Vec<String> = files
+        .iter()
+        .map(|file| {
+            file.strip_prefix(root())
+                .expect("under the root")
+                .to_path_buf()
+        })
+        .filter(|file| !named.contains(file))
+        .map(|file| file.display().to_string())
+        .collect();
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these files (add them to the floor plan):\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The folders of the paths a line names: a folder itself, or a file's.
+fn folders_of(line: &str) -> Vec<PathBuf> {
+    quoted(line)
+        .into_iter()
+        .filter(|text| is_path(text))
+        .map(|text| {
+            if text.ends_with('/') {
+                PathBuf::from(text)
+            } else {
+                Path::new(text)
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default()
+            }
+        })
+        .collect()
+}
+
+/// A bare file name such as `url.rs` or `decide.lua`.
+fn is_file_name(text: &str) -> bool {
+    !text.contains('/')
+        && !text.contains(char::is_whitespace)
+        && [".rs", ".lua", ".html", ".js", ".css"]
+            .iter()
+            .any(|ext| text.ends_with(ext) && text.len() > ext.len())
+}
+
+#[test]
+fn the_map_reader_finds_bare_names_in_a_rows_folder() {
+    let line = "| `src/store/redis/connection.rs`, `url.rs` | what `Config::namespace` owns |";
+    assert_eq!(folders_of(line), vec![PathBuf::from("src/store/redis")]);
+    let names: Vec<&str> = quoted(line)
+        .into_iter()
+        .filter(|t| is_file_name(t))
+        .collect();
+    assert_eq!(names, ["url.rs"]);
+    assert_eq!(
+        links("see [the design](docs/design.md#stores) and [x](https://e.org)"),
+        ["docs/design.md"]
+    );
+}
