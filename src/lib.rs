@@ -1,4 +1,4 @@
-//! Charon: rate limits and copy limits, decided exactly.
+//! Charon: rate limits, copy limits and capacity leases, decided exactly.
 //!
 //! # Layout
 //!
@@ -8,30 +8,54 @@
 //! holds the state and runs the [`engine`] on it atomically; the answer goes
 //! back the same way.
 //!
+//! Two more paths cross the same modules. A capacity lease: a client's
+//! lease limiter asks `GetCapacity` for a share of a `capacity:` resource in
+//! the background, the service looks the resource up in the [`config`], and
+//! a lease store runs the [`engine`]'s apportioning on the resource's leases.
+//! A configuration API write: runtime overrides are checked as a file is,
+//! committed to the config log in the [`store`], and the whole configuration
+//! is rebuilt and swapped into the [`limiter`]. ARCHITECTURE.md walks each
+//! path step by step ("An Envoy `ShouldRateLimit` call", "A copy `reserve`
+//! through the Charon API", "A capacity lease: `GetCapacity`", "A
+//! configuration write through the configuration API").
+//!
 //! - [`clock`]: time as milliseconds from an injected clock.
-//! - [`config`]: the YAML format, validation, normalization, compiled limits.
-//! - [`engine`]: pure decisions — fixed windows and burst tiers with hard and
-//!   global limits — over explicit state and an explicit `now`. No I/O.
+//! - [`config`]: the YAML format, validation, normalization, compiled limits;
+//!   the configuration API's overlay (namespaces and per-domain overrides
+//!   written into the YAML before it is compiled).
+//! - [`engine`]: pure decisions — fixed windows, GCRA buckets and burst tiers
+//!   with hard and global limits, copy limits, and the apportioning of a
+//!   leased capacity among clients — over explicit state and an explicit
+//!   `now`. No I/O.
 //! - [`store`]: where state lives ([`store::MemoryStore`] by default) and the
-//!   atomic step that runs the engine on it.
+//!   atomic step that runs the engine on it; the copy log (feature `redis`),
+//!   the leases of each leased capacity and the configuration API's log
+//!   (objects, versions, changes; feature `server`), each in the process or
+//!   on Redis.
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
 //! - `service` (feature `embedded`): what a sidecar and an embedded engine
 //!   both run — the Charon API's decisions, sessions and their hold sets,
-//!   the store behind them, housekeeping — with domain calls in and out.
+//!   `GetCapacity` and `ReleaseCapacity`, the configuration API's core (the
+//!   sidecar's view of the config log, checking a write, rebuilding and
+//!   swapping the configuration), the store behind them, housekeeping — with
+//!   domain calls in and out.
 //! - `server` (feature `server`): the faces over the service: the Envoy
 //!   RateLimitService and the Charon API over gRPC, the admin HTTP endpoints
-//!   (with the simulator and state pages), metrics, config reload and
-//!   shutdown.
+//!   (with the configuration API, the simulator and state pages), metrics,
+//!   config reload and shutdown.
 //! - [`watch`]: the recent decisions of what the state view looks at,
 //!   recorded only while someone looks.
 //! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
-//!   request pattern, summarized per tick.
+//!   request pattern, summarized per tick; and capacity leases of clients
+//!   whose demand changes over time.
 //! - `client` (feature `client`): the Rust client of a sidecar, or of an
 //!   engine embedded in the process: requests, hold guards, transfers,
-//!   retries and fail-open (docs/design.md#client).
+//!   retries and fail-open (docs/design.md#client); capacity leases, a local
+//!   lease limiter renewed in the background (docs/design.md#capacity-leases).
 //! - `layer` (feature `layer`): Tower middleware on the client — a rate
-//!   limit per request, or a copy held for the life of the response.
+//!   limit per request, a copy held for the life of the response, or a
+//!   lease limiter's rate with no call per request.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
 //!
