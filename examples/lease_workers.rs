@@ -18,6 +18,7 @@
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use charon::client::Client;
 use charon::client::lease::{FailureMode, LeaseOptions, LeaseRenewer};
 
 /// Requests per second worker `n` would make at second `t`.
@@ -44,15 +45,15 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     };
     let url = std::env::var("CHARON_URL").unwrap_or_else(|_| "http://127.0.0.1:8081".into());
-    let channel = match tonic::transport::Endpoint::from_shared(url) {
-        Ok(endpoint) => endpoint.connect_lazy(),
+    let client = match Client::sidecar(&url) {
+        Ok(client) => client,
         Err(error) => {
             eprintln!("CHARON_URL: {error}");
             return ExitCode::FAILURE;
         }
     };
     let limiter = LeaseRenewer::spawn(
-        channel,
+        client,
         LeaseOptions {
             failure_mode: FailureMode::Safe,
             initial_wants: demand(worker, 0) as f64,

@@ -11,7 +11,10 @@ use tokio::sync::oneshot;
 
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{ReleaseOp, RequestOp, ReserveOp};
+use crate::api::v1::{
+    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
+    ReleaseOp, RequestOp, ReserveOp,
+};
 use crate::limiter::RateLimitRequest;
 
 use super::{ClientError, LimitsAnswer};
@@ -42,6 +45,10 @@ pub type BackendFuture<'a> = Pin<Box<dyn Future<Output = Result<Reply, Unreachab
 pub type LimitsFuture<'a> =
     Pin<Box<dyn Future<Output = Result<LimitsAnswer, ClientError>> + Send + 'a>>;
 
+/// The future of [`Backend::get_capacity`] and
+/// [`Backend::release_capacity`]: the answer, or why there is none.
+pub type CapacityFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send + 'a>>;
+
 /// One Charon API session: the remote [`Sidecar`](super::Sidecar), the
 /// in-process [`Embedded`](super::Embedded) engine, or your own.
 pub trait Backend: Send + Sync + 'static {
@@ -62,6 +69,26 @@ pub trait Backend: Send + Sync + 'static {
         let _ = request;
         Box::pin(std::future::ready(Err(ClientError::Unavailable(
             "this backend does not decide descriptors".into(),
+        ))))
+    }
+
+    /// Capacity leases (docs/design.md#capacity-leases): the share of each
+    /// resource this client is granted now. A backend that cannot says so.
+    fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(ClientError::Unavailable(
+            "this backend does not lease capacity".into(),
+        ))))
+    }
+
+    /// Gives leases back before they expire.
+    fn release_capacity(
+        &self,
+        request: ReleaseCapacityRequest,
+    ) -> CapacityFuture<'_, ReleaseCapacityResponse> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(ClientError::Unavailable(
+            "this backend does not lease capacity".into(),
         ))))
     }
 

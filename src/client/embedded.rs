@@ -15,16 +15,22 @@ use tokio::sync::{oneshot, watch};
 use crate::api::v1::error::Kind as ErrorKind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{Error as WireError, RequestOp, SessionRequest};
+use crate::api::v1::{
+    Error as WireError, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse, RequestOp, SessionRequest,
+};
 use crate::config::Config;
-use crate::limiter::Limiter;
-use crate::service::core::Core;
+use crate::limiter::Modes;
+use crate::service::core::ApiError;
 use crate::service::session::Session;
-use crate::service::store::{SidecarStore, StoreOptions, open_copies};
+use crate::service::store::{StoreOptions, Stores};
+use crate::service::{Service, Unobserved};
 use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
 
-use super::backend::{Awaited, Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
+use super::backend::{
+    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo,
+};
 use super::{ClientError, LimitsAnswer};
 use crate::limiter::{LimitError, RateLimitRequest};
 
@@ -39,7 +45,7 @@ pub enum EmbeddedError {
 
 /// The engine in this process, as one session.
 pub struct Embedded {
-    core: Arc<Core>,
+    service: Arc<Service>,
     /// Replaced when the copy log says this engine resigned (its holds were
     /// reaped): the old session's holds are gone, a new one starts empty.
     session: ArcSwap<Session>,
@@ -52,9 +58,14 @@ impl Embedded {
     /// On the memory store: state lives and dies with this value. Spawns
     /// its housekeeping when called within a Tokio runtime.
     pub fn memory(config: Config) -> Self {
-        let store = SidecarStore::Memory(crate::store::MemoryStore::new());
-        let copies = CopyStore::Memory(crate::store::copies::MemoryCopies::new());
-        Self::start(config, store, copies)
+        let stores = Stores {
+            rate: crate::service::store::SidecarStore::Memory(crate::store::MemoryStore::new()),
+            copies: CopyStore::Memory(crate::store::copies::MemoryCopies::new()),
+            leases: crate::store::leases::LeaseStore::Memory(
+                crate::store::leases::MemoryLeases::new(),
+            ),
+        };
+        Self::start(config, stores)
     }
 
     /// On the store `options.url` names (`memory` or a Redis URL), with the
@@ -66,49 +77,45 @@ impl Embedded {
         timings: CopyTimings,
     ) -> Result<Self, EmbeddedError> {
         timings.validate()?;
-        let store = SidecarStore::open(options)?;
-        let copies = open_copies(options, timings)?;
-        store.settle().await;
-        Ok(Self::start(config, store, copies))
+        let stores = Stores::open(options, timings)?;
+        stores.rate.settle().await;
+        Ok(Self::start(config, stores))
     }
 
-    fn start(config: Config, store: SidecarStore, copies: CopyStore) -> Self {
-        let limiter = Arc::new(Limiter::new(config, store));
-        let copies = Arc::new(copies);
+    fn start(config: Config, stores: Stores) -> Self {
+        let service = Arc::new(Service::new(
+            config,
+            stores,
+            Modes::default(),
+            Arc::new(Unobserved),
+        ));
         let (shutdown, stop) = watch::channel(false);
         if tokio::runtime::Handle::try_current().is_ok() {
-            crate::service::spawn_sweeper(limiter.clone(), copies.clone(), stop.clone());
-            if let CopyStore::Redis(redis) = &*copies {
-                let limiter = limiter.clone();
-                redis.spawn(
-                    Arc::new(move || crate::service::copy_resources(&limiter)),
-                    stop,
-                );
-            }
+            service.spawn_housekeeping(stop);
         }
-        let core = Arc::new(Core {
-            limiter,
-            copies,
-            observer: Arc::new(crate::service::Unobserved),
-        });
         Self {
-            session: ArcSwap::from_pointee(Session::new(core.clone())),
+            session: ArcSwap::from_pointee(Session::new(service.clone())),
             generation: AtomicU64::new(0),
-            core,
+            service,
             shutdown,
         }
     }
 
     /// Replaces the configuration (as a sidecar's reload does).
     pub fn replace_config(&self, config: Config) {
-        self.core.limiter.replace_config(config);
+        self.service.replace_config(config);
+    }
+
+    /// The service this engine runs: its configuration, stores and leases.
+    pub fn service(&self) -> &Arc<Service> {
+        &self.service
     }
 }
 
 impl Drop for Embedded {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
-        if let CopyStore::Redis(redis) = &*self.core.copies
+        if let CopyStore::Redis(redis) = &*self.service.copies
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             // Shared holds must not outlive this engine.
@@ -181,11 +188,11 @@ impl Backend for Embedded {
     }
 
     fn request(&self, op: RequestOp) -> BackendFuture<'_> {
-        // The hot path of the rate layer: straight to the core, no session
+        // The hot path of the rate layer: straight to the service, no session
         // message and no task (hits are never undone, so a caller that
         // gives up needs nothing finished for it).
         Box::pin(async move {
-            let answer = match self.core.request(&op).await {
+            let answer = match self.service.request(&op).await {
                 Ok(answer) => Answer::Request(answer),
                 Err(error) => Answer::Error(error.into_wire()),
             };
@@ -200,11 +207,32 @@ impl Backend for Embedded {
         // Hits cannot be given back, so a caller that gives up may leave
         // them counted or not: no task and no undo, unlike a reserve.
         Box::pin(async move {
-            match self.core.limiter.should_rate_limit(request).await {
+            match self.service.limiter.should_rate_limit(request).await {
                 Ok(answer) => Ok(LimitsAnswer::from(&answer)),
                 Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
                 Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
             }
+        })
+    }
+
+    fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
+        Box::pin(async move {
+            self.service
+                .get_capacity(&request)
+                .await
+                .map_err(client_error)
+        })
+    }
+
+    fn release_capacity(
+        &self,
+        request: ReleaseCapacityRequest,
+    ) -> CapacityFuture<'_, ReleaseCapacityResponse> {
+        Box::pin(async move {
+            self.service
+                .release_capacity(&request)
+                .await
+                .map_err(client_error)
         })
     }
 
@@ -217,7 +245,7 @@ impl Embedded {
     /// After a resignation every operation of the old session answers
     /// RESIGNED: start a new one (once, whoever notices first).
     fn renew(&self, resigned: &Arc<Session>) {
-        let fresh = Arc::new(Session::new(self.core.clone()));
+        let fresh = Arc::new(Session::new(self.service.clone()));
         let previous = self.session.compare_and_swap(resigned, fresh);
         if Arc::ptr_eq(&previous, resigned) {
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -239,4 +267,14 @@ async fn answer(session: Arc<Session>, op: Op) -> Answer {
             ..WireError::default()
         })
     })
+}
+
+/// The service's refusal as the client reports it: the server's trouble
+/// (fail open) or the request's fault.
+fn client_error(error: ApiError) -> ClientError {
+    if error.is_server_error() {
+        ClientError::Unavailable(error.message)
+    } else {
+        ClientError::Invalid(error.message)
+    }
 }

@@ -13,10 +13,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
+use super::Client;
 use crate::api::v1::capacity_answer::Result as Answered;
-use crate::api::v1::charon_client::CharonClient;
 use crate::api::v1::{CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest};
 
 /// What the limiter allows when the sidecar cannot be reached.
@@ -187,21 +186,18 @@ impl LeaseOptions {
 pub struct LeaseRenewer;
 
 impl LeaseRenewer {
-    /// Starts renewing over `channel` (inside a Tokio runtime); the limiter
-    /// starts at rate 0 until the first answer (or the failure mode).
-    pub fn spawn(channel: Channel, options: LeaseOptions) -> Arc<LeaseLimiter> {
+    /// Starts renewing through `client` (inside a Tokio runtime): a
+    /// sidecar's, or an embedded engine's. The limiter starts at rate 0
+    /// until the first answer (or the failure mode).
+    pub fn spawn(client: Client, options: LeaseOptions) -> Arc<LeaseLimiter> {
         let limiter = Arc::new(LeaseLimiter::with_rate(0.0));
         let weak = Arc::downgrade(&limiter);
-        tokio::spawn(renew(CharonClient::new(channel), options, weak));
+        tokio::spawn(renew(client, options, weak));
         limiter
     }
 }
 
-async fn renew(
-    mut client: CharonClient<Channel>,
-    options: LeaseOptions,
-    limiter: Weak<LeaseLimiter>,
-) {
+async fn renew(client: Client, options: LeaseOptions, limiter: Weak<LeaseLimiter>) {
     let mut safe = options.safe_capacity;
     let mut measured = false;
     while let Some(strong) = limiter.upgrade() {
@@ -227,7 +223,7 @@ async fn renew(
             })
             .await;
         let lease = match asked {
-            Ok(answer) => match answer.into_inner().answers.pop().and_then(|a| a.result) {
+            Ok(mut answer) => match answer.answers.pop().and_then(|a| a.result) {
                 Some(Answered::Lease(lease)) => Some(lease),
                 Some(Answered::Error(error)) => {
                     tracing::warn!(message = %error.message, "capacity lease refused");
@@ -235,8 +231,8 @@ async fn renew(
                 }
                 None => None,
             },
-            Err(status) => {
-                tracing::debug!(%status, "capacity lease not renewed");
+            Err(error) => {
+                tracing::debug!(%error, "capacity lease not renewed");
                 None
             }
         };

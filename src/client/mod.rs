@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-pub use backend::{Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
+pub use backend::{Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo};
 use call::Amount;
 pub use call::{HoldCall, RequestCall};
 #[cfg(feature = "embedded")]
@@ -321,6 +321,25 @@ impl Client {
             Ok(_) => Ok(()),
             Err(Unreachable(reason)) => Err(reason),
         }
+    }
+
+    /// Capacity leases of `request.resources` for `request.client_id`
+    /// (docs/design.md#capacity-leases). [`lease::LeaseRenewer`] renews one
+    /// in the background; this is the call it makes.
+    pub async fn get_capacity(
+        &self,
+        request: crate::api::v1::GetCapacityRequest,
+    ) -> Result<crate::api::v1::GetCapacityResponse, ClientError> {
+        self.shared.backend.get_capacity(request).await
+    }
+
+    /// Gives leases back before they expire, so their share goes to the
+    /// other clients now.
+    pub async fn release_capacity(
+        &self,
+        request: crate::api::v1::ReleaseCapacityRequest,
+    ) -> Result<crate::api::v1::ReleaseCapacityResponse, ClientError> {
+        self.shared.backend.release_capacity(request).await
     }
 
     /// Waits up to `timeout` until the backend can answer (a sidecar

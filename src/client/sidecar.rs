@@ -23,11 +23,16 @@ use tonic::transport::{Channel, Endpoint};
 use crate::api::v1::charon_client::CharonClient;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
-use crate::api::v1::{ReserveOp, SessionRequest};
+use crate::api::v1::{
+    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
+    ReserveOp, SessionRequest,
+};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
-use super::backend::{Awaited, Backend, BackendFuture, LimitsFuture, Reply, Unreachable, undo};
+use super::backend::{
+    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo,
+};
 use super::{ClientError, limits};
 use crate::limiter::RateLimitRequest;
 
@@ -254,6 +259,31 @@ impl Backend for Sidecar {
         })
     }
 
+    fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
+        let mut client = CharonClient::new(self.channel.clone());
+        Box::pin(async move {
+            client
+                .get_capacity(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| unary_error("GetCapacity", &status))
+        })
+    }
+
+    fn release_capacity(
+        &self,
+        request: ReleaseCapacityRequest,
+    ) -> CapacityFuture<'_, ReleaseCapacityResponse> {
+        let mut client = CharonClient::new(self.channel.clone());
+        Box::pin(async move {
+            client
+                .release_capacity(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| unary_error("ReleaseCapacity", &status))
+        })
+    }
+
     fn session(&self) -> u64 {
         match &*self.shared.link.borrow() {
             Link::Up { session, .. } => *session,
@@ -385,5 +415,13 @@ async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
         shared
             .pending()
             .retain(|_, pending| pending.session != session);
+    }
+}
+
+/// A unary call's failure: the request's fault, or no answer (fail open).
+fn unary_error(call: &str, status: &tonic::Status) -> ClientError {
+    match status.code() {
+        tonic::Code::InvalidArgument => ClientError::Invalid(status.message().to_owned()),
+        code => ClientError::Unavailable(format!("{call}: {code}: {}", status.message())),
     }
 }

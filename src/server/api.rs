@@ -1,8 +1,9 @@
 //! The Charon API (`proto/charon/v1/charon.proto`): the unary `Request` and
 //! the `Session` stream, on the same gRPC port as Envoy's service: a thin
-//! face over the service ([`crate::service::core`] decides,
-//! [`crate::service::session`] owns a session's life and its hold set). This
-//! file counts open sessions against `--max-sessions` and reports them.
+//! face over the [`Service`] (which decides; [`crate::service::session`]
+//! owns a session's life and its hold set), with `GetCapacity` and
+//! `ReleaseCapacity` beside them. This file counts open sessions against
+//! `--max-sessions` and reports them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,50 +20,35 @@ use crate::api::v1::{
 
 use super::metrics::Metrics;
 use super::trace::TraceSampler;
-use crate::service::core::Core;
-use crate::service::leases::Leases;
+use crate::service::Service;
 use crate::service::session::Session;
 use tracing::Instrument;
 
 /// The gRPC service.
 pub struct ApiService {
-    core: Arc<Core>,
+    service: Arc<Service>,
     metrics: Arc<Metrics>,
     sessions: Arc<AtomicUsize>,
     max_sessions: usize,
     shutdown: watch::Receiver<bool>,
     traces: TraceSampler,
-    leases: Option<Arc<Leases>>,
 }
 
 impl ApiService {
     pub fn new(
-        core: Arc<Core>,
+        service: Arc<Service>,
         metrics: Arc<Metrics>,
         max_sessions: usize,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
-            core,
+            service,
             metrics,
             sessions: Arc::new(AtomicUsize::new(0)),
             max_sessions,
             shutdown,
             traces: TraceSampler::off(),
-            leases: None,
         }
-    }
-
-    /// Serves `GetCapacity` and `ReleaseCapacity` from `leases`.
-    pub fn with_leases(mut self, leases: Arc<Leases>) -> Self {
-        self.leases = Some(leases);
-        self
-    }
-
-    fn leases(&self) -> Result<&Leases, Status> {
-        self.leases
-            .as_deref()
-            .ok_or_else(|| Status::unimplemented("capacity leases are not served here"))
     }
 
     /// Traces unary `Request`s as `traces` says (`--otlp-endpoint`).
@@ -106,7 +92,7 @@ impl Charon for ApiService {
         }
         self.metrics.set_sessions(open + 1);
         let (outbound, receiver) = mpsc::channel(64);
-        let session = Session::new(self.core.clone());
+        let session = Session::new(self.service.clone());
         let shutdown = self.shutdown.clone();
         let metrics = self.metrics.clone();
         let sessions = self.sessions.clone();
@@ -122,7 +108,7 @@ impl Charon for ApiService {
         &self,
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
-        self.leases()?
+        self.service
             .get_capacity(request.get_ref())
             .await
             .map(Response::new)
@@ -133,7 +119,7 @@ impl Charon for ApiService {
         &self,
         request: Request<ReleaseCapacityRequest>,
     ) -> Result<Response<ReleaseCapacityResponse>, Status> {
-        self.leases()?
+        self.service
             .release_capacity(request.get_ref())
             .await
             .map(Response::new)
@@ -149,12 +135,12 @@ impl Charon for ApiService {
             .traces
             .charon_request(&metadata, &op.namespace, &op.resource);
         if span.is_none() {
-            return match self.core.request(&op).await {
+            return match self.service.request(&op).await {
                 Ok(answer) => Ok(Response::new(answer)),
                 Err(error) => Err(error.into_status()),
             };
         }
-        let answer = self.core.request(&op).instrument(span.clone()).await;
+        let answer = self.service.request(&op).instrument(span.clone()).await;
         match &answer {
             Ok(answer) => {
                 span.record(

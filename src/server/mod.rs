@@ -28,18 +28,16 @@ use tokio::sync::watch;
 
 use crate::api::v1::charon_server::CharonServer;
 use crate::config::{self};
-use crate::limiter::{Limiter, Modes};
+use crate::limiter::Modes;
 use crate::store::Store;
 use crate::store::copies::{CopyStore, CopyTimings};
 
 use self::api::ApiService;
 use self::metrics::Metrics;
 use self::rls::{RlsOptions, RlsService};
+use crate::service::Service;
 use crate::service::configuration::Configuration;
-use crate::service::core::Core;
-use crate::service::leases::Leases;
-use crate::service::store::{self, SidecarStore, StoreOptions};
-use crate::service::{copy_resources, spawn_sweeper};
+use crate::service::store::{self, SidecarStore, StoreOptions, Stores};
 use crate::store::config_log::ConfigLog;
 
 /// What `charon serve` was asked to do.
@@ -131,8 +129,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
 /// What `start` sets up: the configuration, the stores and the limiter,
 /// the bound ports and the background tasks, before anything is served.
 struct Started {
-    limiter: Arc<Limiter<SidecarStore>>,
-    copies: Arc<CopyStore>,
+    service: Arc<Service>,
     metrics: Arc<Metrics>,
     grpc_listener: TcpListener,
     admin_listener: TcpListener,
@@ -168,18 +165,16 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         events: Some(metrics.copy_log_event_observer()),
         ..options.store.clone()
     };
-    let store = SidecarStore::open(&store_options).context("cannot open --store")?;
     options
         .copies
         .timings
         .validate()
         .context("invalid copy-log timings")?;
-    let copies = Arc::new(
-        store::open_copies(&store_options, options.copies.timings)
-            .context("cannot open --store")?,
-    );
-    store.settle().await;
-    let config_log = store::open_config_log(&store_options, options.config_state.as_deref())
+    let stores =
+        Stores::open(&store_options, options.copies.timings).context("cannot open --store")?;
+    stores.rate.settle().await;
+    let config_log = stores
+        .config_log(&store_options, options.config_state.as_deref())
         .context("cannot open --store for the configuration API's log")?;
     if !config_log.is_durable() {
         tracing::info!(
@@ -208,7 +203,13 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         notes,
         normalized,
     } = loaded;
-    let limiter = Arc::new(Limiter::new(config, store).with_modes(options.envoy.modes));
+    let service = Arc::new(Service::new(
+        config,
+        stores,
+        options.envoy.modes,
+        metrics.clone(),
+    ));
+    let limiter = service.limiter.clone();
     let configuration = Arc::new(Configuration::new(
         options.config.clone(),
         options.envoy.load,
@@ -248,18 +249,10 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     if matches!(configuration.log(), ConfigLog::Redis(_)) {
         configuration.clone().spawn_sync(shutdown_rx.clone());
     }
-    spawn_sweeper(limiter.clone(), copies.clone(), shutdown_rx.clone());
-    if let CopyStore::Redis(redis) = &*copies {
-        let limiter = limiter.clone();
-        redis.spawn(
-            Arc::new(move || copy_resources(&limiter)),
-            shutdown_rx.clone(),
-        );
-    }
-    spawn_membership_metric(copies.clone(), metrics.clone());
+    service.spawn_housekeeping(shutdown_rx.clone());
+    spawn_membership_metric(service.copies.clone(), metrics.clone());
     Ok(Started {
-        limiter,
-        copies,
+        service,
         metrics,
         grpc_listener,
         admin_listener,
@@ -290,8 +283,7 @@ struct Serving {
 /// the admin port over what `start` set up, serves both, and says ready.
 async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Serving> {
     let Started {
-        limiter,
-        copies,
+        service,
         metrics,
         grpc_listener,
         admin_listener,
@@ -304,22 +296,15 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         watcher,
     } = started;
     let ready = Arc::new(AtomicBool::new(false));
-    let leases = Arc::new(Leases::new(
-        limiter.clone(),
-        store::open_leases(&options.store).context("cannot open --store for capacity leases")?,
-    ));
+    let limiter = service.limiter.clone();
+    let copies = service.copies.clone();
     let api = ApiService::new(
-        Arc::new(Core {
-            limiter: limiter.clone(),
-            copies: copies.clone(),
-            observer: metrics.clone(),
-        }),
+        service,
         metrics.clone(),
         options.copies.max_sessions,
         shutdown_rx.clone(),
     )
-    .with_traces(options.envoy.rls.traces)
-    .with_leases(leases);
+    .with_traces(options.envoy.rls.traces);
     let open_sessions = api.open_sessions();
 
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -1,6 +1,6 @@
-//! The Charon API's decisions, whatever carries them (the gRPC service or
-//! the embedded client): the limiter and the copy log behind one [`Core`],
-//! the typed [`ApiError`], and the checks every operation passes first.
+//! The Charon API's rate requests on the [`Service`], whatever carries them
+//! (the gRPC service or the embedded client), the typed [`ApiError`], and
+//! the checks every operation passes first.
 
 use std::sync::Arc;
 
@@ -13,10 +13,10 @@ use crate::api::v1::{
 use crate::config::{CapacityResource, Config, CopyResource, Namespace, RateResource, Resource};
 use crate::engine::TierOutcome;
 use crate::engine::copies::{CopyCounts, CopyLimits};
-use crate::limiter::{Limiter, caps};
-use crate::store::copies::{CopyError, CopyStore};
+use crate::limiter::caps;
+use crate::store::copies::CopyError;
 
-use super::store::SidecarStore;
+use super::Service;
 
 /// Copies asked for in one operation, at most.
 pub const MAX_COPIES: u64 = 1_000_000_000;
@@ -24,14 +24,6 @@ pub const MAX_COPIES: u64 = 1_000_000_000;
 pub const MAX_GROUPS: usize = 64;
 /// The longest a transfer may stay staged.
 pub const MAX_TRANSFER_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-
-/// What both the unary call and sessions decide with.
-pub struct Core {
-    pub limiter: Arc<Limiter<SidecarStore>>,
-    pub copies: Arc<CopyStore>,
-    /// Where copy operations are reported.
-    pub observer: Arc<dyn super::Observer>,
-}
 
 /// A typed error of the Charon API (see the table in the proto).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +123,7 @@ pub fn not_configured(namespace: &str, resource: &str) -> ApiError {
     )
 }
 
-impl Core {
+impl Service {
     pub fn target(&self, namespace: &str, resource: &str) -> Result<Target, ApiError> {
         target_in(&self.limiter.config(), namespace, resource)
     }

@@ -4,8 +4,6 @@
 //! is answered on its own: one unknown resource does not cost the others
 //! their leases.
 
-use std::sync::Arc;
-
 use crate::api::v1::capacity_answer::Result as Answered;
 use crate::api::v1::error::Kind;
 use crate::api::v1::{
@@ -14,19 +12,13 @@ use crate::api::v1::{
 };
 use crate::config::Config;
 use crate::engine::capacity::CapacityConfig;
-use crate::limiter::Limiter;
-use crate::store::leases::{LeaseError, LeaseRef, LeaseStore};
+use crate::store::leases::{LeaseError, LeaseRef};
 
+use super::Service;
 use super::core::{ApiError, Target, check_name, check_names, not_configured, target_in};
-use super::store::SidecarStore;
 
 /// Resources in one `GetCapacity` or `ReleaseCapacity`.
 pub const MAX_RESOURCES_PER_CALL: usize = 256;
-
-pub struct Leases {
-    limiter: Arc<Limiter<SidecarStore>>,
-    store: LeaseStore,
-}
 
 impl From<LeaseError> for ApiError {
     fn from(error: LeaseError) -> Self {
@@ -38,18 +30,14 @@ impl From<LeaseError> for ApiError {
     }
 }
 
-impl Leases {
-    pub fn new(limiter: Arc<Limiter<SidecarStore>>, store: LeaseStore) -> Self {
-        Self { limiter, store }
-    }
-
+impl Service {
     pub async fn get_capacity(
         &self,
         request: &GetCapacityRequest,
     ) -> Result<GetCapacityResponse, ApiError> {
         check_call(&request.client_id, request.resources.len())?;
         // One configuration for the whole call, even if it is reloaded meanwhile.
-        let config = self.limiter.config();
+        let config = self.config();
         let mut answers = Vec::with_capacity(request.resources.len());
         for want in &request.resources {
             let at = LeaseRef {
@@ -59,7 +47,7 @@ impl Leases {
             };
             let result = match Self::capacity_of(&config, at) {
                 Ok(config) => self
-                    .store
+                    .leases
                     .get(at, &config, &request.client_id, want.wants, want.has)
                     .await
                     .map(|lease| {
@@ -93,7 +81,7 @@ impl Leases {
                 domain: &resource.domain,
             };
             check_names(at.namespace, at.resource, at.domain)?;
-            released.push(self.store.release(at, &request.client_id).await?);
+            released.push(self.leases.release(at, &request.client_id).await?);
         }
         Ok(ReleaseCapacityResponse { released })
     }

@@ -1,14 +1,16 @@
-//! The service: what the sidecar and the embedded client both run. It owns
-//! the Charon API's decisions ([`core`]), a session's life and its hold set
-//! ([`session`]), the store behind the limiter and the copy log ([`store`]),
-//! and housekeeping (the memory store's sweeper, expired transfers). The
-//! gRPC faces in `server` translate the wire into these calls; the embedded
-//! client calls them in process.
+//! The service: what the sidecar and the embedded client both run, one
+//! [`Service`] that owns the running configuration (through the limiter),
+//! the rate store, the copy log, the capacity leases and the observer, and
+//! one [`Service::spawn_housekeeping`] for every sweeper. Its parts: the
+//! Charon API's rate requests and checks ([`core`]), a session's life and
+//! its hold set ([`session`]), capacity leases ([`leases`]), the stores
+//! `--store` selects ([`store`]), and, for the sidecar, the configuration
+//! API ([`configuration`]). The faces in `server` translate the wire into
+//! these calls; the embedded client calls them in process.
 
 #[cfg(feature = "server")]
 pub mod configuration;
 pub mod core;
-#[cfg(feature = "server")]
 pub mod leases;
 pub mod session;
 pub mod store;
@@ -18,11 +20,64 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::Resource;
-use crate::limiter::Limiter;
+use crate::config::{Config, Resource};
+use crate::limiter::{Limiter, Modes};
 use crate::store::copies::CopyStore;
+use crate::store::leases::LeaseStore;
 
-use self::store::SidecarStore;
+use self::store::{SidecarStore, Stores};
+
+/// The one owner of what every face decides with.
+pub struct Service {
+    /// Rate decisions, and the handle of the running configuration: a
+    /// reload or the configuration API swaps it here, whole.
+    pub limiter: Arc<Limiter<SidecarStore>>,
+    /// Copy holds and staged transfers.
+    pub copies: Arc<CopyStore>,
+    /// Capacity leases.
+    pub leases: LeaseStore,
+    /// Where operations are reported (the sidecar's metrics, or nowhere).
+    pub observer: Arc<dyn Observer>,
+}
+
+impl Service {
+    /// Over `stores` (see [`Stores::open`]), deciding with `config`.
+    pub fn new(config: Config, stores: Stores, modes: Modes, observer: Arc<dyn Observer>) -> Self {
+        Self {
+            limiter: Arc::new(Limiter::new(config, stores.rate).with_modes(modes)),
+            copies: Arc::new(stores.copies),
+            leases: stores.leases,
+            observer,
+        }
+    }
+
+    /// The running configuration.
+    pub fn config(&self) -> Arc<Config> {
+        self.limiter.config()
+    }
+
+    /// Replaces the running configuration (a reload).
+    pub fn replace_config(&self, config: Config) {
+        self.limiter.replace_config(config);
+    }
+
+    /// The copy-limited resources of the running configuration.
+    pub fn copy_resources(&self) -> Vec<(String, String)> {
+        copy_resources(&self.config())
+    }
+
+    /// Starts every background task the service needs, until `shutdown`:
+    /// sweeping the memory stores (rate state, expired transfers, leases
+    /// nobody renews) and, on Redis, the copy log's heartbeat and reaper.
+    /// Call it once, inside a Tokio runtime.
+    pub fn spawn_housekeeping(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
+        spawn_sweeper(self.clone(), shutdown.clone());
+        if let CopyStore::Redis(redis) = &*self.copies {
+            let service = self.clone();
+            redis.spawn(Arc::new(move || service.copy_resources()), shutdown);
+        }
+    }
+}
 
 /// What the service reports as it works. The sidecar's Prometheus metrics
 /// implement it; the embedded client reports to [`Unobserved`], so an
@@ -74,9 +129,8 @@ const TRANSFER_EXPIRY_INTERVAL: Duration = Duration::from_secs(1);
 /// How often the memory store drops state that can no longer matter.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The copy-limited resources of the running configuration.
-pub fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> {
-    let config = limiter.config();
+/// The copy-limited resources of `config`.
+fn copy_resources(config: &Config) -> Vec<(String, String)> {
     config
         .namespaces()
         .flat_map(|namespace| {
@@ -89,11 +143,7 @@ pub fn copy_resources(limiter: &Limiter<SidecarStore>) -> Vec<(String, String)> 
         .collect()
 }
 
-pub fn spawn_sweeper(
-    limiter: Arc<Limiter<SidecarStore>>,
-    copies: Arc<CopyStore>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+fn spawn_sweeper(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(SWEEP_INTERVAL);
         let mut transfer_ticks = tokio::time::interval(TRANSFER_EXPIRY_INTERVAL);
@@ -101,11 +151,15 @@ pub fn spawn_sweeper(
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = ticks.tick() => {
-                    let dropped = limiter.store().memory().sweep();
+                    let dropped = service.limiter.store().memory().sweep();
                     tracing::trace!(dropped, "swept the memory store");
+                    if let LeaseStore::Memory(leases) = &service.leases {
+                        let dropped = leases.sweep();
+                        tracing::trace!(dropped, "swept the capacity leases");
+                    }
                 }
                 _ = transfer_ticks.tick() => {
-                    if let CopyStore::Memory(memory) = &*copies {
+                    if let CopyStore::Memory(memory) = &*service.copies {
                         let expired = memory.expire();
                         tracing::trace!(expired, "released expired transfers");
                     }

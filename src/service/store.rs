@@ -1,6 +1,9 @@
-//! The store `charon serve` runs on, chosen by `--store`: the embedded memory
-//! store, or Redis behind its failover (breaker and `--on-store-error`).
-//! One enum, so the servers are compiled once and dispatch statically.
+//! The stores `--store` selects, for the sidecar and the embedded engine
+//! alike: every family of state opened together ([`Stores`]), on one Redis
+//! client when on Redis; and the rate store ([`SidecarStore`]): the embedded
+//! memory store, or Redis behind its failover (breaker and
+//! `--on-store-error`), one enum so the servers are compiled once and
+//! dispatch statically.
 
 use std::time::Duration;
 
@@ -9,6 +12,7 @@ use std::sync::Arc;
 use crate::engine::{Decision, Slot};
 use crate::store::copies::{CopyStore, CopyTimings, MemoryCopies, RedisCopies};
 use crate::store::keys::KeyPrefix;
+use crate::store::leases::{LeaseStore, MemoryLeases, RedisLeases};
 use crate::store::{
     Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
     RedisOptions, RedisStore, SlotKey, Store, StoreError,
@@ -95,62 +99,69 @@ pub struct StoreStatus {
 /// other). Copy operations have no `--on-store-error` fallback: a semaphore
 /// split across sidecars would overcommit, so while Redis is unreachable they
 /// answer STORE_UNAVAILABLE and the client fails open (docs/design.md#failover).
-pub fn open_copies(options: &StoreOptions, timings: CopyTimings) -> Result<CopyStore, RedisError> {
-    if options.url == "memory" {
-        return Ok(CopyStore::Memory(MemoryCopies::new()));
-    }
-    let redis = RedisCopies::open(
-        &options.url,
-        RedisOptions {
-            events: options.events.clone(),
-            ..redis_options(options)
-        },
-        timings,
-    )?;
-    Ok(CopyStore::Redis(Arc::new(redis)))
+/// Every family of state `--store` selects: rate limits, the copy log and
+/// capacity leases (and, for the sidecar, the configuration API's log,
+/// [`Stores::config_log`]). On Redis they share one client and its one
+/// multiplexed connection (docs/redis.md#what-each-family-keeps).
+pub struct Stores {
+    pub rate: SidecarStore,
+    pub copies: CopyStore,
+    pub leases: LeaseStore,
 }
 
-/// The configuration API's log on the store of `options`: Redis's, shared by
-/// every sidecar on it; with the memory store, this process's, kept in
-/// `state_file` when given.
-#[cfg(feature = "server")]
-pub fn open_config_log(
-    options: &StoreOptions,
-    state_file: Option<&std::path::Path>,
-) -> Result<crate::store::config_log::ConfigLog, ConfigLogError> {
-    use crate::store::config_log::{ConfigLog, MemoryLog, RedisLog};
-    if options.url == "memory" {
-        return Ok(ConfigLog::Memory(match state_file {
-            Some(file) => MemoryLog::with_file(file)?,
-            None => MemoryLog::new(),
-        }));
+impl Stores {
+    /// Opens them on `options.url` (lazily: a Redis not there yet is an
+    /// error per call, not here). Call inside a Tokio runtime for Redis.
+    pub fn open(options: &StoreOptions, timings: CopyTimings) -> Result<Self, RedisError> {
+        let memory = MemoryStore::new().with_max_keys(options.max_keys);
+        if options.url == "memory" {
+            return Ok(Self {
+                rate: SidecarStore::Memory(memory),
+                copies: CopyStore::Memory(MemoryCopies::new()),
+                leases: LeaseStore::Memory(MemoryLeases::new()),
+            });
+        }
+        let redis = RedisStore::open(&options.url, redis_options(options))?;
+        let copies = RedisCopies::on(
+            redis.sharing(RedisOptions {
+                events: options.events.clone(),
+                ..redis_options(options)
+            }),
+            timings,
+        );
+        let leases = RedisLeases::on(redis.sharing(redis_options(options)));
+        Ok(Self {
+            rate: SidecarStore::Redis(Failover::new(redis, options.on_error, memory)),
+            copies: CopyStore::Redis(Arc::new(copies)),
+            leases: LeaseStore::Redis(Box::new(leases)),
+        })
     }
-    if state_file.is_some() {
-        return Err(ConfigLogError::StateFileWithRedis);
+
+    /// The configuration API's log on the same store: in this process (kept
+    /// in `state_file` when one is given), or on the rate store's Redis
+    /// connection.
+    #[cfg(feature = "server")]
+    pub fn config_log(
+        &self,
+        options: &StoreOptions,
+        state_file: Option<&std::path::Path>,
+    ) -> Result<crate::store::config_log::ConfigLog, ConfigLogError> {
+        use crate::store::config_log::{ConfigLog, MemoryLog, RedisLog};
+        match &self.rate {
+            SidecarStore::Memory(_) => Ok(ConfigLog::Memory(match state_file {
+                Some(file) => MemoryLog::with_file(file)?,
+                None => MemoryLog::new(),
+            })),
+            SidecarStore::Redis(_) if state_file.is_some() => {
+                Err(ConfigLogError::StateFileWithRedis)
+            }
+            SidecarStore::Redis(failover) => Ok(ConfigLog::Redis(Box::new(RedisLog::on(
+                failover.redis().sharing(redis_options(options)),
+            )))),
+        }
     }
-    Ok(ConfigLog::Redis(Box::new(RedisLog::open(
-        &options.url,
-        redis_options(options),
-    )?)))
 }
 
-/// Where capacity leases live on the store of `options`: Redis's, shared
-/// by every sidecar on it, or this process's.
-#[cfg(feature = "server")]
-pub fn open_leases(options: &StoreOptions) -> Result<crate::store::leases::LeaseStore, RedisError> {
-    use crate::store::leases::{LeaseStore, MemoryLeases, RedisLeases};
-    if options.url == "memory" {
-        return Ok(LeaseStore::Memory(MemoryLeases::new()));
-    }
-    Ok(LeaseStore::Redis(Box::new(RedisLeases::open(
-        &options.url,
-        redis_options(options),
-    )?)))
-}
-
-/// The Redis options of every store on `--store` (rates, the copy log, the
-/// configuration log, the leases): its deadline, prefix, TLS and sentinel
-/// password, and the call observer.
 fn redis_options(options: &StoreOptions) -> RedisOptions {
     RedisOptions {
         timeout: options.timeout,

@@ -15,7 +15,7 @@ pub mod copies;
 #[cfg(feature = "redis")]
 mod failover;
 pub mod keys;
-#[cfg(feature = "server")]
+#[cfg(feature = "redis")]
 pub mod leases;
 mod memory;
 #[cfg(feature = "redis")]

@@ -7,3 +7,4 @@ mod support;
 mod client;
 mod example_tonic;
 mod layer;
+mod leases;

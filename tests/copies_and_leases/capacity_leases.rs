@@ -293,13 +293,11 @@ async fn busy_renewers(
     clients: [(&str, charon::client::lease::FailureMode); 2],
 ) -> Busy {
     use charon::client::lease::{LeaseOptions, LeaseRenewer};
-    let channel = tonic::transport::Endpoint::from_shared(sidecar.grpc_url())
-        .expect("an endpoint")
-        .connect_lazy();
+    let client = charon::client::Client::sidecar(&sidecar.grpc_url()).expect("a client");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let limiters = clients.map(|(id, mode)| {
         LeaseRenewer::spawn(
-            channel.clone(),
+            client.clone(),
             LeaseOptions {
                 failure_mode: mode,
                 retry_interval: Duration::from_millis(200),

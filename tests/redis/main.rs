@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod connections;
 mod redis_harness;
 mod redis_nodelay;
 mod redis_sidecars;

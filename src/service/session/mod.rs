@@ -34,7 +34,8 @@ use crate::engine::copies::{CopyLimits, canonical_groups};
 use crate::store::copies::{Contributor, CopyError, CopyRef, Membership};
 use crate::watch::Recent;
 
-use crate::service::core::{ApiError, Core, MAX_GROUPS, Target, check_name, check_names};
+use crate::service::Service;
+use crate::service::core::{ApiError, MAX_GROUPS, Target, check_name, check_names};
 
 /// Operations of one session decided at once; past it, the session stops
 /// reading until one is answered.
@@ -81,7 +82,7 @@ struct Holds {
 }
 
 pub struct Session {
-    core: Arc<Core>,
+    service: Arc<Service>,
     number: u64,
     holds: Mutex<Holds>,
 }
@@ -94,9 +95,9 @@ enum End {
 }
 
 impl Session {
-    pub fn new(core: Arc<Core>) -> Self {
+    pub fn new(service: Arc<Service>) -> Self {
         Self {
-            core,
+            service,
             number: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             holds: Mutex::new(Holds::default()),
         }
@@ -114,7 +115,7 @@ impl Session {
         outbound: mpsc::Sender<Result<SessionResponse, Status>>,
         mut shutdown: watch::Receiver<bool>,
     ) {
-        let mut membership = self.core.copies.membership();
+        let mut membership = self.service.copies.membership();
         let mut membership_open = true;
         let mut in_flight = FuturesUnordered::new();
         let mut reading = true;
@@ -206,7 +207,7 @@ impl Session {
         let Some(bound) = bound else {
             return;
         };
-        let membership = self.core.copies.membership();
+        let membership = self.service.copies.membership();
         loop {
             if membership.borrow().generation != bound.generation {
                 return;
@@ -220,7 +221,7 @@ impl Session {
                 .map(|(namespace, resource)| (namespace.as_str(), resource.as_str()))
                 .collect();
             match self
-                .core
+                .service
                 .copies
                 .end_session(self.contributor(&bound), &held, &touched)
                 .await
@@ -240,7 +241,10 @@ impl Session {
                 "none",
                 Err(ApiError::malformed("the message names no operation")),
             ),
-            Some(Op::Request(op)) => ("request", self.core.request(op).await.map(Answer::Request)),
+            Some(Op::Request(op)) => (
+                "request",
+                self.service.request(op).await.map(Answer::Request),
+            ),
             // Copy operations are boxed so that the future of a `request`
             // (the hot path) stays small.
             Some(Op::Reserve(op)) => (
@@ -263,7 +267,7 @@ impl Session {
             Ok(_) => "ok",
             Err(error) => error.kind.as_str_name(),
         };
-        self.core.observer.copy_operation(operation, label);
+        self.service.observer.copy_operation(operation, label);
         if let (Some(op), Ok(answer)) = (&request.op, &result) {
             self.record_copy_operation(op, answer);
         }
@@ -280,7 +284,7 @@ impl Session {
 
     /// Copy operations, for the state view's watches.
     fn record_copy_operation(&self, op: &Op, answer: &Answer) {
-        let watch = self.core.limiter.watch();
+        let watch = self.service.limiter.watch();
         let recent = |op: &'static str, granted: bool, copies: u64| {
             move || Recent {
                 at_ms: SystemClock.now_ms(),
@@ -326,7 +330,7 @@ impl Session {
     /// serves copies now: the session's first copy operation binds it to the
     /// membership of the moment; later ones must find the same.
     fn serving(&self, namespace: &str, resource: &str) -> Result<Membership, ApiError> {
-        let current = self.core.copies.membership().borrow().clone();
+        let current = self.service.copies.membership().borrow().clone();
         if !current.serving {
             return Err(ApiError::new(
                 Kind::Resigned,
@@ -351,7 +355,7 @@ impl Session {
 
     fn copy_error(&self, membership: &Membership, error: CopyError) -> ApiError {
         if let CopyError::Resigned(reason) = &error {
-            self.core.copies.resign(&membership.server_id, reason);
+            self.service.copies.resign(&membership.server_id, reason);
         }
         error.into()
     }
@@ -363,7 +367,7 @@ impl Session {
 
     /// A clearer error than NOT_HELD when nothing could ever be held there.
     fn not_holdable(&self, namespace: &str, resource: &str) -> Option<ApiError> {
-        match self.core.target(namespace, resource) {
+        match self.service.target(namespace, resource) {
             Ok(Target::Rate(..)) => Some(ApiError::new(
                 Kind::WrongKind,
                 format!("resource `{resource}` is rate-limited: nothing to release or transfer"),
@@ -406,7 +410,7 @@ impl Session {
     /// The configured limits of a copy-limited resource for a domain, if it
     /// still is one.
     fn limits_now(&self, namespace: &str, resource: &str, domain: &str) -> Option<CopyLimits> {
-        match self.core.target(namespace, resource) {
+        match self.service.target(namespace, resource) {
             Ok(Target::Copies(_, copies)) => Some(CopyLimits::for_domain(&copies, domain)),
             _ => None,
         }

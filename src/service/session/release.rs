@@ -23,7 +23,7 @@ impl Session {
         let limits = self.limits_now(&op.namespace, &op.resource, &op.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         match self
-            .core
+            .service
             .copies
             .release(
                 self.contributor(&membership),

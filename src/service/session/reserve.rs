@@ -13,7 +13,7 @@ impl Session {
     pub(super) async fn reserve(&self, op: &ReserveOp) -> Result<ReserveAnswer, ApiError> {
         check_names(&op.namespace, &op.resource, &op.domain)?;
         let (copies, min_copies) = copies_range(op.copies, op.min_copies)?;
-        let (limits, decide_with) = match self.core.target(&op.namespace, &op.resource)? {
+        let (limits, decide_with) = match self.service.target(&op.namespace, &op.resource)? {
             Target::Copies(namespace, resource) => {
                 let limits = CopyLimits::for_domain(&resource, &op.domain);
                 let decide_with = if namespace.settings.ignore_configured {
@@ -62,7 +62,7 @@ impl Session {
         }
         let membership = self.serving(&op.namespace, &op.resource)?;
         let changed = self
-            .core
+            .service
             .copies
             .reserve(
                 self.contributor(&membership),

@@ -26,7 +26,7 @@ impl Session {
         };
         let membership = self.serving(&namespace, &resource)?;
         let seized = self
-            .core
+            .service
             .copies
             .seize(self.contributor(&membership), &op.transfer_id)
             .await
@@ -41,7 +41,7 @@ impl Session {
         let limits = self.limits_now(&seized.namespace, &seized.resource, &seized.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         // The context is a second read: the seize itself is already done.
-        let context = match self.core.copies.counts(key.at(), &now_groups).await {
+        let context = match self.service.copies.counts(key.at(), &now_groups).await {
             Ok(counts) => Some(copy_context(limits.as_ref(), &counts)),
             Err(_) => None,
         };

@@ -27,7 +27,7 @@ impl Session {
             }
         };
         match self
-            .core
+            .service
             .copies
             .transfer(
                 self.contributor(&membership),

@@ -6,7 +6,7 @@ use redis::Value;
 
 use super::{Change, Delta, Expect, LogError, MAX_CHANGES, Object, Snapshot, Write};
 use crate::store::keys;
-use crate::store::redis::{RedisError, RedisOptions, RedisStore};
+use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("config_log.lua");
 
@@ -23,15 +23,15 @@ impl From<RedisError> for LogError {
 }
 
 impl RedisLog {
-    /// Connects lazily (inside a Tokio runtime), like [`RedisStore`].
-    pub fn open(url: &str, options: RedisOptions) -> Result<Self, RedisError> {
-        let redis = RedisStore::open(url, options)?;
+    /// On `redis` (a store sharing another's connection, see
+    /// [`RedisStore::sharing`]).
+    pub fn on(redis: RedisStore) -> Self {
         let keys = keys::config_log_keys().map(|key| redis.key(&key).into_owned());
-        Ok(Self {
+        Self {
             redis,
             script: redis::Script::new(SCRIPT),
             keys,
-        })
+        }
     }
 
     async fn call(&self, operation: &'static str, args: &[&str]) -> Result<Value, LogError> {

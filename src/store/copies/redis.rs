@@ -12,7 +12,7 @@ use super::CopyTimings;
 use super::{Changed, Contributor, CopyError, CopyRef, Membership, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::keys::{self, CopyKeys};
-use crate::store::redis::{RedisError, RedisOptions, RedisStore};
+use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("copies.lua");
 
@@ -51,27 +51,24 @@ impl From<RedisError> for CopyError {
 }
 
 impl RedisCopies {
-    /// Connects lazily (inside a Tokio runtime), like [`RedisStore`]. Copy
-    /// operations are refused until [`spawn`](Self::spawn)'s tasks register.
-    pub fn open(
-        url: &str,
-        options: RedisOptions,
-        timings: CopyTimings,
-    ) -> Result<Self, RedisError> {
+    /// On `redis` (a store sharing another's connection, see
+    /// [`RedisStore::sharing`]). Copy operations are refused until
+    /// [`spawn`](Self::spawn)'s tasks register.
+    pub fn on(redis: RedisStore, timings: CopyTimings) -> Self {
         let (membership, _) = watch::channel(Membership {
             generation: 0,
             server_id: Arc::from(""),
             serving: false,
         });
-        Ok(Self {
-            redis: RedisStore::open(url, options)?,
+        Self {
+            redis,
             script: redis::Script::new(SCRIPT),
             timings,
             membership,
             resign: Notify::new(),
             resign_request: Mutex::new(None),
             indexed: Mutex::new(HashSet::new()),
-        })
+        }
     }
 
     pub fn timings(&self) -> CopyTimings {

@@ -112,6 +112,35 @@ impl MemoryLeases {
         Ok(capacity::request(config, state, client, wants, has, now)?)
     }
 
+    /// Drops the expired leases of every resource, and the resources no
+    /// client holds any more: what nobody renews does not stay in memory.
+    /// The number of resources dropped.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_ms();
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = states.len();
+        states.retain(|_, state| {
+            capacity::expire(state, now);
+            !state.clients.is_empty()
+        });
+        before - states.len()
+    }
+
+    /// Resources with at least one live or not yet swept lease.
+    pub fn len(&self) -> usize {
+        self.states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn release(&self, at: LeaseRef<'_>, client: &str) -> bool {
         let mut states = self
             .states
@@ -132,5 +161,41 @@ impl MemoryLeases {
 impl Default for MemoryLeases {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::engine::capacity::Algorithm;
+
+    #[test]
+    fn a_sweep_drops_what_nobody_renews() {
+        let clock = ManualClock::new(1_000);
+        let leases = MemoryLeases::with_clock(Arc::new(clock.clone()));
+        let config = CapacityConfig {
+            capacity: 10.0,
+            algorithm: Algorithm::FairShare,
+            lease_ms: 5_000,
+            refresh_interval_ms: 1_000,
+            safe_capacity: None,
+            learning_ms: 0,
+        };
+        let at = |domain| LeaseRef {
+            namespace: "jobs",
+            resource: "backend",
+            domain,
+        };
+        leases.get(at("a"), &config, "one", 4.0, 0.0).unwrap();
+        clock.set(4_000);
+        leases.get(at("b"), &config, "two", 4.0, 0.0).unwrap();
+        assert_eq!((leases.sweep(), leases.len()), (0, 2));
+        // a's lease ends at 6 000, b's at 9 000.
+        clock.set(6_000);
+        assert_eq!((leases.sweep(), leases.len()), (1, 1));
+        clock.set(9_000);
+        assert_eq!((leases.sweep(), leases.len()), (1, 0));
+        assert!(leases.is_empty());
     }
 }

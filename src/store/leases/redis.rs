@@ -11,7 +11,7 @@ use redis::Value;
 use super::{LeaseError, LeaseRef};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
 use crate::store::keys;
-use crate::store::redis::{RedisError, RedisOptions, RedisStore};
+use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("leases.lua");
 
@@ -33,13 +33,14 @@ impl From<RedisError> for LeaseError {
 }
 
 impl RedisLeases {
-    /// Connects lazily (inside a Tokio runtime), like [`RedisStore`].
-    pub fn open(url: &str, options: RedisOptions) -> Result<Self, RedisError> {
-        Ok(Self {
-            redis: RedisStore::open(url, options)?,
+    /// On `redis` (a store sharing another's connection, see
+    /// [`RedisStore::sharing`]).
+    pub fn on(redis: RedisStore) -> Self {
+        Self {
+            redis,
             script: redis::Script::new(SCRIPT),
             turns: tokio::sync::Mutex::new(()),
-        })
+        }
     }
 
     pub async fn get(

@@ -30,6 +30,7 @@ mod error;
 mod options;
 pub mod url;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
@@ -77,7 +78,8 @@ impl Scripts {
 
 /// The shared store.
 pub struct RedisStore {
-    connection: Connection,
+    /// Shared by every family of state on this Redis ([`Self::sharing`]).
+    connection: Arc<Connection>,
     scripts: Scripts,
     options: RedisOptions,
     blocked: Blocked,
@@ -103,16 +105,35 @@ impl RedisStore {
         let target = url::parse(url)?;
         tokio::runtime::Handle::try_current().map_err(|_| RedisError::NoRuntime)?;
         Ok(Self {
-            connection: Connection::new(
+            connection: Arc::new(Connection::new(
                 target,
                 options.timeout,
                 options.tls.as_ref(),
                 options.sentinel_password.as_deref(),
-            )?,
+            )?),
             scripts: Scripts::new(),
             options,
             blocked: Blocked::default(),
         })
+    }
+
+    /// Another family of state on this store's Redis (the copy log, the
+    /// leases, the configuration log): the same multiplexed connection, so
+    /// one sidecar holds one connection whatever it serves
+    /// (docs/redis.md#what-each-family-keeps), with its own scripts and
+    /// its own `options` for the deadline and what is reported. Where to
+    /// connect (URL, TLS, Sentinel's password) is this store's.
+    pub fn sharing(&self, options: RedisOptions) -> Self {
+        Self {
+            connection: self.connection.clone(),
+            scripts: Scripts::new(),
+            options: RedisOptions {
+                tls: self.options.tls.clone(),
+                sentinel_password: self.options.sentinel_password.clone(),
+                ..options
+            },
+            blocked: Blocked::default(),
+        }
     }
 
     /// Whether Redis answers now (readiness and circuit-breaker probes).
