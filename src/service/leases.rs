@@ -12,7 +12,8 @@ use crate::api::v1::{
 };
 use crate::config::Config;
 use crate::engine::capacity::CapacityConfig;
-use crate::store::leases::{LeaseError, LeaseRef};
+use crate::store::ResourceRef;
+use crate::store::leases::LeaseError;
 
 use super::Service;
 use super::core::{ApiError, Target, check_name, check_names, not_configured, target_in};
@@ -40,7 +41,7 @@ impl Service {
         let config = self.config();
         let mut answers = Vec::with_capacity(request.resources.len());
         for want in &request.resources {
-            let at = LeaseRef {
+            let at = ResourceRef {
                 namespace: &want.namespace,
                 resource: &want.resource,
                 domain: &want.domain,
@@ -75,7 +76,7 @@ impl Service {
         check_call(&request.client_id, request.resources.len())?;
         let mut released = Vec::with_capacity(request.resources.len());
         for resource in &request.resources {
-            let at = LeaseRef {
+            let at = ResourceRef {
                 namespace: &resource.namespace,
                 resource: &resource.resource,
                 domain: &resource.domain,
@@ -87,7 +88,7 @@ impl Service {
     }
 
     /// The capacity configuration of `at`'s domain in `config`.
-    fn capacity_of(config: &Config, at: LeaseRef<'_>) -> Result<CapacityConfig, ApiError> {
+    fn capacity_of(config: &Config, at: ResourceRef<'_>) -> Result<CapacityConfig, ApiError> {
         check_names(at.namespace, at.resource, at.domain)?;
         match target_in(config, at.namespace, at.resource)? {
             Target::Capacity(_, capacity) => Ok(*capacity.config_for(at.domain)),

@@ -33,6 +33,15 @@ pub use redis::{RedisError, RedisOptions, RedisStore, StoreTls};
 
 use crate::engine::{Decision, Item, SlotKind};
 
+/// One (namespace, resource, domain): what a copy operation, a capacity
+/// lease or a rate request is about, as the stores are asked it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResourceRef<'a> {
+    pub namespace: &'a str,
+    pub resource: &'a str,
+    pub domain: &'a str,
+}
+
 /// The keys a request touches and the items to decide over them.
 #[derive(Debug, Default, Clone)]
 pub struct Batch<'a> {

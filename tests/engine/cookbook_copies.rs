@@ -7,7 +7,8 @@
 
 use charon::config::{self, Resource};
 use charon::engine::copies::CopyLimits;
-use charon::store::copies::{CopyRef, MemoryCopies};
+use charon::store::ResourceRef;
+use charon::store::copies::MemoryCopies;
 
 fn limits_of(file: &str, resource: &str) -> (String, impl Fn(&str) -> CopyLimits) {
     let path = format!("{}/examples/cookbook/{file}", env!("CARGO_MANIFEST_DIR"));
@@ -26,8 +27,8 @@ fn limits_of(file: &str, resource: &str) -> (String, impl Fn(&str) -> CopyLimits
     })
 }
 
-fn at<'a>(namespace: &'a str, resource: &'a str, domain: &'a str) -> CopyRef<'a> {
-    CopyRef {
+fn at<'a>(namespace: &'a str, resource: &'a str, domain: &'a str) -> ResourceRef<'a> {
+    ResourceRef {
         namespace,
         resource,
         domain,

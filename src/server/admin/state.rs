@@ -24,7 +24,8 @@ use crate::engine::SlotKind;
 use crate::engine::copies::CopyLimits;
 use crate::limiter::{Limiter, caps};
 use crate::simulate::{self, TierConfig, TierView};
-use crate::store::copies::{CopyRef, CopyStore};
+use crate::store::ResourceRef;
+use crate::store::copies::CopyStore;
 use crate::store::keys;
 use crate::store::{SlotKey, Store};
 use crate::watch::Recent;
@@ -284,7 +285,7 @@ async fn copies_detail(
 ) -> Result<(Detail, u64), Refusal> {
     let limits = CopyLimits::for_domain(copies, domain);
     let names: Vec<&str> = copies.groups.iter().map(|g| g.name.as_str()).collect();
-    let at = CopyRef {
+    let at = ResourceRef {
         namespace,
         resource: &copies.name,
         domain,
@@ -341,7 +342,7 @@ pub async fn copy_holds(sources: &StateSources) -> Vec<ResourceHolds> {
                 continue;
             };
             let names: Vec<&str> = copies.groups.iter().map(|g| g.name.as_str()).collect();
-            let at = CopyRef {
+            let at = ResourceRef {
                 namespace: &namespace.name,
                 resource: &copies.name,
                 domain: "",

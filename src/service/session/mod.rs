@@ -31,7 +31,8 @@ use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{SessionRequest, SessionResponse};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{CopyLimits, canonical_groups};
-use crate::store::copies::{Contributor, CopyError, CopyRef, Membership};
+use crate::store::ResourceRef;
+use crate::store::copies::{Contributor, CopyError, Membership};
 use crate::watch::Recent;
 
 use crate::service::Service;
@@ -61,8 +62,8 @@ struct HoldKey {
 }
 
 impl HoldKey {
-    fn at(&self) -> CopyRef<'_> {
-        CopyRef {
+    fn at(&self) -> ResourceRef<'_> {
+        ResourceRef {
             namespace: &self.namespace,
             resource: &self.resource,
             domain: &self.domain,
@@ -212,7 +213,7 @@ impl Session {
             if membership.borrow().generation != bound.generation {
                 return;
             }
-            let held: Vec<(CopyRef<'_>, &[String], u64)> = held
+            let held: Vec<(ResourceRef<'_>, &[String], u64)> = held
                 .iter()
                 .map(|(key, copies)| (key.at(), key.groups.as_slice(), *copies))
                 .collect();

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use super::{Changed, CopyError, CopyRef, Membership, Seized, Staged, hold_fields};
+use super::{Changed, CopyError, Membership, Seized, Staged, hold_fields};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
+use crate::store::ResourceRef;
 
 pub struct MemoryCopies<C = SystemClock> {
     clock: C,
@@ -117,7 +118,7 @@ impl<C: Clock> MemoryCopies<C> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn with_log<T>(&self, at: CopyRef<'_>, change: impl FnOnce(&mut Log) -> T) -> T {
+    fn with_log<T>(&self, at: ResourceRef<'_>, change: impl FnOnce(&mut Log) -> T) -> T {
         let mut logs = self.logs();
         let key = (at.namespace.to_owned(), at.resource.to_owned());
         let log = logs.entry(key.clone()).or_default();
@@ -130,7 +131,7 @@ impl<C: Clock> MemoryCopies<C> {
 
     pub fn reserve(
         &self,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         limits: &CopyLimits,
         copies: u64,
         min_copies: u64,
@@ -151,7 +152,7 @@ impl<C: Clock> MemoryCopies<C> {
 
     pub fn release(
         &self,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
@@ -170,7 +171,7 @@ impl<C: Clock> MemoryCopies<C> {
 
     pub fn transfer(
         &self,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         ttl_ms: u64,
@@ -211,7 +212,7 @@ impl<C: Clock> MemoryCopies<C> {
         let (secret, namespace, resource) =
             super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
         let now = self.clock.now_ms();
-        let at = CopyRef {
+        let at = ResourceRef {
             namespace: &namespace,
             resource: &resource,
             domain: "",
@@ -232,7 +233,7 @@ impl<C: Clock> MemoryCopies<C> {
         })
     }
 
-    pub fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> CopyCounts {
+    pub fn counts(&self, at: ResourceRef<'_>, groups: &[&str]) -> CopyCounts {
         let logs = self.logs();
         match logs.get(&(at.namespace.to_owned(), at.resource.to_owned())) {
             Some(log) => log.context(at.domain, groups),
@@ -276,8 +277,8 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
 
-    fn at(domain: &str) -> CopyRef<'_> {
-        CopyRef {
+    fn at(domain: &str) -> ResourceRef<'_> {
+        ResourceRef {
             namespace: "ns",
             resource: "pool",
             domain,

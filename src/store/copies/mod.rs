@@ -25,14 +25,7 @@ pub use redis::RedisCopies;
 pub use timings::{CopyTimings, TimingsError};
 
 use crate::engine::copies::{CopyCounts, CopyLimits};
-
-/// One (namespace, resource, domain) of an operation.
-#[derive(Debug, Clone, Copy)]
-pub struct CopyRef<'a> {
-    pub namespace: &'a str,
-    pub resource: &'a str,
-    pub domain: &'a str,
-}
+use crate::store::ResourceRef;
 
 /// Whose holds an operation changes: one session of one sidecar. The copy
 /// log keeps each session's contribution apart, so a session's end subtracts
@@ -117,7 +110,7 @@ impl CopyStore {
     pub async fn reserve(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         limits: &CopyLimits,
         copies: u64,
         min_copies: u64,
@@ -134,7 +127,7 @@ impl CopyStore {
     pub async fn release(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
@@ -149,7 +142,7 @@ impl CopyStore {
     pub async fn transfer(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         ttl_ms: u64,
@@ -174,7 +167,11 @@ impl CopyStore {
     }
 
     /// The holds of a domain, of all domains and of `groups`.
-    pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
+    pub async fn counts(
+        &self,
+        at: ResourceRef<'_>,
+        groups: &[&str],
+    ) -> Result<CopyCounts, CopyError> {
         match self {
             CopyStore::Memory(memory) => Ok(memory.counts(at, groups)),
             #[cfg(feature = "redis")]
@@ -221,7 +218,7 @@ impl CopyStore {
     pub async fn end_session(
         &self,
         who: Contributor<'_>,
-        held: &[(CopyRef<'_>, &[String], u64)],
+        held: &[(ResourceRef<'_>, &[String], u64)],
         touched: &[(&str, &str)],
     ) -> Result<(), CopyError> {
         match self {

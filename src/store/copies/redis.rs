@@ -9,8 +9,9 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use super::CopyTimings;
-use super::{Changed, Contributor, CopyError, CopyRef, Membership, Seized, Staged};
+use super::{Changed, Contributor, CopyError, Membership, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
+use crate::store::ResourceRef;
 use crate::store::keys::{self, CopyKeys};
 use crate::store::redis::{RedisError, RedisStore};
 
@@ -125,7 +126,7 @@ impl RedisCopies {
     pub async fn reserve(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         limits: &CopyLimits,
         copies: u64,
         min_copies: u64,
@@ -183,7 +184,7 @@ impl RedisCopies {
     pub async fn release(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
@@ -197,7 +198,7 @@ impl RedisCopies {
     async fn release_or_transfer(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
@@ -253,7 +254,7 @@ impl RedisCopies {
     pub async fn transfer(
         &self,
         who: Contributor<'_>,
-        at: CopyRef<'_>,
+        at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         ttl_ms: u64,
@@ -336,7 +337,11 @@ impl RedisCopies {
         }
     }
 
-    pub async fn counts(&self, at: CopyRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
+    pub async fn counts(
+        &self,
+        at: ResourceRef<'_>,
+        groups: &[&str],
+    ) -> Result<CopyCounts, CopyError> {
         let keys = self.redis.copy_keys(at.namespace, at.resource);
         let mut invocation = self.invocation(&keys, "", "counts");
         invocation.arg(at.domain).arg(groups.len());

@@ -12,16 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, CapacityError, Lease, LeaseState};
+use crate::store::ResourceRef;
 
 pub use self::redis::RedisLeases;
-
-/// Which leased capacity, for which domain.
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseRef<'a> {
-    pub namespace: &'a str,
-    pub resource: &'a str,
-    pub domain: &'a str,
-}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LeaseError {
@@ -42,7 +35,7 @@ impl LeaseStore {
     /// says it `has` (given back in the learning period).
     pub async fn get(
         &self,
-        at: LeaseRef<'_>,
+        at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
         wants: f64,
@@ -55,7 +48,7 @@ impl LeaseStore {
     }
 
     /// Gives `client`'s lease back; whether it had one.
-    pub async fn release(&self, at: LeaseRef<'_>, client: &str) -> Result<bool, LeaseError> {
+    pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
         match self {
             LeaseStore::Memory(store) => Ok(store.release(at, client)),
             LeaseStore::Redis(store) => store.release(at, client).await,
@@ -85,7 +78,7 @@ impl MemoryLeases {
         }
     }
 
-    fn key(at: LeaseRef<'_>) -> (String, String, String) {
+    fn key(at: ResourceRef<'_>) -> (String, String, String) {
         (
             at.namespace.to_owned(),
             at.resource.to_owned(),
@@ -95,7 +88,7 @@ impl MemoryLeases {
 
     fn get(
         &self,
-        at: LeaseRef<'_>,
+        at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
         wants: f64,
@@ -141,7 +134,7 @@ impl MemoryLeases {
         self.len() == 0
     }
 
-    fn release(&self, at: LeaseRef<'_>, client: &str) -> bool {
+    fn release(&self, at: ResourceRef<'_>, client: &str) -> bool {
         let mut states = self
             .states
             .lock()
@@ -182,7 +175,7 @@ mod tests {
             safe_capacity: None,
             learning_ms: 0,
         };
-        let at = |domain| LeaseRef {
+        let at = |domain| ResourceRef {
             namespace: "jobs",
             resource: "backend",
             domain,

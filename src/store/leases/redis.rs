@@ -8,8 +8,9 @@
 
 use redis::Value;
 
-use super::{LeaseError, LeaseRef};
+use super::LeaseError;
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
+use crate::store::ResourceRef;
 use crate::store::keys;
 use crate::store::redis::{RedisError, RedisStore};
 
@@ -45,7 +46,7 @@ impl RedisLeases {
 
     pub async fn get(
         &self,
-        at: LeaseRef<'_>,
+        at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
         wants: f64,
@@ -63,7 +64,7 @@ impl RedisLeases {
         answer.ok_or_else(|| LeaseError::Unavailable("no lease was decided".into()))
     }
 
-    pub async fn release(&self, at: LeaseRef<'_>, client: &str) -> Result<bool, LeaseError> {
+    pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
         let mut released = false;
         // What is left keeps the time to live it had been given (a day at
         // most is plenty: leases expire long before).
@@ -84,7 +85,7 @@ impl RedisLeases {
     /// result back (`None`: delete) if nothing changed meanwhile.
     async fn step(
         &self,
-        at: LeaseRef<'_>,
+        at: ResourceRef<'_>,
         ttl_ms: u64,
         mut decide: impl FnMut(Option<LeaseState>, u64) -> Result<Option<LeaseState>, LeaseError>,
     ) -> Result<(), LeaseError> {
