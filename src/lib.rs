@@ -28,23 +28,26 @@
 //!   leased capacity among clients — over explicit state and an explicit
 //!   `now`. No I/O.
 //! - [`store`]: where state lives ([`store::MemoryStore`] by default) and the
-//!   atomic step that runs the engine on it; the copy log (feature `redis`),
-//!   the leases of each leased capacity and the configuration API's log
+//!   atomic step that runs the engine on it; the copy log and the leases of
+//!   each leased capacity (feature `redis`), and the configuration API's log
 //!   (objects, versions, changes; feature `server`), each in the process or
-//!   on Redis.
+//!   on Redis, where they share one connection.
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
-//! - `service` (feature `embedded`): what a sidecar and an embedded engine
-//!   both run — the Charon API's decisions, sessions and their hold sets,
-//!   `GetCapacity` and `ReleaseCapacity`, the configuration API's core (the
-//!   sidecar's view of the config log, checking a write, rebuilding and
-//!   swapping the configuration), the store behind them, housekeeping — with
-//!   domain calls in and out.
+//! - `service` (feature `embedded`): `Service`, the one owner of what a
+//!   sidecar and an embedded engine both run — the running configuration,
+//!   the stores, rate requests, sessions and their hold sets, `GetCapacity`
+//!   and `ReleaseCapacity`, housekeeping; for the sidecar, the configuration
+//!   API's core (its view of the config log, checking a write, rebuilding
+//!   and swapping the configuration). Domain operations and errors in and
+//!   out (`service::ops`, `service::error`): no wire type.
+//! - `api` (feature `client`): the Charon API's generated code, and the
+//!   conversions between its messages and the service's operations.
 //! - `server` (feature `server`): the faces over the service: the Envoy
 //!   RateLimitService and the Charon API over gRPC, the admin HTTP endpoints
 //!   (with the configuration API, the simulator and state pages), metrics,
 //!   config reload and shutdown.
-//! - [`watch`]: the recent decisions of what the state view looks at,
+//! - [`state_view`]: the recent decisions of what the state view looks at,
 //!   recorded only while someone looks.
 //! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
 //!   request pattern, summarized per tick; and capacity leases of clients
@@ -73,8 +76,8 @@ pub mod engine;
 pub mod limiter;
 pub mod simulate;
 pub mod spans;
+pub mod state_view;
 pub mod store;
-pub mod watch;
 
 #[cfg(feature = "client")]
 pub mod client;
@@ -87,16 +90,5 @@ pub mod server;
 #[cfg(feature = "embedded")]
 pub mod service;
 
-/// The Charon API's generated code (`proto/charon/v1/charon.proto`): the
-/// `Charon` service's server trait and client, and its messages.
 #[cfg(feature = "client")]
-pub mod api {
-    pub mod v1 {
-        #![allow(clippy::all, clippy::pedantic, missing_docs)]
-        tonic::include_proto!("charon.v1");
-
-        /// The encoded descriptors of `charon.v1`, for gRPC server reflection.
-        pub const FILE_DESCRIPTOR_SET: &[u8] =
-            tonic::include_file_descriptor_set!("charon_v1_descriptor");
-    }
-}
+pub mod api;

@@ -4,6 +4,7 @@
 //! answers, same hold sets as `charon serve`.
 
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
@@ -16,13 +17,18 @@ use crate::api::v1::error::Kind as ErrorKind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{
-    Error as WireError, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
-    ReleaseCapacityResponse, RequestOp, SessionRequest,
+    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
+    RequestOp,
 };
-use crate::config::Config;
+use crate::api::{answer_to_wire, capacity_response, operation_from_wire};
+
+use crate::config::{Config, ConfigErrors, LoadOptions};
 use crate::limiter::Modes;
-use crate::service::core::ApiError;
+use crate::service::configuration::Configuration;
+use crate::service::error::Error;
+use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
+use crate::service::store::ConfigLogError;
 use crate::service::store::{StoreOptions, Stores};
 use crate::service::{Service, Unobserved};
 use crate::store::RedisError;
@@ -41,6 +47,10 @@ pub enum EmbeddedError {
     Store(#[from] RedisError),
     #[error(transparent)]
     Timings(#[from] TimingsError),
+    #[error("invalid configuration:\n{0}")]
+    Config(#[from] ConfigErrors),
+    #[error("cannot open the configuration API's log: {0}")]
+    ConfigLog(#[from] ConfigLogError),
 }
 
 /// The engine in this process, as one session.
@@ -82,13 +92,45 @@ impl Embedded {
         Ok(Self::start(config, stores))
     }
 
+    /// On the configuration files at `path` (a file or a directory) and
+    /// the store `options.url` names, with the configuration API
+    /// ([`Embedded::configuration`]): its objects live in the store's log,
+    /// on Redis the one every sidecar on it shares (so a change made through
+    /// any of them applies here within a second), in memory this engine's
+    /// own (kept in `config_state` when given). Call within a Tokio runtime.
+    pub async fn open_files(
+        path: &Path,
+        load: LoadOptions,
+        options: &StoreOptions,
+        timings: CopyTimings,
+        config_state: Option<&Path>,
+    ) -> Result<Self, EmbeddedError> {
+        timings.validate()?;
+        let stores = Stores::open(options, timings)?;
+        stores.rate.settle().await;
+        let log = stores.config_log(options, config_state)?;
+        let configuration = Configuration::open(path.to_owned(), load, log).await?;
+        let service = Service::on(
+            configuration.running().clone(),
+            stores,
+            Modes::default(),
+            Arc::new(Unobserved),
+        )
+        .with_configuration(configuration);
+        Ok(Self::run(service))
+    }
+
     fn start(config: Config, stores: Stores) -> Self {
-        let service = Arc::new(Service::new(
+        Self::run(Service::new(
             config,
             stores,
             Modes::default(),
             Arc::new(Unobserved),
-        ));
+        ))
+    }
+
+    fn run(service: Service) -> Self {
+        let service = Arc::new(service);
         let (shutdown, stop) = watch::channel(false);
         if tokio::runtime::Handle::try_current().is_ok() {
             service.spawn_housekeeping(stop);
@@ -109,6 +151,13 @@ impl Embedded {
     /// The service this engine runs: its configuration, stores and leases.
     pub fn service(&self) -> &Arc<Service> {
         &self.service
+    }
+
+    /// The configuration API of an engine opened on files
+    /// ([`Embedded::open_files`]): per-domain overrides and namespaces,
+    /// checked like a file, written to the log and applied whole.
+    pub fn configuration(&self) -> Option<&Arc<Configuration>> {
+        self.service.configuration.as_ref()
     }
 }
 
@@ -192,10 +241,15 @@ impl Backend for Embedded {
         // message and no task (hits are never undone, so a caller that
         // gives up needs nothing finished for it).
         Box::pin(async move {
-            let answer = match self.service.request(&op).await {
-                Ok(answer) => Answer::Request(answer),
-                Err(error) => Answer::Error(error.into_wire()),
+            let answer = match RateRequest::try_from(op) {
+                Ok(op) => self
+                    .service
+                    .request(&op)
+                    .await
+                    .map(crate::service::ops::Answer::Request),
+                Err(error) => Err(error),
             };
+            let answer = answer_to_wire(answer);
             Ok(Reply {
                 answer,
                 session: self.generation.load(Ordering::Acquire),
@@ -217,10 +271,8 @@ impl Backend for Embedded {
 
     fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
         Box::pin(async move {
-            self.service
-                .get_capacity(&request)
-                .await
-                .map_err(client_error)
+            let request = GetCapacity::try_from(request).map_err(client_error)?;
+            Ok(capacity_response(self.service.get_capacity(&request).await))
         })
     }
 
@@ -229,10 +281,13 @@ impl Backend for Embedded {
         request: ReleaseCapacityRequest,
     ) -> CapacityFuture<'_, ReleaseCapacityResponse> {
         Box::pin(async move {
-            self.service
+            let request = ReleaseCapacity::try_from(request).map_err(client_error)?;
+            let released = self
+                .service
                 .release_capacity(&request)
                 .await
-                .map_err(client_error)
+                .map_err(client_error)?;
+            Ok(ReleaseCapacityResponse { released })
         })
     }
 
@@ -254,24 +309,18 @@ impl Embedded {
     }
 }
 
+/// `op`, parsed as the gRPC face parses it, answered by the session.
 async fn answer(session: Arc<Session>, op: Op) -> Answer {
-    let response = session
-        .handle(SessionRequest {
-            id: 0,
-            op: Some(op),
-        })
-        .await;
-    response.result.unwrap_or_else(|| {
-        Answer::Error(WireError {
-            message: "no answer".into(),
-            ..WireError::default()
-        })
-    })
+    let result = match operation_from_wire(Some(op)) {
+        Ok(op) => session.handle(op).await,
+        Err((operation, error)) => Err(session.refused(operation, error)),
+    };
+    answer_to_wire(result)
 }
 
 /// The service's refusal as the client reports it: the server's trouble
 /// (fail open) or the request's fault.
-fn client_error(error: ApiError) -> ClientError {
+fn client_error(error: Error) -> ClientError {
     if error.is_server_error() {
         ClientError::Unavailable(error.message)
     } else {

@@ -22,6 +22,7 @@ mod error;
 mod load;
 pub mod overlay;
 mod raw;
+mod running;
 mod yaml;
 
 use std::collections::{HashMap, HashSet};
@@ -35,6 +36,7 @@ pub use load::{
     LoadOptions, Loaded, check_write, load_path, load_path_with, load_str, load_with_overlay,
 };
 pub use raw::MetaValue;
+pub use running::Running;
 
 /// Sizes past which a file is refused rather than loaded
 /// (docs/configuration.md#caps-on-input).

@@ -83,15 +83,15 @@ pub(super) fn add_item<'c>(
 }
 
 /// A burst-tier item for `domain` of `rate`, its keys added to `batch`:
-/// `copies` hits (0: only check whether one more would pass), at least
-/// `min_copies` of them or none.
+/// `hits` (0: only check whether one more would pass), at least `min_hits`
+/// of them or none.
 pub(super) fn tiers_item<'c>(
     batch: &mut Batch<'c>,
     namespace: &str,
     rate: &'c RateResource,
     domain: &str,
-    copies: u64,
-    min_copies: u64,
+    hits: u64,
+    min_hits: u64,
     shadow: bool,
 ) -> Item<'c> {
     let has_global = rate.global_limit.is_some();
@@ -107,9 +107,9 @@ pub(super) fn tiers_item<'c>(
         global_slot,
         policy: rate.policy_for(domain),
         global_limit: rate.global_limit,
-        copies: copies.max(1),
-        min_copies: min_copies.max(1),
-        check_only: copies == 0,
+        copies: hits.max(1),
+        min_copies: min_hits.max(1),
+        check_only: hits == 0,
         shadow,
     }
 }

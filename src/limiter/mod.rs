@@ -34,13 +34,12 @@ mod status;
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use smallvec::SmallVec;
 
-use crate::config::{Config, Namespace, RateResource};
+use crate::config::{Config, Namespace, RateResource, Running};
 use crate::engine::{Decision, Outcome, TierOutcome};
+use crate::state_view::{Recent, Watch};
 use crate::store::{Batch, Store, StoreError};
-use crate::watch::{Recent, Watch};
 
 use self::batch::{add_item, tiers_item};
 use self::request::validate;
@@ -54,7 +53,7 @@ pub use self::request::{
 
 /// Decides requests against the current configuration and a store.
 pub struct Limiter<S> {
-    config: ArcSwap<Config>,
+    config: Running,
     store: S,
     watch: Watch,
     modes: Modes,
@@ -62,8 +61,13 @@ pub struct Limiter<S> {
 
 impl<S: Store> Limiter<S> {
     pub fn new(config: Config, store: S) -> Self {
+        Self::on(Running::new(config), store)
+    }
+
+    /// Deciding with `config`, a handle others may swap.
+    pub fn on(config: Running, store: S) -> Self {
         Self {
-            config: ArcSwap::from_pointee(config),
+            config,
             store,
             watch: Watch::default(),
             modes: Modes::default(),
@@ -78,11 +82,16 @@ impl<S: Store> Limiter<S> {
 
     /// Replaces the configuration; requests in flight finish on the old one.
     pub fn replace_config(&self, config: Config) {
-        self.config.store(Arc::new(config));
+        self.config.replace(config);
     }
 
     pub fn config(&self) -> Arc<Config> {
-        self.config.load_full()
+        self.config.load()
+    }
+
+    /// The handle of the configuration this limiter decides with.
+    pub fn running(&self) -> &Running {
+        &self.config
     }
 
     pub fn store(&self) -> &S {
@@ -101,7 +110,7 @@ impl<S: Store> Limiter<S> {
         request: RateLimitRequest,
     ) -> Result<RateLimitAnswer, LimitError> {
         validate(&request)?;
-        let config = self.config.load_full();
+        let config = self.config.load();
         let Some(namespace) = config.namespace(&request.domain) else {
             return Ok(RateLimitAnswer {
                 over_limit: false,
@@ -234,15 +243,15 @@ impl<S: Store> Limiter<S> {
     }
 
     /// Hits on one rate-limited resource for one domain (the Charon API's
-    /// `request`): the largest `k` in `[min_copies, copies]`, or nothing.
+    /// `request`): the largest `k` in `[min_hits, hits]`, or nothing.
     /// `ignore_configured` grants and still counts what fits.
     pub async fn request_hits(
         &self,
         namespace: &Namespace,
         rate: &RateResource,
         domain: &str,
-        copies: u64,
-        min_copies: u64,
+        hits: u64,
+        min_hits: u64,
     ) -> Result<(TierOutcome, bool), StoreError> {
         let mut batch = Batch::default();
         let item = tiers_item(
@@ -250,8 +259,8 @@ impl<S: Store> Limiter<S> {
             &namespace.name,
             rate,
             domain,
-            copies,
-            min_copies,
+            hits,
+            min_hits,
             namespace.settings.ignore_configured,
         );
         batch.items.push(item);
@@ -259,7 +268,7 @@ impl<S: Store> Limiter<S> {
         match decision.outcomes.first() {
             Some(Outcome::Tiers(outcome)) => {
                 self.watch.record(&namespace.name, &rate.name, domain, || {
-                    recent(decision.now, "request", outcome, copies)
+                    recent(decision.now, "request", outcome, hits)
                 });
                 Ok((*outcome, decision.degraded))
             }

@@ -20,7 +20,9 @@ use crate::api::v1::{
 
 use super::metrics::Metrics;
 use super::trace::TraceSampler;
+use crate::api::capacity_response;
 use crate::service::Service;
+use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
 use tracing::Instrument;
 
@@ -97,7 +99,7 @@ impl Charon for ApiService {
         let metrics = self.metrics.clone();
         let sessions = self.sessions.clone();
         tokio::spawn(async move {
-            session.run(request.into_inner(), outbound, shutdown).await;
+            super::session::run(session, request.into_inner(), outbound, shutdown).await;
             drop(slot);
             metrics.set_sessions(sessions.load(Ordering::SeqCst));
         });
@@ -108,22 +110,18 @@ impl Charon for ApiService {
         &self,
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
-        self.service
-            .get_capacity(request.get_ref())
-            .await
-            .map(Response::new)
-            .map_err(|error| error.into_status())
+        let request = GetCapacity::try_from(request.into_inner())?;
+        let leases = self.service.get_capacity(&request).await;
+        Ok(Response::new(capacity_response(leases)))
     }
 
     async fn release_capacity(
         &self,
         request: Request<ReleaseCapacityRequest>,
     ) -> Result<Response<ReleaseCapacityResponse>, Status> {
-        self.service
-            .release_capacity(request.get_ref())
-            .await
-            .map(Response::new)
-            .map_err(|error| error.into_status())
+        let request = ReleaseCapacity::try_from(request.into_inner())?;
+        let released = self.service.release_capacity(&request).await?;
+        Ok(Response::new(ReleaseCapacityResponse { released }))
     }
 
     async fn request(
@@ -134,13 +132,21 @@ impl Charon for ApiService {
         let span = self
             .traces
             .charon_request(&metadata, &op.namespace, &op.resource);
+        let parsed = RateRequest::try_from(op);
         if span.is_none() {
-            return match self.service.request(&op).await {
-                Ok(answer) => Ok(Response::new(answer)),
-                Err(error) => Err(error.into_status()),
+            let answer = match parsed {
+                Ok(op) => self.service.request(&op).await,
+                Err(error) => Err(error),
+            };
+            return match answer {
+                Ok(answer) => Ok(Response::new(answer.into())),
+                Err(error) => Err(error.into()),
             };
         }
-        let answer = self.service.request(&op).instrument(span.clone()).await;
+        let answer = match parsed {
+            Ok(op) => self.service.request(&op).instrument(span.clone()).await,
+            Err(error) => Err(error),
+        };
         match &answer {
             Ok(answer) => {
                 span.record(
@@ -159,8 +165,8 @@ impl Charon for ApiService {
             }
         }
         match answer {
-            Ok(answer) => Ok(Response::new(answer)),
-            Err(error) => Err(error.into_status()),
+            Ok(answer) => Ok(Response::new(answer.into())),
+            Err(error) => Err(error.into()),
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod reload;
 pub mod rls;
 pub mod runtime;
+mod session;
 mod shutdown;
 pub mod trace;
 
@@ -38,7 +39,6 @@ use self::rls::{RlsOptions, RlsService};
 use crate::service::Service;
 use crate::service::configuration::Configuration;
 use crate::service::store::{self, SidecarStore, StoreOptions, Stores};
-use crate::store::config_log::ConfigLog;
 
 /// What `charon serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -136,7 +136,7 @@ struct Started {
     grpc_tls: Option<listen::Tls>,
     grpc_uds: Option<tokio::net::UnixListener>,
     access: admin::access::Access,
-    configuration: Arc<Configuration<SidecarStore>>,
+    configuration: Arc<Configuration>,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
     /// Config reload, for as long as the sidecar runs.
@@ -181,44 +181,25 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
             "configuration API changes are kept in memory only (no --config-state file)"
         );
     }
-    let snapshot = Configuration::<SidecarStore>::first_snapshot(&config_log).await;
-    let loaded = match config::load_with_overlay(
-        &options.config,
-        options.envoy.load,
-        &snapshot.overlay(),
-    ) {
-        Ok(loaded) => loaded,
-        Err(errors) => {
-            tracing::error!(%errors, "the configuration API's objects do not load; serving the files alone");
-            config::load_path_with(&options.config, options.envoy.load)
-                .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?
-        }
-    };
-    for note in &loaded.notes {
+    let configuration = Configuration::open(options.config.clone(), options.envoy.load, config_log)
+        .await
+        .map_err(|errors| anyhow::anyhow!("invalid configuration:\n{errors}"))?;
+    for note in &configuration.view().notes {
         tracing::info!(%note, "normalized");
     }
-    metrics.set_namespaces(loaded.config.namespaces().count());
-    let config::Loaded {
-        config,
-        notes,
-        normalized,
-    } = loaded;
-    let service = Arc::new(Service::new(
-        config,
-        stores,
-        options.envoy.modes,
-        metrics.clone(),
-    ));
-    let limiter = service.limiter.clone();
-    let configuration = Arc::new(Configuration::new(
-        options.config.clone(),
-        options.envoy.load,
-        config_log,
-        limiter.clone(),
-        snapshot,
-        notes,
-        normalized,
-    ));
+    metrics.set_namespaces(configuration.running().load().namespaces().count());
+    let service = Arc::new(
+        Service::on(
+            configuration.running().clone(),
+            stores,
+            options.envoy.modes,
+            metrics.clone(),
+        )
+        .with_configuration(configuration),
+    );
+    let Some(configuration) = service.configuration.clone() else {
+        anyhow::bail!("the service lost its configuration API");
+    };
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
@@ -246,9 +227,6 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         metrics.clone(),
         shutdown_rx.clone(),
     )?;
-    if matches!(configuration.log(), ConfigLog::Redis(_)) {
-        configuration.clone().spawn_sync(shutdown_rx.clone());
-    }
     service.spawn_housekeeping(shutdown_rx.clone());
     spawn_membership_metric(service.copies.clone(), metrics.clone());
     Ok(Started {

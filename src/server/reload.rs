@@ -12,7 +12,6 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::service::configuration::Configuration;
-use crate::store::Store;
 
 use super::metrics::{Metrics, ReloadResult};
 
@@ -21,9 +20,9 @@ const SETTLE: Duration = Duration::from_millis(250);
 
 /// Watches `path` and reloads into `limiter` until `shutdown` fires. The
 /// returned watcher must be kept alive for file events to arrive.
-pub fn spawn<S: Store>(
+pub fn spawn(
     path: PathBuf,
-    configuration: Arc<Configuration<S>>,
+    configuration: Arc<Configuration>,
     metrics: Arc<Metrics>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<notify::RecommendedWatcher> {
@@ -97,7 +96,7 @@ fn watched_dir(path: &Path) -> PathBuf {
 
 /// Loads `path` (with the API's objects) and swaps it in, or keeps the
 /// running configuration.
-pub async fn reload<S: Store>(path: &Path, configuration: &Configuration<S>, metrics: &Metrics) {
+pub async fn reload(path: &Path, configuration: &Configuration, metrics: &Metrics) {
     match configuration.rebuild().await {
         Ok(count) => {
             metrics.reload(ReloadResult::Ok);

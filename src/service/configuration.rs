@@ -17,9 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::overlay::{self, Overlay};
-use crate::config::{ConfigErrors, LoadOptions, Note};
-use crate::limiter::Limiter;
-use crate::store::Store;
+use crate::config::{ConfigErrors, LoadOptions, Note, Running};
 use crate::store::config_log::{
     Change, ConfigLog, Delta, Expect, LogError, Object, ObjectPath, Snapshot, Write,
 };
@@ -60,24 +58,24 @@ pub struct Written {
     pub normalized: Vec<(PathBuf, String)>,
 }
 
-pub struct Configuration<S: Store> {
+pub struct Configuration {
     path: PathBuf,
     options: LoadOptions,
     log: ConfigLog,
-    limiter: Arc<Limiter<S>>,
+    running: Running,
     snapshot: Mutex<Snapshot>,
     view: Mutex<View>,
     rebuilding: tokio::sync::Mutex<()>,
 }
 
-impl<S: Store> Configuration<S> {
-    /// Over `limiter` (already holding a configuration loaded from `path`
+impl Configuration {
+    /// Over `running` (already holding a configuration loaded from `path`
     /// with `snapshot`'s overlay; `notes` and `normalized` are that load's).
     pub fn new(
         path: PathBuf,
         options: LoadOptions,
         log: ConfigLog,
-        limiter: Arc<Limiter<S>>,
+        running: Running,
         snapshot: Snapshot,
         notes: Vec<Note>,
         normalized: Vec<(PathBuf, String)>,
@@ -91,11 +89,43 @@ impl<S: Store> Configuration<S> {
             path,
             options,
             log,
-            limiter,
+            running,
             snapshot: Mutex::new(snapshot),
             view: Mutex::new(view),
             rebuilding: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Loads the files at `path` with the objects `log` holds (the files
+    /// alone, logged, when those objects do not load), for a new running
+    /// configuration: what a sidecar or an embedded engine starts from.
+    pub async fn open(
+        path: PathBuf,
+        options: LoadOptions,
+        log: ConfigLog,
+    ) -> Result<Self, ConfigErrors> {
+        let snapshot = Self::first_snapshot(&log).await;
+        let loaded = match crate::config::load_with_overlay(&path, options, &snapshot.overlay()) {
+            Ok(loaded) => loaded,
+            Err(errors) => {
+                tracing::error!(%errors, "the configuration API's objects do not load; serving the files alone");
+                crate::config::load_path_with(&path, options)?
+            }
+        };
+        let crate::config::Loaded {
+            config,
+            notes,
+            normalized,
+        } = loaded;
+        Ok(Self::new(
+            path,
+            options,
+            log,
+            Running::new(config),
+            snapshot,
+            notes,
+            normalized,
+        ))
     }
 
     /// The log's state at start, or an empty one (logged) when the log
@@ -122,8 +152,9 @@ impl<S: Store> Configuration<S> {
         lock(&self.view).clone()
     }
 
-    pub fn limiter(&self) -> &Arc<Limiter<S>> {
-        &self.limiter
+    /// The configuration this swaps.
+    pub fn running(&self) -> &Running {
+        &self.running
     }
 
     /// Loads the files with the current overlay and swaps the result in
@@ -150,7 +181,7 @@ impl<S: Store> Configuration<S> {
                 tracing::info!(%note, "normalized");
             }
         }
-        self.limiter.replace_config(loaded.config);
+        self.running.replace(loaded.config);
         *lock(&self.view) = View {
             version: snapshot.version,
             notes: loaded.notes,
@@ -198,7 +229,7 @@ impl<S: Store> Configuration<S> {
         match &write.path {
             ObjectPath::Namespace { namespace } => {
                 let owned_by_api = candidate.namespaces.contains_key(namespace);
-                if !owned_by_api && self.limiter.config().namespace(namespace).is_some() {
+                if !owned_by_api && self.running.load().namespace(namespace).is_some() {
                     return Err(WriteError::FileNamespace(namespace.clone()));
                 }
                 match &write.body {

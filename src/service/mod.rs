@@ -8,10 +8,11 @@
 //! API ([`configuration`]). The faces in `server` translate the wire into
 //! these calls; the embedded client calls them in process.
 
-#[cfg(feature = "server")]
 pub mod configuration;
 pub mod core;
+pub mod error;
 pub mod leases;
+pub mod ops;
 pub mod session;
 pub mod store;
 
@@ -20,12 +21,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, Resource};
+use crate::config::{Config, Resource, Running};
 use crate::limiter::{Limiter, Modes};
 use crate::store::copies::CopyStore;
 use crate::store::leases::LeaseStore;
 
+use self::configuration::Configuration;
 use self::store::{SidecarStore, Stores};
+use crate::store::config_log::ConfigLog;
 
 /// The one owner of what every face decides with.
 pub struct Service {
@@ -38,17 +41,34 @@ pub struct Service {
     pub leases: LeaseStore,
     /// Where operations are reported (the sidecar's metrics, or nowhere).
     pub observer: Arc<dyn Observer>,
+    /// The configuration API: the files plus its objects, from its log.
+    /// `None` for an engine built from a configuration value.
+    pub configuration: Option<Arc<Configuration>>,
 }
 
 impl Service {
     /// Over `stores` (see [`Stores::open`]), deciding with `config`.
     pub fn new(config: Config, stores: Stores, modes: Modes, observer: Arc<dyn Observer>) -> Self {
+        Self::on(Running::new(config), stores, modes, observer)
+    }
+
+    /// Deciding with `running`, a configuration others may swap (a reload,
+    /// the configuration API).
+    pub fn on(running: Running, stores: Stores, modes: Modes, observer: Arc<dyn Observer>) -> Self {
         Self {
-            limiter: Arc::new(Limiter::new(config, stores.rate).with_modes(modes)),
+            limiter: Arc::new(Limiter::on(running, stores.rate).with_modes(modes)),
             copies: Arc::new(stores.copies),
             leases: stores.leases,
             observer,
+            configuration: None,
         }
+    }
+
+    /// With the configuration API over `configuration`, which must swap the
+    /// configuration this service decides with (see [`Self::on`]).
+    pub fn with_configuration(mut self, configuration: Configuration) -> Self {
+        self.configuration = Some(Arc::new(configuration));
+        self
     }
 
     /// The running configuration.
@@ -68,10 +88,15 @@ impl Service {
 
     /// Starts every background task the service needs, until `shutdown`:
     /// sweeping the memory stores (rate state, expired transfers, leases
-    /// nobody renews) and, on Redis, the copy log's heartbeat and reaper.
-    /// Call it once, inside a Tokio runtime.
+    /// nobody renews) and, on Redis, the copy log's heartbeat and reaper and
+    /// the configuration log's sync. Call it once, inside a Tokio runtime.
     pub fn spawn_housekeeping(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
         spawn_sweeper(self.clone(), shutdown.clone());
+        if let Some(configuration) = &self.configuration
+            && matches!(configuration.log(), ConfigLog::Redis(_))
+        {
+            configuration.clone().spawn_sync(shutdown.clone());
+        }
         if let CopyStore::Redis(redis) = &*self.copies {
             let service = self.clone();
             redis.spawn(Arc::new(move || service.copy_resources()), shutdown);

@@ -140,7 +140,6 @@ impl Stores {
     /// The configuration API's log on the same store: in this process (kept
     /// in `state_file` when one is given), or on the rate store's Redis
     /// connection.
-    #[cfg(feature = "server")]
     pub fn config_log(
         &self,
         options: &StoreOptions,
@@ -174,7 +173,6 @@ fn redis_options(options: &StoreOptions) -> RedisOptions {
 }
 
 /// Why the configuration API's log cannot be opened.
-#[cfg(feature = "server")]
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLogError {
     #[error(

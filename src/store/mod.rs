@@ -8,7 +8,7 @@
 //! nothing else interleaved, and keeps what the engine changed. Because the
 //! decision itself is the engine's, every store decides alike.
 
-#[cfg(feature = "server")]
+#[cfg(feature = "redis")]
 pub mod config_log;
 #[cfg(feature = "redis")]
 pub mod copies;

@@ -5,6 +5,7 @@
 mod support;
 
 mod client;
+mod configuration;
 mod example_tonic;
 mod layer;
 mod leases;

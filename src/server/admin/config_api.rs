@@ -18,10 +18,9 @@ use serde_json::{Value, json};
 use super::state::LimitsFrom;
 use crate::config::{ConfigErrors, Note};
 use crate::service::configuration::{Configuration, WriteError, Written, expectation};
-use crate::service::store::SidecarStore;
 use crate::store::config_log::{Change, LogError, ObjectPath, Write};
 
-type Shared = Arc<Configuration<SidecarStore>>;
+type Shared = Arc<Configuration>;
 
 /// Where each domain's limits come from, for the state view: the API's
 /// override, the API's namespace, or the file.
@@ -54,8 +53,8 @@ pub fn origins(configuration: Shared) -> super::state::Origins {
         .unwrap_or_else(|| LimitsFrom {
             source: "file",
             path: configuration
-                .limiter()
-                .config()
+                .running()
+                .load()
                 .namespace(namespace)
                 .map(|found| found.source.display().to_string())
                 .unwrap_or_default(),
@@ -98,7 +97,7 @@ struct ChangesQuery {
 }
 
 async fn list(State(configuration): State<Shared>) -> Response {
-    let config = configuration.limiter().config();
+    let config = configuration.running().load();
     let snapshot = configuration.snapshot();
     let mut namespaces: Vec<Value> = config
         .namespaces()
@@ -121,7 +120,7 @@ async fn list(State(configuration): State<Shared>) -> Response {
 }
 
 async fn get_namespace(State(configuration): State<Shared>, Path(name): Path<String>) -> Response {
-    let config = configuration.limiter().config();
+    let config = configuration.running().load();
     let Some(namespace) = config.namespace(&name) else {
         return error(StatusCode::NOT_FOUND, format!("no namespace `{name}`"));
     };
@@ -281,7 +280,7 @@ async fn changes(
 }
 
 async fn write(
-    configuration: &Configuration<SidecarStore>,
+    configuration: &Configuration,
     path: ObjectPath,
     body: Option<String>,
     query: &WriteQuery,

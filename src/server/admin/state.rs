@@ -6,7 +6,7 @@
 //! exactly as `charon simulate` reads its own (one function); for a
 //! copy-limited one: the holds of the domain, of all domains and of each
 //! group, against their limits. Both with the recent decisions of the
-//! domain, recorded from the first look on ([`crate::watch`]). It shows
+//! domain, recorded from the first look on ([`crate::state_view`]). It shows
 //! counts and limits only: no transfer ids (they are the capability to
 //! seize), no store address. The admin port listens on localhost by default.
 
@@ -24,11 +24,11 @@ use crate::engine::SlotKind;
 use crate::engine::copies::CopyLimits;
 use crate::limiter::{Limiter, caps};
 use crate::simulate::{self, TierConfig, TierView};
+use crate::state_view::Recent;
 use crate::store::ResourceRef;
 use crate::store::copies::CopyStore;
 use crate::store::keys;
 use crate::store::{SlotKey, Store};
-use crate::watch::Recent;
 
 use super::simulator::Refusal;
 use crate::service::store::SidecarStore;

@@ -1,33 +1,34 @@
 //! `release`: copies out of the hold set first, then back to the store, so
 //! that two releases never give back the same copy.
 
-use crate::api::v1::{ReleaseAnswer, ReleaseOp};
 use crate::engine::copies::CopyLimits;
 
-use crate::service::core::{ApiError, copy_context, count};
+use crate::service::error::Error;
+use crate::service::ops::{CopyContext, Release, ReleaseAnswer};
 
 use super::Session;
 
 impl Session {
-    pub(super) async fn release(&self, op: &ReleaseOp) -> Result<ReleaseAnswer, ApiError> {
-        let key = self.hold_key(&op.namespace, &op.resource, &op.domain, &op.groups)?;
-        let copies = count("copies", op.copies)?;
-        self.take(&key, copies)?;
-        let membership = match self.serving(&op.namespace, &op.resource) {
+    pub(super) async fn release(&self, op: &Release) -> Result<ReleaseAnswer, Error> {
+        let key = &op.held;
+        let at = &key.at;
+        let copies = op.copies;
+        self.take(key, copies)?;
+        let membership = match self.serving(&at.namespace, &at.resource) {
             Ok(membership) => membership,
             Err(error) => {
-                self.untake(key, copies);
+                self.untake(key.clone(), copies);
                 return Err(error);
             }
         };
-        let limits = self.limits_now(&op.namespace, &op.resource, &op.domain);
+        let limits = self.limits_now(&at.namespace, &at.resource, &at.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         match self
             .service
             .copies
             .release(
                 self.contributor(&membership),
-                key.at(),
+                at.at(),
                 &key.groups,
                 copies,
                 &now_groups,
@@ -36,10 +37,13 @@ impl Session {
         {
             Ok(changed) => Ok(ReleaseAnswer {
                 released: copies,
-                context: Some(copy_context(limits.as_ref(), &changed.counts)),
+                context: CopyContext {
+                    limits,
+                    counts: changed.counts,
+                },
             }),
             Err(error) => {
-                self.untake(key, copies);
+                self.untake(key.clone(), copies);
                 Err(self.copy_error(&membership, error))
             }
         }

@@ -9,10 +9,8 @@
 //! holds what is not the store's business: the sessions keep that (the
 //! server's hold sets); the store only counts.
 
-#[cfg(feature = "redis")]
 mod membership;
 mod memory;
-#[cfg(feature = "redis")]
 mod redis;
 mod timings;
 
@@ -20,7 +18,6 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 pub use memory::MemoryCopies;
-#[cfg(feature = "redis")]
 pub use redis::RedisCopies;
 pub use timings::{CopyTimings, TimingsError};
 
@@ -102,7 +99,6 @@ pub enum CopyError {
 /// The copy log the sidecar runs on.
 pub enum CopyStore {
     Memory(MemoryCopies),
-    #[cfg(feature = "redis")]
     Redis(Arc<RedisCopies>),
 }
 
@@ -117,7 +113,6 @@ impl CopyStore {
     ) -> Result<Changed, CopyError> {
         match self {
             CopyStore::Memory(memory) => Ok(memory.reserve(at, limits, copies, min_copies)),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.reserve(who, at, limits, copies, min_copies).await,
         }
     }
@@ -134,7 +129,6 @@ impl CopyStore {
     ) -> Result<Changed, CopyError> {
         match self {
             CopyStore::Memory(memory) => Ok(memory.release(at, groups, copies, now_groups)),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.release(who, at, groups, copies, now_groups).await,
         }
     }
@@ -149,7 +143,6 @@ impl CopyStore {
     ) -> Result<Staged, CopyError> {
         match self {
             CopyStore::Memory(memory) => memory.transfer(at, groups, copies, ttl_ms),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.transfer(who, at, groups, copies, ttl_ms).await,
         }
     }
@@ -161,7 +154,6 @@ impl CopyStore {
     ) -> Result<Seized, CopyError> {
         match self {
             CopyStore::Memory(memory) => memory.seize(transfer_id),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.seize(who, transfer_id).await,
         }
     }
@@ -174,7 +166,6 @@ impl CopyStore {
     ) -> Result<CopyCounts, CopyError> {
         match self {
             CopyStore::Memory(memory) => Ok(memory.counts(at, groups)),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.counts(at, groups).await,
         }
     }
@@ -187,7 +178,6 @@ impl CopyStore {
     ) -> Result<u64, CopyError> {
         match self {
             CopyStore::Memory(memory) => Ok(memory.staged_transfers(namespace, resource)),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.staged_transfers(namespace, resource).await,
         }
     }
@@ -196,7 +186,6 @@ impl CopyStore {
     pub fn membership(&self) -> tokio::sync::watch::Receiver<Membership> {
         match self {
             CopyStore::Memory(memory) => memory.membership(),
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.membership(),
         }
     }
@@ -206,7 +195,6 @@ impl CopyStore {
     pub fn resign(&self, server_id: &str, reason: &str) {
         match self {
             CopyStore::Memory(_) => {}
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => redis.resign(server_id, reason),
         }
     }
@@ -229,7 +217,6 @@ impl CopyStore {
                 let _ = touched;
                 Ok(())
             }
-            #[cfg(feature = "redis")]
             CopyStore::Redis(redis) => {
                 let _ = held;
                 for (namespace, resource) in touched {

@@ -1,0 +1,346 @@
+//! The Charon API's messages to the service's domain types and back. Each
+//! wire message is parsed once, here, into an operation the service checks
+//! no further for shape ([`crate::service::ops`]); each answer and error goes
+//! back the same way, with the gRPC code of each error kind (the table in
+//! the proto) in one place.
+
+use crate::engine::capacity::Lease;
+use crate::service::error::{Error, Kind};
+use crate::service::ops::{
+    Answer, CapacityWant, CopyContext, GetCapacity, Leases, Operation, RateAnswer, RateContext,
+    RateRequest, Release, ReleaseAnswer, ReleaseCapacity, Reserve, ReserveAnswer, ResourceKey,
+    Seize, SeizeAnswer, Transfer, TransferAnswer,
+};
+
+use super::v1;
+use super::v1::capacity_answer::Result as Answered;
+use super::v1::session_request::Op;
+use super::v1::session_response::Result as Wired;
+
+impl TryFrom<v1::RequestOp> for RateRequest {
+    type Error = Error;
+
+    fn try_from(op: v1::RequestOp) -> Result<Self, Error> {
+        let at = ResourceKey::new(op.namespace, op.resource, op.domain);
+        RateRequest::new(at, op.copies, op.min_copies)
+    }
+}
+
+impl TryFrom<v1::ReserveOp> for Reserve {
+    type Error = Error;
+
+    fn try_from(op: v1::ReserveOp) -> Result<Self, Error> {
+        let at = ResourceKey::new(op.namespace, op.resource, op.domain);
+        Reserve::new(at, op.copies, op.min_copies)
+    }
+}
+
+impl TryFrom<v1::ReleaseOp> for Release {
+    type Error = Error;
+
+    fn try_from(op: v1::ReleaseOp) -> Result<Self, Error> {
+        let at = ResourceKey::new(op.namespace, op.resource, op.domain);
+        Release::new(at, op.groups, op.copies)
+    }
+}
+
+impl TryFrom<v1::TransferOp> for Transfer {
+    type Error = Error;
+
+    fn try_from(op: v1::TransferOp) -> Result<Self, Error> {
+        let at = ResourceKey::new(op.namespace, op.resource, op.domain);
+        Transfer::new(at, op.groups, op.copies, op.ttl_ms)
+    }
+}
+
+impl From<v1::SeizeOp> for Seize {
+    fn from(op: v1::SeizeOp) -> Self {
+        Seize {
+            transfer_id: op.transfer_id,
+        }
+    }
+}
+
+/// A session message's operation, or its name (`none` when the message
+/// names none) and why it is refused.
+pub fn operation_from_wire(op: Option<Op>) -> Result<Operation, (&'static str, Error)> {
+    match op {
+        None => Err(("none", Error::malformed("the message names no operation"))),
+        Some(Op::Request(op)) => RateRequest::try_from(op)
+            .map(Operation::Request)
+            .map_err(|error| ("request", error)),
+        Some(Op::Reserve(op)) => Reserve::try_from(op)
+            .map(Operation::Reserve)
+            .map_err(|error| ("reserve", error)),
+        Some(Op::Release(op)) => Release::try_from(op)
+            .map(Operation::Release)
+            .map_err(|error| ("release", error)),
+        Some(Op::Transfer(op)) => Transfer::try_from(op)
+            .map(Operation::Transfer)
+            .map_err(|error| ("transfer", error)),
+        Some(Op::Seize(op)) => Ok(Operation::Seize(op.into())),
+    }
+}
+
+impl From<RateContext> for v1::RateContext {
+    fn from(context: RateContext) -> Self {
+        v1::RateContext {
+            hard_limit: context.hard_limit,
+            global_limit: context.global_limit,
+            tier_limit: context.tier_limit,
+            tier_index: context.tier_index,
+            tier_hits: context.tier_hits,
+            domain_hits_last_second: context.domain_hits_last_second,
+            global_hits_last_second: context.global_hits_last_second,
+            burst: context.burst,
+            limited_by_hard: context.limited_by_hard,
+            limited_by_global: context.limited_by_global,
+            remaining: context.remaining,
+            tier_window_ms: context.tier_window_ms,
+            reset_after_ms: context.reset_after_ms,
+        }
+    }
+}
+
+impl From<RateAnswer> for v1::RequestAnswer {
+    fn from(answer: RateAnswer) -> Self {
+        v1::RequestAnswer {
+            granted: answer.granted,
+            retry_after_ms: answer.retry_after_ms,
+            degraded: answer.degraded,
+            soft_limit_exceeded: answer.soft_limit_exceeded,
+            context: Some(answer.context.into()),
+        }
+    }
+}
+
+impl From<CopyContext> for v1::CopyContext {
+    fn from(context: CopyContext) -> Self {
+        let limits = context.limits.as_ref();
+        v1::CopyContext {
+            domain_limit: limits.and_then(|l| l.domain_limit),
+            global_limit: limits.and_then(|l| l.global_limit),
+            domain_holds: context.counts.domain,
+            global_holds: context.counts.global,
+            groups: limits
+                .map(|limits| {
+                    limits
+                        .groups
+                        .iter()
+                        .zip(&context.counts.groups)
+                        .map(|((name, limit), holds)| v1::GroupContext {
+                            name: name.clone(),
+                            limit: *limit,
+                            holds: *holds,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl From<ReserveAnswer> for v1::ReserveAnswer {
+    fn from(answer: ReserveAnswer) -> Self {
+        v1::ReserveAnswer {
+            granted: answer.granted,
+            groups: answer.groups,
+            retry_after_ms: answer.retry_after_ms,
+            degraded: false,
+            context: Some(answer.context.into()),
+        }
+    }
+}
+
+impl From<ReleaseAnswer> for v1::ReleaseAnswer {
+    fn from(answer: ReleaseAnswer) -> Self {
+        v1::ReleaseAnswer {
+            released: answer.released,
+            context: Some(answer.context.into()),
+        }
+    }
+}
+
+impl From<TransferAnswer> for v1::TransferAnswer {
+    fn from(answer: TransferAnswer) -> Self {
+        v1::TransferAnswer {
+            transfer_id: answer.transfer_id,
+            copies: answer.copies,
+        }
+    }
+}
+
+impl From<SeizeAnswer> for v1::SeizeAnswer {
+    fn from(answer: SeizeAnswer) -> Self {
+        v1::SeizeAnswer {
+            namespace: answer.at.namespace,
+            resource: answer.at.resource,
+            domain: answer.at.domain,
+            groups: answer.groups,
+            copies: answer.copies,
+            context: answer.context.map(Into::into),
+        }
+    }
+}
+
+/// An operation's answer, or its error, as a session message carries it.
+pub fn answer_to_wire(result: Result<Answer, Error>) -> Wired {
+    match result {
+        Ok(Answer::Request(answer)) => Wired::Request(answer.into()),
+        Ok(Answer::Reserve(answer)) => Wired::Reserve(answer.into()),
+        Ok(Answer::Release(answer)) => Wired::Release(answer.into()),
+        Ok(Answer::Transfer(answer)) => Wired::Transfer(answer.into()),
+        Ok(Answer::Seize(answer)) => Wired::Seize(answer.into()),
+        Err(error) => Wired::Error(error.into()),
+    }
+}
+
+impl From<Kind> for v1::error::Kind {
+    fn from(kind: Kind) -> Self {
+        match kind {
+            Kind::Malformed => v1::error::Kind::Malformed,
+            Kind::UnknownResource => v1::error::Kind::UnknownResource,
+            Kind::WrongKind => v1::error::Kind::WrongKind,
+            Kind::NotHeld => v1::error::Kind::NotHeld,
+            Kind::UnknownTransfer => v1::error::Kind::UnknownTransfer,
+            Kind::TooMany => v1::error::Kind::TooMany,
+            Kind::StoreUnavailable => v1::error::Kind::StoreUnavailable,
+            Kind::Resigned => v1::error::Kind::Resigned,
+            Kind::Internal => v1::error::Kind::Internal,
+        }
+    }
+}
+
+/// The gRPC code of an error kind (the table in the proto).
+pub fn error_code(kind: Kind) -> tonic::Code {
+    match kind {
+        Kind::Malformed => tonic::Code::InvalidArgument,
+        Kind::UnknownResource | Kind::UnknownTransfer => tonic::Code::NotFound,
+        Kind::WrongKind | Kind::NotHeld => tonic::Code::FailedPrecondition,
+        Kind::TooMany => tonic::Code::ResourceExhausted,
+        Kind::StoreUnavailable | Kind::Resigned => tonic::Code::Unavailable,
+        Kind::Internal => tonic::Code::Internal,
+    }
+}
+
+impl From<Error> for v1::Error {
+    fn from(error: Error) -> Self {
+        v1::Error {
+            kind: v1::error::Kind::from(error.kind) as i32,
+            code: error_code(error.kind) as i32,
+            server_error: error.is_server_error(),
+            message: error.message,
+        }
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(error: Error) -> Self {
+        tonic::Status::new(error_code(error.kind), error.message)
+    }
+}
+
+impl TryFrom<v1::GetCapacityRequest> for GetCapacity {
+    type Error = Error;
+
+    fn try_from(request: v1::GetCapacityRequest) -> Result<Self, Error> {
+        let wants = request
+            .resources
+            .into_iter()
+            .map(|want| CapacityWant {
+                at: ResourceKey::new(want.namespace, want.resource, want.domain),
+                wants: want.wants,
+                has: want.has,
+            })
+            .collect();
+        GetCapacity::new(request.client_id, wants)
+    }
+}
+
+impl TryFrom<v1::ReleaseCapacityRequest> for ReleaseCapacity {
+    type Error = Error;
+
+    fn try_from(request: v1::ReleaseCapacityRequest) -> Result<Self, Error> {
+        let resources = request
+            .resources
+            .into_iter()
+            .map(|at| ResourceKey::new(at.namespace, at.resource, at.domain))
+            .collect();
+        ReleaseCapacity::new(request.client_id, resources)
+    }
+}
+
+impl From<Lease> for v1::CapacityLease {
+    fn from(lease: Lease) -> Self {
+        v1::CapacityLease {
+            capacity: lease.capacity,
+            expiry_ms: lease.expiry_ms,
+            refresh_interval_ms: lease.refresh_interval_ms,
+            safe_capacity: lease.safe_capacity,
+        }
+    }
+}
+
+/// Each resource's lease, or its error, as `GetCapacity` answers.
+pub fn capacity_response(leases: Leases) -> v1::GetCapacityResponse {
+    v1::GetCapacityResponse {
+        answers: leases
+            .into_iter()
+            .map(|lease| v1::CapacityAnswer {
+                result: Some(match lease {
+                    Ok(lease) => Answered::Lease(lease.into()),
+                    Err(error) => Answered::Error(error.into()),
+                }),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_code_and_wire_kind() {
+        let wire = |kind| v1::Error::from(Error::new(kind, "x"));
+        let malformed = wire(Kind::Malformed);
+        assert_eq!(malformed.kind, v1::error::Kind::Malformed as i32);
+        assert_eq!(malformed.code, tonic::Code::InvalidArgument as i32);
+        assert!(!malformed.server_error);
+        let unavailable = wire(Kind::StoreUnavailable);
+        assert_eq!(unavailable.code, tonic::Code::Unavailable as i32);
+        assert!(unavailable.server_error);
+        for kind in [
+            Kind::Malformed,
+            Kind::UnknownResource,
+            Kind::WrongKind,
+            Kind::NotHeld,
+            Kind::UnknownTransfer,
+            Kind::TooMany,
+            Kind::StoreUnavailable,
+            Kind::Resigned,
+            Kind::Internal,
+        ] {
+            // The metrics' label is the API's name of the kind.
+            assert_eq!(kind.as_str(), v1::error::Kind::from(kind).as_str_name());
+        }
+    }
+
+    #[test]
+    fn a_bad_count_is_refused_when_parsed() {
+        let op = Op::Reserve(v1::ReserveOp {
+            namespace: "ns".into(),
+            resource: "r".into(),
+            domain: "d".into(),
+            copies: Some(0),
+            min_copies: None,
+        });
+        let (name, error) = operation_from_wire(Some(op)).unwrap_err();
+        assert_eq!(name, "reserve");
+        assert_eq!(error.kind, Kind::Malformed);
+        assert_eq!(
+            tonic::Status::from(error).code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}

@@ -1,0 +1,149 @@
+//! Capacity leases in this process: one sidecar's, or an embedded engine's.
+//! The engine runs under one lock at the clock's `now`; [`MemoryLeases::sweep`]
+//! drops what nobody renews.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::clock::{Clock, SystemClock};
+use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
+use crate::store::ResourceRef;
+
+use super::LeaseError;
+
+/// Leases in this process. Its learning period starts with the process: a
+/// restarted sidecar gives clients back what they say they have.
+pub struct MemoryLeases {
+    clock: Arc<dyn Clock>,
+    started_ms: u64,
+    states: Mutex<HashMap<(String, String, String), LeaseState>>,
+}
+
+impl MemoryLeases {
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        let started_ms = clock.now_ms();
+        Self {
+            clock,
+            started_ms,
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn key(at: ResourceRef<'_>) -> (String, String, String) {
+        (
+            at.namespace.to_owned(),
+            at.resource.to_owned(),
+            at.domain.to_owned(),
+        )
+    }
+
+    pub(super) fn get(
+        &self,
+        at: ResourceRef<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        wants: f64,
+        has: f64,
+    ) -> Result<Lease, LeaseError> {
+        let now = self.clock.now_ms();
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let state = states
+            .entry(Self::key(at))
+            .or_insert_with(|| LeaseState::new(self.started_ms));
+        Ok(capacity::request(config, state, client, wants, has, now)?)
+    }
+
+    /// Drops the expired leases of every resource, and the resources no
+    /// client holds any more: what nobody renews does not stay in memory.
+    /// The number of resources dropped.
+    pub fn sweep(&self) -> usize {
+        let now = self.clock.now_ms();
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = states.len();
+        states.retain(|_, state| {
+            capacity::expire(state, now);
+            !state.clients.is_empty()
+        });
+        before - states.len()
+    }
+
+    /// Resources with at least one live or not yet swept lease.
+    pub fn len(&self) -> usize {
+        self.states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(super) fn release(&self, at: ResourceRef<'_>, client: &str) -> bool {
+        let mut states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = Self::key(at);
+        let Some(state) = states.get_mut(&key) else {
+            return false;
+        };
+        let released = capacity::release(state, client);
+        if state.clients.is_empty() {
+            states.remove(&key);
+        }
+        released
+    }
+}
+
+impl Default for MemoryLeases {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::engine::capacity::Algorithm;
+
+    #[test]
+    fn a_sweep_drops_what_nobody_renews() {
+        let clock = ManualClock::new(1_000);
+        let leases = MemoryLeases::with_clock(Arc::new(clock.clone()));
+        let config = CapacityConfig {
+            capacity: 10.0,
+            algorithm: Algorithm::FairShare,
+            lease_ms: 5_000,
+            refresh_interval_ms: 1_000,
+            safe_capacity: None,
+            learning_ms: 0,
+        };
+        let at = |domain| ResourceRef {
+            namespace: "jobs",
+            resource: "backend",
+            domain,
+        };
+        leases.get(at("a"), &config, "one", 4.0, 0.0).unwrap();
+        clock.set(4_000);
+        leases.get(at("b"), &config, "two", 4.0, 0.0).unwrap();
+        assert_eq!((leases.sweep(), leases.len()), (0, 2));
+        // a's lease ends at 6 000, b's at 9 000.
+        clock.set(6_000);
+        assert_eq!((leases.sweep(), leases.len()), (1, 1));
+        clock.set(9_000);
+        assert_eq!((leases.sweep(), leases.len()), (1, 0));
+        assert!(leases.is_empty());
+    }
+}
