@@ -28,21 +28,23 @@
 //!   leased capacity among clients — over explicit state and an explicit
 //!   `now`. No I/O.
 //! - [`store`]: where state lives ([`store::MemoryStore`] by default) and the
-//!   atomic step that runs the engine on it; the copy log and the leases of
-//!   each leased capacity (feature `redis`), and the configuration API's log
-//!   (objects, versions, changes; feature `server`), each in the process or
-//!   on Redis, where they share one connection.
+//!   atomic step that runs the engine on it; with feature `redis`, the copy
+//!   log, the leases of each leased capacity and the configuration API's log
+//!   (objects, versions, changes), each in the process or on Redis, where
+//!   they share one connection.
 //! - [`limiter`]: Envoy-style requests in, per-descriptor statuses out; one
 //!   engine and one access history for every face of Charon.
 //! - `service` (feature `embedded`): `Service`, the one owner of what a
 //!   sidecar and an embedded engine both run — the running configuration,
 //!   the stores, rate requests, sessions and their hold sets, `GetCapacity`
-//!   and `ReleaseCapacity`, housekeeping; for the sidecar, the configuration
-//!   API's core (its view of the config log, checking a write, rebuilding
-//!   and swapping the configuration). Domain operations and errors in and
+//!   and `ReleaseCapacity`, housekeeping; for an engine on configuration
+//!   files (a sidecar's, or `Embedded::open_files`), the configuration API's
+//!   core (its view of the config log, checking a write, rebuilding and
+//!   swapping the configuration). Domain operations and errors in and
 //!   out (`service::ops`, `service::error`): no wire type.
-//! - `api` (feature `client`): the Charon API's generated code, and the
-//!   conversions between its messages and the service's operations.
+//! - `api` (feature `client`): the Charon API's generated code; with feature
+//!   `embedded`, the conversions between its messages and the service's
+//!   operations.
 //! - `server` (feature `server`): the faces over the service: the Envoy
 //!   RateLimitService and the Charon API over gRPC, the admin HTTP endpoints
 //!   (with the configuration API, the simulator and state pages), metrics,

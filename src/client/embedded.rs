@@ -116,7 +116,7 @@ impl Embedded {
             Modes::default(),
             Arc::new(Unobserved),
         )
-        .with_configuration(configuration);
+        .with_configuration(Arc::new(configuration));
         Ok(Self::run(service))
     }
 
@@ -319,11 +319,14 @@ async fn answer(session: Arc<Session>, op: Op) -> Answer {
 }
 
 /// The service's refusal as the client reports it: the server's trouble
-/// (fail open) or the request's fault.
+/// (fail open), or the request's fault with its kind, as the wire says it.
 fn client_error(error: Error) -> ClientError {
     if error.is_server_error() {
         ClientError::Unavailable(error.message)
     } else {
-        ClientError::Invalid(error.message)
+        ClientError::Refused {
+            kind: error.kind.into(),
+            message: error.message,
+        }
     }
 }

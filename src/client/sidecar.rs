@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+use super::ErrorKind;
 use crate::api::v1::charon_client::CharonClient;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
@@ -418,10 +419,17 @@ async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
     }
 }
 
-/// A unary call's failure: the request's fault, or no answer (fail open).
+/// A capacity call's failure, sorted as the embedded engine sorts it: the
+/// request's fault (the only two a whole call can make: a malformed
+/// request, too many resources), or no answer (fail open).
 fn unary_error(call: &str, status: &tonic::Status) -> ClientError {
+    let refused = |kind| ClientError::Refused {
+        kind,
+        message: status.message().to_owned(),
+    };
     match status.code() {
-        tonic::Code::InvalidArgument => ClientError::Invalid(status.message().to_owned()),
+        tonic::Code::InvalidArgument => refused(ErrorKind::Malformed),
+        tonic::Code::ResourceExhausted => refused(ErrorKind::TooMany),
         code => ClientError::Unavailable(format!("{call}: {code}: {}", status.message())),
     }
 }

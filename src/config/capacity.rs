@@ -37,8 +37,9 @@ pub struct CapacityConfig {
     /// What a client may use when it cannot reach the server (safe mode).
     /// `None`: the capacity divided by the number of live clients.
     pub safe_capacity: Option<f64>,
-    /// How long after [`LeaseState::started_ms`] clients get what they say
-    /// they have (see the module's doc).
+    /// How long after a lease state starts (`engine::capacity::LeaseState`)
+    /// clients get what they say they have (learning mode,
+    /// docs/design.md#capacity-leases).
     pub learning_ms: u64,
 }
 

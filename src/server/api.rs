@@ -132,23 +132,13 @@ impl Charon for ApiService {
         let span = self
             .traces
             .charon_request(&metadata, &op.namespace, &op.resource);
-        let parsed = RateRequest::try_from(op);
         if span.is_none() {
-            let answer = match parsed {
-                Ok(op) => self.service.request(&op).await,
-                Err(error) => Err(error),
-            };
-            return match answer {
-                Ok(answer) => Ok(Response::new(answer.into())),
-                Err(error) => Err(error.into()),
-            };
+            return self.answer_request(op).await;
         }
-        let answer = match parsed {
-            Ok(op) => self.service.request(&op).instrument(span.clone()).await,
-            Err(error) => Err(error),
-        };
+        let answer = self.answer_request(op).instrument(span.clone()).await;
         match &answer {
             Ok(answer) => {
+                let answer = answer.get_ref();
                 span.record(
                     "outcome",
                     if answer.granted > 0 {
@@ -159,14 +149,20 @@ impl Charon for ApiService {
                 );
                 span.record("degraded", answer.degraded);
             }
-            Err(error) => {
+            Err(status) => {
                 span.record("outcome", "error");
-                span.record("error", error.message.as_str());
+                span.record("error", status.message());
             }
         }
-        match answer {
-            Ok(answer) => Ok(Response::new(answer.into())),
-            Err(error) => Err(error.into()),
-        }
+        answer
+    }
+}
+
+impl ApiService {
+    /// The unary `Request`: parsed, decided, and back on the wire.
+    async fn answer_request(&self, op: RequestOp) -> Result<Response<RequestAnswer>, Status> {
+        let op = RateRequest::try_from(op)?;
+        let answer = self.service.request(&op).await?;
+        Ok(Response::new(answer.into()))
     }
 }

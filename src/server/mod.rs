@@ -188,6 +188,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         tracing::info!(%note, "normalized");
     }
     metrics.set_namespaces(configuration.running().load().namespaces().count());
+    let configuration = Arc::new(configuration);
     let service = Arc::new(
         Service::on(
             configuration.running().clone(),
@@ -195,11 +196,8 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
             options.envoy.modes,
             metrics.clone(),
         )
-        .with_configuration(configuration),
+        .with_configuration(configuration.clone()),
     );
-    let Some(configuration) = service.configuration.clone() else {
-        anyhow::bail!("the service lost its configuration API");
-    };
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await

@@ -1,7 +1,6 @@
 //! The Charon API's rate requests on the [`Service`], whatever carries them
-//! (the gRPC service or the embedded client), what a (namespace, resource)
-//! names in the running configuration, and the checks every operation
-//! passes first.
+//! (the gRPC service or the embedded client), and what a (namespace,
+//! resource) names in the running configuration.
 
 use std::sync::Arc;
 

@@ -38,6 +38,7 @@ impl Service {
     pub async fn release_capacity(&self, request: &ReleaseCapacity) -> Result<Vec<bool>, Error> {
         let mut released = Vec::with_capacity(request.resources.len());
         for at in &request.resources {
+            check_names(&at.namespace, &at.resource, &at.domain)?;
             released.push(self.leases.release(at.at(), &request.client_id).await?);
         }
         Ok(released)

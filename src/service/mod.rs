@@ -1,12 +1,14 @@
 //! The service: what the sidecar and the embedded client both run, one
 //! [`Service`] that owns the running configuration (through the limiter),
 //! the rate store, the copy log, the capacity leases and the observer, and
-//! one [`Service::spawn_housekeeping`] for every sweeper. Its parts: the
-//! Charon API's rate requests and checks ([`core`]), a session's life and
-//! its hold set ([`session`]), capacity leases ([`leases`]), the stores
-//! `--store` selects ([`store`]), and, for the sidecar, the configuration
-//! API ([`configuration`]). The faces in `server` translate the wire into
-//! these calls; the embedded client calls them in process.
+//! one [`Service::spawn_housekeeping`] for every sweeper. Its parts: what it
+//! is asked and answers, as domain types with the checks a request fails by
+//! itself ([`ops`]), and what it refuses ([`error`]); rate requests and the
+//! lookup of a resource in the running configuration ([`core`]); a
+//! session's hold set ([`session`]); capacity leases ([`leases`]); the
+//! stores `--store` selects ([`store`]); and, for an engine on configuration
+//! files, the configuration API ([`configuration`]). The faces in `server`
+//! and the embedded client parse their wire into these calls (`api`).
 
 pub mod configuration;
 pub mod core;
@@ -66,8 +68,8 @@ impl Service {
 
     /// With the configuration API over `configuration`, which must swap the
     /// configuration this service decides with (see [`Self::on`]).
-    pub fn with_configuration(mut self, configuration: Configuration) -> Self {
-        self.configuration = Some(Arc::new(configuration));
+    pub fn with_configuration(mut self, configuration: Arc<Configuration>) -> Self {
+        self.configuration = Some(configuration);
         self
     }
 

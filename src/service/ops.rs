@@ -44,12 +44,6 @@ impl ResourceKey {
         }
     }
 
-    /// The three names, each non-empty and within the caps.
-    pub fn checked(namespace: String, resource: String, domain: String) -> Result<Self, Error> {
-        check_names(&namespace, &resource, &domain)?;
-        Ok(Self::new(namespace, resource, domain))
-    }
-
     /// As the stores take it.
     pub fn at(&self) -> ResourceRef<'_> {
         ResourceRef {
@@ -334,11 +328,10 @@ pub struct ReleaseCapacity {
 }
 
 impl ReleaseCapacity {
+    /// The resources' names are checked as each is released, so those
+    /// before a bad one are released.
     pub fn new(client_id: String, resources: Vec<ResourceKey>) -> Result<Self, Error> {
         check_call(&client_id, resources.len())?;
-        for at in &resources {
-            check_names(&at.namespace, &at.resource, &at.domain)?;
-        }
         Ok(Self {
             client_id,
             resources,

@@ -94,15 +94,14 @@ pub struct StoreStatus {
     pub refusal: Option<String>,
 }
 
-/// The copy log for `--store`: in memory, or shared in Redis (its own
-/// connection, so copy traffic and rate traffic do not queue behind each
-/// other). Copy operations have no `--on-store-error` fallback: a semaphore
-/// split across sidecars would overcommit, so while Redis is unreachable they
-/// answer STORE_UNAVAILABLE and the client fails open (docs/design.md#failover).
 /// Every family of state `--store` selects: rate limits, the copy log and
-/// capacity leases (and, for the sidecar, the configuration API's log,
-/// [`Stores::config_log`]). On Redis they share one client and its one
-/// multiplexed connection (docs/redis.md#what-each-family-keeps).
+/// capacity leases (and, for an engine on configuration files, the
+/// configuration API's log, [`Stores::config_log`]). On Redis they share one
+/// client and its one multiplexed connection
+/// (docs/redis.md#what-each-family-keeps). Copy operations and leases have
+/// no `--on-store-error` fallback: a semaphore split across sidecars would
+/// overcommit, so while Redis is unreachable they answer STORE_UNAVAILABLE
+/// and the client fails open (docs/design.md#failover).
 pub struct Stores {
     pub rate: SidecarStore,
     pub copies: CopyStore,
@@ -186,20 +185,6 @@ pub enum ConfigLogError {
 }
 
 impl SidecarStore {
-    /// Opens the store (inside the runtime: Redis connects from there).
-    pub fn open(options: &StoreOptions) -> Result<Self, RedisError> {
-        let memory = MemoryStore::new().with_max_keys(options.max_keys);
-        if options.url == "memory" {
-            return Ok(SidecarStore::Memory(memory));
-        }
-        let redis = RedisStore::open(&options.url, redis_options(options))?;
-        Ok(SidecarStore::Redis(Failover::new(
-            redis,
-            options.on_error,
-            memory,
-        )))
-    }
-
     /// Gives Redis a moment to answer before the sidecar says it is ready;
     /// past it, the sidecar serves by its policy until Redis answers.
     pub async fn settle(&self) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use charon::api::v1::capacity_answer::Result as Answered;
 use charon::api::v1::{CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest};
 use charon::client::lease::{LeaseOptions, LeaseRenewer};
-use charon::client::{Client, ClientError};
+use charon::client::{Client, ClientError, ErrorKind};
 use support::sidecar::{memory_sidecar, sidecar_client, tempdir};
 
 const CONFIG: &str = "
@@ -97,7 +97,13 @@ async fn leases_as_configured(client: &Client) -> Vec<Result<f64, String>> {
         })
         .await;
     assert!(
-        matches!(refused, Err(ClientError::Invalid(_))),
+        matches!(
+            refused,
+            Err(ClientError::Refused {
+                kind: ErrorKind::Malformed,
+                ..
+            })
+        ),
         "{refused:?}"
     );
     seen

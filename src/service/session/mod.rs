@@ -5,10 +5,10 @@
 //! resigns, the session ends without releasing (its holds belong to the
 //! reaper then).
 //!
-//! Operations of one session may run concurrently (the gRPC face keeps up
-//! to 64 in flight), so a client can multiplex one session; each answer goes
-//! out as soon as it is decided. A release takes its copies out of the hold set before it reaches
-//! the store, so two releases can never give back the same copy.
+//! Operations of one session may run concurrently, so a client can
+//! multiplex one session; each answer goes out as soon as it is decided. A
+//! release takes its copies out of the hold set before it reaches the store,
+//! so two releases can never give back the same copy.
 
 mod release;
 mod reserve;
