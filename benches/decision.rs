@@ -189,6 +189,7 @@ fn bench_engine(c: &mut Criterion) {
         period: HOUR_MS,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     }];
     let gcra = [Item::Gcra {
         slot: 0,

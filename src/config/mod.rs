@@ -195,6 +195,9 @@ pub struct FixedLimit {
     pub algorithm: Algorithm,
     /// Past it, granted answers carry a warning (docs/design.md#soft-limits).
     pub soft_limit: Option<SoftLimit>,
+    /// Every hit is counted, rejected or not, as envoyproxy/ratelimit
+    /// counts (fixed windows only; docs/configuration.md#counting-rejected-hits).
+    pub count_rejected: bool,
 }
 
 /// A soft limit (docs/design.md#soft-limits): granted requests

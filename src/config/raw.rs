@@ -105,6 +105,10 @@ pub struct RawRateLimit {
     /// Charon: warn past this many (or this share, `80%`) of the limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_limit: Option<RawSoftLimit>,
+    /// Charon, fixed windows only: count every hit, rejected or not, as
+    /// envoyproxy/ratelimit does (docs/configuration.md#counting-rejected-hits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_rejected: Option<Spanned<bool>>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
 }

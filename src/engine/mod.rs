@@ -96,6 +96,9 @@ pub enum Item<'a> {
         period: u64,
         hits: u64,
         shadow: bool,
+        /// Its hits are recorded even when it, or the batch, is rejected, as
+        /// envoyproxy/ratelimit records them (docs/design.md#all-or-nothing).
+        count_rejected: bool,
     },
     /// GCRA (a token bucket). `hits == 0` only checks.
     Gcra {
@@ -166,7 +169,8 @@ impl Item<'_> {
 /// fit any more ([`tiers::wait_for`]).
 pub const WAIT_STEP: u64 = 1_000;
 
-/// Decides a batch at `now`, changing `slots` only if it is granted.
+/// Decides a batch at `now`, changing `slots` only if it is granted (but
+/// for windows that count rejected hits, which record theirs either way).
 pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
     if shares_slots(items) {
         return decide_in_order(items, slots, now);
@@ -174,7 +178,8 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
     let granted = items
         .iter()
         .all(|item| item.shadow() || !is_over(item, slots, now));
-    // Granted: record and report. Rejected: report against the unchanged state.
+    // Granted: record and report. Rejected: report against the unchanged
+    // state, but for what counts rejected hits.
     let outcomes = items
         .iter()
         .map(|item| run(item, slots, now, granted))
@@ -201,6 +206,21 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
     let granted = passes(items, &outcomes);
     if granted {
         slots.clone_from_slice(&scratch);
+    } else {
+        // Rejected: only the hits that count anyway, in order.
+        for item in items {
+            if let Item::Window {
+                slot,
+                period,
+                hits,
+                count_rejected: true,
+                ..
+            } = *item
+                && hits > 0
+            {
+                record_window(slots, slot, period, hits, now);
+            }
+        }
     }
     Decision {
         granted,
@@ -312,7 +332,20 @@ fn global_view<'s>(
     }
 }
 
-/// Decides one item and, if `commit` and it passes, records it.
+/// Records `hits` of a window at `now` in `slots[slot]`.
+fn record_window(slots: &mut [Slot], slot: usize, period: u64, hits: u64, now: u64) -> u64 {
+    match slots.get_mut(slot) {
+        Some(Slot::Window(state)) => {
+            window::record(state, period, hits, now);
+            state.expires_at = window::window_start(now, period).saturating_add(period);
+            state.count
+        }
+        _ => 0,
+    }
+}
+
+/// Decides one item and, if `commit` and it passes, records it (a window
+/// that counts rejected hits records them whatever the verdict).
 fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
     match *item {
         Item::Window {
@@ -320,19 +353,14 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
             limit,
             period,
             hits,
+            count_rejected,
             ..
         } => {
             let before = window_state(slots, slot);
             let check = window::check(&before, limit, period, hits, now);
             let mut count = check.count;
-            if commit
-                && !check.over
-                && hits > 0
-                && let Some(Slot::Window(state)) = slots.get_mut(slot)
-            {
-                window::record(state, period, hits, now);
-                state.expires_at = check.window_end;
-                count = state.count;
+            if hits > 0 && (count_rejected || (commit && !check.over)) {
+                count = record_window(slots, slot, period, hits, now);
             }
             let wait = if !check.over {
                 Some(0)

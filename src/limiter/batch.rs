@@ -15,6 +15,7 @@ pub(super) fn add_item<'c>(
     resolved: &Resolved<'c>,
     hits: u64,
     quota: bool,
+    count_rejected: bool,
 ) -> Option<usize> {
     // `ignore_configured`: nothing is rejected, but what fits is counted and
     // the real state reported, exactly as for shadow-mode descriptors. A
@@ -47,6 +48,7 @@ pub(super) fn add_item<'c>(
                         period,
                         hits,
                         shadow: *shadow || ignore,
+                        count_rejected: count_rejected || limit.count_rejected(),
                     }
                 }
                 Algorithm::Gcra { burst } => {

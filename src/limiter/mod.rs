@@ -138,7 +138,13 @@ impl<S: Store> Limiter<S> {
         {
             let hits = descriptor.hits_addend.unwrap_or(default_hits);
             item_of.push(add_item(
-                &mut batch, namespace, descriptor, resolved, hits, quota,
+                &mut batch,
+                namespace,
+                descriptor,
+                resolved,
+                hits,
+                quota,
+                self.modes.count_rejected,
             ));
         }
         let decision = if batch.items.is_empty() {

@@ -76,6 +76,10 @@ pub struct Modes {
     pub shadow: bool,
     /// Every descriptor is a quota descriptor (see [`DescriptorStatus::quota`]).
     pub quota: bool,
+    /// Every fixed-window hit is counted, rejected or not, as
+    /// envoyproxy/ratelimit counts (`--count-rejected-hits`;
+    /// docs/configuration.md#counting-rejected-hits).
+    pub count_rejected: bool,
 }
 
 /// The answer to a [`RateLimitRequest`].

@@ -112,6 +112,15 @@ impl FixedLimitRef<'_> {
         }
     }
     /// A limit sent with the request has no soft limit.
+    /// Whether rejected hits count too (an override sent with a request
+    /// follows the process-wide switch alone).
+    pub(super) fn count_rejected(&self) -> bool {
+        match self {
+            FixedLimitRef::Configured(l) => l.count_rejected,
+            FixedLimitRef::Override(_) => false,
+        }
+    }
+
     pub(super) fn soft_limit(&self) -> Option<SoftLimit> {
         match self {
             FixedLimitRef::Configured(l) => l.soft_limit,

@@ -22,7 +22,7 @@
 //! let decide = |now| {
 //!     let mut batch = Batch::default();
 //!     let slot = batch.slot("counter".into(), SlotKind::Window);
-//!     batch.items.push(Item::Window { slot, limit: 1, period: 1_000, hits: 1, shadow: false });
+//!     batch.items.push(Item::Window { slot, limit: 1, period: 1_000, hits: 1, shadow: false, count_rejected: false });
 //!     store.decide_at(batch, now).granted
 //! };
 //! assert!(decide(10));

@@ -161,6 +161,7 @@ fn name_and_replaces_are_kept() {
             replaces: Vec::new(),
             algorithm: Algorithm::FixedWindow,
             soft_limit: None,
+            count_rejected: false,
         }))
     );
     assert_eq!(
@@ -173,6 +174,7 @@ fn name_and_replaces_are_kept() {
             replaces: vec!["specific_limit".into()],
             algorithm: Algorithm::FixedWindow,
             soft_limit: None,
+            count_rejected: false,
         }))
     );
 }

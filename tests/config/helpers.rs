@@ -100,6 +100,7 @@ pub fn limit(requests_per_unit: u64, unit: Unit) -> Leaf {
         replaces: Vec::new(),
         algorithm: Algorithm::FixedWindow,
         soft_limit: None,
+        count_rejected: false,
     })
 }
 

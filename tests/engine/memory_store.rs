@@ -18,6 +18,7 @@ fn window_batch(key: &str, limit: u64) -> Batch<'static> {
         period: 60_000,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     });
     batch
 }

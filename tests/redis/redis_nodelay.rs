@@ -75,6 +75,7 @@ async fn decide_once(store: &RedisStore) {
         period: 60_000,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     });
     store.decide(batch).await.expect("Redis decides");
 }

@@ -49,6 +49,7 @@ enum Ask {
         period: u64,
         hits: u64,
         shadow: bool,
+        count_rejected: bool,
     },
     Tiers {
         resource: usize,
@@ -92,15 +93,19 @@ fn arb_ask() -> impl Strategy<Value = Ask> {
             0u64..5,
             prop::sample::select(vec![1_000u64, 2_000]),
             0u64..3,
-            prop::bool::weighted(0.1)
+            prop::bool::weighted(0.1),
+            prop::bool::weighted(0.3)
         )
-            .prop_map(|(key, limit, period, hits, shadow)| Ask::Window {
-                key,
-                limit,
-                period,
-                hits,
-                shadow,
-            }),
+            .prop_map(
+                |(key, limit, period, hits, shadow, count_rejected)| Ask::Window {
+                    key,
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                    count_rejected,
+                }
+            ),
         (
             0usize..2,
             0usize..3,
@@ -152,6 +157,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                 period,
                 hits,
                 shadow,
+                count_rejected,
             } => {
                 let name = format!("tenant{key}");
                 let key = keys::window_key(NS, [("tenant", name.as_str())], period);
@@ -161,6 +167,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                     period,
                     hits,
                     shadow,
+                    count_rejected,
                 }
             }
             Ask::Gcra {
@@ -409,6 +416,7 @@ fn every_key_expires_when_it_stops_mattering() {
         period: 60_000,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     });
     let decision = runtime
         .block_on(store.decide_batch(&window))
@@ -452,6 +460,7 @@ fn keys_of_one_window_expire_spread_over_a_minute() {
             period: 3_600_000,
             hits: 1,
             shadow: false,
+            count_rejected: false,
         });
         assert!(
             runtime
@@ -516,6 +525,7 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
         period: 1_000,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     };
     let bucket = Ask::Gcra {
         key: 0,

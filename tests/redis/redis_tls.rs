@@ -171,6 +171,7 @@ fn the_store_speaks_tls() {
         period: 60_000,
         hits: 1,
         shadow: false,
+        count_rejected: false,
     });
     let first = runtime
         .block_on(store.decide_batch(&batch))

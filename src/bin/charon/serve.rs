@@ -140,6 +140,12 @@ pub struct ServeArgs {
     /// when all of them are (QUOTA_MODE).
     #[arg(long, env = "CHARON_QUOTA_MODE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub quota_mode: bool,
+    /// Count every fixed-window hit, rejected or not, as envoyproxy/ratelimit
+    /// does: a cost charged after the response then stops the next checks
+    /// once it passes the budget. By default a rejected request consumes
+    /// nothing (docs/configuration.md#counting-rejected-hits).
+    #[arg(long, env = "CHARON_COUNT_REJECTED_HITS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub count_rejected_hits: bool,
     /// Headers Envoy adds to the client's response: `none`, `ratelimit`
     /// (envoyproxy/ratelimit's RateLimit-Limit/-Remaining/-Reset) or `ietf`
     /// (RateLimit-Policy and RateLimit, and Retry-After when over).
@@ -321,6 +327,7 @@ impl ServeArgs {
                 modes: charon::limiter::Modes {
                     shadow: self.shadow_mode,
                     quota: self.quota_mode,
+                    count_rejected: self.count_rejected_hits,
                 },
                 rls: RlsOptions {
                     headers,

@@ -350,6 +350,17 @@ impl Ctx {
                         None => return Leaf::None,
                     },
                 };
+                let count_rejected = match &limit.count_rejected {
+                    Some(count) if count.value && algorithm != Algorithm::FixedWindow => {
+                        self.error(
+                            count.referenced,
+                            "`count_rejected` applies only to fixed windows (not to `algorithm: gcra`)",
+                        );
+                        return Leaf::None;
+                    }
+                    Some(count) => count.value,
+                    None => false,
+                };
                 Leaf::Limit(FixedLimit {
                     requests_per_unit,
                     unit,
@@ -358,6 +369,7 @@ impl Ctx {
                     replaces,
                     algorithm,
                     soft_limit,
+                    count_rejected,
                 })
             }
         }

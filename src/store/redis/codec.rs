@@ -70,14 +70,16 @@ pub fn arguments(
                 period,
                 hits,
                 shadow,
+                count_rejected,
             } => {
+                // One argument, two flags: 1 shadow, 2 count rejected hits.
                 invocation
                     .arg("w")
                     .arg(slot + 1)
                     .arg(limit)
                     .arg(period)
                     .arg(hits)
-                    .arg(flag(shadow));
+                    .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
             }
             Item::Gcra {
                 slot,

@@ -11,7 +11,8 @@
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
 --   log), a (GCRA).
 -- ARGV[3]: number of items, then the items:
---   w slot limit period hits shadow
+--   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
+--     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
@@ -472,13 +473,37 @@ for i = 1, #KEYS do
   end
 end
 
+-- Whether a window item from ARGV[at] on counts rejected hits: then a
+-- rejection cannot end the loop early, since those hits are recorded anyway.
+local function counting_later(at)
+  while at <= #ARGV do
+    local kind = ARGV[at]
+    if kind == 'w' then
+      if tonumber(ARGV[at + 5]) >= 2 then
+        return true
+      end
+      at = at + 6
+    elseif kind == 'a' then
+      at = at + 7
+    else
+      at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
+    end
+  end
+  return false
+end
+
 local granted = true
+-- Windows that count rejected hits: per slot, the hits kept even if the
+-- batch is rejected, and their window.
+local kept, kept_start, kept_period = {}, {}, {}
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local over, shadow
   if ARGV[at] == 'w' then
     local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
-    shadow = ARGV[at + 5] == '1'
+    local flags = tonumber(ARGV[at + 5])
+    local counting = flags >= 2
+    shadow = flags % 2 == 1
     at = at + 6
     local state = slots[slot]
     local start = now - math.fmod(now, math.max(period, 1))
@@ -487,7 +512,7 @@ for _ = 1, tonumber(ARGV[3]) do
       count = state.count
     end
     over = count + math.max(hits, 1) > limit
-    if not over and hits > 0 then
+    if hits > 0 and (counting or not over) then
       if state.start ~= start then
         slots[slot] = { start = start, count = 0, exp = start + period, period = period }
         state = slots[slot]
@@ -496,6 +521,9 @@ for _ = 1, tonumber(ARGV[3]) do
       state.count = state.count + hits
       state.exp = start + period
       dirty[slot] = true
+      if counting then
+        kept[slot], kept_start[slot], kept_period[slot] = (kept[slot] or 0) + hits, start, period
+      end
     end
   elseif ARGV[at] == 'a' then
     local slot, count, period = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3])
@@ -568,11 +596,33 @@ for _ = 1, tonumber(ARGV[3]) do
   end
   if over and not shadow then
     granted = false
-    break
+    if next(kept) == nil and not counting_later(at) then
+      break
+    end
   end
 end
 
-if granted then
+if not granted then
+  -- Rejected: the original windows plus the hits that count anyway.
+  for i = 1, #KEYS do
+    dirty[i] = false
+    if kept[i] then
+      local state = window_decode(raw[i], now)
+      if state.start ~= kept_start[i] then
+        state = { start = kept_start[i], count = 0 }
+        fresh_window[i] = true
+      else
+        fresh_window[i] = false
+      end
+      state.count = state.count + kept[i]
+      state.exp = kept_start[i] + kept_period[i]
+      state.period = kept_period[i]
+      slots[i], dirty[i] = state, true
+    end
+  end
+end
+
+do
   for i = 1, #KEYS do
     if dirty[i] then
       local kind, state = string.sub(kinds, i, i), slots[i]

@@ -254,6 +254,7 @@ impl RedisStore {
         let decision = decision?;
         if self.options.local_rejections
             && let Some((key, item)) = single_item(batch)
+            && !counts_rejected(item)
             && let Some(outcome) = decision.outcomes.first()
         {
             self.blocked.remember(key, item, outcome, sent);
@@ -266,6 +267,10 @@ impl RedisStore {
             return None;
         }
         let (key, item) = single_item(batch)?;
+        if counts_rejected(item) {
+            // Its rejected hits must reach Redis too.
+            return None;
+        }
         let outcome = self.blocked.check(key, item, now)?;
         Some(Decision {
             granted: false,
@@ -438,6 +443,18 @@ impl Store for RedisStore {
 }
 
 /// `TIME`'s `[seconds, microseconds]` as milliseconds.
+/// A window that records its hits even when rejected: never answered
+/// locally, since the hits must reach the shared count.
+fn counts_rejected(item: &Item<'_>) -> bool {
+    matches!(
+        item,
+        Item::Window {
+            count_rejected: true,
+            ..
+        }
+    )
+}
+
 fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
     let part = |part: &redis::Value| match part {
         redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse::<u64>().ok(),

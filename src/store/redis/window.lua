@@ -7,7 +7,9 @@
 --
 -- KEYS: the window keys. ARGV[1]: "0" for Redis TIME, or an injected time in
 -- ms (tests only). ARGV[2]: kind letters (all "w"). ARGV[3]: number of items,
--- then per item: w slot limit period hits shadow ("-1": no limit).
+-- then per item: w slot limit period hits flags ("-1": no limit; flags: 1
+-- shadow, 2 count rejected hits: recorded even when the item or the batch
+-- is rejected, as envoyproxy/ratelimit counts).
 -- State: "start,count,expires_at". Returns {now, granted, value before...}.
 
 local now, slack, spread
@@ -49,8 +51,10 @@ if ARGV[3] == '1' then
       count = tonumber(c)
     end
   end
-  if limit ~= -1 and count + math.max(hits, 1) > limit then
-    return { now, ARGV[9] == '1' and 1 or 0, value }
+  local flags = tonumber(ARGV[9])
+  local over = limit ~= -1 and count + math.max(hits, 1) > limit
+  if over and flags < 2 then
+    return { now, flags % 2, value }
   end
   if hits > 0 then
     local state = string.format('%.0f,%.0f,%.0f', start, count + hits, start + period)
@@ -60,11 +64,17 @@ if ARGV[3] == '1' then
       redis.call('SET', KEYS[1], state, 'PX', window_ttl(start + period, period))
     end
   end
+  if over then
+    return { now, flags % 2, value }
+  end
   return { now, 1, value }
 end
 
 local reply = { now, 1 }
 local starts, counts, expires, periods, fresh, dirty = {}, {}, {}, {}, {}, {}
+-- The hits that count even if the batch is rejected, per slot, and the
+-- window they are in.
+local kept, kept_start = {}, {}
 for i = 1, #KEYS do
   local value = redis.call('GET', KEYS[i])
   reply[i + 2] = value
@@ -81,35 +91,62 @@ for i = 1, #KEYS do
   starts[i], counts[i] = start, count
 end
 
+local original_starts, original_counts = {}, {}
+for i = 1, #KEYS do
+  original_starts[i], original_counts[i] = starts[i], counts[i]
+end
+
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local slot, limit, period, hits = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4])
-  local shadow = ARGV[at + 5] == '1'
+  local flags = tonumber(ARGV[at + 5])
+  local shadow, counting = flags % 2 == 1, flags >= 2
   at = at + 6
-  if limit == -1 then
-    limit = math.huge
-  end
-  local start = now - math.fmod(now, math.max(period, 1))
-  local count = 0
-  if starts[slot] == start then
-    count = counts[slot]
-  end
-  if count + math.max(hits, 1) > limit then
-    if not shadow then
+  -- Once rejected, only the hits that count anyway matter.
+  if reply[2] == 1 or counting then
+    if limit == -1 then
+      limit = math.huge
+    end
+    local start = now - math.fmod(now, math.max(period, 1))
+    local count = 0
+    if starts[slot] == start then
+      count = counts[slot]
+    end
+    local over = count + math.max(hits, 1) > limit
+    if over and not shadow then
       reply[2] = 0
-      break
     end
-  elseif hits > 0 then
-    if starts[slot] ~= start then
-      starts[slot], counts[slot], fresh[slot] = start, 0, true
+    if hits > 0 and (counting or not over) then
+      if starts[slot] ~= start then
+        starts[slot], counts[slot], fresh[slot] = start, 0, true
+      end
+      counts[slot] = counts[slot] + hits
+      expires[slot], periods[slot] = start + period, period
+      dirty[slot] = true
+      if counting then
+        kept[slot], kept_start[slot] = (kept[slot] or 0) + hits, start
+      end
     end
-    counts[slot] = counts[slot] + hits
-    expires[slot], periods[slot] = start + period, period
-    dirty[slot] = true
   end
 end
 
-if reply[2] == 1 then
+if reply[2] == 0 then
+  -- Rejected: the original state plus the hits that count anyway.
+  for i = 1, #KEYS do
+    dirty[i] = false
+    if kept[i] then
+      local start = kept_start[i]
+      if original_starts[i] == start then
+        counts[i], fresh[i] = original_counts[i] + kept[i], false
+      else
+        counts[i], fresh[i] = kept[i], true
+      end
+      starts[i], dirty[i] = start, true
+    end
+  end
+end
+
+do
   for i = 1, #KEYS do
     if dirty[i] then
       local value = string.format('%.0f,%.0f,%.0f', starts[i], counts[i], expires[i])
