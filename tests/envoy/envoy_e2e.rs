@@ -33,7 +33,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// The ratelimit filter's timeout in the test's copy of the example.
 const TEST_FILTER_TIMEOUT: &str = "2s";
 
-fn manifest_dir() -> &'static Path {
+pub(crate) fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -44,7 +44,7 @@ fn is_executable(path: &Path) -> bool {
 }
 
 /// `CHARON_ENVOY`, else `target/envoy-venv/bin/envoy`; panics when missing.
-fn find_envoy() -> PathBuf {
+pub(crate) fn find_envoy() -> PathBuf {
     let path = match std::env::var_os("CHARON_ENVOY") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => manifest_dir().join("target/envoy-venv/bin/envoy"),
@@ -59,7 +59,7 @@ fn find_envoy() -> PathBuf {
 }
 
 /// `N` distinct free ports on 127.0.0.1 (all bound at once, then released).
-fn free_ports<const N: usize>() -> [u16; N] {
+pub(crate) fn free_ports<const N: usize>() -> [u16; N] {
     let listeners: Vec<TcpListener> = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
         .collect();
@@ -167,14 +167,14 @@ fn with_tracing(envoy_yaml: &str, port: u16) -> String {
 
 /// A child process that is killed (SIGKILL) and reaped when dropped, even
 /// on panic. On panic its log (stdout and stderr) is printed.
-struct Proc {
+pub(crate) struct Proc {
     name: &'static str,
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl Proc {
-    fn spawn(name: &'static str, cmd: &mut Command, dir: &Path) -> Proc {
+    pub(crate) fn spawn(name: &'static str, cmd: &mut Command, dir: &Path) -> Proc {
         let log = dir.join(format!("{name}.log"));
         let out = File::create(&log).expect("create log file");
         let err = out.try_clone().expect("clone log file");
@@ -200,7 +200,7 @@ impl Proc {
     }
 
     /// Its exit status, if it exited on its own.
-    fn exited(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().ok().flatten())

@@ -1,0 +1,171 @@
+//! A token budget behind a real Envoy (examples/envoy/token-budget.yaml):
+//! an upstream answers `x-tokens: 6000`, Envoy checks the budget before each
+//! request (`hits_addend` 0) and charges the upstream's count after the
+//! response (`apply_on_stream_done`). With rejected hits counted (the limit's
+//! `count_rejected: true`, or `--count-rejected-hits` as a drop-in for
+//! envoyproxy/ratelimit), the charge that passes the budget is recorded and
+//! the next request is refused; with Charon's default it is not, and every
+//! request passes (docs/configuration.md#counting-rejected-hits).
+
+use std::fs;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::envoy_e2e::{Proc, find_envoy, free_ports, manifest_dir};
+
+const READY: Duration = Duration::from_secs(30);
+/// Envoy charges after the response, on its own: time for that call to land
+/// before the next request's check (it takes about a millisecond).
+const CHARGE_LANDS: Duration = Duration::from_millis(500);
+
+/// The example with its four ports replaced.
+fn envoy_yaml(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
+    let path = manifest_dir().join("examples/envoy/token-budget.yaml");
+    let mut text = fs::read_to_string(&path).expect("read examples/envoy/token-budget.yaml");
+    for (from, to) in [
+        (10000, listen),
+        (9901, admin),
+        (8080, upstream),
+        (8081, grpc),
+    ] {
+        let needle = format!("port_value: {from}");
+        assert_eq!(text.matches(&needle).count(), 1, "one `{needle}`");
+        text = text.replace(&needle, &format!("port_value: {to}"));
+    }
+    text
+}
+
+/// Waits out the last half minute of an hour: the budget's window must not
+/// end in the middle of a run.
+async fn clear_of_the_hour() {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let into = now % 3_600;
+    if into > 3_600 - 30 {
+        tokio::time::sleep(Duration::from_secs(3_600 - into + 1)).await;
+    }
+}
+
+/// Six requests through Envoy in front of Charon on `limits` with
+/// `args`; the status of each.
+async fn six_requests(limits: &str, args: &[&str]) -> Vec<u16> {
+    clear_of_the_hour().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.yaml");
+    fs::write(&config, limits).expect("write limits");
+
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let upstream_port = upstream.local_addr().expect("upstream addr").port();
+    let app = axum::Router::new().fallback(|| async { ([("x-tokens", "6000")], "answered") });
+    tokio::spawn(async move {
+        axum::serve(upstream, app).await.expect("upstream server");
+    });
+
+    let [listen, envoy_admin, grpc, sidecar_admin] = free_ports::<4>();
+    let mut sidecar = Proc::spawn(
+        "charon",
+        Command::new(env!("CARGO_BIN_EXE_charon"))
+            .env("NO_COLOR", "1")
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--grpc-addr")
+            .arg(format!("127.0.0.1:{grpc}"))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{sidecar_admin}"))
+            .args(args),
+        dir.path(),
+    );
+    let envoy_config = dir.path().join("envoy.yaml");
+    fs::write(
+        &envoy_config,
+        envoy_yaml(listen, envoy_admin, upstream_port, grpc),
+    )
+    .expect("write envoy.yaml");
+    let mut envoy = Proc::spawn(
+        "envoy",
+        Command::new(find_envoy())
+            .arg("-c")
+            .arg(&envoy_config)
+            .arg("--disable-hot-restart")
+            .arg("--base-id")
+            .arg(envoy_admin.to_string())
+            .arg("--concurrency")
+            .arg("1")
+            .arg("--log-level")
+            .arg("warn"),
+        dir.path(),
+    );
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("reqwest client");
+    for (url, proc) in [
+        (
+            format!("http://127.0.0.1:{sidecar_admin}/readyz"),
+            &mut sidecar,
+        ),
+        (format!("http://127.0.0.1:{envoy_admin}/ready"), &mut envoy),
+    ] {
+        let deadline = Instant::now() + READY;
+        loop {
+            assert!(proc.exited().is_none(), "a process exited; its log follows");
+            if client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not ready: {url}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let mut statuses = Vec::new();
+    for _ in 0..6 {
+        let reply = client
+            .get(format!("http://127.0.0.1:{listen}/chat"))
+            .send()
+            .await
+            .expect("Envoy answers");
+        statuses.push(reply.status().as_u16());
+        // Read the body: the charge goes out when the stream is done.
+        let _ = reply.bytes().await;
+        tokio::time::sleep(CHARGE_LANDS).await;
+    }
+    statuses
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spent_token_budget_refuses_the_next_request() {
+    let example =
+        fs::read_to_string(manifest_dir().join("examples/envoy/token-budget-limits.yaml"))
+            .expect("read examples/envoy/token-budget-limits.yaml");
+    // 6 000 charged, then 12 000 (past 10 000, recorded): refused from then.
+    assert_eq!(
+        six_requests(&example, &[]).await,
+        [200, 200, 429, 429, 429, 429],
+        "count_rejected: true in the file"
+    );
+    let drop_in = example.replace(", count_rejected: true", "");
+    assert_ne!(drop_in, example, "the limit no longer counts rejected hits");
+    assert_eq!(
+        six_requests(&drop_in, &["--count-rejected-hits"]).await,
+        [200, 200, 429, 429, 429, 429],
+        "--count-rejected-hits, envoyproxy/ratelimit's counting"
+    );
+    // Charon's default: a charge past the budget is refused and records
+    // nothing, so the check before the next request still passes.
+    assert_eq!(
+        six_requests(&drop_in, &[]).await,
+        [200; 6],
+        "a rejected charge consumes nothing by default"
+    );
+}
