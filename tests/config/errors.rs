@@ -579,3 +579,44 @@ fn load_path_reports_file_errors() {
         vec![(5, 13), (8, 15)]
     );
 }
+
+#[test]
+fn control_characters_in_names_are_refused_with_their_place() {
+    // YAML's double-quoted escapes put them in: a NUL, a newline, an escape.
+    assert_error(
+        "domain: \"a\\u0000b\"\n",
+        1,
+        9,
+        &["domain contains a control character (U+0000 at byte 1)"],
+    );
+    assert_error(
+        "domain: a\ndescriptors:\n  - key: \"line\\nbreak\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        3,
+        10,
+        &["descriptor key contains a control character (U+000A"],
+    );
+    assert_error(
+        "domain: a\ndescriptors:\n  - key: k\n    value: \"\\e[31m\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        4,
+        12,
+        &["descriptor value contains a control character (U+001B at byte 0)"],
+    );
+    let resource = "domain: a\nresources:\n  \"api\\t\":\n    rate:\n      tiers:\n        - {limit: 1, window: 1s}\n";
+    let errors = errors_of(resource);
+    assert!(
+        errors.iter().any(|e| e
+            .message
+            .contains("resource name contains a control character (U+0009")),
+        "{errors:#?}"
+    );
+    let override_domain = "domain: a\nresources:\n  api:\n    rate:\n      tiers:\n        - {limit: 1, window: 1s}\n      domains:\n        \"x\\u0007\":\n          tiers:\n            - {limit: 2, window: 1s}\n";
+    let errors = errors_of(override_domain);
+    assert!(
+        errors.iter().any(|e| e
+            .message
+            .contains("domain name contains a control character (U+0007")),
+        "{errors:#?}"
+    );
+    // Unicode that is not a control character is a name like any other.
+    assert!(load_str("domain: \"café ☕\"\n", "u.yaml").is_ok());
+}

@@ -121,6 +121,42 @@ fn override_path(domain: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_are_refused_in_names_from_the_api() {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecar = Sidecar::start(dir.path(), &config, "memory", &[]);
+    sidecar.wait_readyz(200, "ready").await;
+    // A namespace named NUL, as a file would be refused.
+    let nul = put(&sidecar, "/v1/namespaces/%00", "domain: \"\\u0000\"\n", &[]).await;
+    assert_eq!(nul.status, 400, "{nul:?}");
+    assert!(
+        nul.json.to_string().contains("control character (U+0000"),
+        "the reason: {nul:?}"
+    );
+    // An override for a domain with a bell in its name.
+    let bell = put(
+        &sidecar,
+        &override_path("%07"),
+        r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#,
+        &[],
+    )
+    .await;
+    assert_eq!(bell.status, 400, "{bell:?}");
+    assert!(
+        bell.json.to_string().contains("control character (U+0007"),
+        "the reason: {bell:?}"
+    );
+    // Nothing was written.
+    let changes = get(&sidecar, "/v1/changes").await;
+    assert_eq!(changes.status, 200, "{changes:?}");
+    assert!(
+        !changes.json.to_string().contains("%00") && !changes.json.to_string().contains("\\u0007"),
+        "{changes:?}"
+    );
+    assert_eq!(granted(&sidecar, "shop", "plain").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overrides_and_namespaces_through_the_api_on_one_sidecar() {
     let dir = tempdir();
     let config = write_config(dir.path(), CONFIG);

@@ -414,6 +414,38 @@ impl Decoder for RawCodec {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_admin_port_says_what_it_serves_at_its_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))
+        .ready()
+        .await;
+    let root = reqwest::get(sidecar.admin_url("/"))
+        .await
+        .expect("GET / answers");
+    assert_eq!(root.status(), 200);
+    let index = root.text().await.expect("a body");
+    assert_eq!(index, charon::server::admin::INDEX);
+    // Every GET path it lists answers (not 404): the list stays true.
+    let client = reqwest::Client::new();
+    let mut listed = 0;
+    for line in index.lines() {
+        let mut words = line.split_whitespace();
+        let (Some("GET"), Some(path)) = (words.next(), words.next()) else {
+            continue;
+        };
+        listed += 1;
+        let status = client
+            .get(sidecar.admin_url(path))
+            .send()
+            .await
+            .expect("answers")
+            .status();
+        assert_ne!(status, 404, "GET {path} is listed but not served");
+    }
+    assert!(listed >= 9, "{index}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn health_endpoints_and_grpc_health() {
     let dir = tempfile::tempdir().expect("tempdir");
     let sidecar = Sidecar::start(&write_config(dir.path(), "edge.yaml", CONFIG))

@@ -97,6 +97,9 @@ impl Ctx {
                 self.error(entry.referenced, "a domain name is empty");
                 continue;
             }
+            if self.control_character(entry.referenced, "domain name", domain) {
+                continue;
+            }
             let Some(capacity) = self.amount(&entry.value.capacity, "capacity") else {
                 continue;
             };

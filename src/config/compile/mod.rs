@@ -43,6 +43,24 @@ impl Ctx {
         });
     }
 
+    /// Refuses a name with a control character (NUL, newline, escape…):
+    /// one rule for every source of names, files and the configuration API
+    /// alike, so no name can break a log line, a key or a page. True when
+    /// refused.
+    pub(super) fn control_character(&mut self, at: Location, what: &str, name: &str) -> bool {
+        let Some((index, found)) = name.char_indices().find(|(_, c)| c.is_control()) else {
+            return false;
+        };
+        self.error(
+            at,
+            format!(
+                "{what} contains a control character (U+{:04X} at byte {index}); names may not",
+                u32::from(found)
+            ),
+        );
+        true
+    }
+
     pub(super) fn note(&mut self, at: Location, message: impl Into<String>) {
         self.notes.push(Note {
             file: self.file.clone(),
@@ -85,6 +103,7 @@ impl Ctx {
         if name.is_empty() {
             self.error(raw.domain.referenced, "domain is empty");
         }
+        self.control_character(raw.domain.referenced, "domain", &name);
         let settings = raw
             .settings
             .as_ref()
@@ -138,6 +157,9 @@ impl Ctx {
                 self.error(at, "descriptor key is empty");
                 continue;
             }
+            if self.control_character(at, "descriptor key", key) {
+                continue;
+            }
             if depth > caps::MAX_DESCRIPTOR_DEPTH {
                 self.error(
                     at,
@@ -149,6 +171,11 @@ impl Ctx {
                 return level;
             }
             let value = raw.value.as_ref().map_or("", |v| v.value.as_str());
+            if let Some(written) = &raw.value
+                && self.control_character(written.referenced, "descriptor value", value)
+            {
+                continue;
+            }
             if !seen.insert((key, value)) {
                 let shown = if value.is_empty() {
                     format!("`{key}`")

@@ -26,6 +26,9 @@ impl Ctx {
             self.error(at, "resource name is empty");
             return None;
         }
+        if self.control_character(at, "resource name", name) {
+            return None;
+        }
         if let Some(capacity) = &mut resource.value.capacity {
             if resource.value.rate.is_some() || resource.value.copies.is_some() {
                 self.error(
@@ -101,6 +104,9 @@ impl Ctx {
         for (domain, config) in &mut rate.domains {
             if domain.is_empty() {
                 self.error(config.referenced, "domain name is empty");
+                continue;
+            }
+            if self.control_character(config.referenced, "domain name", domain) {
                 continue;
             }
             let domain_at = config.referenced;
@@ -354,6 +360,9 @@ impl Ctx {
         );
         let mut domains = HashMap::new();
         for (domain, limit) in &mut copies.domains {
+            if self.control_character(limit.referenced, "domain name", domain) {
+                continue;
+            }
             let count = self.count(limit, "domain limit");
             let count = lowered(self, limit, count, format!("limit of domain `{domain}`"));
             domains.insert(domain.clone(), count);
@@ -365,6 +374,9 @@ impl Ctx {
             let group_name = group.name.value.clone();
             if group_name.is_empty() {
                 self.error(group.name.referenced, "group name is empty");
+                continue;
+            }
+            if self.control_character(group.name.referenced, "group name", &group_name) {
                 continue;
             }
             if !group_names.insert(group_name.clone()) {

@@ -49,6 +49,27 @@ pub struct AdminState {
     pub store_status: Arc<dyn Fn() -> StoreStatus + Send + Sync>,
 }
 
+/// `GET /`: what this port serves, the first thing a newcomer asks it.
+/// (tests/sidecar/server.rs checks that every path listed answers.)
+pub const INDEX: &str = "\
+charon admin port (docs/operations.md)
+
+GET    /healthz                liveness: 200 while the process runs
+GET    /readyz                 readiness: 503 while starting or draining, or with no store under --on-store-error deny
+GET    /metrics                Prometheus metrics
+GET    /ui/simulator           the simulator page (docs/simulator.md)
+GET    /ui/state               the live state view
+GET    /debug/resources        configured resources and their holds *
+GET    /debug/state            ?namespace=&resource=&domain=: a domain's state *
+POST   /json                   envoyproxy/ratelimit's JSON ShouldRateLimit
+GET    /rlconfig               the running limits, as envoyproxy/ratelimit prints them
+GET    /v1/namespaces          the configuration API (docs/configuration-api.md) *
+PUT    /v1/namespaces/NS/resources/RESOURCE/domains/DOMAIN   a per-domain override *
+GET    /v1/changes             the configuration API's change log *
+
+* with --admin-token-file: the bearer token; without it: loopback peers only.
+";
+
 /// The admin port's routes. What reads tenant state or changes anything
 /// (`/debug/*`, the simulator's sessions) passes `access` first; probes,
 /// `/metrics` and the static pages do not.
@@ -95,6 +116,7 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         )
         .layer(axum::middleware::from_fn(addressed_directly));
     Router::new()
+        .route("/", get(|| async { INDEX }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route(
