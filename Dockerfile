@@ -26,12 +26,17 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
     CARGO_PROFILE_RELEASE_STRIP="$STRIP" cargo build --release --locked --bin charon \
-    && install -D -m 0755 target/release/charon /out/charon
+    && install -D -m 0755 target/release/charon /out/charon \
+    && install -D -m 0755 target/release/charon /usr/local/bin/charon \
+    && ln -s /usr/local/bin/charon /out/ratelimit
 
 # glibc and libgcc (the binary links them), CA certificates, tzdata; no
 # shell, no package manager.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=builder /out/charon /usr/local/bin/charon
+# Started as /bin/ratelimit (Envoy Gateway's command), charon reads
+# envoyproxy/ratelimit's environment (docs/envoy-compatibility.md).
+COPY --from=builder /out/ratelimit /bin/ratelimit
 USER 65532:65532
 # gRPC (RateLimitService; the sidecar binds it to 127.0.0.1 in Kubernetes),
 # admin HTTP (/healthz, /readyz, /metrics), the webhook's HTTPS.

@@ -946,3 +946,98 @@ async fn limit_keys_past_the_cap_fold_into_overflow() {
         .count();
     assert_eq!(series, 10_001, "10 000 keys and the overflow");
 }
+
+/// `charon` started as upstream's container starts `/bin/ratelimit`: a link
+/// named `ratelimit`, upstream's environment and nothing else.
+fn start_as_ratelimit(dir: &std::path::Path, vars: &[(&str, String)]) -> std::process::Child {
+    let link = dir.join("ratelimit");
+    if !link.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_charon"), &link).expect("a link");
+    }
+    Command::new(&link)
+        .env_clear()
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(std::fs::File::create(dir.join("ratelimit.log")).expect("log"))
+        .stderr(std::fs::File::create(dir.join("ratelimit.err")).expect("log"))
+        .spawn()
+        .expect("ratelimit starts")
+}
+
+#[tokio::test]
+async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
+    let dir = tempdir();
+    let config_dir = dir.path().join("data/ratelimit/config");
+    std::fs::create_dir_all(&config_dir).expect("runtime dir");
+    std::fs::write(
+        config_dir.join("ai.yaml"),
+        "domain: ai\ndescriptors:\n  - key: generic_key\n    value: tokens\n    rate_limit: {unit: hour, requests_per_unit: 10000}\n",
+    )
+    .expect("config");
+    let [port, grpc_port] = [support::redis::free_port(), support::redis::free_port()];
+    // Envoy Gateway's variables (less TLS and Redis), pointed at this test.
+    let vars = [
+        (
+            "RUNTIME_ROOT",
+            dir.path().join("data").display().to_string(),
+        ),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit".to_owned()),
+        ("RUNTIME_IGNOREDOTFILES", "true".to_owned()),
+        ("RUNTIME_WATCH_ROOT", "false".to_owned()),
+        ("LOG_LEVEL", "info".to_owned()),
+        ("USE_STATSD", "false".to_owned()),
+        ("CONFIG_TYPE", "FILE".to_owned()),
+        ("HOST", "127.0.0.1".to_owned()),
+        ("PORT", port.to_string()),
+        ("GRPC_HOST", "127.0.0.1".to_owned()),
+        ("GRPC_PORT", grpc_port.to_string()),
+    ];
+    let mut child = support::KilledOnDrop(start_as_ratelimit(dir.path(), &vars));
+    let healthcheck = format!("http://127.0.0.1:{port}/healthcheck");
+    eventually(
+        "GET /healthcheck answers 200",
+        std::time::Duration::from_secs(20),
+        async || {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                return Err(format!("exited: {status}"));
+            }
+            match reqwest::get(&healthcheck).await {
+                Ok(reply) if reply.status() == 200 => Ok(()),
+                Ok(reply) => Err(format!("status {}", reply.status())),
+                Err(error) => Err(error.to_string()),
+            }
+        },
+    )
+    .await;
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc_port}"))
+        .await
+        .expect("gRPC on GRPC_PORT");
+    // Upstream's counting by default: the charge past the budget is
+    // recorded, and the next check is refused.
+    let mut codes = Vec::new();
+    for hits in [0, 6_000, 6_000, 0] {
+        let answer = ask(
+            &mut client,
+            "ai",
+            vec![descriptor(&[("generic_key", "tokens")], Some(hits))],
+        )
+        .await;
+        codes.push(over(answer.overall_code));
+    }
+    assert_eq!(codes, [false, false, true, true]);
+    let log = std::fs::read_to_string(dir.path().join("ratelimit.log")).unwrap_or_default()
+        + &std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
+    assert!(
+        log.contains("USE_STATSD is set but not used"),
+        "each unused variable is named: {log}"
+    );
+    drop(child);
+
+    // xDS configuration is refused by name, before anything is served.
+    let mut xds = vars.to_vec();
+    xds.retain(|(name, _)| *name != "CONFIG_TYPE");
+    xds.push(("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()));
+    let status = start_as_ratelimit(dir.path(), &xds).wait().expect("exits");
+    assert!(!status.success());
+    let err = std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
+    assert!(err.contains("CONFIG_TYPE=GRPC_XDS_SOTW"), "{err}");
+}

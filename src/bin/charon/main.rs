@@ -6,6 +6,7 @@ mod config;
 mod logging;
 mod secrets;
 mod serve;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -110,6 +111,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Invoked as `ratelimit`: envoyproxy/ratelimit's environment, read as
+    // upstream's container is started.
+    let invoked_as = std::env::args_os()
+        .next()
+        .and_then(|arg0| PathBuf::from(arg0).file_name().map(|name| name.to_owned()));
+    if invoked_as.as_deref() == Some(std::ffi::OsStr::new("ratelimit")) {
+        return as_ratelimit();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Check {
@@ -170,8 +179,37 @@ fn main() -> ExitCode {
             },
             &cli.log,
         ),
-        Command::Serve(args) => serve::run(args, &cli.log),
+        Command::Serve(args) => serve::run(args, &cli.log, &[]),
         Command::Config(args) => configure(args),
+    }
+}
+
+/// `charon serve` from upstream's environment variables (see `upstream`).
+fn as_ratelimit() -> ExitCode {
+    let translated = match upstream::serve_args(&|name| std::env::var(name).ok()) {
+        Ok(translated) => translated,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let argv = ["charon".to_owned(), "serve".to_owned()]
+        .into_iter()
+        .chain(translated.args);
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(error) => {
+            // A value clap refuses names Charon's flag; say which variable
+            // it came from.
+            eprintln!(
+                "error: a variable of envoyproxy/ratelimit's environment does not parse (see docs/envoy-compatibility.md#every-upstream-variable):\n{error}"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve(args) => serve::run(args, &cli.log, &translated.notes),
+        _ => ExitCode::FAILURE,
     }
 }
 

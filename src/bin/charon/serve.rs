@@ -215,7 +215,9 @@ pub enum HeaderMode {
 
 /// Starts the runtime, logging and traces, and serves until a signal says
 /// stop.
-pub fn run(args: ServeArgs, log: &LogOptions) -> ExitCode {
+/// Serves until stopped; `notes` are logged once logging is up (what the
+/// `ratelimit` invocation did not take from the environment).
+pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
     let threads = args.threads;
     let otlp_endpoint = args.otlp_endpoint.clone();
     let options = match args.into_options() {
@@ -238,6 +240,9 @@ pub fn run(args: ServeArgs, log: &LogOptions) -> ExitCode {
             .map(logging::Traces::start)
             .transpose()?;
         logging::init(log, traces.as_ref());
+        for note in notes {
+            tracing::warn!("{note}");
+        }
         let served = charon::server::run(options).await;
         if let Some(traces) = traces {
             traces.shutdown().await;

@@ -56,6 +56,7 @@ charon admin port (docs/operations.md)
 
 GET    /healthz                liveness: 200 while the process runs
 GET    /readyz                 readiness: 503 while starting or draining, or with no store under --on-store-error deny
+GET    /healthcheck            the same, at envoyproxy/ratelimit's path
 GET    /metrics                Prometheus metrics
 GET    /ui/simulator           the simulator page (docs/simulator.md)
 GET    /ui/state               the live state view
@@ -119,6 +120,8 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         .route("/", get(|| async { INDEX }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        // envoyproxy/ratelimit's probe path, which Envoy Gateway's probes ask.
+        .route("/healthcheck", get(readyz))
         .route(
             "/metrics",
             get(move |State(admin): State<AdminState>| metrics(admin, sources.clone())),

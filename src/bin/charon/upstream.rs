@@ -1,0 +1,401 @@
+//! `charon` invoked as `ratelimit` (the image's `/bin/ratelimit`, a link to
+//! `charon`): `charon serve` configured from envoyproxy/ratelimit's
+//! environment variables, with upstream's defaults, as Envoy Gateway and
+//! upstream's manifests start that container
+//! (docs/envoy-compatibility.md#every-upstream-variable). A variable that
+//! is set but has no Charon equivalent is named in the log at start, once,
+//! never ignored silently; one whose value cannot be honoured stops the
+//! start, naming it.
+
+/// `serve`'s arguments, and a note per variable set but not honoured.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Translated {
+    pub args: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// Upstream's variables Charon does not take, and why; named when set.
+const UNSUPPORTED: &[(&str, &str)] = &[
+    (
+        "DEBUG_HOST",
+        "the debug endpoints (/rlconfig, /metrics) are on PORT",
+    ),
+    (
+        "DEBUG_PORT",
+        "the debug endpoints (/rlconfig, /metrics) are on PORT",
+    ),
+    (
+        "USE_STATSD",
+        "no statsd: Prometheus metrics are on PORT at /metrics",
+    ),
+    (
+        "STATSD_HOST",
+        "no statsd: Prometheus metrics are on PORT at /metrics",
+    ),
+    (
+        "STATSD_PORT",
+        "no statsd: Prometheus metrics are on PORT at /metrics",
+    ),
+    (
+        "USE_DOG_STATSD",
+        "no DogStatsD: Prometheus metrics are on PORT at /metrics",
+    ),
+    ("USE_PROMETHEUS", "metrics are always on, at PORT/metrics"),
+    (
+        "PROMETHEUS_ADDR",
+        "metrics are served on PORT at /metrics, not on a listener of their own",
+    ),
+    ("PROMETHEUS_PATH", "metrics are at /metrics"),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "metrics are native Prometheus metrics with labels",
+    ),
+    (
+        "GRPC_MAX_CONNECTION_AGE",
+        "give --grpc-max-connection-age in Charon's units instead",
+    ),
+    ("GRPC_MAX_CONNECTION_AGE_GRACE", "not supported"),
+    (
+        "RUNTIME_WATCH_ROOT",
+        "the configuration directory is always watched",
+    ),
+    (
+        "RUNTIME_IGNOREDOTFILES",
+        "names starting with `.` are always skipped",
+    ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "the configuration comes from files, loaded before serving",
+    ),
+    (
+        "REDIS_POOL_SIZE",
+        "one multiplexed connection per Redis node",
+    ),
+    ("REDIS_PIPELINE_WINDOW", "one script call per decision"),
+    ("REDIS_PIPELINE_LIMIT", "one script call per decision"),
+    ("REDIS_PERSECOND", "one store for every unit"),
+    (
+        "LOCAL_CACHE_SIZE_IN_BYTES",
+        "local rejections are automatic",
+    ),
+    ("NEAR_LIMIT_RATIO", "fixed at 80%"),
+    (
+        "EXPIRATION_JITTER_MAX_SECONDS",
+        "keys expire when their window ends",
+    ),
+    ("EXTRA_TAGS", "add labels when scraping"),
+    ("TRACING_SERVICE_NAME", "traces name the service `charon`"),
+    (
+        "TRACING_SERVICE_NAMESPACE",
+        "traces name the service `charon`",
+    ),
+    (
+        "TRACING_SERVICE_INSTANCE_ID",
+        "traces name the service `charon`",
+    ),
+    (
+        "TRACING_EXPORTER_PROTOCOL",
+        "traces are exported over OTLP/gRPC",
+    ),
+];
+
+/// The translation of `env` (a lookup of upstream's variables).
+pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, String> {
+    let mut out = Translated::default();
+    let set = |name: &str| env(name).filter(|value| !value.is_empty());
+    let on = |name: &str| -> Result<bool, String> {
+        match set(name).as_deref().map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0" | "no" | "off") => Ok(false),
+            Some("true" | "1" | "yes" | "on") => Ok(true),
+            Some(other) => Err(format!("{name}={other}: expected true or false")),
+        }
+    };
+    let mut arg = |flag: &str, value: String| {
+        out.args.push(flag.to_owned());
+        out.args.push(value);
+    };
+
+    match set("CONFIG_TYPE")
+        .as_deref()
+        .map(str::to_ascii_uppercase)
+        .as_deref()
+    {
+        None | Some("FILE") => {}
+        Some(other) => {
+            return Err(format!(
+                "CONFIG_TYPE={other}: configuration over xDS is not supported yet; \
+                 Charon reads files (CONFIG_TYPE=FILE, RUNTIME_ROOT)"
+            ));
+        }
+    }
+    // Upstream reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
+    let root = set("RUNTIME_ROOT").unwrap_or_else(|| "/srv/runtime_data/current".into());
+    let mut config = std::path::PathBuf::from(root);
+    if let Some(sub) = set("RUNTIME_SUBDIRECTORY") {
+        config.push(sub);
+    }
+    config.push(set("RUNTIME_APPDIRECTORY").unwrap_or_else(|| "config".into()));
+    arg("--config", config.display().to_string());
+
+    let address = |host: &str, port: &str, default_port: u16| -> Result<String, String> {
+        let host = set(host).unwrap_or_else(|| "0.0.0.0".into());
+        let port = match set(port) {
+            None => default_port,
+            Some(text) => text
+                .parse::<u16>()
+                .map_err(|_| format!("{port}={text}: expected a port number"))?,
+        };
+        Ok(if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        })
+    };
+    let admin = address("HOST", "PORT", 8080)?;
+    let grpc = address("GRPC_HOST", "GRPC_PORT", 8081)?;
+    arg("--admin-addr", admin);
+    arg("--grpc-addr", grpc);
+    if let Some(path) = set("GRPC_UDS") {
+        arg("--grpc-uds", path);
+    }
+    if on("GRPC_SERVER_USE_TLS")? {
+        for (name, flag) in [
+            ("GRPC_SERVER_TLS_CERT", "--grpc-tls-cert"),
+            ("GRPC_SERVER_TLS_KEY", "--grpc-tls-key"),
+        ] {
+            let value =
+                set(name).ok_or_else(|| format!("GRPC_SERVER_USE_TLS=true needs {name}"))?;
+            arg(flag, value);
+        }
+        // Envoy Gateway names the client CA GRPC_SERVER_TLS_CA_CERT.
+        if let Some(ca) = set("GRPC_CLIENT_TLS_CACERT").or_else(|| set("GRPC_SERVER_TLS_CA_CERT")) {
+            arg("--grpc-client-ca", ca);
+            if let Some(san) = set("GRPC_CLIENT_TLS_SAN") {
+                arg("--grpc-allowed-san", san);
+            }
+        }
+    }
+
+    if let Some(level) = set("LOG_LEVEL") {
+        arg("--log-level", level.to_ascii_lowercase());
+    }
+    if let Some(format) = set("LOG_FORMAT") {
+        arg("--log-format", format.to_ascii_lowercase());
+    }
+
+    match set("BACKEND_TYPE")
+        .as_deref()
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("redis") => {}
+        Some(other) => {
+            return Err(format!(
+                "BACKEND_TYPE={other}: Charon stores state in Redis (or in memory)"
+            ));
+        }
+    }
+    match set("REDIS_URL") {
+        None => {
+            arg("--store", "memory".into());
+            out.notes.push(
+                "REDIS_URL is not set: state is kept in this process (--store memory)".into(),
+            );
+        }
+        Some(url) => {
+            if set("REDIS_SOCKET_TYPE").is_some_and(|kind| kind.eq_ignore_ascii_case("unix")) {
+                return Err("REDIS_SOCKET_TYPE=unix: Charon reaches Redis over TCP".into());
+            }
+            let tls = on("REDIS_TLS")?;
+            let scheme = match set("REDIS_TYPE")
+                .as_deref()
+                .map(str::to_ascii_lowercase)
+                .as_deref()
+            {
+                None | Some("single") => "",
+                Some("sentinel") => "+sentinel",
+                Some("cluster") => "+cluster",
+                Some(other) => {
+                    return Err(format!(
+                        "REDIS_TYPE={other}: expected SINGLE, SENTINEL or CLUSTER"
+                    ));
+                }
+            };
+            let auth = match set("REDIS_AUTH") {
+                None => String::new(),
+                Some(auth) => match auth.split_once(':') {
+                    Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
+                    None => format!(":{}@", encode(&auth)),
+                },
+            };
+            let base = if tls { "rediss" } else { "redis" };
+            arg("--store", format!("{base}{scheme}://{auth}{url}"));
+        }
+    }
+    for (name, flag) in [
+        ("REDIS_TLS_CACERT", "--store-ca"),
+        ("REDIS_TLS_CLIENT_CERT", "--store-tls-cert"),
+        ("REDIS_TLS_CLIENT_KEY", "--store-tls-key"),
+        ("REDIS_TIMEOUT", "--store-timeout"),
+        ("CACHE_KEY_PREFIX", "--store-key-prefix"),
+        ("LIMIT_LIMIT_HEADER", "--limit-header"),
+        ("LIMIT_REMAINING_HEADER", "--remaining-header"),
+        ("LIMIT_RESET_HEADER", "--reset-header"),
+    ] {
+        if let Some(value) = set(name) {
+            arg(flag, value);
+        }
+    }
+    for (name, flag) in [
+        ("MERGE_DOMAIN_CONFIG", "--merge-domain-config"),
+        ("SHADOW_MODE", "--shadow-mode"),
+        ("QUOTA_MODE", "--quota-mode"),
+        ("RESPONSE_DYNAMIC_METADATA", "--response-dynamic-metadata"),
+    ] {
+        if on(name)? {
+            out.args.push(flag.to_owned());
+        }
+    }
+    if on("LIMIT_RESPONSE_HEADERS_ENABLED")? {
+        out.args.push("--response-headers".into());
+        out.args.push("ratelimit".into());
+    }
+    // Upstream counts every hit unless told to stop when over.
+    if !on("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
+        out.args.push("--count-rejected-hits".into());
+    }
+    if on("TRACING_ENABLED")? {
+        let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .ok_or("TRACING_ENABLED=true needs OTEL_EXPORTER_OTLP_ENDPOINT")?;
+        out.args.push("--otlp-endpoint".into());
+        out.args.push(endpoint);
+        if let Some(rate) = set("TRACING_SAMPLING_RATE") {
+            out.args.push("--trace-sample-ratio".into());
+            out.args.push(rate);
+        }
+    }
+    for (name, why) in UNSUPPORTED {
+        if set(name).is_some() {
+            out.notes.push(format!("{name} is set but not used: {why}"));
+        }
+    }
+    Ok(out)
+}
+
+/// `text` safe inside a URL's user information.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(vars: &[(&str, &str)]) -> Result<Translated, String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        serve_args(&|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn envoy_gateways_environment_becomes_serves_flags() {
+        let translated = translate(&[
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("RUNTIME_IGNOREDOTFILES", "true"),
+            ("RUNTIME_WATCH_ROOT", "false"),
+            ("LOG_LEVEL", "info"),
+            ("USE_STATSD", "false"),
+            ("CONFIG_TYPE", "FILE"),
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+            ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.default:6379"),
+            ("REDIS_AUTH", "user:p@ss"),
+        ])
+        .expect("translated");
+        assert_eq!(
+            translated.args,
+            [
+                "--config",
+                "/data/ratelimit/config",
+                "--admin-addr",
+                "0.0.0.0:8080",
+                "--grpc-addr",
+                "0.0.0.0:8081",
+                "--grpc-tls-cert",
+                "/certs/tls.crt",
+                "--grpc-tls-key",
+                "/certs/tls.key",
+                "--grpc-client-ca",
+                "/certs/ca.crt",
+                "--log-level",
+                "info",
+                "--store",
+                "redis://user:p%40ss@redis.default:6379",
+                "--count-rejected-hits",
+            ]
+        );
+        assert_eq!(translated.notes.len(), 3, "{:?}", translated.notes);
+        assert!(
+            translated
+                .notes
+                .iter()
+                .any(|n| n.starts_with("USE_STATSD is set"))
+        );
+    }
+
+    #[test]
+    fn values_that_cannot_be_honoured_stop_the_start_by_name() {
+        for (vars, named) in [
+            (vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")], "CONFIG_TYPE"),
+            (vec![("PORT", "http")], "PORT"),
+            (
+                vec![("REDIS_URL", "r:6379"), ("REDIS_TLS", "maybe")],
+                "REDIS_TLS",
+            ),
+            (
+                vec![("GRPC_SERVER_USE_TLS", "true")],
+                "GRPC_SERVER_TLS_CERT",
+            ),
+            (vec![("BACKEND_TYPE", "memcache")], "BACKEND_TYPE"),
+        ] {
+            let error = translate(&vars).expect_err("refused");
+            assert!(error.contains(named), "{error}");
+        }
+    }
+
+    #[test]
+    fn upstreams_defaults_without_any_variable() {
+        let translated = translate(&[]).expect("translated");
+        assert_eq!(
+            translated.args,
+            [
+                "--config",
+                "/srv/runtime_data/current/config",
+                "--admin-addr",
+                "0.0.0.0:8080",
+                "--grpc-addr",
+                "0.0.0.0:8081",
+                "--store",
+                "memory",
+                "--count-rejected-hits",
+            ]
+        );
+        let stop =
+            translate(&[("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")]).expect("translated");
+        assert!(!stop.args.contains(&"--count-rejected-hits".to_owned()));
+    }
+}
