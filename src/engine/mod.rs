@@ -11,7 +11,9 @@
 //! ```rust
 //! use charon::engine::{self, Item, Slot, SlotKind};
 //! let mut slots = vec![Slot::new(SlotKind::Window)];
-//! let items = [Item::Window { slot: 0, limit: 2, period: 60_000, hits: 1, shadow: false }];
+//! let items = [Item::Window {
+//!     slot: 0, limit: 2, period: 60_000, hits: 1, shadow: false, count_rejected: false,
+//! }];
 //! assert!(engine::decide(&items, &mut slots, 1_000).granted);
 //! assert!(engine::decide(&items, &mut slots, 1_001).granted);
 //! assert!(!engine::decide(&items, &mut slots, 1_002).granted);
