@@ -49,6 +49,9 @@ pub struct ServeOptions {
     /// The bearer token of the admin routes that read tenant state
     /// (see [`admin::access`]).
     pub admin_token_file: Option<PathBuf>,
+    /// `/metrics` on a listener of its own too (envoyproxy/ratelimit's
+    /// `PROMETHEUS_ADDR`), besides the admin port's.
+    pub metrics_addr: Option<SocketAddr>,
     /// Where the configuration API keeps its changes on the memory store
     /// (none: in memory only).
     pub config_state: Option<PathBuf>,
@@ -133,6 +136,7 @@ struct Started {
     metrics: Arc<Metrics>,
     grpc_listener: TcpListener,
     admin_listener: TcpListener,
+    metrics_listener: Option<TcpListener>,
     grpc_tls: Option<listen::Tls>,
     grpc_uds: Option<tokio::net::UnixListener>,
     access: admin::access::Access,
@@ -202,6 +206,14 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
         .with_context(|| format!("cannot listen on --grpc-addr {}", options.grpc_addr))?;
+    let metrics_listener = match options.metrics_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?,
+        ),
+        None => None,
+    };
     let admin_listener = TcpListener::bind(options.admin_addr)
         .await
         .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
@@ -232,6 +244,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         metrics,
         grpc_listener,
         admin_listener,
+        metrics_listener,
         grpc_tls,
         grpc_uds,
         access,
@@ -263,6 +276,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         metrics,
         grpc_listener,
         admin_listener,
+        metrics_listener,
         grpc_tls,
         grpc_uds,
         access,
@@ -339,6 +353,32 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     )
     .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
 
+    if let Some(listener) = metrics_listener {
+        let metrics_only = axum::serve(
+            listener,
+            admin::metrics_router(
+                admin::AdminState {
+                    ready: ready.clone(),
+                    metrics: metrics.clone(),
+                    store_status: {
+                        let limiter = limiter.clone();
+                        Arc::new(move || limiter.store().status())
+                    },
+                },
+                admin::state::StateSources {
+                    limiter: limiter.clone(),
+                    copies: copies.clone(),
+                    origins: None,
+                },
+            ),
+        )
+        .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(error) = metrics_only.await {
+                tracing::error!(%error, "the --metrics-addr listener failed");
+            }
+        });
+    }
     let grpc_task = tokio::spawn(grpc);
     let admin_task = tokio::spawn(async move { admin.await });
     ready.store(true, Ordering::SeqCst);

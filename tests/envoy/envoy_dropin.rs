@@ -973,7 +973,11 @@ async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
         "domain: ai\ndescriptors:\n  - key: generic_key\n    value: tokens\n    rate_limit: {unit: hour, requests_per_unit: 10000}\n",
     )
     .expect("config");
-    let [port, grpc_port] = [support::redis::free_port(), support::redis::free_port()];
+    let [port, grpc_port, metrics_port] = [
+        support::redis::free_port(),
+        support::redis::free_port(),
+        support::redis::free_port(),
+    ];
     // Envoy Gateway's variables (less TLS and Redis), pointed at this test.
     let vars = [
         (
@@ -990,6 +994,8 @@ async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
         ("PORT", port.to_string()),
         ("GRPC_HOST", "127.0.0.1".to_owned()),
         ("GRPC_PORT", grpc_port.to_string()),
+        ("USE_PROMETHEUS", "true".to_owned()),
+        ("PROMETHEUS_ADDR", format!("127.0.0.1:{metrics_port}")),
     ];
     let mut child = support::KilledOnDrop(start_as_ratelimit(dir.path(), &vars));
     let healthcheck = format!("http://127.0.0.1:{port}/healthcheck");
@@ -1024,6 +1030,13 @@ async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
         codes.push(over(answer.overall_code));
     }
     assert_eq!(codes, [false, false, true, true]);
+    // Metrics on PROMETHEUS_ADDR, as Envoy Gateway's scrape expects them.
+    let metrics = reqwest::get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+        .await
+        .expect("metrics on PROMETHEUS_ADDR");
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.expect("a body");
+    assert!(text.contains("charon_"), "{text}");
     let log = std::fs::read_to_string(dir.path().join("ratelimit.log")).unwrap_or_default()
         + &std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
     assert!(

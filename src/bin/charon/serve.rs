@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// need it.
     #[arg(long, env = "CHARON_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Also serve /metrics on this address, on a listener of its own
+    /// (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is always on the admin
+    /// port too.
+    #[arg(long, env = "CHARON_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
     /// On the memory store: the file where the configuration API's changes
     /// are kept across restarts (written atomically). Without it they last
     /// as long as the process. On Redis they live in Redis.
@@ -284,6 +289,7 @@ impl ServeArgs {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
             admin_token_file: self.admin_token_file,
+            metrics_addr: self.metrics_addr,
             config_state: self.config_state,
             grpc: charon::server::GrpcOptions {
                 max_concurrent_streams: self.grpc_max_concurrent_streams,

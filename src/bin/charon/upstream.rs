@@ -40,11 +40,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "USE_DOG_STATSD",
         "no DogStatsD: Prometheus metrics are on PORT at /metrics",
     ),
-    ("USE_PROMETHEUS", "metrics are always on, at PORT/metrics"),
-    (
-        "PROMETHEUS_ADDR",
-        "metrics are served on PORT at /metrics, not on a listener of their own",
-    ),
     ("PROMETHEUS_PATH", "metrics are at /metrics"),
     (
         "PROMETHEUS_MAPPER_YAML",
@@ -264,6 +259,26 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
     if !on("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")? {
         out.args.push("--count-rejected-hits".into());
     }
+    // Upstream's default PROMETHEUS_ADDR is :9090; metrics are also on PORT.
+    if on("USE_PROMETHEUS")? {
+        let addr = set("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
+        let addr = match addr.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => addr,
+        };
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!(
+                "PROMETHEUS_ADDR={addr}: expected HOST:PORT or :PORT"
+            ));
+        }
+        out.args.push("--metrics-addr".into());
+        out.args.push(addr);
+    } else if set("PROMETHEUS_ADDR").is_some() {
+        out.notes.push(
+            "PROMETHEUS_ADDR is set but USE_PROMETHEUS is not true: metrics are on PORT at /metrics"
+                .into(),
+        );
+    }
     if on("TRACING_ENABLED")? {
         let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT")
             .ok_or("TRACING_ENABLED=true needs OTEL_EXPORTER_OTLP_ENDPOINT")?;
@@ -324,6 +339,8 @@ mod tests {
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("REDIS_URL", "redis.default:6379"),
             ("REDIS_AUTH", "user:p@ss"),
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_ADDR", ":19001"),
         ])
         .expect("translated");
         assert_eq!(
@@ -346,6 +363,8 @@ mod tests {
                 "--store",
                 "redis://user:p%40ss@redis.default:6379",
                 "--count-rejected-hits",
+                "--metrics-addr",
+                "0.0.0.0:19001",
             ]
         );
         assert_eq!(translated.notes.len(), 3, "{:?}", translated.notes);

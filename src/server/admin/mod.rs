@@ -130,6 +130,16 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         .merge(pages)
 }
 
+/// `/metrics` alone, for a listener of its own (`--metrics-addr`).
+pub fn metrics_router(admin: AdminState, sources: StateSources) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(move |State(admin): State<AdminState>| metrics(admin, sources.clone())),
+        )
+        .with_state(admin)
+}
+
 /// `router` behind `access` (and, like the pages, answering only requests
 /// addressed to `localhost` or an IP address), taking bodies as large as a
 /// configuration file.
