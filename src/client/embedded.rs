@@ -110,13 +110,12 @@ impl Embedded {
         stores.rate.settle().await;
         let log = stores.config_log(options, config_state)?;
         let configuration = Configuration::open(path.to_owned(), load, log).await?;
-        let service = Service::on(
-            configuration.running().clone(),
+        let service = Service::on_configuration(
+            Arc::new(configuration),
             stores,
             Modes::default(),
             Arc::new(Unobserved),
-        )
-        .with_configuration(Arc::new(configuration));
+        );
         Ok(Self::run(service))
     }
 

@@ -193,15 +193,12 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     }
     metrics.set_namespaces(configuration.running().load().namespaces().count());
     let configuration = Arc::new(configuration);
-    let service = Arc::new(
-        Service::on(
-            configuration.running().clone(),
-            stores,
-            options.envoy.modes,
-            metrics.clone(),
-        )
-        .with_configuration(configuration.clone()),
-    );
+    let service = Arc::new(Service::on_configuration(
+        configuration.clone(),
+        stores,
+        options.envoy.modes,
+        metrics.clone(),
+    ));
 
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
@@ -325,52 +322,23 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             listen::incoming(grpc_listener, grpc_tls, grpc_uds),
             shutdown::wait_for(shutdown_rx.clone()),
         );
-    let admin = axum::serve(
-        admin_listener,
-        admin::router(
-            admin::AdminState {
-                ready: ready.clone(),
-                metrics: metrics.clone(),
-                store_status: {
-                    let limiter = limiter.clone();
-                    Arc::new(move || limiter.store().status())
-                },
-            },
-            admin::state::StateSources {
-                limiter: limiter.clone(),
-                copies: copies.clone(),
-                origins: Some(admin::config_api::origins(configuration.clone())),
-            },
-            access.clone(),
-        )
-        .merge(admin::guarded(
-            admin::config_api::router(configuration),
-            access,
-        ))
-        .merge(rls::http::router(rls_service))
-        // The peer's address, for the guarded routes' loopback rule.
-        .into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
-
+    let admin_state = admin::AdminState {
+        ready: ready.clone(),
+        metrics: metrics.clone(),
+        store_status: {
+            let limiter = limiter.clone();
+            Arc::new(move || limiter.store().status())
+        },
+    };
+    let sources = admin::state::StateSources {
+        limiter: limiter.clone(),
+        copies: copies.clone(),
+        origins: Some(admin::config_api::origins(configuration.clone())),
+    };
     if let Some(listener) = metrics_listener {
         let metrics_only = axum::serve(
             listener,
-            admin::metrics_router(
-                admin::AdminState {
-                    ready: ready.clone(),
-                    metrics: metrics.clone(),
-                    store_status: {
-                        let limiter = limiter.clone();
-                        Arc::new(move || limiter.store().status())
-                    },
-                },
-                admin::state::StateSources {
-                    limiter: limiter.clone(),
-                    copies: copies.clone(),
-                    origins: None,
-                },
-            ),
+            admin::metrics_router(admin_state.clone(), sources.clone()),
         )
         .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
         tokio::spawn(async move {
@@ -379,6 +347,19 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             }
         });
     }
+    let admin = axum::serve(
+        admin_listener,
+        admin::router(admin_state, sources, access.clone())
+            .merge(admin::guarded(
+                admin::config_api::router(configuration),
+                access,
+            ))
+            .merge(rls::http::router(rls_service))
+            // The peer's address, for the guarded routes' loopback rule.
+            .into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
+
     let grpc_task = tokio::spawn(grpc);
     let admin_task = tokio::spawn(async move { admin.await });
     ready.store(true, Ordering::SeqCst);

@@ -66,11 +66,17 @@ impl Service {
         }
     }
 
-    /// With the configuration API over `configuration`, which must swap the
-    /// configuration this service decides with (see [`Self::on`]).
-    pub fn with_configuration(mut self, configuration: Arc<Configuration>) -> Self {
-        self.configuration = Some(configuration);
-        self
+    /// Deciding with what `configuration` loaded and swaps (files plus the
+    /// configuration API's objects), with that API.
+    pub fn on_configuration(
+        configuration: Arc<Configuration>,
+        stores: Stores,
+        modes: Modes,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        let mut service = Self::on(configuration.running().clone(), stores, modes, observer);
+        service.configuration = Some(configuration);
+        service
     }
 
     /// The running configuration.

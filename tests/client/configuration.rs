@@ -117,14 +117,13 @@ async fn an_embedded_engine_on_redis_follows_a_sidecars_configuration_api() {
     .await
     .expect("the engine opens on Redis");
     let client = Client::new(embedded);
-    let response = reqwest::Client::new()
-        .put(sidecar.admin_url("/v1/namespaces/shop/resources/api/domains/vip"))
-        .header("x-charon-actor", "the test")
-        .body(r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#)
-        .send()
-        .await
-        .expect("the admin port answers");
-    assert_eq!(response.status().as_u16(), 200);
+    let status = sidecar
+        .put_admin(
+            "/v1/namespaces/shop/resources/api/domains/vip",
+            r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#,
+        )
+        .await;
+    assert_eq!(status, 200);
     // The engine polls the shared log, as every sidecar does.
     eventually(
         "vip's limit is 5 here",

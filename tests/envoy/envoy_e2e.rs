@@ -231,6 +231,25 @@ impl Drop for Proc {
     }
 }
 
+/// A real Envoy on `config` (its admin on `admin`), one worker, logging to
+/// `dir`: no hot restart, so concurrent Envoys cannot clash.
+pub(crate) fn spawn_envoy(envoy: &Path, config: &Path, admin: u16, dir: &Path) -> Proc {
+    Proc::spawn(
+        "envoy",
+        Command::new(envoy)
+            .arg("-c")
+            .arg(config)
+            .arg("--disable-hot-restart")
+            .arg("--base-id")
+            .arg(admin.to_string())
+            .arg("--concurrency")
+            .arg("1")
+            .arg("--log-level")
+            .arg("warn"),
+        dir,
+    )
+}
+
 /// Everything the test started. Fields drop in order: the processes are
 /// killed (and their logs printed on panic) before the folder goes.
 struct Harness {
@@ -338,20 +357,7 @@ impl Harness {
         // so concurrent Envoys (other test runs, a developer's own) cannot
         // clash; --base-id would only matter with hot restart on, but is
         // made unique anyway.
-        let envoy = Proc::spawn(
-            "envoy",
-            Command::new(&envoy_bin)
-                .arg("-c")
-                .arg(&config)
-                .arg("--disable-hot-restart")
-                .arg("--base-id")
-                .arg(envoy_admin.to_string())
-                .arg("--concurrency")
-                .arg("1")
-                .arg("--log-level")
-                .arg("warn"),
-            dir.path(),
-        );
+        let envoy = spawn_envoy(&envoy_bin, &config, envoy_admin, dir.path());
 
         let client = reqwest::Client::builder()
             .no_proxy()

@@ -11,7 +11,7 @@ use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::envoy_e2e::{Proc, find_envoy, free_ports, manifest_dir};
+use super::envoy_e2e::{Proc, find_envoy, free_ports, manifest_dir, spawn_envoy};
 
 const READY: Duration = Duration::from_secs(30);
 /// Envoy charges after the response, on its own: time for that call to land
@@ -86,20 +86,7 @@ async fn six_requests(limits: &str, args: &[&str]) -> Vec<u16> {
         envoy_yaml(listen, envoy_admin, upstream_port, grpc),
     )
     .expect("write envoy.yaml");
-    let mut envoy = Proc::spawn(
-        "envoy",
-        Command::new(find_envoy())
-            .arg("-c")
-            .arg(&envoy_config)
-            .arg("--disable-hot-restart")
-            .arg("--base-id")
-            .arg(envoy_admin.to_string())
-            .arg("--concurrency")
-            .arg("1")
-            .arg("--log-level")
-            .arg("warn"),
-        dir.path(),
-    );
+    let mut envoy = spawn_envoy(&find_envoy(), &envoy_config, envoy_admin, dir.path());
     let client = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(10))

@@ -79,14 +79,13 @@ async fn a_sidecar_serving_every_family_holds_at_most_two_redis_connections() {
         .into_inner();
     assert_eq!(lease.answers.len(), 1);
     // A configuration API write, which every sidecar reads from Redis.
-    let written = reqwest::Client::new()
-        .put(sidecar.admin_url("/v1/namespaces/shop/resources/api/domains/vip"))
-        .header("x-charon-actor", "the test")
-        .body(r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#)
-        .send()
-        .await
-        .expect("the admin port answers");
-    assert_eq!(written.status().as_u16(), 200);
+    let status = sidecar
+        .put_admin(
+            "/v1/namespaces/shop/resources/api/domains/vip",
+            r#"{"tiers": [{"limit": 5, "window": "1h"}]}"#,
+        )
+        .await;
+    assert_eq!(status, 200);
 
     // Heartbeats, the reaper and the log's sync run on their own; give them
     // time to open whatever they would open.

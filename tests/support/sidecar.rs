@@ -124,6 +124,20 @@ impl Sidecar {
         format!("http://127.0.0.1:{}{path}", self.admin)
     }
 
+    /// `PUT path` on the admin port (the configuration API) as "the test";
+    /// the status.
+    pub async fn put_admin(&self, path: &str, body: &str) -> u16 {
+        reqwest::Client::new()
+            .put(self.admin_url(path))
+            .header("x-charon-actor", "the test")
+            .body(body.to_owned())
+            .send()
+            .await
+            .expect("the admin port answers")
+            .status()
+            .as_u16()
+    }
+
     pub fn is_alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

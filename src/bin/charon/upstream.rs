@@ -216,15 +216,17 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
                     ));
                 }
             };
-            let auth = match set("REDIS_AUTH") {
-                None => String::new(),
-                Some(auth) => match auth.split_once(':') {
-                    Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
-                    None => format!(":{}@", encode(&auth)),
-                },
-            };
             let base = if tls { "rediss" } else { "redis" };
-            arg("--store", format!("{base}{scheme}://{auth}{url}"));
+            let mut store = format!("{base}{scheme}://{url}");
+            if let Some(auth) = set("REDIS_AUTH") {
+                let (user, password) = match auth.split_once(':') {
+                    Some((user, password)) => (Some(user), password),
+                    None => (None, auth.as_str()),
+                };
+                store = charon::store::redis::url::with_credentials(&store, user, password)
+                    .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))?;
+            }
+            arg("--store", store);
         }
     }
     for (name, flag) in [
@@ -295,19 +297,6 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         }
     }
     Ok(out)
-}
-
-/// `text` safe inside a URL's user information.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

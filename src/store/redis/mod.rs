@@ -254,7 +254,6 @@ impl RedisStore {
         let decision = decision?;
         if self.options.local_rejections
             && let Some((key, item)) = single_item(batch)
-            && !counts_rejected(item)
             && let Some(outcome) = decision.outcomes.first()
         {
             self.blocked.remember(key, item, outcome, sent);
@@ -267,10 +266,6 @@ impl RedisStore {
             return None;
         }
         let (key, item) = single_item(batch)?;
-        if counts_rejected(item) {
-            // Its rejected hits must reach Redis too.
-            return None;
-        }
         let outcome = self.blocked.check(key, item, now)?;
         Some(Decision {
             granted: false,
@@ -373,13 +368,15 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The one key and item of a single-item, non-shadow batch. With a global
-/// log the domain's key names a rejection: the global log only tightens it.
+/// The one key and item of a single-item batch that may be rejected
+/// locally: not shadow, and not a window whose rejected hits must reach
+/// Redis too. With a global log the domain's key names a rejection: the
+/// global log only tightens it.
 fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> {
     let [item] = batch.items.as_slice() else {
         return None;
     };
-    if item.shadow() {
+    if item.shadow() || counts_rejected(item) {
         return None;
     }
     Some((batch.slots.get(item.slot())?.key.as_str(), item))
@@ -443,8 +440,7 @@ impl Store for RedisStore {
 }
 
 /// `TIME`'s `[seconds, microseconds]` as milliseconds.
-/// A window that records its hits even when rejected: never answered
-/// locally, since the hits must reach the shared count.
+/// A window that records its hits even when rejected.
 fn counts_rejected(item: &Item<'_>) -> bool {
     matches!(
         item,
