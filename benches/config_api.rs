@@ -58,7 +58,7 @@ fn bench_rebuild(c: &mut Criterion) {
     for i in 0..DOMAINS {
         overlay.set_override("shop", "api", &format!("d{i}"), Some(override_body(i)));
     }
-    let loaded = load_with_overlay(&path, LoadOptions::default(), &overlay).expect("loads");
+    let loaded = load_with_overlay(&path, LoadOptions::default(), &[], &overlay).expect("loads");
     assert!(
         loaded
             .notes
@@ -69,7 +69,7 @@ fn bench_rebuild(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("10k_overrides", |b| {
         b.iter(|| {
-            load_with_overlay(&path, LoadOptions::default(), black_box(&overlay)).expect("loads")
+            load_with_overlay(&path, LoadOptions::default(), &[], black_box(&overlay)).expect("loads")
         })
     });
     group.finish();

@@ -31,6 +31,19 @@ pub struct LoadOptions {
     /// it (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`); without it, a
     /// second file for a domain is an error.
     pub merge_domains: bool,
+    /// The files may be absent: a control plane (xDS) pushes the
+    /// namespaces, so a missing path or a directory without YAML is no
+    /// namespace rather than an error.
+    pub files_optional: bool,
+}
+
+/// A namespace a control plane pushed (xDS), in the file format: loaded
+/// after the files and before the API's namespaces, by the same rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushedNamespace {
+    /// Where it came from, for errors: `xds:<resource name>`.
+    pub origin: PathBuf,
+    pub text: String,
 }
 
 /// Loads one file, or every `*.yaml`/`*.yml` file of a directory.
@@ -40,7 +53,7 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
 
 /// [`load_path`], with files naming one domain merged if `options` say so.
 pub fn load_path_with(path: &Path, options: LoadOptions) -> Result<Loaded, ConfigErrors> {
-    assemble(read_sources(path)?, options, &Overlay::default(), None)
+    assemble(read_sources(path, options)?, options, &Overlay::default(), None)
 }
 
 /// One namespace's text and where it came from.
@@ -51,10 +64,17 @@ pub(super) struct Source {
     pub api_name: Option<String>,
 }
 
-/// Reads one file, or every `*.yaml`/`*.yml` file of a directory.
-pub(super) fn read_sources(path: &Path) -> Result<Vec<Source>, ConfigErrors> {
+/// Reads one file, or every `*.yaml`/`*.yml` file of a directory (none,
+/// when the files are optional and there are none).
+pub(super) fn read_sources(path: &Path, options: LoadOptions) -> Result<Vec<Source>, ConfigErrors> {
+    if options.files_optional && !path.exists() {
+        return Ok(Vec::new());
+    }
     let files = if path.is_dir() {
-        yaml_files_in(path)?
+        match yaml_files_in(path) {
+            Err(_) if options.files_optional && no_yaml_in(path) => Vec::new(),
+            files => files?,
+        }
     } else {
         vec![path.to_owned()]
     };
@@ -352,9 +372,11 @@ fn compile_file(
 pub fn load_with_overlay(
     path: &Path,
     options: LoadOptions,
+    pushed: &[PushedNamespace],
     overlay: &Overlay,
 ) -> Result<Loaded, ConfigErrors> {
-    let mut sources = read_sources(path)?;
+    let mut sources = read_sources(path, options)?;
+    add_pushed(&mut sources, pushed);
     add_api_namespaces(&mut sources, overlay);
     assemble(sources, options, overlay, None)
 }
@@ -366,10 +388,12 @@ pub fn load_with_overlay(
 pub fn check_write(
     path: &Path,
     options: LoadOptions,
+    pushed: &[PushedNamespace],
     overlay: &Overlay,
     write: Write<'_>,
 ) -> Result<Loaded, ConfigErrors> {
-    let mut sources = read_sources(path)?;
+    let mut sources = read_sources(path, options)?;
+    add_pushed(&mut sources, pushed);
     add_api_namespaces(&mut sources, overlay);
     let loaded = assemble(sources, options, overlay, Some(write))?;
     if let Write::Override { namespace, .. } = write
@@ -381,6 +405,25 @@ pub fn check_write(
         )]));
     }
     Ok(loaded)
+}
+
+fn add_pushed(sources: &mut Vec<Source>, pushed: &[PushedNamespace]) {
+    sources.extend(pushed.iter().map(|namespace| Source {
+        origin: namespace.origin.clone(),
+        text: namespace.text.clone(),
+        api_name: None,
+    }));
+}
+
+/// Whether `dir` is readable and holds no visible YAML file.
+fn no_yaml_in(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        !entries.filter_map(Result::ok).any(|entry| {
+            let path = entry.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
+            !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
+        })
+    })
 }
 
 fn add_api_namespaces(sources: &mut Vec<Source>, overlay: &Overlay) {

@@ -33,7 +33,8 @@ pub use descriptors::{Glob, Leaf, Level, Match, Metadata, Node};
 pub use duration::{FOREVER, Millis, parse as parse_duration};
 pub use error::{ConfigError, ConfigErrors, Note};
 pub use load::{
-    LoadOptions, Loaded, check_write, load_path, load_path_with, load_str, load_with_overlay,
+    LoadOptions, Loaded, PushedNamespace, check_write, load_path, load_path_with, load_str,
+    load_with_overlay,
 };
 pub use raw::MetaValue;
 pub use running::Running;

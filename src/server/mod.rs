@@ -13,6 +13,7 @@ pub mod runtime;
 mod session;
 mod shutdown;
 pub mod trace;
+pub mod xds;
 
 pub(crate) use self::shutdown::shutdown_signal;
 
@@ -61,6 +62,8 @@ pub struct ServeOptions {
     /// envoyproxy/ratelimit's switches: how files combine, shadow and quota
     /// modes, and what the RLS answer carries besides the decision.
     pub envoy: EnvoyOptions,
+    /// Namespaces pushed by a control plane over xDS, besides the files.
+    pub xds: Option<xds::XdsOptions>,
 }
 
 /// What one gRPC connection may ask of the sidecar
@@ -143,8 +146,11 @@ struct Started {
     configuration: Arc<Configuration>,
     shutdown_tx: watch::Sender<bool>,
     shutdown_rx: watch::Receiver<bool>,
-    /// Config reload, for as long as the sidecar runs.
-    watcher: notify::RecommendedWatcher,
+    /// Config reload, for as long as the sidecar runs (none when there are
+    /// no files to watch: namespaces come over xDS).
+    watcher: Option<notify::RecommendedWatcher>,
+    /// Set once the first xDS snapshot is applied: readiness waits for it.
+    xds_applied: Option<watch::Receiver<bool>>,
 }
 
 /// Loads the configuration, opens the stores, binds both ports and starts
@@ -228,12 +234,45 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         .transpose()?;
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let watcher = reload::spawn(
-        options.config.clone(),
-        configuration.clone(),
-        metrics.clone(),
-        shutdown_rx.clone(),
-    )?;
+    let watcher = if options.xds.is_some() && !options.config.exists() {
+        tracing::info!(
+            config = %options.config.display(),
+            "no configuration files: namespaces come over xDS only"
+        );
+        None
+    } else {
+        Some(reload::spawn(
+            options.config.clone(),
+            configuration.clone(),
+            metrics.clone(),
+            shutdown_rx.clone(),
+        )?)
+    };
+    let xds_applied = match &options.xds {
+        None => None,
+        Some(xds_options) => {
+            let status = xds::spawn(
+                xds_options.clone(),
+                configuration.clone(),
+                metrics.clone(),
+                shutdown_rx.clone(),
+            )?;
+            let mut applied = status.applied_first;
+            if !xds_options.force_start {
+                tracing::info!(
+                    server = %xds_options.server,
+                    "waiting for the first xDS snapshot before serving"
+                );
+                tokio::select! {
+                    waited = applied.wait_for(|applied| *applied) => {
+                        waited.context("the xDS client stopped")?;
+                    }
+                    _ = shutdown_signal() => anyhow::bail!("stopped before the first xDS snapshot"),
+                }
+            }
+            Some(applied)
+        }
+    };
     service.spawn_housekeeping(shutdown_rx.clone());
     spawn_membership_metric(service.copies.clone(), metrics.clone());
     Ok(Started {
@@ -249,6 +288,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         shutdown_tx,
         shutdown_rx,
         watcher,
+        xds_applied,
     })
 }
 
@@ -262,7 +302,7 @@ struct Serving {
     open_sessions: Arc<std::sync::atomic::AtomicUsize>,
     copies: Arc<CopyStore>,
     shutdown_tx: watch::Sender<bool>,
-    _watcher: notify::RecommendedWatcher,
+    _watcher: Option<notify::RecommendedWatcher>,
 }
 
 /// Builds the gRPC port (Envoy RLS, the Charon API, health, reflection) and
@@ -281,6 +321,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         shutdown_tx,
         shutdown_rx,
         watcher,
+        xds_applied,
     } = started;
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
@@ -362,7 +403,25 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
 
     let grpc_task = tokio::spawn(grpc);
     let admin_task = tokio::spawn(async move { admin.await });
-    ready.store(true, Ordering::SeqCst);
+    match xds_applied {
+        Some(mut applied) if !*applied.borrow() => {
+            // Serving already (unknown domains answer as with no files);
+            // ready once the control plane's first snapshot is in.
+            let (ready, mut shutdown) = (ready.clone(), shutdown_rx.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    waited = applied.wait_for(|applied| *applied) => {
+                        if waited.is_ok() && !*shutdown.borrow() {
+                            ready.store(true, Ordering::SeqCst);
+                            tracing::info!("first xDS snapshot applied: ready");
+                        }
+                    }
+                    _ = shutdown.changed() => {}
+                }
+            });
+        }
+        _ => ready.store(true, Ordering::SeqCst),
+    }
     tracing::info!(
         grpc = listen::describe(
             options.grpc_addr,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::overlay::{self, Overlay};
-use crate::config::{ConfigErrors, LoadOptions, Note, Running};
+use crate::config::{ConfigErrors, LoadOptions, Note, PushedNamespace, Running};
 use crate::store::config_log::{
     Change, ConfigLog, Delta, Expect, LogError, Object, ObjectPath, Snapshot, Write,
 };
@@ -64,6 +64,8 @@ pub struct Configuration {
     log: ConfigLog,
     running: Running,
     snapshot: Mutex<Snapshot>,
+    /// What a control plane (xDS) pushed last and was applied.
+    pushed: Mutex<Arc<Vec<PushedNamespace>>>,
     view: Mutex<View>,
     rebuilding: tokio::sync::Mutex<()>,
 }
@@ -91,6 +93,7 @@ impl Configuration {
             log,
             running,
             snapshot: Mutex::new(snapshot),
+            pushed: Mutex::new(Arc::default()),
             view: Mutex::new(view),
             rebuilding: tokio::sync::Mutex::new(()),
         }
@@ -105,7 +108,7 @@ impl Configuration {
         log: ConfigLog,
     ) -> Result<Self, ConfigErrors> {
         let snapshot = Self::first_snapshot(&log).await;
-        let loaded = match crate::config::load_with_overlay(&path, options, &snapshot.overlay()) {
+        let loaded = match crate::config::load_with_overlay(&path, options, &[], &snapshot.overlay()) {
             Ok(loaded) => loaded,
             Err(errors) => {
                 tracing::error!(%errors, "the configuration API's objects do not load; serving the files alone");
@@ -161,10 +164,27 @@ impl Configuration {
     /// (a file reload). On errors the running configuration is kept.
     pub async fn rebuild(&self) -> Result<usize, ConfigErrors> {
         let _one_at_a_time = self.rebuilding.lock().await;
+        let pushed = lock(&self.pushed).clone();
+        self.load_and_swap(pushed).await
+    }
+
+    /// Replaces what the control plane pushed with `namespaces`: loaded with
+    /// the files and the API's objects and swapped in whole, or refused with
+    /// the errors, the running configuration (and the last push) kept.
+    pub async fn push(&self, namespaces: Vec<PushedNamespace>) -> Result<usize, ConfigErrors> {
+        let _one_at_a_time = self.rebuilding.lock().await;
+        let namespaces = Arc::new(namespaces);
+        let count = self.load_and_swap(namespaces.clone()).await?;
+        *lock(&self.pushed) = namespaces;
+        Ok(count)
+    }
+
+    /// Under the rebuild lock: loads with `pushed` and swaps the result in.
+    async fn load_and_swap(&self, pushed: Arc<Vec<PushedNamespace>>) -> Result<usize, ConfigErrors> {
         let snapshot = self.snapshot();
         let (path, options, overlay) = (self.path.clone(), self.options, snapshot.overlay());
         let loaded = tokio::task::spawn_blocking(move || {
-            crate::config::load_with_overlay(&path, options, &overlay)
+            crate::config::load_with_overlay(&path, options, &pushed, &overlay)
         })
         .await
         .map_err(|error| {
@@ -244,8 +264,9 @@ impl Configuration {
             } => candidate.set_override(namespace, resource, domain, write.body.clone()),
         }
         let (path, options, target) = (self.path.clone(), self.options, write.path.clone());
+        let pushed = lock(&self.pushed).clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            crate::config::check_write(&path, options, &candidate, checked(&target))
+            crate::config::check_write(&path, options, &pushed, &candidate, checked(&target))
         })
         .await
         .map_err(|error| WriteError::Log(LogError::Unavailable(error.to_string())))?

@@ -334,9 +334,11 @@ fn directory_of(files: &[(&str, &str)]) -> tempfile::TempDir {
 
 const MERGE: LoadOptions = LoadOptions {
     merge_domains: true,
+    files_optional: false,
 };
 const NO_MERGE: LoadOptions = LoadOptions {
     merge_domains: false,
+    files_optional: false,
 };
 
 // ---------------------------------------------------------------------------

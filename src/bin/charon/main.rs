@@ -128,6 +128,7 @@ fn main() -> ExitCode {
             &path,
             charon::config::LoadOptions {
                 merge_domains: merge_domain_config,
+                ..Default::default()
             },
         ),
         Command::Simulate {
@@ -201,8 +202,11 @@ fn as_ratelimit() -> ExitCode {
         Err(error) => {
             // A value clap refuses names Charon's flag; say which variable
             // it came from.
+            let variable = variable_of(&error)
+                .map(|name| format!(" ({name})"))
+                .unwrap_or_default();
             eprintln!(
-                "error: a variable of envoyproxy/ratelimit's environment does not parse (see docs/envoy-compatibility.md#every-upstream-variable):\n{error}"
+                "error: a variable of envoyproxy/ratelimit's environment{variable} does not parse (see docs/envoy-compatibility.md#every-upstream-variable):\n{error}"
             );
             return ExitCode::FAILURE;
         }
@@ -211,6 +215,25 @@ fn as_ratelimit() -> ExitCode {
         Command::Serve(args) => serve::run(args, &cli.log, &translated.notes),
         _ => ExitCode::FAILURE,
     }
+}
+
+/// The environment variable behind the `serve` flag a parse error names.
+fn variable_of(error: &clap::Error) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(named)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let command = Cli::command();
+    let serve = command.find_subcommand("serve")?;
+    serve
+        .get_arguments()
+        .find(|arg| {
+            arg.get_long()
+                .is_some_and(|long| named.starts_with(&format!("--{long} ")) || *named == format!("--{long}"))
+        })
+        .and_then(|arg| arg.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
 }
 
 fn configure(args: config::ConfigArgs) -> ExitCode {

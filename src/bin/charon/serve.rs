@@ -208,6 +208,118 @@ pub struct ServeArgs {
     /// fail-open) or `deny` (OVER_LIMIT).
     #[arg(long, env = "CHARON_ON_OVERLOAD", default_value = "allow")]
     pub on_overload: charon::server::rls::overload::OnOverload,
+    #[command(flatten)]
+    pub xds: XdsArgs,
+}
+
+/// Configuration over xDS (docs/envoy-compatibility.md#configuration-over-xds):
+/// the flags take envoyproxy/ratelimit's variable names as their
+/// environment; only `--config-xds` turns the client on.
+#[derive(clap::Args)]
+pub struct XdsArgs {
+    /// Also take namespaces from this xDS server (`host:port` or a URL):
+    /// RateLimitConfig resources over ADS, state of the world. The files
+    /// at --config may then be absent.
+    #[arg(long = "config-xds", env = "CHARON_CONFIG_XDS")]
+    pub server: Option<String>,
+    /// The node id the control plane knows this sidecar by.
+    #[arg(long = "config-xds-node-id", env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
+    pub node_id: String,
+    /// Node metadata, `key:value` or `key=value`, comma-separated.
+    #[arg(long = "config-xds-node-metadata", env = "CONFIG_GRPC_XDS_NODE_METADATA", value_parser = parse_pairs, default_value = "")]
+    pub node_metadata: Pairs,
+    /// Headers sent on the stream, `name:value`, comma-separated.
+    #[arg(long = "config-xds-headers", env = "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", value_parser = parse_pairs, default_value = "")]
+    pub headers: Pairs,
+    /// TLS to the xDS server (needs --config-xds-ca).
+    #[arg(long = "config-xds-tls", env = "CONFIG_GRPC_XDS_SERVER_USE_TLS", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub tls: bool,
+    /// The CA that signs the xDS server's certificate (PEM).
+    #[arg(long = "config-xds-ca", env = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")]
+    pub ca: Option<PathBuf>,
+    /// This sidecar's client certificate, for mutual TLS (PEM).
+    #[arg(long = "config-xds-cert", env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long = "config-xds-key", env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: its host).
+    #[arg(long = "config-xds-san", env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
+    pub san: Option<String>,
+    /// The first wait after a failed connection or stream; it doubles.
+    #[arg(long = "config-xds-backoff-initial", env = "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", default_value = "1s", value_parser = parse_timeout)]
+    pub backoff_initial: std::time::Duration,
+    /// The longest wait between attempts.
+    #[arg(long = "config-xds-backoff-max", env = "XDS_CLIENT_BACKOFF_MAX_INTERVAL", default_value = "60s", value_parser = parse_timeout)]
+    pub backoff_max: std::time::Duration,
+    /// Each wait is spread by up to this share either way, 0 to 1.
+    #[arg(long = "config-xds-backoff-random-factor", env = "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", default_value_t = 0.5, value_parser = parse_ratio)]
+    pub backoff_random_factor: f64,
+    /// Spread the waits (`false`: exact doubling).
+    #[arg(long = "config-xds-backoff-jitter", env = "XDS_CLIENT_BACKOFF_JITTER", default_value = "true", value_parser = BoolishValueParser::new())]
+    pub backoff_jitter: bool,
+    /// A response larger than this is refused (NACK).
+    #[arg(long = "config-xds-max-message-bytes", env = "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_message_bytes: u32,
+    /// Serve before the first snapshot, reporting not ready until it
+    /// arrives; without it, the sidecar waits for it before listening.
+    #[arg(long = "config-xds-force-start", env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub force_start: bool,
+}
+
+/// `key:value` (or `key=value`) pairs, comma-separated.
+pub type Pairs = Vec<(String, String)>;
+
+fn parse_pairs(text: &str) -> Result<Pairs, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let split = pair.find([':', '=']).ok_or_else(|| {
+                format!("{pair:?} is not `key:value` or `key=value`")
+            })?;
+            let (key, value) = (pair[..split].trim(), pair[split + 1..].trim());
+            if key.is_empty() {
+                return Err(format!("{pair:?} has no key"));
+            }
+            Ok((key.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+impl XdsArgs {
+    fn into_options(self) -> anyhow::Result<Option<charon::server::xds::XdsOptions>> {
+        let Some(server) = self.server else {
+            return Ok(None);
+        };
+        let tls = match (self.tls, self.ca) {
+            (false, _) => None,
+            (true, None) => anyhow::bail!(
+                "--config-xds-tls (CONFIG_GRPC_XDS_SERVER_USE_TLS) needs --config-xds-ca \
+                 (CONFIG_GRPC_XDS_SERVER_TLS_CACERT): the CA of the xDS server's certificate"
+            ),
+            (true, Some(ca)) => Some(charon::server::xds::XdsTls {
+                ca,
+                identity: self.cert.zip(self.key),
+                san: self.san,
+            }),
+        };
+        Ok(Some(charon::server::xds::XdsOptions {
+            server,
+            node_id: self.node_id,
+            node_metadata: self.node_metadata,
+            headers: self.headers,
+            tls,
+            backoff: charon::server::xds::Backoff {
+                initial: self.backoff_initial,
+                max: self.backoff_max.max(self.backoff_initial),
+                random_factor: self.backoff_random_factor,
+                jitter: self.backoff_jitter,
+            },
+            max_message_bytes: self.max_message_bytes as usize,
+            force_start: self.force_start,
+        }))
+    }
 }
 
 /// `--response-headers`.
@@ -284,7 +396,10 @@ impl ServeArgs {
             "CHARON_STORE_SENTINEL_PASSWORD",
         )?;
         let store_tls = store_tls(self.store_ca, self.store_tls_cert.zip(self.store_tls_key))?;
+        let files_optional = self.xds.server.is_some();
+        let xds = self.xds.into_options()?;
         Ok(charon::server::ServeOptions {
+            xds,
             config: self.config,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
@@ -334,6 +449,7 @@ impl ServeArgs {
             envoy: charon::server::EnvoyOptions {
                 load: charon::config::LoadOptions {
                     merge_domains: self.merge_domain_config,
+                    files_optional,
                 },
                 modes: charon::limiter::Modes {
                     shadow: self.shadow_mode,

@@ -59,8 +59,12 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "names starting with `.` are always skipped",
     ),
     (
-        "FORCE_START_WITHOUT_INITIAL_CONFIG",
-        "the configuration comes from files, loaded before serving",
+        "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+        "reconnects wait as XDS_CLIENT_BACKOFF_* say",
+    ),
+    (
+        "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED",
+        "/healthcheck is ready once the files, or the first xDS snapshot, are loaded",
     ),
     (
         "REDIS_POOL_SIZE",
@@ -116,10 +120,15 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         .as_deref()
     {
         None | Some("FILE") => {}
+        // The other CONFIG_GRPC_XDS_* and XDS_CLIENT_* variables are the
+        // environment names of serve's --config-xds-* flags.
+        Some("GRPC_XDS_SOTW") => arg(
+            "--config-xds",
+            set("CONFIG_GRPC_XDS_SERVER_URL").unwrap_or_else(|| "localhost:18000".into()),
+        ),
         Some(other) => {
             return Err(format!(
-                "CONFIG_TYPE={other}: configuration over xDS is not supported yet; \
-                 Charon reads files (CONFIG_TYPE=FILE, RUNTIME_ROOT)"
+                "CONFIG_TYPE={other}: expected FILE or GRPC_XDS_SOTW"
             ));
         }
     }
@@ -197,9 +206,36 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
                 "REDIS_URL is not set: state is kept in this process (--store memory)".into(),
             );
         }
+        Some(url)
+            if set("REDIS_SOCKET_TYPE").map_or(url.starts_with('/'), |kind| {
+                kind.eq_ignore_ascii_case("unix")
+            }) =>
+        {
+            // Upstream's default socket type is unix; without one, a path
+            // is taken as a socket and anything else as host:port.
+            let mut store = format!("redis+unix://{url}");
+            if let Some(auth) = set("REDIS_AUTH") {
+                let (user, password) = match auth.split_once(':') {
+                    Some((user, password)) => (Some(user), password),
+                    None => (None, auth.as_str()),
+                };
+                store = charon::store::redis::url::with_credentials(&store, user, password)
+                    .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))?;
+            }
+            arg("--store", store);
+        }
         Some(url) => {
-            if set("REDIS_SOCKET_TYPE").is_some_and(|kind| kind.eq_ignore_ascii_case("unix")) {
-                return Err("REDIS_SOCKET_TYPE=unix: Charon reaches Redis over TCP".into());
+            match set("REDIS_SOCKET_TYPE")
+                .map(|kind| kind.to_ascii_lowercase())
+                .as_deref()
+            {
+                None | Some("tcp") => {}
+                other => {
+                    return Err(format!(
+                        "REDIS_SOCKET_TYPE={}: expected tcp or unix",
+                        other.unwrap_or_default()
+                    ));
+                }
             }
             let tls = on("REDIS_TLS")?;
             let scheme = match set("REDIS_TYPE")
@@ -368,7 +404,11 @@ mod tests {
     #[test]
     fn values_that_cannot_be_honoured_stop_the_start_by_name() {
         for (vars, named) in [
-            (vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")], "CONFIG_TYPE"),
+            (vec![("CONFIG_TYPE", "GRPC_XDS_DELTA")], "CONFIG_TYPE"),
+            (
+                vec![("REDIS_URL", "r:6379"), ("REDIS_SOCKET_TYPE", "udp")],
+                "REDIS_SOCKET_TYPE",
+            ),
             (vec![("PORT", "http")], "PORT"),
             (
                 vec![("REDIS_URL", "r:6379"), ("REDIS_TLS", "maybe")],
@@ -383,6 +423,39 @@ mod tests {
             let error = translate(&vars).expect_err("refused");
             assert!(error.contains(named), "{error}");
         }
+    }
+
+    #[test]
+    fn xds_and_a_unix_socket_as_envoy_gateway_and_upstream_give_them() {
+        let translated = translate(&[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+            ("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
+            ("REDIS_AUTH", "p@ss"),
+        ])
+        .expect("translated");
+        let args = translated.args.join(" ");
+        assert!(
+            args.starts_with("--config-xds envoy-gateway:18001 --config "),
+            "{args}"
+        );
+        assert!(
+            args.contains("--store redis+unix:///var/run/nutcracker/ratelimit.sock?pass=p%40ss"),
+            "{args}"
+        );
+        // Read by serve's flags from the environment, so not a note.
+        assert!(
+            !translated
+                .notes
+                .iter()
+                .any(|note| note.contains("FORCE_START")),
+            "{:?}",
+            translated.notes
+        );
+        let tcp = translate(&[("REDIS_URL", "redis:6379"), ("REDIS_SOCKET_TYPE", "unix")])
+            .expect("translated");
+        assert!(tcp.args.contains(&"redis+unix://redis:6379".to_owned()));
     }
 
     #[test]

@@ -7,7 +7,10 @@
 //!   names for `service`, followed across failovers; the credentials and db are
 //!   the master's, the sentinels are asked without them;
 //! - `redis+cluster://[user:password@]host:port[,host:port…]`
-//!   (`rediss+cluster://` for TLS): Redis Cluster, from any of its nodes.
+//!   (`rediss+cluster://` for TLS): Redis Cluster, from any of its nodes;
+//! - `redis+unix:///path/to/redis.sock[?db=N&user=U&pass=P]` (or `unix://`):
+//!   one Redis on a Unix socket, as envoyproxy/ratelimit's
+//!   `REDIS_SOCKET_TYPE=unix` reaches it.
 
 use super::RedisError;
 
@@ -49,6 +52,10 @@ impl MasterAuth {
     }
 }
 
+fn is_unix(scheme: &str) -> bool {
+    scheme == "redis+unix" || scheme == "unix"
+}
+
 fn bad(url: &str, why: &str) -> RedisError {
     RedisError::Url(format!("{}: {why}", redact(url)))
 }
@@ -58,6 +65,22 @@ pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
+    if is_unix(scheme) {
+        // The password of a socket URL is in its query (`pass=`).
+        return match url.split_once('?') {
+            Some((path, query)) => {
+                let query: Vec<String> = query
+                    .split('&')
+                    .map(|pair| match pair.split_once('=') {
+                        Some(("pass", _)) => "pass=***".to_owned(),
+                        _ => pair.to_owned(),
+                    })
+                    .collect();
+                format!("{path}?{}", query.join("&"))
+            }
+            None => url.to_string(),
+        };
+    }
     match rest.rsplit_once('@') {
         Some((userinfo, hosts)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
@@ -81,6 +104,20 @@ pub fn with_credentials(
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(bad(url, "a store password needs a Redis URL, not `memory`"));
     };
+    if is_unix(scheme) {
+        if url.contains("pass=") {
+            return Err(bad(
+                url,
+                "the URL has a password and one is given by file or environment too: give it in one place",
+            ));
+        }
+        let mut query = vec![format!("pass={}", utf8_percent_encode(password, NON_ALPHANUMERIC))];
+        if let Some(user) = user {
+            query.insert(0, format!("user={}", utf8_percent_encode(user, NON_ALPHANUMERIC)));
+        }
+        let joiner = if url.contains('?') { '&' } else { '?' };
+        return Ok(format!("{url}{joiner}{}", query.join("&")));
+    }
     // The userinfo ends at the last `@` before the path.
     let authority = rest
         .split_once('/')
@@ -116,7 +153,7 @@ pub fn parse(url: &str) -> Result<Target, RedisError> {
         ));
     };
     match scheme {
-        "redis" | "rediss" => {
+        "redis" | "rediss" | "redis+unix" | "unix" => {
             // Let redis-rs say what is wrong with the rest.
             redis::Client::open(url).map_err(|e| bad(url, &e.to_string()))?;
             Ok(Target::Single(url.to_string()))
@@ -224,6 +261,20 @@ mod tests {
             .clone();
         assert_eq!(info.redis_settings().password(), Some("p@ss:w/rd"));
         assert_eq!(info.redis_settings().username(), Some("üser"));
+    }
+
+    #[test]
+    fn a_unix_socket_carries_its_credentials_in_the_query() {
+        let url = with_credentials("redis+unix:///run/redis.sock", Some("app"), "p@ss").unwrap();
+        assert_eq!(url, "redis+unix:///run/redis.sock?user=app&pass=p%40ss");
+        assert_eq!(redact(&url), "redis+unix:///run/redis.sock?user=app&pass=***");
+        assert_eq!(parse(&url), Ok(Target::Single(url.clone())));
+        let info = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection_info()
+            .clone();
+        assert_eq!(info.redis_settings().password(), Some("p@ss"));
+        assert!(with_credentials(&url, None, "again").is_err());
     }
 
     #[test]
