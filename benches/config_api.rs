@@ -69,7 +69,8 @@ fn bench_rebuild(c: &mut Criterion) {
     group.sample_size(10);
     group.bench_function("10k_overrides", |b| {
         b.iter(|| {
-            load_with_overlay(&path, LoadOptions::default(), &[], black_box(&overlay)).expect("loads")
+            load_with_overlay(&path, LoadOptions::default(), &[], black_box(&overlay))
+                .expect("loads")
         })
     });
     group.finish();

@@ -53,7 +53,12 @@ pub fn load_path(path: &Path) -> Result<Loaded, ConfigErrors> {
 
 /// [`load_path`], with files naming one domain merged if `options` say so.
 pub fn load_path_with(path: &Path, options: LoadOptions) -> Result<Loaded, ConfigErrors> {
-    assemble(read_sources(path, options)?, options, &Overlay::default(), None)
+    assemble(
+        read_sources(path, options)?,
+        options,
+        &Overlay::default(),
+        None,
+    )
 }
 
 /// One namespace's text and where it came from.

@@ -206,33 +206,6 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         metrics.clone(),
     ));
 
-    let grpc_listener = TcpListener::bind(options.grpc_addr)
-        .await
-        .with_context(|| format!("cannot listen on --grpc-addr {}", options.grpc_addr))?;
-    let metrics_listener = match options.metrics_addr {
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?,
-        ),
-        None => None,
-    };
-    let admin_listener = TcpListener::bind(options.admin_addr)
-        .await
-        .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
-    let grpc_tls = options
-        .grpc
-        .tls
-        .as_ref()
-        .map(listen::Tls::new)
-        .transpose()?;
-    let grpc_uds = options
-        .grpc
-        .uds
-        .as_ref()
-        .map(listen::bind_uds)
-        .transpose()?;
-
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let watcher = if options.xds.is_some() && !options.config.exists() {
         tracing::info!(
@@ -273,6 +246,33 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
             Some(applied)
         }
     };
+    let grpc_listener = TcpListener::bind(options.grpc_addr)
+        .await
+        .with_context(|| format!("cannot listen on --grpc-addr {}", options.grpc_addr))?;
+    let metrics_listener = match options.metrics_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-addr {addr}"))?,
+        ),
+        None => None,
+    };
+    let admin_listener = TcpListener::bind(options.admin_addr)
+        .await
+        .with_context(|| format!("cannot listen on --admin-addr {}", options.admin_addr))?;
+    let grpc_tls = options
+        .grpc
+        .tls
+        .as_ref()
+        .map(listen::Tls::new)
+        .transpose()?;
+    let grpc_uds = options
+        .grpc
+        .uds
+        .as_ref()
+        .map(listen::bind_uds)
+        .transpose()?;
+
     service.spawn_housekeeping(shutdown_rx.clone());
     spawn_membership_metric(service.copies.clone(), metrics.clone());
     Ok(Started {

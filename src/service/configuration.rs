@@ -108,7 +108,12 @@ impl Configuration {
         log: ConfigLog,
     ) -> Result<Self, ConfigErrors> {
         let snapshot = Self::first_snapshot(&log).await;
-        let loaded = match crate::config::load_with_overlay(&path, options, &[], &snapshot.overlay()) {
+        let loaded = match crate::config::load_with_overlay(
+            &path,
+            options,
+            &[],
+            &snapshot.overlay(),
+        ) {
             Ok(loaded) => loaded,
             Err(errors) => {
                 tracing::error!(%errors, "the configuration API's objects do not load; serving the files alone");
@@ -180,7 +185,10 @@ impl Configuration {
     }
 
     /// Under the rebuild lock: loads with `pushed` and swaps the result in.
-    async fn load_and_swap(&self, pushed: Arc<Vec<PushedNamespace>>) -> Result<usize, ConfigErrors> {
+    async fn load_and_swap(
+        &self,
+        pushed: Arc<Vec<PushedNamespace>>,
+    ) -> Result<usize, ConfigErrors> {
         let snapshot = self.snapshot();
         let (path, options, overlay) = (self.path.clone(), self.options, snapshot.overlay());
         let loaded = tokio::task::spawn_blocking(move || {

@@ -7,3 +7,4 @@ mod support;
 mod envoy_dropin;
 mod envoy_e2e;
 mod token_budget;
+mod xds;

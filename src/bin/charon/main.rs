@@ -229,8 +229,9 @@ fn variable_of(error: &clap::Error) -> Option<String> {
     serve
         .get_arguments()
         .find(|arg| {
-            arg.get_long()
-                .is_some_and(|long| named.starts_with(&format!("--{long} ")) || *named == format!("--{long}"))
+            arg.get_long().is_some_and(|long| {
+                named.starts_with(&format!("--{long} ")) || *named == format!("--{long}")
+            })
         })
         .and_then(|arg| arg.get_env())
         .map(|env| env.to_string_lossy().into_owned())

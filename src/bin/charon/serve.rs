@@ -223,7 +223,11 @@ pub struct XdsArgs {
     #[arg(long = "config-xds", env = "CHARON_CONFIG_XDS")]
     pub server: Option<String>,
     /// The node id the control plane knows this sidecar by.
-    #[arg(long = "config-xds-node-id", env = "CONFIG_GRPC_XDS_NODE_ID", default_value = "default")]
+    #[arg(
+        long = "config-xds-node-id",
+        env = "CONFIG_GRPC_XDS_NODE_ID",
+        default_value = "default"
+    )]
     pub node_id: String,
     /// Node metadata, `key:value` or `key=value`, comma-separated.
     #[arg(long = "config-xds-node-metadata", env = "CONFIG_GRPC_XDS_NODE_METADATA", value_parser = parse_pairs, default_value = "")]
@@ -238,10 +242,18 @@ pub struct XdsArgs {
     #[arg(long = "config-xds-ca", env = "CONFIG_GRPC_XDS_SERVER_TLS_CACERT")]
     pub ca: Option<PathBuf>,
     /// This sidecar's client certificate, for mutual TLS (PEM).
-    #[arg(long = "config-xds-cert", env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", requires = "key")]
+    #[arg(
+        long = "config-xds-cert",
+        env = "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        requires = "key"
+    )]
     pub cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long = "config-xds-key", env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", requires = "cert")]
+    #[arg(
+        long = "config-xds-key",
+        env = "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        requires = "cert"
+    )]
     pub key: Option<PathBuf>,
     /// The name the server's certificate must carry (default: its host).
     #[arg(long = "config-xds-san", env = "CONFIG_GRPC_XDS_SERVER_TLS_SAN")]
@@ -275,9 +287,9 @@ fn parse_pairs(text: &str) -> Result<Pairs, String> {
         .map(str::trim)
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
-            let split = pair.find([':', '=']).ok_or_else(|| {
-                format!("{pair:?} is not `key:value` or `key=value`")
-            })?;
+            let split = pair
+                .find([':', '='])
+                .ok_or_else(|| format!("{pair:?} is not `key:value` or `key=value`"))?;
             let (key, value) = (pair[..split].trim(), pair[split + 1..].trim());
             if key.is_empty() {
                 return Err(format!("{pair:?} has no key"));

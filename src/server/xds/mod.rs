@@ -394,7 +394,10 @@ fn endpoint(options: &XdsOptions) -> Result<Endpoint, XdsError> {
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10));
     if let Some(tls) = &options.tls {
-        let ca = read(&tls.ca, "--config-xds-ca (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)")?;
+        let ca = read(
+            &tls.ca,
+            "--config-xds-ca (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)",
+        )?;
         check_ca(&tls.ca)?;
         let mut config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
@@ -533,8 +536,11 @@ mod tests {
             let reason = pushed_namespaces(&response, max).expect_err("refused");
             assert!(reason.contains(expected), "`{expected}` in {reason}");
         }
-        let fine = pushed_namespaces(&response(vec![resource("a", "d"), resource("", "e")]), 1 << 20)
-            .expect("two domains");
+        let fine = pushed_namespaces(
+            &response(vec![resource("a", "d"), resource("", "e")]),
+            1 << 20,
+        )
+        .expect("two domains");
         assert_eq!(fine[0].origin, PathBuf::from("xds:a"));
         assert_eq!(fine[1].origin, PathBuf::from("xds:#1"));
     }

@@ -124,7 +124,9 @@ mod tests {
         })
     }
 
-    fn load(config: &RateLimitConfig) -> Result<crate::config::Loaded, crate::config::ConfigErrors> {
+    fn load(
+        config: &RateLimitConfig,
+    ) -> Result<crate::config::Loaded, crate::config::ConfigErrors> {
         crate::config::load_str(&file_text(config), "xds:test")
     }
 
@@ -190,7 +192,10 @@ mod tests {
             "unlimited: true",
             "- name: tenant-wide",
         ] {
-            assert!(normalized.contains(expected), "`{expected}` in\n{normalized}");
+            assert!(
+                normalized.contains(expected),
+                "`{expected}` in\n{normalized}"
+            );
         }
     }
 

@@ -111,9 +111,15 @@ pub fn with_credentials(
                 "the URL has a password and one is given by file or environment too: give it in one place",
             ));
         }
-        let mut query = vec![format!("pass={}", utf8_percent_encode(password, NON_ALPHANUMERIC))];
+        let mut query = vec![format!(
+            "pass={}",
+            utf8_percent_encode(password, NON_ALPHANUMERIC)
+        )];
         if let Some(user) = user {
-            query.insert(0, format!("user={}", utf8_percent_encode(user, NON_ALPHANUMERIC)));
+            query.insert(
+                0,
+                format!("user={}", utf8_percent_encode(user, NON_ALPHANUMERIC)),
+            );
         }
         let joiner = if url.contains('?') { '&' } else { '?' };
         return Ok(format!("{url}{joiner}{}", query.join("&")));
@@ -267,7 +273,10 @@ mod tests {
     fn a_unix_socket_carries_its_credentials_in_the_query() {
         let url = with_credentials("redis+unix:///run/redis.sock", Some("app"), "p@ss").unwrap();
         assert_eq!(url, "redis+unix:///run/redis.sock?user=app&pass=p%40ss");
-        assert_eq!(redact(&url), "redis+unix:///run/redis.sock?user=app&pass=***");
+        assert_eq!(
+            redact(&url),
+            "redis+unix:///run/redis.sock?user=app&pass=***"
+        );
         assert_eq!(parse(&url), Ok(Target::Single(url.clone())));
         let info = redis::Client::open(url.as_str())
             .unwrap()
