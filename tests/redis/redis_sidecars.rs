@@ -1869,3 +1869,20 @@ resources:
         "restart under load: {granted_while_down} granted when #2 had stopped; per sidecar {tallies:?}"
     );
 }
+
+/// envoyproxy/ratelimit reaches Redis on a Unix socket by default
+/// (`REDIS_SOCKET_TYPE=unix`): `redis+unix://PATH`, decisions exact and
+/// kept in that Redis, the sidecar never degraded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_reaches_redis_on_its_unix_socket() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), &edge_config(3));
+    let store = format!("redis+unix://{}", redis.socket().display());
+    let sidecar = Sidecar::start(dir.path(), &config, &store, &["--store-timeout", "2s"]);
+    sidecar.wait_reachable().await;
+    let mut client = sidecar.rls_client().await;
+    expect_three_then_over(std::slice::from_mut(&mut client), "socket").await;
+    assert_never_degraded(&sidecar).await;
+    wait_for_keys(redis.port, "the counts live in the Redis behind the socket").await;
+}

@@ -347,6 +347,12 @@ impl RedisServer {
                 // `DEBUG SLEEP` stalls Redis on purpose in the copy tests.
                 "--enable-debug-command",
                 "local",
+                // Beside the port, as envoyproxy/ratelimit reaches Redis
+                // by default (`REDIS_SOCKET_TYPE=unix`).
+                "--unixsocket",
+                &format!("{dir}/redis.sock"),
+                "--unixsocketperm",
+                "700",
             ]
             .map(str::to_owned)
             .to_vec(),
@@ -413,6 +419,11 @@ impl RedisServer {
     }
 
     /// `redis://127.0.0.1:<port>`.
+    /// The server's Unix socket (standalone servers and cluster nodes).
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
