@@ -812,16 +812,22 @@ async fn every_serve_flag_reads_its_environment_variable() {
             .any(|h| h.key == "RateLimit-Limit"),
         "CHARON_RESPONSE_HEADERS=ratelimit: {answer:?}"
     );
-    // Every flag of `serve` names its variable in --help.
+    // Every flag of `serve` names its variable in --help: Charon's own, but
+    // for the xDS client's, which take envoyproxy/ratelimit's names.
     let help = Command::new(env!("CARGO_BIN_EXE_charon"))
         .args(["serve", "--help"])
         .output()
         .expect("help");
     let help = String::from_utf8_lossy(&help.stdout);
     let flags = help.matches("\n      --").count();
-    let envs = help.matches("[env: CHARON_").count();
+    let charon = help.matches("[env: CHARON_").count();
+    let upstream = ["[env: CONFIG_GRPC_XDS_", "[env: XDS_CLIENT_", "[env: FORCE_START_"]
+        .iter()
+        .map(|prefix| help.matches(prefix).count())
+        .sum::<usize>();
     assert!(flags >= 19, "{help}");
-    assert_eq!(envs, flags, "{help}");
+    assert_eq!(upstream, 14, "the xDS flags' variables: {help}");
+    assert_eq!(charon + upstream, flags, "{help}");
 }
 
 /// The per-limit counters after a scripted sequence: within, near (past 80%
