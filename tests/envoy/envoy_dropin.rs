@@ -1051,12 +1051,18 @@ async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
     );
     drop(child);
 
-    // xDS configuration is refused by name, before anything is served.
-    let mut xds = vars.to_vec();
-    xds.retain(|(name, _)| *name != "CONFIG_TYPE");
-    xds.push(("CONFIG_TYPE", "GRPC_XDS_SOTW".to_owned()));
-    let status = start_as_ratelimit(dir.path(), &xds).wait().expect("exits");
-    assert!(!status.success());
-    let err = std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
-    assert!(err.contains("CONFIG_TYPE=GRPC_XDS_SOTW"), "{err}");
+    // A value that cannot be honoured stops the start, naming the variable:
+    // one upstream reads itself, and one read as a flag's environment.
+    for (name, value) in [
+        ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon"),
+    ] {
+        let mut wrong = vars.to_vec();
+        wrong.retain(|(kept, _)| *kept != name);
+        wrong.push((name, value.to_owned()));
+        let status = start_as_ratelimit(dir.path(), &wrong).wait().expect("exits");
+        assert!(!status.success());
+        let err = std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
+        assert!(err.contains(name), "{err}");
+    }
 }
