@@ -233,6 +233,15 @@ pub enum Algorithm {
     /// A token bucket (docs/design.md#gcra): `requests_per_unit` per unit,
     /// up to `burst` at once.
     Gcra { burst: u64 },
+    /// `cost: after_response` (docs/design.md#costs-known-after-the-response):
+    /// a fixed window of cost units, charged after the response and checked
+    /// with the cost of the requests in flight predicted.
+    AfterResponse {
+        /// What one request is predicted to cost before any was charged.
+        initial_cost: u64,
+        /// The largest charge accepted.
+        max_charge: u64,
+    },
 }
 
 impl FixedLimit {

@@ -109,6 +109,18 @@ pub struct RawRateLimit {
     /// envoyproxy/ratelimit does (docs/configuration.md#counting-rejected-hits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_rejected: Option<Spanned<bool>>,
+    /// Charon: `after_response`, a cost charged when the response ends
+    /// (docs/configuration.md#costs-known-after-the-response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Spanned<String>>,
+    /// With `cost: after_response`: one request's predicted cost before any
+    /// was charged (default: 1% of the limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_cost: Option<Spanned<i64>>,
+    /// With `cost: after_response`: the largest charge accepted (default:
+    /// the limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_charge: Option<Spanned<i64>>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub unlimited: bool,
 }

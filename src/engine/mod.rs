@@ -21,12 +21,14 @@
 
 pub mod capacity;
 pub mod copies;
+pub mod cost;
 pub mod gcra;
 mod hit_log;
 mod outcome;
 pub mod tiers;
 pub mod window;
 
+pub use cost::CostState;
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
@@ -46,6 +48,8 @@ pub enum Slot {
     Log(HitLog),
     /// A GCRA key's theoretical arrival time.
     Gcra(GcraState),
+    /// A cost known after the response: charges, admissions, what was learned.
+    Cost(CostState),
 }
 
 /// Which kind of state a key holds.
@@ -55,6 +59,7 @@ pub enum SlotKind {
     Tiers,
     Log,
     Gcra,
+    Cost,
 }
 
 impl Slot {
@@ -64,6 +69,7 @@ impl Slot {
             SlotKind::Tiers => Slot::Tiers(TierState::default()),
             SlotKind::Log => Slot::Log(HitLog::default()),
             SlotKind::Gcra => Slot::Gcra(GcraState::default()),
+            SlotKind::Cost => Slot::Cost(CostState::default()),
         }
     }
 
@@ -73,6 +79,7 @@ impl Slot {
             Slot::Tiers(_) => SlotKind::Tiers,
             Slot::Log(_) => SlotKind::Log,
             Slot::Gcra(_) => SlotKind::Gcra,
+            Slot::Cost(_) => SlotKind::Cost,
         }
     }
 
@@ -84,6 +91,7 @@ impl Slot {
             Slot::Tiers(t) => t.expires_at,
             Slot::Log(log) => log.counts_until(tiers::SECOND),
             Slot::Gcra(state) => state.expires_at(),
+            Slot::Cost(state) => state.expires_at,
         }
     }
 }
@@ -101,6 +109,18 @@ pub enum Item<'a> {
         /// Its hits are recorded even when it, or the batch, is rejected, as
         /// envoyproxy/ratelimit records them (docs/design.md#all-or-nothing).
         count_rejected: bool,
+    },
+    /// A cost known after the response (`cost.rs`): `hits > 0` charges
+    /// (recorded whatever the verdict), `hits == 0` checks and, admitted,
+    /// counts one request in flight.
+    Cost {
+        slot: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+        /// The cost of one request before any was charged.
+        initial_cost: u64,
     },
     /// GCRA (a token bucket). `hits == 0` only checks.
     Gcra {
@@ -130,6 +150,7 @@ impl Item<'_> {
         match self {
             Item::Window { shadow, .. }
             | Item::Tiers { shadow, .. }
+            | Item::Cost { shadow, .. }
             | Item::Gcra { shadow, .. } => *shadow,
         }
     }
@@ -137,7 +158,9 @@ impl Item<'_> {
     /// The slots this item reads: its own, then the global log if any.
     pub fn slots(&self) -> [Option<usize>; 2] {
         match self {
-            Item::Window { slot, .. } | Item::Gcra { slot, .. } => [Some(*slot), None],
+            Item::Window { slot, .. } | Item::Gcra { slot, .. } | Item::Cost { slot, .. } => {
+                [Some(*slot), None]
+            }
             Item::Tiers {
                 slot, global_slot, ..
             } => [Some(*slot), *global_slot],
@@ -147,14 +170,19 @@ impl Item<'_> {
     /// The item's own slot (a domain's tier log, a window's counter).
     pub fn slot(&self) -> usize {
         match self {
-            Item::Window { slot, .. } | Item::Tiers { slot, .. } | Item::Gcra { slot, .. } => *slot,
+            Item::Window { slot, .. }
+            | Item::Tiers { slot, .. }
+            | Item::Gcra { slot, .. }
+            | Item::Cost { slot, .. } => *slot,
         }
     }
 
     /// The same item over renumbered slots (a store deciding part of a batch).
     pub fn map_slots(mut self, map: impl Fn(usize) -> usize) -> Self {
         match &mut self {
-            Item::Window { slot, .. } | Item::Gcra { slot, .. } => *slot = map(*slot),
+            Item::Window { slot, .. } | Item::Gcra { slot, .. } | Item::Cost { slot, .. } => {
+                *slot = map(*slot)
+            }
             Item::Tiers {
                 slot, global_slot, ..
             } => {
@@ -211,16 +239,24 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
     } else {
         // Rejected: only the hits that count anyway, in order.
         for item in items {
-            if let Item::Window {
-                slot,
-                period,
-                hits,
-                count_rejected: true,
-                ..
-            } = *item
-                && hits > 0
-            {
-                record_window(slots, slot, period, hits, now);
+            match *item {
+                Item::Window {
+                    slot,
+                    period,
+                    hits,
+                    count_rejected: true,
+                    ..
+                } if hits > 0 => {
+                    record_window(slots, slot, period, hits, now);
+                }
+                Item::Cost {
+                    slot, period, hits, ..
+                } if hits > 0 => {
+                    if let Some(Slot::Cost(state)) = slots.get_mut(slot) {
+                        cost::charge(state, period, hits, now);
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -251,6 +287,13 @@ fn gcra_state(slots: &[Slot], index: usize) -> GcraState {
     match slots.get(index) {
         Some(Slot::Gcra(state)) => *state,
         _ => GcraState::default(),
+    }
+}
+
+fn cost_state(slots: &[Slot], index: usize) -> CostState {
+    match slots.get(index) {
+        Some(Slot::Cost(state)) => state.clone(),
+        _ => CostState::default(),
     }
 }
 
@@ -290,6 +333,29 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => window::check(&window_state(slots, slot), limit, period, hits, now).over,
+        Item::Cost {
+            slot,
+            limit,
+            period,
+            hits,
+            initial_cost,
+            ..
+        } => match slots.get(slot) {
+            Some(Slot::Cost(state)) => {
+                cost::check(state, limit, period, initial_cost, hits, now).over
+            }
+            _ => {
+                cost::check(
+                    &CostState::default(),
+                    limit,
+                    period,
+                    initial_cost,
+                    hits,
+                    now,
+                )
+                .over
+            }
+        },
         Item::Gcra {
             slot, limit, hits, ..
         } => {
@@ -383,6 +449,43 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                     limit,
                     now,
                 ),
+            })
+        }
+        Item::Cost {
+            slot,
+            limit,
+            period,
+            hits,
+            initial_cost,
+            ..
+        } => {
+            let before = cost_state(slots, slot);
+            let seen = cost::check(&before, limit, period, initial_cost, hits, now);
+            let mut after = None;
+            if let Some(Slot::Cost(state)) = slots.get_mut(slot) {
+                if hits > 0 {
+                    cost::charge(state, period, hits, now);
+                    after = Some(state.clone());
+                } else if commit && !seen.over {
+                    cost::admit(state, period, now);
+                    after = Some(state.clone());
+                }
+            }
+            let after = after.map_or(seen, |state| {
+                cost::check(&state, limit, period, initial_cost, 0, now)
+            });
+            let spent = after.used.saturating_add(after.reserved);
+            let reset_after = seen.window_end - now;
+            Outcome::Window(WindowOutcome {
+                over: seen.over,
+                limit,
+                period,
+                remaining: limit.saturating_sub(spent),
+                reset_after,
+                // Room comes back when the window ends (or sooner, as
+                // requests in flight are charged less than predicted).
+                wait: Some(if seen.over { reset_after } else { 0 }),
+                retry_after: Some(if spent < limit { 0 } else { reset_after }),
             })
         }
         Item::Gcra {

@@ -51,6 +51,17 @@ pub(super) fn add_item<'c>(
                         count_rejected: count_rejected || limit.count_rejected(),
                     }
                 }
+                Algorithm::AfterResponse { initial_cost, .. } => {
+                    let key = keys::cost_key(&namespace.name, entries, period);
+                    Item::Cost {
+                        slot: batch.slot(key, SlotKind::Cost),
+                        limit: limit.requests_per_unit(),
+                        period,
+                        hits,
+                        shadow: *shadow || ignore,
+                        initial_cost,
+                    }
+                }
                 Algorithm::Gcra { burst } => {
                     let key = keys::gcra_key(&namespace.name, entries, period);
                     Item::Gcra {

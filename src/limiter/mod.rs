@@ -123,12 +123,18 @@ impl<S: Store> Limiter<S> {
                 shadowed: false,
             });
         };
-        let default_hits = if request.hits_addend == 0 {
-            1
-        } else {
-            request.hits_addend
-        };
         let resolved = resolve_all(namespace, &request);
+        for (index, (descriptor, resolved)) in request.descriptors.iter().zip(&resolved).enumerate()
+        {
+            if let Some(max_charge) = resolved.max_charge() {
+                let hits = resolved.hits(descriptor, request.hits_addend);
+                if hits > max_charge {
+                    return Err(LimitError::InvalidArgument(format!(
+                        "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
+                    )));
+                }
+            }
+        }
 
         let mut batch = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
@@ -136,7 +142,7 @@ impl<S: Store> Limiter<S> {
         for ((descriptor, resolved), &quota) in
             request.descriptors.iter().zip(&resolved).zip(&quotas)
         {
-            let hits = descriptor.hits_addend.unwrap_or(default_hits);
+            let hits = resolved.hits(descriptor, request.hits_addend);
             item_of.push(add_item(
                 &mut batch,
                 namespace,
@@ -170,7 +176,7 @@ impl<S: Store> Limiter<S> {
                 let mut status = status(resolved, outcome, ignore);
                 status.quota = quota;
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
-                status.hits = descriptor.hits_addend.unwrap_or(default_hits);
+                status.hits = resolved.hits(descriptor, request.hits_addend);
                 status.stats_key = resolved.stats().cloned();
                 status
             })

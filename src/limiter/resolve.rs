@@ -55,6 +55,29 @@ impl<'c> Resolved<'c> {
         }
     }
 
+    /// A `cost: after_response` limit's largest charge.
+    pub(super) fn max_charge(&self) -> Option<u64> {
+        match self {
+            Resolved::Fixed { limit, .. } => match limit.algorithm() {
+                Algorithm::AfterResponse { max_charge, .. } => Some(max_charge),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The hits a descriptor asks for: its own `hits_addend`, else the
+    /// request's (0 meaning 1, as in envoyproxy/ratelimit), but for a cost
+    /// known after the response, where a call that names no cost is a
+    /// check (0).
+    pub(super) fn hits(&self, descriptor: &Descriptor, request_hits: u64) -> u64 {
+        match descriptor.hits_addend {
+            Some(hits) => hits,
+            None if request_hits == 0 && self.max_charge().is_none() => 1,
+            None => request_hits,
+        }
+    }
+
     /// The limit's `name`, for `replaces`.
     pub(super) fn name(&self) -> Option<&'c str> {
         match self {

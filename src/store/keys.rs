@@ -144,6 +144,16 @@ pub fn gcra_key<'e>(
     descriptor_key('a', namespace, entries, period_ms)
 }
 
+/// A cost known after the response on a descriptor: as a window's key
+/// (same tag), of another kind.
+pub fn cost_key<'e>(
+    namespace: &str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    period_ms: u64,
+) -> String {
+    descriptor_key('c', namespace, entries, period_ms)
+}
+
 fn descriptor_key<'e>(
     kind: char,
     namespace: &str,

@@ -111,3 +111,122 @@ fn count_rejected_is_for_fixed_windows_only() {
     let off = yaml.replace("count_rejected: true", "count_rejected: false");
     assert!(config::load_str(&off, "ai.yaml").is_ok());
 }
+
+// ---------------------------------------------------------------------------
+// `cost: after_response` (docs/configuration.md#costs-known-after-the-response)
+
+/// A call to `limiter` with its budget's descriptor charged `hits`, at
+/// `+at` ms from the start; (over, remaining).
+async fn at(
+    limiter: &Limiter<MemoryStore<ManualClock>>,
+    clock: &ManualClock,
+    at: u64,
+    hits: u64,
+) -> (bool, u64) {
+    clock.set(START + at);
+    call(limiter, hits, None).await
+}
+
+fn predicted(extra: &str) -> (Limiter<MemoryStore<ManualClock>>, ManualClock) {
+    let yaml = budget(&format!(", cost: after_response{extra}"));
+    let config = config::load_str(&yaml, "ai.yaml")
+        .unwrap_or_else(|errors| panic!("{errors}"))
+        .config;
+    let clock = ManualClock::new(START);
+    (
+        Limiter::new(config, MemoryStore::with_clock(clock.clone())),
+        clock,
+    )
+}
+
+#[tokio::test]
+async fn checks_leave_room_for_the_predicted_cost_of_what_is_in_flight() {
+    // 10 000 a minute, one request predicted at 1 000 (deviation 500): a
+    // check passes while used + n·1000 + 2·500·sqrt(n) fits, so 7 requests
+    // may be in flight at once (7 000 + 2 646), not 8.
+    let (limiter, clock) = predicted(", initial_cost: 1000");
+    let mut admitted = 0;
+    while !at(&limiter, &clock, 10, 0).await.0 {
+        admitted += 1;
+        assert!(admitted < 100, "checks never refused");
+    }
+    assert_eq!(admitted, 7);
+    // They come back cheaper than predicted: each charge retires one, and
+    // what is learned (200 a request) lets more in.
+    for _ in 0..7 {
+        assert_eq!(
+            at(&limiter, &clock, 500, 200).await.0,
+            false,
+            "a charge is a fact"
+        );
+    }
+    let (over, remaining) = at(&limiter, &clock, 600, 0).await;
+    assert!(!over, "1 400 used, nothing in flight");
+    assert!(
+        remaining < 10_000 - 1_400,
+        "remaining counts what is in flight: {remaining}"
+    );
+}
+
+#[tokio::test]
+async fn charges_past_the_budget_are_recorded_and_stop_the_next_checks() {
+    let (limiter, clock) = predicted(", initial_cost: 100");
+    assert!(!at(&limiter, &clock, 0, 0).await.0);
+    assert_eq!(at(&limiter, &clock, 100, 9_000).await, (false, 1_000));
+    assert!(
+        !at(&limiter, &clock, 200, 3_000).await.0,
+        "charged past the budget: recorded"
+    );
+    assert!(at(&limiter, &clock, 300, 0).await.0, "12 000 used: refused");
+    // The next minute opens the budget again.
+    assert!(!at(&limiter, &clock, 60_000, 0).await.0);
+}
+
+#[tokio::test]
+async fn a_call_without_a_cost_is_a_check_and_a_charge_over_the_cap_is_refused() {
+    let (limiter, clock) = predicted(", initial_cost: 100, max_charge: 5000");
+    clock.set(START + 5);
+    // Envoy's request-phase call names no cost: hits_addend 0 on the request
+    // (1 for any other limit, as upstream reads it).
+    let no_addend = limiter
+        .should_rate_limit(RateLimitRequest {
+            hits_addend: 0,
+            ..RateLimitRequest::new("ai", vec![Descriptor::new([("generic_key", "tokens")])])
+        })
+        .await
+        .expect("decided");
+    assert_eq!(no_addend.statuses[0].hits, 0, "no hits_addend: a check");
+    let mut big = Descriptor::new([("generic_key", "tokens")]);
+    big.hits_addend = Some(5_001);
+    let error = limiter
+        .should_rate_limit(RateLimitRequest::new("ai", vec![big]))
+        .await
+        .expect_err("refused");
+    assert!(error.to_string().contains("max_charge, 5000"), "{error}");
+}
+
+#[test]
+fn cost_after_response_is_checked_like_any_field() {
+    for (extra, expected) in [
+        (", cost: later", "unknown cost `later`"),
+        (
+            ", algorithm: gcra, cost: after_response",
+            "not with `algorithm: gcra`",
+        ),
+        (
+            ", initial_cost: 5",
+            "`initial_cost` applies only to `cost: after_response`",
+        ),
+        (
+            ", cost: after_response, max_charge: 0",
+            "max_charge must be at least 1",
+        ),
+        (
+            ", cost: after_response, count_rejected: true",
+            "`count_rejected` is implied by `cost: after_response`",
+        ),
+    ] {
+        let errors = config::load_str(&budget(extra), "ai.yaml").expect_err(extra);
+        assert!(errors.to_string().contains(expected), "{extra}: {errors}");
+    }
+}

@@ -821,10 +821,14 @@ async fn every_serve_flag_reads_its_environment_variable() {
     let help = String::from_utf8_lossy(&help.stdout);
     let flags = help.matches("\n      --").count();
     let charon = help.matches("[env: CHARON_").count();
-    let upstream = ["[env: CONFIG_GRPC_XDS_", "[env: XDS_CLIENT_", "[env: FORCE_START_"]
-        .iter()
-        .map(|prefix| help.matches(prefix).count())
-        .sum::<usize>();
+    let upstream = [
+        "[env: CONFIG_GRPC_XDS_",
+        "[env: XDS_CLIENT_",
+        "[env: FORCE_START_",
+    ]
+    .iter()
+    .map(|prefix| help.matches(prefix).count())
+    .sum::<usize>();
     assert!(flags >= 19, "{help}");
     assert_eq!(upstream, 14, "the xDS flags' variables: {help}");
     assert_eq!(charon + upstream, flags, "{help}");
@@ -1060,7 +1064,9 @@ async fn invoked_as_ratelimit_it_reads_upstreams_environment() {
         let mut wrong = vars.to_vec();
         wrong.retain(|(kept, _)| *kept != name);
         wrong.push((name, value.to_owned()));
-        let status = start_as_ratelimit(dir.path(), &wrong).wait().expect("exits");
+        let status = start_as_ratelimit(dir.path(), &wrong)
+            .wait()
+            .expect("exits");
         assert!(!status.success());
         let err = std::fs::read_to_string(dir.path().join("ratelimit.err")).unwrap_or_default();
         assert!(err.contains(name), "{err}");

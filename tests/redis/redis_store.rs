@@ -67,10 +67,37 @@ enum Ask {
         hits: u64,
         shadow: bool,
     },
+    Cost {
+        key: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+        initial_cost: u64,
+    },
 }
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // A cost known after the response: checks (0) and charges.
+        (
+            0usize..2,
+            prop::sample::select(vec![0u64, 10, 100]),
+            prop::sample::select(vec![1_000u64, 2_000]),
+            prop_oneof![2 => Just(0u64), 1 => 1u64..40],
+            prop::bool::weighted(0.1),
+            1u64..20
+        )
+            .prop_map(
+                |(key, limit, period, hits, shadow, initial_cost)| Ask::Cost {
+                    key,
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                    initial_cost,
+                }
+            ),
         // Rates that are not whole milliseconds (3 per second) included.
         (
             0usize..2,
@@ -168,6 +195,25 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                     hits,
                     shadow,
                     count_rejected,
+                }
+            }
+            Ask::Cost {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+                initial_cost,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::cost_key(NS, [("tenant", name.as_str())], period);
+                Item::Cost {
+                    slot: batch.slot(key, SlotKind::Cost),
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                    initial_cost,
                 }
             }
             Ask::Gcra {

@@ -43,6 +43,69 @@ impl Ctx {
         });
     }
 
+    /// `cost: after_response` and its two numbers, over a fixed window;
+    /// `None` after an error.
+    fn after_response(
+        &mut self,
+        limit: &super::raw::RawRateLimit,
+        algorithm: Algorithm,
+        requests_per_unit: u64,
+    ) -> Option<Algorithm> {
+        let Some(cost) = &limit.cost else {
+            for (field, name) in [
+                (&limit.initial_cost, "initial_cost"),
+                (&limit.max_charge, "max_charge"),
+            ] {
+                if let Some(field) = field {
+                    self.error(
+                        field.referenced,
+                        format!("`{name}` applies only to `cost: after_response`"),
+                    );
+                    return None;
+                }
+            }
+            return Some(algorithm);
+        };
+        if cost.value != "after_response" {
+            self.error(
+                cost.referenced,
+                format!(
+                    "unknown cost `{}`; the one kind is `after_response`",
+                    cost.value
+                ),
+            );
+            return None;
+        }
+        if algorithm != Algorithm::FixedWindow {
+            self.error(
+                cost.referenced,
+                "`cost: after_response` counts in fixed windows (not with `algorithm: gcra`)",
+            );
+            return None;
+        }
+        let mut number =
+            |field: &Option<serde_saphyr::Spanned<i64>>, name: &str, default: u64| match field {
+                None => Some(default),
+                Some(value) => match self.count(value, name) {
+                    Some(0) => {
+                        self.error(value.referenced, format!("{name} must be at least 1"));
+                        None
+                    }
+                    other => other,
+                },
+            };
+        let initial_cost = number(
+            &limit.initial_cost,
+            "initial_cost",
+            (requests_per_unit / 100).max(1),
+        )?;
+        let max_charge = number(&limit.max_charge, "max_charge", requests_per_unit.max(1))?;
+        Some(Algorithm::AfterResponse {
+            initial_cost,
+            max_charge,
+        })
+    }
+
     /// Refuses a name with a control character (NUL, newline, escape…):
     /// one rule for every source of names, files and the configuration API
     /// alike, so no name can break a log line, a key or a page. True when
@@ -377,7 +440,20 @@ impl Ctx {
                         None => return Leaf::None,
                     },
                 };
+                let algorithm = match self.after_response(limit, algorithm, requests_per_unit) {
+                    Some(algorithm) => algorithm,
+                    None => return Leaf::None,
+                };
                 let count_rejected = match &limit.count_rejected {
+                    Some(count)
+                        if count.value && matches!(algorithm, Algorithm::AfterResponse { .. }) =>
+                    {
+                        self.error(
+                            count.referenced,
+                            "`count_rejected` is implied by `cost: after_response`: its charges are always recorded",
+                        );
+                        return Leaf::None;
+                    }
                     Some(count) if count.value && algorithm != Algorithm::FixedWindow => {
                         self.error(
                             count.referenced,

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    GcraState, HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog,
+    CostState, GcraState, HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog,
 };
 
 use super::RedisError;
@@ -45,6 +45,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Tiers => b't',
         SlotKind::Log => b'g',
         SlotKind::Gcra => b'a',
+        SlotKind::Cost => b'c',
     }
 }
 
@@ -80,6 +81,23 @@ pub fn arguments(
                     .arg(period)
                     .arg(hits)
                     .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            }
+            Item::Cost {
+                slot,
+                limit,
+                period,
+                hits,
+                shadow,
+                initial_cost,
+            } => {
+                invocation
+                    .arg("c")
+                    .arg(slot + 1)
+                    .arg(limit)
+                    .arg(period)
+                    .arg(hits)
+                    .arg(flag(shadow))
+                    .arg(initial_cost);
             }
             Item::Gcra {
                 slot,
@@ -192,6 +210,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Tiers => Slot::Tiers(tiers(text)?),
                 SlotKind::Log => Slot::Log(log(text)?),
                 SlotKind::Gcra => Slot::Gcra(gcra(text)?),
+                SlotKind::Cost => Slot::Cost(cost(text)?),
             }
         }
     };
@@ -214,6 +233,27 @@ fn window(text: &str) -> Result<WindowState, RedisError> {
         start: next()?,
         count: next()?,
         expires_at: next()?,
+    })
+}
+
+/// `start,used,mean,dev,duration,expires_at|t,t,...` (the admissions in
+/// flight, oldest first).
+fn cost(text: &str) -> Result<CostState, RedisError> {
+    let (head, pending) = text.split_once('|').unwrap_or((text, ""));
+    let mut fields = head.split(',');
+    let mut next = || number(fields.next().unwrap_or(""));
+    Ok(CostState {
+        start: next()?,
+        used: next()?,
+        mean: next()?,
+        dev: next()?,
+        duration: next()?,
+        expires_at: next()?,
+        pending: pending
+            .split(',')
+            .filter(|t| !t.is_empty())
+            .map(number)
+            .collect::<Result<_, _>>()?,
     })
 }
 

@@ -9,11 +9,13 @@
 -- KEYS: the state keys of the batch.
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
---   log), a (GCRA).
+--   log), a (GCRA), c (a cost known after the response).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
 --     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
+--   c slot limit period hits shadow initial_cost (hits > 0 charges, always
+--     recorded; 0 checks and, admitted, counts one request in flight)
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
 --     gcra_count gcra_period gcra_burst (a token bucket instead of tiers;
@@ -36,6 +38,8 @@
 --      and "f" for an expiry that never comes; a resource with a token
 --      bucket instead of tiers has one "b" field instead: "btat_ms,ticks,count"
 --      (as the GCRA encoding above)
+--   c: "start,used,mean,dev,duration,expires_at|t,t,..." (the admissions in
+--      flight, oldest first; mean and dev in sixteenths)
 
 local INF = math.huge
 local SECOND = 1000
@@ -199,6 +203,135 @@ local function window_decode(raw, now)
     end
   end
   return { start = 0, count = 0, exp = 0 }
+end
+
+-- Costs known after the response (src/engine/cost.rs, which says why):
+-- integers only, so that both compute the same state to the unit.
+local COST_SCALE, MAX_PENDING, LEARNED_TTL = 16, 1024, 3600000
+
+local function cost_decode(raw, now)
+  if raw then
+    local head, pending = raw, ''
+    local bar = string.find(raw, '|', 1, true)
+    if bar then
+      head, pending = string.sub(raw, 1, bar - 1), string.sub(raw, bar + 1)
+    end
+    local f = split(head, ',')
+    local state = {
+      start = num(f[1]), used = num(f[2]), mean = num(f[3]), dev = num(f[4]),
+      duration = num(f[5]), exp = num(f[6]), pending = {},
+    }
+    if pending ~= '' then
+      for _, t in ipairs(split(pending, ',')) do
+        state.pending[#state.pending + 1] = num(t)
+      end
+    end
+    if state.exp > now then
+      return state
+    end
+  end
+  return { start = 0, used = 0, mean = 0, dev = 0, duration = 0, exp = 0, pending = {} }
+end
+
+local function cost_encode(state)
+  local pending = {}
+  for i, t in ipairs(state.pending) do
+    pending[i] = fmt(t)
+  end
+  return fmt(state.start) .. ',' .. fmt(state.used) .. ',' .. fmt(state.mean) .. ',' ..
+    fmt(state.dev) .. ',' .. fmt(state.duration) .. ',' .. fmt(state.exp) .. '|' ..
+    table.concat(pending, ',')
+end
+
+local function cost_ttl(state)
+  if state.duration == 0 then
+    return 10000
+  end
+  return math.min(math.max(state.duration * 4, 1000), 600000)
+end
+
+local function cost_reserved(n, mean, dev)
+  if n == 0 then
+    return 0
+  end
+  local spread = math.ceil(2 * dev * math.sqrt(n))
+  return math.ceil((n * mean + spread) / COST_SCALE)
+end
+
+local function cost_estimate(state, initial)
+  if state.mean == 0 and state.dev == 0 then
+    local mean = initial * COST_SCALE
+    return mean, math.floor(mean / 2)
+  end
+  return state.mean, state.dev
+end
+
+local function cost_live(state, now)
+  local ttl, n = cost_ttl(state), 0
+  for _, t in ipairs(state.pending) do
+    if t + ttl > now then
+      n = n + 1
+    end
+  end
+  return n
+end
+
+local function cost_settle(state, period, now)
+  local ttl, kept = cost_ttl(state), {}
+  for _, t in ipairs(state.pending) do
+    if t + ttl > now then
+      kept[#kept + 1] = t
+    end
+  end
+  state.pending = kept
+  local start = now - math.fmod(now, math.max(period, 1))
+  if state.start ~= start then
+    state.start, state.used = start, 0
+  end
+end
+
+local function towards(value, sample)
+  return math.max(value + math.floor((sample - value) / 8), 0)
+end
+
+local function cost_touch(state, period, now)
+  local window_end = now - math.fmod(now, math.max(period, 1)) + period
+  local last = 0
+  if #state.pending > 0 then
+    last = state.pending[#state.pending] + cost_ttl(state)
+  end
+  state.exp = math.max(window_end, last, now + LEARNED_TTL)
+end
+
+local function cost_charge(state, period, hits, now)
+  cost_settle(state, period, now)
+  state.used = state.used + hits
+  if #state.pending > 0 then
+    local took = math.max(now - table.remove(state.pending, 1), 0)
+    if state.duration == 0 then
+      state.duration = math.max(took, 1)
+    else
+      state.duration = math.max(towards(state.duration, took), 1)
+    end
+  end
+  local sample = hits * COST_SCALE
+  if state.mean == 0 and state.dev == 0 then
+    state.mean, state.dev = sample, math.floor(sample / 2)
+  else
+    local deviation = math.abs(sample - state.mean)
+    state.mean = towards(state.mean, sample)
+    state.dev = towards(state.dev, deviation)
+  end
+  cost_touch(state, period, now)
+end
+
+local function cost_admit(state, period, now)
+  cost_settle(state, period, now)
+  if #state.pending >= MAX_PENDING then
+    table.remove(state.pending, 1)
+  end
+  state.pending[#state.pending + 1] = now
+  cost_touch(state, period, now)
 end
 
 local function gcra_decode(raw)
@@ -468,6 +601,8 @@ for i = 1, #KEYS do
     slots[i] = gcra_decode(value)
   elseif kind == 't' then
     slots[i] = tiers_decode(value, now)
+  elseif kind == 'c' then
+    slots[i] = cost_decode(value, now)
   else
     slots[i] = global_decode(value, now)
   end
@@ -485,6 +620,11 @@ local function counting_later(at)
       at = at + 6
     elseif kind == 'a' then
       at = at + 7
+    elseif kind == 'c' then
+      if tonumber(ARGV[at + 4]) > 0 then
+        return true
+      end
+      at = at + 7
     else
       at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
     end
@@ -496,6 +636,9 @@ local granted = true
 -- Windows that count rejected hits: per slot, the hits kept even if the
 -- batch is rejected, and their window.
 local kept, kept_start, kept_period = {}, {}, {}
+-- Costs: per slot, the charges (hits, period) kept even if the batch is
+-- rejected, in order.
+local charges = {}
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local over, shadow
@@ -523,6 +666,32 @@ for _ = 1, tonumber(ARGV[3]) do
       dirty[slot] = true
       if counting then
         kept[slot], kept_start[slot], kept_period[slot] = (kept[slot] or 0) + hits, start, period
+      end
+    end
+  elseif ARGV[at] == 'c' then
+    local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    shadow = ARGV[at + 5] == '1'
+    local initial = num(ARGV[at + 6])
+    at = at + 7
+    local state = slots[slot]
+    if hits > 0 then
+      over = false
+      cost_charge(state, period, hits, now)
+      charges[slot] = charges[slot] or {}
+      table.insert(charges[slot], { hits, period })
+      dirty[slot] = true
+    else
+      local start = now - math.fmod(now, math.max(period, 1))
+      local used = 0
+      if state.start == start then
+        used = state.used
+      end
+      local mean, dev = cost_estimate(state, initial)
+      local live = cost_live(state, now)
+      over = used + cost_reserved(live + 1, mean, dev) > limit and not (live == 0 and used < limit)
+      if not over then
+        cost_admit(state, period, now)
+        dirty[slot] = true
       end
     end
   elseif ARGV[at] == 'a' then
@@ -596,7 +765,7 @@ for _ = 1, tonumber(ARGV[3]) do
   end
   if over and not shadow then
     granted = false
-    if next(kept) == nil and not counting_later(at) then
+    if next(kept) == nil and next(charges) == nil and not counting_later(at) then
       break
     end
   end
@@ -617,6 +786,12 @@ if not granted then
       state.count = state.count + kept[i]
       state.exp = kept_start[i] + kept_period[i]
       state.period = kept_period[i]
+      slots[i], dirty[i] = state, true
+    elseif charges[i] then
+      local state = cost_decode(raw[i], now)
+      for _, charge in ipairs(charges[i]) do
+        cost_charge(state, charge[2], charge[1], now)
+      end
       slots[i], dirty[i] = state, true
     end
   end
@@ -642,6 +817,8 @@ do
           -- Same window: its expiry is already right.
           redis.call('SET', KEYS[i], value, 'KEEPTTL')
         end
+      elseif kind == 'c' then
+        redis.call('SET', KEYS[i], cost_encode(state), 'PX', state.exp - now + slack)
       elseif kind == 't' then
         if state.exp == INF then
           redis.call('SET', KEYS[i], tiers_encode(state))

@@ -439,18 +439,19 @@ impl Store for RedisStore {
     }
 }
 
-/// `TIME`'s `[seconds, microseconds]` as milliseconds.
-/// A window that records its hits even when rejected.
+/// An item that records its hits even when rejected: a window counting
+/// rejected hits, a cost's charges (checks too: kept simple, they are cheap).
 fn counts_rejected(item: &Item<'_>) -> bool {
     matches!(
         item,
         Item::Window {
             count_rejected: true,
             ..
-        }
+        } | Item::Cost { .. }
     )
 }
 
+/// `TIME`'s `[seconds, microseconds]` as milliseconds.
 fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
     let part = |part: &redis::Value| match part {
         redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse::<u64>().ok(),

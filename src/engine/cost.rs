@@ -1,0 +1,271 @@
+//! Costs known after the response (docs/design.md#costs-known-after-the-response):
+//! a budget of cost units (LLM tokens, bytes) per fixed window, charged when
+//! a response ends and checked before a request starts.
+//!
+//! A charge (`hits > 0`) is a fact: it is always recorded, past the limit
+//! too, and it retires the oldest admission still waiting for its charge. A
+//! check (`hits == 0`) is admitted only while
+//! `used + reserved(pending + 1) <= limit` (or, with nothing in flight,
+//! while anything is left), where `pending` counts the
+//! admissions not yet charged and `reserved(n)` is what `n` requests are
+//! predicted to cost: `n` times the learned mean cost, plus twice the
+//! learned mean deviation times `sqrt(n)`, so that the sum of the costs in
+//! flight stays under it in most windows whatever their spread. The mean and
+//! the deviation are running averages (weight 1/8) of the charges of this
+//! key, from the configured `initial_cost` before there is any; an admission
+//! never charged expires after four times the learned time from admission to
+//! charge (1 s to 10 min).
+//!
+//! Integers only, so that `decide.lua` computes the same state to the unit:
+//! the mean and deviation are kept in sixteenths.
+
+use super::window::window_start;
+
+/// Admissions waiting for their charge, at most: past it the oldest is
+/// dropped (it would have expired first).
+pub const MAX_PENDING: usize = 1024;
+/// How long a key's learned cost outlives its last use.
+pub const LEARNED_TTL: u64 = 3_600_000;
+/// Fixed-point scale of the mean and the deviation.
+pub const SCALE: u64 = 16;
+/// An admission's time to live before a duration is learned.
+const DEFAULT_PENDING_TTL: u64 = 10_000;
+const MIN_PENDING_TTL: u64 = 1_000;
+const MAX_PENDING_TTL: u64 = 600_000;
+
+/// The cost of a key: the window's charges, what is in flight, what was
+/// learned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CostState {
+    /// Start of the window `used` belongs to.
+    pub start: u64,
+    /// Charged in that window.
+    pub used: u64,
+    /// The learned cost of one request, in sixteenths; 0 before any charge.
+    pub mean: u64,
+    /// The learned mean absolute deviation of a charge from `mean`, in
+    /// sixteenths.
+    pub dev: u64,
+    /// The learned time from admission to charge (ms); 0 before any.
+    pub duration: u64,
+    /// When each admission not yet charged was made, oldest first.
+    pub pending: Vec<u64>,
+    pub expires_at: u64,
+}
+
+/// What a check or charge sees at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CostCheck {
+    pub over: bool,
+    /// Charged in the current window.
+    pub used: u64,
+    /// Predicted for the admissions in flight (not expired).
+    pub reserved: u64,
+    pub window_end: u64,
+}
+
+/// The mean and deviation to predict with, in sixteenths.
+fn estimate(state: &CostState, initial_cost: u64) -> (u64, u64) {
+    if state.mean == 0 && state.dev == 0 {
+        let mean = initial_cost.saturating_mul(SCALE);
+        (mean, mean / 2)
+    } else {
+        (state.mean, state.dev)
+    }
+}
+
+/// What `n` requests are predicted to cost, in cost units (rounded up).
+pub fn reserved(n: u64, mean: u64, dev: u64) -> u64 {
+    if n == 0 {
+        return 0;
+    }
+    let spread = (2.0 * dev as f64 * (n as f64).sqrt()).ceil() as u64;
+    n.saturating_mul(mean)
+        .saturating_add(spread)
+        .div_ceil(SCALE)
+}
+
+/// How long an admission waits for its charge before it no longer counts.
+pub fn pending_ttl(state: &CostState) -> u64 {
+    if state.duration == 0 {
+        DEFAULT_PENDING_TTL
+    } else {
+        state
+            .duration
+            .saturating_mul(4)
+            .clamp(MIN_PENDING_TTL, MAX_PENDING_TTL)
+    }
+}
+
+/// Admissions still in flight at `now`.
+fn live(state: &CostState, now: u64) -> u64 {
+    let ttl = pending_ttl(state);
+    state
+        .pending
+        .iter()
+        .filter(|&&admitted| admitted.saturating_add(ttl) > now)
+        .count() as u64
+}
+
+/// Checks a charge (`hits > 0`, never over) or a check (`hits == 0`).
+pub fn check(
+    state: &CostState,
+    limit: u64,
+    period: u64,
+    initial_cost: u64,
+    hits: u64,
+    now: u64,
+) -> CostCheck {
+    let start = window_start(now, period);
+    let used = if state.start == start { state.used } else { 0 };
+    let (mean, dev) = estimate(state, initial_cost);
+    let in_flight = live(state, now);
+    // With nothing in flight a check passes while anything is left: else a
+    // learned cost above the budget would shut it for good.
+    let over = hits == 0
+        && used.saturating_add(reserved(in_flight + 1, mean, dev)) > limit
+        && !(in_flight == 0 && used < limit);
+    CostCheck {
+        over,
+        used,
+        reserved: reserved(in_flight, mean, dev),
+        window_end: start.saturating_add(period),
+    }
+}
+
+/// Drops the admissions that expired, and starts a new window if one began.
+fn settle(state: &mut CostState, period: u64, now: u64) {
+    let ttl = pending_ttl(state);
+    state
+        .pending
+        .retain(|&admitted| admitted.saturating_add(ttl) > now);
+    let start = window_start(now, period);
+    if state.start != start {
+        state.start = start;
+        state.used = 0;
+    }
+}
+
+/// `value` moved 1/8 of the way to `sample` (rounded down, as Lua's floor).
+fn towards(value: u64, sample: u64) -> u64 {
+    let (value, sample) = (value as i128, sample as i128);
+    (value + (sample - value).div_euclid(8)).max(0) as u64
+}
+
+fn touch(state: &mut CostState, period: u64, now: u64) {
+    let window_end = window_start(now, period).saturating_add(period);
+    let last_pending = state
+        .pending
+        .last()
+        .map_or(0, |&admitted| admitted.saturating_add(pending_ttl(state)));
+    state.expires_at = window_end
+        .max(last_pending)
+        .max(now.saturating_add(LEARNED_TTL));
+}
+
+/// Records a charge of `hits` at `now`: always, past the limit too.
+pub fn charge(state: &mut CostState, period: u64, hits: u64, now: u64) {
+    settle(state, period, now);
+    state.used = state.used.saturating_add(hits);
+    if !state.pending.is_empty() {
+        let admitted = state.pending.remove(0);
+        let took = now.saturating_sub(admitted);
+        state.duration = if state.duration == 0 {
+            took.max(1)
+        } else {
+            towards(state.duration, took).max(1)
+        };
+    }
+    let sample = hits.saturating_mul(SCALE);
+    if state.mean == 0 && state.dev == 0 {
+        state.mean = sample;
+        state.dev = sample / 2;
+    } else {
+        let deviation = sample.abs_diff(state.mean);
+        state.mean = towards(state.mean, sample);
+        state.dev = towards(state.dev, deviation);
+    }
+    touch(state, period, now);
+}
+
+/// Records an admitted check at `now`: one more request in flight.
+pub fn admit(state: &mut CostState, period: u64, now: u64) {
+    settle(state, period, now);
+    if state.pending.len() >= MAX_PENDING {
+        state.pending.remove(0);
+    }
+    state.pending.push(now);
+    touch(state, period, now);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINUTE: u64 = 60_000;
+
+    #[test]
+    fn a_check_leaves_room_for_what_is_in_flight() {
+        let mut state = CostState::default();
+        // Before any charge: 100 predicted per request (deviation 50).
+        let first = check(&state, 1_000, MINUTE, 100, 0, 0);
+        assert_eq!(first.reserved, 0);
+        assert!(!first.over);
+        let mut admitted = 0;
+        while !check(&state, 1_000, MINUTE, 100, 0, 1).over {
+            admit(&mut state, MINUTE, 1);
+            admitted += 1;
+        }
+        // n·100 + 2·50·sqrt(n) ≤ 1000: n = 7 (700 + 265), not 8 (800 + 283).
+        assert_eq!(admitted, 7);
+        assert_eq!(check(&state, 1_000, MINUTE, 100, 0, 1).reserved, 965);
+        // Charges retire admissions and teach the cost.
+        for _ in 0..7 {
+            charge(&mut state, MINUTE, 40, 2);
+        }
+        assert!(state.pending.is_empty());
+        assert_eq!(state.used, 280);
+        assert_eq!(state.duration, 1);
+        assert!(state.mean < 100 * SCALE && state.mean >= 40 * SCALE);
+        assert!(!check(&state, 1_000, MINUTE, 100, 0, 3).over);
+    }
+
+    #[test]
+    fn charges_are_facts_past_the_limit_and_the_next_window_starts_afresh() {
+        let mut state = CostState::default();
+        charge(&mut state, MINUTE, 5_000, 10);
+        let seen = check(&state, 1_000, MINUTE, 100, 0, 20);
+        assert_eq!((seen.used, seen.over), (5_000, true));
+        assert!(
+            !check(&state, 1_000, MINUTE, 100, 7, 20).over,
+            "a charge is never over"
+        );
+        // The learned cost is kept across windows: 5 000 a request now.
+        let next = check(&state, 10_000, MINUTE, 100, 0, MINUTE + 1);
+        assert_eq!(next.used, 0);
+        assert!(!next.over);
+        // Predicted above a budget of 4 000: admitted while nothing is in
+        // flight (else it would never open again), and only that one.
+        assert!(!check(&state, 4_000, MINUTE, 100, 0, MINUTE + 1).over);
+        admit(&mut state, MINUTE, MINUTE + 1);
+        assert!(check(&state, 4_000, MINUTE, 100, 0, MINUTE + 2).over);
+    }
+
+    #[test]
+    fn admissions_never_charged_expire() {
+        let mut state = CostState::default();
+        for now in 0..5 {
+            admit(&mut state, MINUTE, now);
+        }
+        assert_eq!(
+            check(&state, 10_000, MINUTE, 100, 0, 9_000).reserved,
+            reserved(5, 1600, 800)
+        );
+        // 10 s without a learned duration.
+        assert_eq!(check(&state, 10_000, MINUTE, 100, 0, 10_005).reserved, 0);
+        // A learned duration of 300 ms: four times it, at least a second.
+        charge(&mut state, MINUTE, 100, 300);
+        assert_eq!(pending_ttl(&state), 1_200);
+        assert!(state.expires_at >= 300 + LEARNED_TTL);
+    }
+}
