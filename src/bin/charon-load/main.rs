@@ -16,7 +16,14 @@
 //! `--concurrency` workers opens one session and loops on a reserve of one
 //! copy of RESOURCE for domain `PREFIX<N>` and its release; one request is one
 //! reserve + release pair, OK when the reserve was granted.
+//!
+//! With `--budget` it plays token budgets under concurrency instead
+//! (`budget.rs`): `--concurrency` streams check, run, and charge a cost
+//! known after the response against `[("generic_key", "tokens")]` of
+//! `--domain`, for `--windows` whole windows of `--budget-period`, and it
+//! prints the cost charged per window against `--budget-limit`.
 
+mod budget;
 mod tally;
 mod workers;
 
@@ -85,6 +92,19 @@ struct Args {
     /// Threads of the client's runtime (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
+    /// Token budgets under concurrency (see `budget.rs`); the domain's
+    /// limit on `generic_key=tokens` decides how checks are admitted.
+    #[arg(long)]
+    budget: bool,
+    /// With --budget: the budget per window, to report against.
+    #[arg(long, default_value_t = 100_000)]
+    budget_limit: u64,
+    /// With --budget: the budget's window (its limit's unit).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    budget_period: Duration,
+    /// With --budget: whole windows to run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
+    windows: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -200,6 +220,23 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
+    if args.budget {
+        let report = budget::run(
+            channels,
+            args.domain.clone(),
+            args.concurrency,
+            args.budget_limit,
+            args.budget_period,
+            args.windows,
+            seed,
+        )
+        .await;
+        for line in report.lines {
+            println!("{line}");
+        }
+        println!("worst overshoot: {:+.1}%", report.worst_overshoot);
+        return Ok(true);
+    }
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + args.duration;
     let mut workers = Vec::new();

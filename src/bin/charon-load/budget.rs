@@ -1,0 +1,186 @@
+//! `--budget`: a token budget under concurrent streams, as Envoy asks for
+//! it (docs/performance.md#token-budgets-under-concurrency). Each of
+//! `--concurrency` streams loops: a check (`hits_addend` 0) before its
+//! request; if admitted, the request runs for a duration drawn uniformly
+//! from 0.2 to 3 s, then its cost (log-normal, median 500, p95 ≈ 2 500) is
+//! charged with `hits_addend` = cost; if refused, the stream waits 100 ms
+//! and checks again. The run starts on a window boundary and lasts
+//! `--windows` whole windows of `--budget-period`.
+//!
+//! Per window it reports the cost charged into it against the budget
+//! (overshoot), and the checks refused although the window ended with room
+//! for that request's cost (undershoot).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use tonic::transport::Channel;
+
+/// What the streams saw, by window index.
+#[derive(Default)]
+struct Seen {
+    /// (window, cost) of every charge, by the time it was sent.
+    charges: Vec<(u64, u64)>,
+    /// (window, cost the refused request would have had).
+    refusals: Vec<(u64, u64)>,
+    calls: u64,
+    errors: u64,
+}
+
+/// A small generator for the draws (xorshift64*), seeded per stream.
+struct Draws(u64);
+
+impl Draws {
+    fn unit(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let bits = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        (bits as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Log-normal with median 500 and p95 ≈ 2 500 (σ = ln 5 / 1.645).
+    fn cost(&mut self) -> u64 {
+        let normal =
+            (-2.0 * self.unit().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.unit()).cos();
+        let sigma = 5f64.ln() / 1.644_853_6;
+        (500.0 * (sigma * normal).exp()).round().max(1.0) as u64
+    }
+
+    fn duration(&mut self) -> Duration {
+        Duration::from_millis(200 + (self.unit() * 2_800.0) as u64)
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+fn request(domain: &str, hits: u64) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "generic_key".into(),
+                value: "tokens".into(),
+            }],
+            hits_addend: Some(UInt64Value { value: hits }),
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// How the run went.
+pub struct Report {
+    pub lines: Vec<String>,
+    pub worst_overshoot: f64,
+}
+
+/// Runs the streams and reports per window.
+pub async fn run(
+    channels: Vec<Channel>,
+    domain: String,
+    streams: u64,
+    budget: u64,
+    period: Duration,
+    windows: u64,
+    seed: u64,
+) -> Report {
+    let period_ms = period.as_millis() as u64;
+    // Start on a window boundary (plus a little, clear of the edge).
+    let now = unix_ms();
+    let first = now / period_ms + 1;
+    tokio::time::sleep(Duration::from_millis(first * period_ms - now + 20)).await;
+    let last = first + windows;
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for stream in 0..streams {
+        let mut client =
+            RateLimitServiceClient::new(channels[stream as usize % channels.len()].clone());
+        let (seen, domain) = (seen.clone(), domain.clone());
+        let mut draws = Draws(seed ^ (stream + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        tasks.push(tokio::spawn(async move {
+            while unix_ms() / period_ms < last {
+                let cost = draws.cost();
+                let window = unix_ms() / period_ms;
+                let answer = client.should_rate_limit(request(&domain, 0)).await;
+                let admitted = match answer {
+                    Ok(answer) => answer.into_inner().overall_code != Code::OverLimit as i32,
+                    Err(_) => {
+                        lock(&seen).errors += 1;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                lock(&seen).calls += 1;
+                if !admitted {
+                    lock(&seen).refusals.push((window, cost));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                tokio::time::sleep(draws.duration()).await;
+                let window = unix_ms() / period_ms;
+                let charged = client.should_rate_limit(request(&domain, cost)).await;
+                let mut seen = lock(&seen);
+                seen.calls += 1;
+                match charged {
+                    Ok(_) => seen.charges.push((window, cost)),
+                    Err(_) => seen.errors += 1,
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let seen = lock(&seen);
+    let mut lines = Vec::new();
+    let mut worst_overshoot = f64::MIN;
+    for window in first..last {
+        let charged: u64 = seen
+            .charges
+            .iter()
+            .filter(|(w, _)| *w == window)
+            .map(|(_, cost)| cost)
+            .sum();
+        let requests = seen.charges.iter().filter(|(w, _)| *w == window).count();
+        let refused = seen.refusals.iter().filter(|(w, _)| *w == window).count();
+        let refused_with_room = seen
+            .refusals
+            .iter()
+            .filter(|(w, cost)| *w == window && charged + cost <= budget)
+            .count();
+        let overshoot = (charged as f64 - budget as f64) / budget as f64 * 100.0;
+        worst_overshoot = worst_overshoot.max(overshoot);
+        lines.push(format!(
+            "window {}: charged {charged} of {budget} ({overshoot:+.1}%), {requests} requests charged, {refused} checks refused, {refused_with_room} of them with room left",
+            window - first + 1
+        ));
+    }
+    lines.push(format!(
+        "calls {} in {elapsed:.1} s ({:.0} decisions/s), errors {}",
+        seen.calls,
+        seen.calls as f64 / elapsed,
+        seen.errors
+    ));
+    Report {
+        lines,
+        worst_overshoot,
+    }
+}
+
+fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
+    seen.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
