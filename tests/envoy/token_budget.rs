@@ -156,3 +156,128 @@ async fn a_spent_token_budget_refuses_the_next_request() {
         "a rejected charge consumes nothing by default"
     );
 }
+
+/// 32 streams through Envoy against 20 000 tokens an hour, each request
+/// costing 1 000 and taking 300 ms; how many were admitted (each one was
+/// charged its 1 000 by Envoy when its response ended).
+async fn concurrent_streams(limits: &str) -> u64 {
+    clear_of_the_hour().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.yaml");
+    fs::write(&config, limits).expect("write limits");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let upstream_port = upstream.local_addr().expect("upstream addr").port();
+    let app = axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ([("x-tokens", "1000")], "answered")
+    });
+    tokio::spawn(async move {
+        axum::serve(upstream, app).await.expect("upstream server");
+    });
+    let [listen, envoy_admin, grpc, sidecar_admin] = free_ports::<4>();
+    let mut sidecar = Proc::spawn(
+        "charon",
+        Command::new(env!("CARGO_BIN_EXE_charon"))
+            .env("NO_COLOR", "1")
+            .arg("serve")
+            .arg("--config")
+            .arg(&config)
+            .arg("--grpc-addr")
+            .arg(format!("127.0.0.1:{grpc}"))
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{sidecar_admin}")),
+        dir.path(),
+    );
+    let envoy_config = dir.path().join("envoy.yaml");
+    // A generous deadline on the check: a check that times out fails open.
+    let yaml = envoy_yaml(listen, envoy_admin, upstream_port, grpc);
+    assert_eq!(yaml.matches("  timeout: 0.25s").count(), 1);
+    fs::write(
+        &envoy_config,
+        yaml.replace("  timeout: 0.25s", "  timeout: 5s"),
+    )
+    .expect("write envoy.yaml");
+    let mut envoy = spawn_envoy(&find_envoy(), &envoy_config, envoy_admin, dir.path());
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(20))
+        .pool_max_idle_per_host(64)
+        .build()
+        .expect("reqwest client");
+    for (url, proc) in [
+        (
+            format!("http://127.0.0.1:{sidecar_admin}/readyz"),
+            &mut sidecar,
+        ),
+        (format!("http://127.0.0.1:{envoy_admin}/ready"), &mut envoy),
+    ] {
+        let deadline = Instant::now() + READY;
+        loop {
+            assert!(proc.exited().is_none(), "a process exited; its log follows");
+            if client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not ready: {url}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Each stream asks until it was refused three times in a row.
+    let streams: Vec<_> = (0..32)
+        .map(|_| {
+            let (client, url) = (client.clone(), format!("http://127.0.0.1:{listen}/chat"));
+            tokio::spawn(async move {
+                let (mut admitted, mut refused_in_a_row) = (0u64, 0);
+                while refused_in_a_row < 3 {
+                    let reply = client.get(&url).send().await.expect("Envoy answers");
+                    let status = reply.status().as_u16();
+                    let _ = reply.bytes().await;
+                    match status {
+                        200 => {
+                            admitted += 1;
+                            refused_in_a_row = 0;
+                        }
+                        429 => {
+                            refused_in_a_row += 1;
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        other => panic!("status {other}"),
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for stream in streams {
+        admitted += stream.await.expect("a stream");
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn predicted_admission_holds_a_budget_that_check_then_charge_overshoots() {
+    let limits = |extra: &str| {
+        format!(
+            "domain: ai\ndescriptors:\n  - key: generic_key\n    value: tokens\n    rate_limit: {{unit: hour, requests_per_unit: 20000{extra}}}\n"
+        )
+    };
+    // 20 requests fit; every request admitted is charged 1 000.
+    let predicted = concurrent_streams(&limits(", cost: after_response, initial_cost: 1000")).await;
+    assert!(
+        (15..=20).contains(&predicted),
+        "cost: after_response admitted {predicted} requests of 1 000 against 20 000"
+    );
+    let check_then_charge = concurrent_streams(&limits(", count_rejected: true")).await;
+    eprintln!("admitted: predicted {predicted}, check-then-charge {check_then_charge}");
+    assert!(
+        check_then_charge >= 24,
+        "check-then-charge admitted {check_then_charge} (20 fit): 32 streams in flight overshoot"
+    );
+}
