@@ -5,16 +5,16 @@
 //! A charge (`hits > 0`) is a fact: it is always recorded, past the limit
 //! too, and it retires the oldest admission still waiting for its charge. A
 //! check (`hits == 0`) is admitted only while
-//! `used + reserved(pending + 1) <= limit` (or, with nothing in flight,
-//! while anything is left), where `pending` counts the
+//! `used + reserved(pending + 1) <= limit` (and the first check of a
+//! window, with nothing in flight, always), where `pending` counts the
 //! admissions not yet charged and `reserved(n)` is what `n` requests are
-//! predicted to cost: `n` times the learned mean cost, plus twice the
+//! predicted to cost: `n` times the learned mean cost, plus three times the
 //! learned mean deviation times `sqrt(n)`, so that the sum of the costs in
 //! flight stays under it in most windows whatever their spread. The mean and
-//! the deviation are running averages (weight 1/8) of the charges of this
+//! the deviation are running averages (weight 1/64) of the charges of this
 //! key, from the configured `initial_cost` before there is any; an admission
-//! never charged expires after four times the learned time from admission to
-//! charge (1 s to 10 min).
+//! never charged expires after twice the longest recent time from admission
+//! to charge (10 s before any is known; 1 s to 10 min).
 //!
 //! Integers only, so that `decide.lua` computes the same state to the unit:
 //! the mean and deviation are kept in sixteenths.
@@ -28,8 +28,8 @@ pub const MAX_PENDING: usize = 1024;
 pub const LEARNED_TTL: u64 = 3_600_000;
 /// Fixed-point scale of the mean and the deviation.
 pub const SCALE: u64 = 16;
-/// An admission's time to live before a duration is learned.
-const DEFAULT_PENDING_TTL: u64 = 10_000;
+/// The time to charge assumed before one is learned.
+const DEFAULT_DURATION: u64 = 10_000;
 const MIN_PENDING_TTL: u64 = 1_000;
 const MAX_PENDING_TTL: u64 = 600_000;
 
@@ -79,22 +79,27 @@ pub fn reserved(n: u64, mean: u64, dev: u64) -> u64 {
     if n == 0 {
         return 0;
     }
-    let spread = (2.0 * dev as f64 * (n as f64).sqrt()).ceil() as u64;
+    let spread = (3.0 * dev as f64 * (n as f64).sqrt()).ceil() as u64;
     n.saturating_mul(mean)
         .saturating_add(spread)
         .div_ceil(SCALE)
 }
 
-/// How long an admission waits for its charge before it no longer counts.
-pub fn pending_ttl(state: &CostState) -> u64 {
+/// The learned time from admission to charge, or the default before any.
+fn duration(state: &CostState) -> u64 {
     if state.duration == 0 {
-        DEFAULT_PENDING_TTL
+        DEFAULT_DURATION
     } else {
-        state
-            .duration
-            .saturating_mul(4)
-            .clamp(MIN_PENDING_TTL, MAX_PENDING_TTL)
+        state.duration
     }
+}
+
+/// How long an admission waits for its charge before it no longer counts:
+/// twice the learned time to charge, 1 s to 10 min.
+pub fn pending_ttl(state: &CostState) -> u64 {
+    duration(state)
+        .saturating_mul(2)
+        .clamp(MIN_PENDING_TTL, MAX_PENDING_TTL)
 }
 
 /// Admissions still in flight at `now`.
@@ -120,11 +125,11 @@ pub fn check(
     let used = if state.start == start { state.used } else { 0 };
     let (mean, dev) = estimate(state, initial_cost);
     let in_flight = live(state, now);
-    // With nothing in flight a check passes while anything is left: else a
-    // learned cost above the budget would shut it for good.
+    // The first check of a window passes: else a learned cost above the
+    // budget would shut it for good.
     let over = hits == 0
         && used.saturating_add(reserved(in_flight + 1, mean, dev)) > limit
-        && !(in_flight == 0 && used < limit);
+        && !(in_flight == 0 && used == 0);
     CostCheck {
         over,
         used,
@@ -146,10 +151,12 @@ fn settle(state: &mut CostState, period: u64, now: u64) {
     }
 }
 
-/// `value` moved 1/8 of the way to `sample` (rounded down, as Lua's floor).
+/// `value` moved 1/64 of the way to `sample` (rounded down, as Lua's
+/// floor): slow, because a cost's distribution has a long tail, and a
+/// faster average spends most of its time below the mean.
 fn towards(value: u64, sample: u64) -> u64 {
     let (value, sample) = (value as i128, sample as i128);
-    (value + (sample - value).div_euclid(8)).max(0) as u64
+    (value + (sample - value).div_euclid(64)).max(0) as u64
 }
 
 fn touch(state: &mut CostState, period: u64, now: u64) {
@@ -168,13 +175,17 @@ pub fn charge(state: &mut CostState, period: u64, hits: u64, now: u64) {
     settle(state, period, now);
     state.used = state.used.saturating_add(hits);
     if !state.pending.is_empty() {
-        let admitted = state.pending.remove(0);
-        let took = now.saturating_sub(admitted);
-        state.duration = if state.duration == 0 {
-            took.max(1)
+        // The longest recent time to charge, not the mean: an admission
+        // must not stop counting while its request still runs. It follows
+        // a longer time at once and a shorter one slowly.
+        let took = now.saturating_sub(state.pending.remove(0));
+        let known = duration(state);
+        state.duration = if took > known {
+            took
         } else {
-            towards(state.duration, took).max(1)
-        };
+            known - (known - took) / 64
+        }
+        .max(1);
     }
     let sample = hits.saturating_mul(SCALE);
     if state.mean == 0 && state.dev == 0 {
@@ -216,16 +227,20 @@ mod tests {
             admit(&mut state, MINUTE, 1);
             admitted += 1;
         }
-        // n·100 + 2·50·sqrt(n) ≤ 1000: n = 7 (700 + 265), not 8 (800 + 283).
-        assert_eq!(admitted, 7);
-        assert_eq!(check(&state, 1_000, MINUTE, 100, 0, 1).reserved, 965);
+        // n·100 + 3·50·sqrt(n) ≤ 1000: n = 6 (600 + 368), not 7 (700 + 397).
+        assert_eq!(admitted, 6);
+        assert_eq!(check(&state, 1_000, MINUTE, 100, 0, 1).reserved, 968);
         // Charges retire admissions and teach the cost.
-        for _ in 0..7 {
+        for _ in 0..6 {
             charge(&mut state, MINUTE, 40, 2);
         }
         assert!(state.pending.is_empty());
-        assert_eq!(state.used, 280);
-        assert_eq!(state.duration, 1);
+        assert_eq!(state.used, 240);
+        assert!(
+            (8_000..10_000).contains(&state.duration),
+            "falls slowly from 10 s: {}",
+            state.duration
+        );
         assert!(state.mean < 100 * SCALE && state.mean >= 40 * SCALE);
         assert!(!check(&state, 1_000, MINUTE, 100, 0, 3).over);
     }
@@ -261,11 +276,14 @@ mod tests {
             check(&state, 10_000, MINUTE, 100, 0, 9_000).reserved,
             reserved(5, 1600, 800)
         );
-        // 10 s without a learned duration.
-        assert_eq!(check(&state, 10_000, MINUTE, 100, 0, 10_005).reserved, 0);
-        // A learned duration of 300 ms: four times it, at least a second.
-        charge(&mut state, MINUTE, 100, 300);
-        assert_eq!(pending_ttl(&state), 1_200);
+        // Twice 10 s without a learned duration.
+        assert_eq!(check(&state, 10_000, MINUTE, 100, 0, 20_005).reserved, 0);
+        // A charge 15 s after its admission: longer than assumed, taken.
+        for now in 0..5 {
+            admit(&mut state, MINUTE, 100_000 + now);
+        }
+        charge(&mut state, MINUTE, 100, 115_000);
+        assert_eq!(pending_ttl(&state), 30_000);
         assert!(state.expires_at >= 300 + LEARNED_TTL);
     }
 }

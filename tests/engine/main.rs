@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod budget_sim;
 mod budgets;
 mod capacity_properties;
 mod cookbook;

@@ -165,6 +165,8 @@ fn arb_requests() -> impl Strategy<Value = Vec<(u64, Vec<Ask>)>> {
                 2 => prop::sample::select(vec![1u64, 99, 100, 101, 999, 1_000, 1_001]),
                 2 => 50u64..700,
                 1 => 700u64..4_000,
+                // Long enough for a cost's admissions to expire.
+                1 => 10_000u64..30_000,
             ],
             prop::collection::vec(arb_ask(), 1..3),
         ),
@@ -688,4 +690,30 @@ fn info_used_memory(redis: &RedisServer) -> u64 {
         .find_map(|line| line.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory in INFO")
+}
+
+/// A cost's admissions stop counting at twice the learned time to charge,
+/// to the millisecond, on Redis as in memory: a charge 100 ms after its
+/// admission teaches 10 000 - 9 900/64 = 9 846 ms (from the 10 s assumed),
+/// so an admission then made counts for 19 691 ms and not 19 692.
+#[test]
+fn a_costs_admissions_expire_at_the_same_millisecond_everywhere() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let ask = |hits| Ask::Cost {
+        key: 0,
+        limit: 10_000,
+        period: 3_600_000,
+        hits,
+        shadow: false,
+        initial_cost: 1_000,
+    };
+    let requests = vec![
+        (0, vec![ask(0)]),
+        (100, vec![ask(1_000)]),
+        (0, vec![ask(0)]),
+        (19_691, vec![ask(0)]),
+        (1, vec![ask(0)]),
+    ];
+    same_decisions(&redis.url(), &resources, &requests);
 }

@@ -192,30 +192,42 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     });
 
     println!("command: {}", command_line());
-    println!(
-        "settings: target {} domain {} key {} tenants {} ({}) connections {} concurrency {} rate {} duration {:?} timeout {:?}",
-        args.target,
-        args.domain,
-        args.key,
-        if args.hot {
-            format!("1, hot: {}0", args.prefix)
-        } else {
-            format!("{} as {}<N>", args.tenants, args.prefix)
-        },
-        match (args.hot, args.pick) {
-            (true, _) => "always the same",
-            (false, Pick::Uniform) => "uniform",
-            (false, Pick::RoundRobin) => "round robin",
-        },
-        args.connections,
-        args.concurrency,
-        args.rate.map_or_else(
-            || "closed loop".to_owned(),
-            |rate| format!("{rate}/s open loop")
-        ),
-        args.duration,
-        args.timeout,
-    );
+    if args.budget {
+        println!(
+            "settings: target {} domain {} streams {} budget {} per {:?}, {} whole windows",
+            args.target,
+            args.domain,
+            args.concurrency,
+            args.budget_limit,
+            args.budget_period,
+            args.windows
+        );
+    } else {
+        println!(
+            "settings: target {} domain {} key {} tenants {} ({}) connections {} concurrency {} rate {} duration {:?} timeout {:?}",
+            args.target,
+            args.domain,
+            args.key,
+            if args.hot {
+                format!("1, hot: {}0", args.prefix)
+            } else {
+                format!("{} as {}<N>", args.tenants, args.prefix)
+            },
+            match (args.hot, args.pick) {
+                (true, _) => "always the same",
+                (false, Pick::Uniform) => "uniform",
+                (false, Pick::RoundRobin) => "round robin",
+            },
+            args.connections,
+            args.concurrency,
+            args.rate.map_or_else(
+                || "closed loop".to_owned(),
+                |rate| format!("{rate}/s open loop")
+            ),
+            args.duration,
+            args.timeout,
+        );
+    }
 
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

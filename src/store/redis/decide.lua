@@ -243,18 +243,22 @@ local function cost_encode(state)
     table.concat(pending, ',')
 end
 
-local function cost_ttl(state)
+local function cost_duration(state)
   if state.duration == 0 then
     return 10000
   end
-  return math.min(math.max(state.duration * 4, 1000), 600000)
+  return state.duration
+end
+
+local function cost_ttl(state)
+  return math.min(math.max(cost_duration(state) * 2, 1000), 600000)
 end
 
 local function cost_reserved(n, mean, dev)
   if n == 0 then
     return 0
   end
-  local spread = math.ceil(2 * dev * math.sqrt(n))
+  local spread = math.ceil(3 * dev * math.sqrt(n))
   return math.ceil((n * mean + spread) / COST_SCALE)
 end
 
@@ -291,7 +295,7 @@ local function cost_settle(state, period, now)
 end
 
 local function towards(value, sample)
-  return math.max(value + math.floor((sample - value) / 8), 0)
+  return math.max(value + math.floor((sample - value) / 64), 0)
 end
 
 local function cost_touch(state, period, now)
@@ -308,10 +312,11 @@ local function cost_charge(state, period, hits, now)
   state.used = state.used + hits
   if #state.pending > 0 then
     local took = math.max(now - table.remove(state.pending, 1), 0)
-    if state.duration == 0 then
+    local known = cost_duration(state)
+    if took > known then
       state.duration = math.max(took, 1)
     else
-      state.duration = math.max(towards(state.duration, took), 1)
+      state.duration = math.max(known - math.floor((known - took) / 64), 1)
     end
   end
   local sample = hits * COST_SCALE
@@ -688,7 +693,7 @@ for _ = 1, tonumber(ARGV[3]) do
       end
       local mean, dev = cost_estimate(state, initial)
       local live = cost_live(state, now)
-      over = used + cost_reserved(live + 1, mean, dev) > limit and not (live == 0 and used < limit)
+      over = used + cost_reserved(live + 1, mean, dev) > limit and not (live == 0 and used == 0)
       if not over then
         cost_admit(state, period, now)
         dirty[slot] = true
