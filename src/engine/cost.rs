@@ -53,6 +53,19 @@ pub struct CostState {
     pub expires_at: u64,
 }
 
+impl CostState {
+    /// A key nothing was charged to or admitted on.
+    pub const FRESH: CostState = CostState {
+        start: 0,
+        used: 0,
+        mean: 0,
+        dev: 0,
+        duration: 0,
+        pending: Vec::new(),
+        expires_at: 0,
+    };
+}
+
 /// What a check or charge sees at `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CostCheck {

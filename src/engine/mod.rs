@@ -340,22 +340,14 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             initial_cost,
             ..
-        } => match slots.get(slot) {
-            Some(Slot::Cost(state)) => {
-                cost::check(state, limit, period, initial_cost, hits, now).over
-            }
-            _ => {
-                cost::check(
-                    &CostState::default(),
-                    limit,
-                    period,
-                    initial_cost,
-                    hits,
-                    now,
-                )
-                .over
-            }
-        },
+        } => {
+            const FRESH: CostState = CostState::FRESH;
+            let state = match slots.get(slot) {
+                Some(Slot::Cost(state)) => state,
+                _ => &FRESH,
+            };
+            cost::check(state, limit, period, initial_cost, hits, now).over
+        }
         Item::Gcra {
             slot, limit, hits, ..
         } => {

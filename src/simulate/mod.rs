@@ -6,6 +6,7 @@
 //! sees them. Work and memory are bounded by the pattern's caps
 //! ([`pattern::MAX_REQUESTS`], [`pattern::MAX_SPAN_MS`]) and [`MAX_TICKS`].
 
+pub mod costs;
 pub mod leases;
 pub mod pattern;
 mod timeline;

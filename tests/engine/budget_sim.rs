@@ -10,40 +10,18 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use charon::engine::{self, Item, Slot, SlotKind};
+use charon::simulate::costs::CostDraws;
 
 const PERIOD: u64 = 60_000;
 const LIMIT: u64 = 100_000;
 const STREAMS: u64 = 64;
-
-struct Draws(u64);
-
-impl Draws {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        (bits as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    fn cost(&mut self) -> u64 {
-        let normal =
-            (-2.0 * self.unit().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.unit()).cos();
-        let sigma = 5f64.ln() / 1.644_853_6;
-        (500.0 * (sigma * normal).exp()).round().max(1.0) as u64
-    }
-
-    fn duration(&mut self) -> u64 {
-        200 + (self.unit() * 2_800.0) as u64
-    }
-}
 
 /// The overshoot of each whole window (percent of the budget), with `item`
 /// making the check (`hits` 0) or the charge.
 fn overshoots(seed: u64, item: impl Fn(u64) -> Item<'static>, kind: SlotKind) -> Vec<f64> {
     let start = 1_700_000_040_000;
     let mut slots = vec![Slot::new(kind)];
-    let mut draws = Draws(seed);
+    let mut draws = CostDraws::new(seed);
     // (time, stream, cost to charge, or 0 for a check)
     let mut events: BinaryHeap<Reverse<(u64, u64, u64)>> =
         (0..STREAMS).map(|s| Reverse((start + s, s, 0))).collect();
@@ -58,7 +36,7 @@ fn overshoots(seed: u64, item: impl Fn(u64) -> Item<'static>, kind: SlotKind) ->
             events.push(Reverse((now + 1, stream, 0)));
         } else if granted {
             let cost = draws.cost();
-            events.push(Reverse((now + draws.duration(), stream, cost)));
+            events.push(Reverse((now + draws.duration_ms(), stream, cost)));
         } else {
             events.push(Reverse((now + 100, stream, 0)));
         }

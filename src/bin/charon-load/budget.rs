@@ -14,6 +14,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use charon::simulate::costs::CostDraws;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -31,31 +32,6 @@ struct Seen {
     refusals: Vec<(u64, u64)>,
     calls: u64,
     errors: u64,
-}
-
-/// A small generator for the draws (xorshift64*), seeded per stream.
-struct Draws(u64);
-
-impl Draws {
-    fn unit(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let bits = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
-        (bits as f64 + 0.5) / (1u64 << 53) as f64
-    }
-
-    /// Log-normal with median 500 and p95 ≈ 2 500 (σ = ln 5 / 1.645).
-    fn cost(&mut self) -> u64 {
-        let normal =
-            (-2.0 * self.unit().ln()).sqrt() * (2.0 * std::f64::consts::PI * self.unit()).cos();
-        let sigma = 5f64.ln() / 1.644_853_6;
-        (500.0 * (sigma * normal).exp()).round().max(1.0) as u64
-    }
-
-    fn duration(&mut self) -> Duration {
-        Duration::from_millis(200 + (self.unit() * 2_800.0) as u64)
-    }
 }
 
 fn unix_ms() -> u64 {
@@ -108,7 +84,7 @@ pub async fn run(
         let mut client =
             RateLimitServiceClient::new(channels[stream as usize % channels.len()].clone());
         let (seen, domain) = (seen.clone(), domain.clone());
-        let mut draws = Draws(seed ^ (stream + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut draws = CostDraws::new(seed ^ (stream + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         tasks.push(tokio::spawn(async move {
             while unix_ms() / period_ms < last {
                 let cost = draws.cost();
@@ -128,7 +104,7 @@ pub async fn run(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
-                tokio::time::sleep(draws.duration()).await;
+                tokio::time::sleep(Duration::from_millis(draws.duration_ms())).await;
                 let window = unix_ms() / period_ms;
                 let charged = client.should_rate_limit(request(&domain, cost)).await;
                 let mut seen = lock(&seen);

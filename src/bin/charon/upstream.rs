@@ -213,16 +213,10 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         {
             // Upstream's default socket type is unix; without one, a path
             // is taken as a socket and anything else as host:port.
-            let mut store = format!("redis+unix://{url}");
-            if let Some(auth) = set("REDIS_AUTH") {
-                let (user, password) = match auth.split_once(':') {
-                    Some((user, password)) => (Some(user), password),
-                    None => (None, auth.as_str()),
-                };
-                store = charon::store::redis::url::with_credentials(&store, user, password)
-                    .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))?;
-            }
-            arg("--store", store);
+            arg(
+                "--store",
+                with_auth(format!("redis+unix://{url}"), set("REDIS_AUTH"))?,
+            );
         }
         Some(url) => {
             match set("REDIS_SOCKET_TYPE")
@@ -253,16 +247,10 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
                 }
             };
             let base = if tls { "rediss" } else { "redis" };
-            let mut store = format!("{base}{scheme}://{url}");
-            if let Some(auth) = set("REDIS_AUTH") {
-                let (user, password) = match auth.split_once(':') {
-                    Some((user, password)) => (Some(user), password),
-                    None => (None, auth.as_str()),
-                };
-                store = charon::store::redis::url::with_credentials(&store, user, password)
-                    .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))?;
-            }
-            arg("--store", store);
+            arg(
+                "--store",
+                with_auth(format!("{base}{scheme}://{url}"), set("REDIS_AUTH"))?,
+            );
         }
     }
     for (name, flag) in [
@@ -333,6 +321,20 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         }
     }
     Ok(out)
+}
+
+/// `store` with upstream's `REDIS_AUTH` (`password` or `user:password`)
+/// written into it.
+fn with_auth(store: String, auth: Option<String>) -> Result<String, String> {
+    let Some(auth) = auth else {
+        return Ok(store);
+    };
+    let (user, password) = match auth.split_once(':') {
+        Some((user, password)) => (Some(user), password),
+        None => (None, auth.as_str()),
+    };
+    charon::store::redis::url::with_credentials(&store, user, password)
+        .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))
 }
 
 #[cfg(test)]
