@@ -12,6 +12,8 @@ use pin_project_lite::pin_project;
 
 use crate::client::Hold;
 
+use super::cost::Settlement;
+
 pin_project! {
     /// The body of a response that passed through a Charon layer.
     pub struct ResponseBody<B> {
@@ -19,6 +21,8 @@ pin_project! {
         kind: Kind<B>,
         // Dropped (released) at the end of the body, or with it.
         hold: Option<Hold>,
+        // Charged, likewise.
+        settlement: Option<Settlement>,
     }
 }
 
@@ -31,10 +35,11 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(super) fn service(body: B, hold: Option<Hold>) -> Self {
+    pub(super) fn service(body: B, hold: Option<Hold>, settlement: Option<Settlement>) -> Self {
         Self {
             kind: Kind::Service { body },
             hold,
+            settlement,
         }
     }
 
@@ -44,6 +49,7 @@ impl<B> ResponseBody<B> {
                 data: (!data.is_empty()).then_some(data),
             },
             hold: None,
+            settlement: None,
         }
     }
 
@@ -68,9 +74,11 @@ where
             KindProjection::Service { body } => {
                 let polled = body.poll_frame(cx);
                 if let Poll::Ready(None) = polled {
-                    // Fully sent: the copy is free now, not when the
-                    // connection gets around to dropping the body.
+                    // Fully sent: the copy is free now, and the cost
+                    // charged, not when the connection gets around to
+                    // dropping the body.
                     this.hold.take();
+                    this.settlement.take();
                 }
                 polled
             }

@@ -81,8 +81,8 @@ fn verdict<B>(
             } else {
                 None
             },
-            soft_limit: None,
             hold: Some(hold),
+            ..Extra::default()
         }),
         Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
             Some(response) => Verdict::Answer(response),

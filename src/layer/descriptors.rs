@@ -179,43 +179,54 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerDescriptors<F> {
         grpc: bool,
         options: Options,
     ) -> Verdict<R> {
-        match answer {
-            Ok(answer) if answer.unanswered && options.fail_closed => {
-                Verdict::Answer(reply::unavailable(grpc))
-            }
-            Ok(answer) if !answer.is_granted() => {
-                // The limit the request waits longest for.
-                let binding = tightest(&names, &answer, |status| {
-                    status
-                        .over_limit
-                        .then(|| status.reset_after.unwrap_or_default())
-                });
-                Verdict::Answer(reply::rejected(
-                    grpc,
-                    "rate_limited",
-                    answer.retry_after(),
-                    binding.as_ref(),
-                ))
-            }
-            Ok(answer) => Verdict::Pass(Extra {
-                // The limit closest to biting.
-                quota: if options.granted_headers {
-                    tightest(&names, &answer, |status| {
-                        Some(std::cmp::Reverse(status.remaining))
-                    })
-                } else {
-                    None
-                },
-                ..Extra::default()
-            }),
-            Err(ClientError::Invalid(message)) => {
-                Verdict::Answer(reply::failed(grpc, StatusCode::BAD_REQUEST, &message))
-            }
-            Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
-                Some(response) => Verdict::Answer(response),
-                None => Verdict::Pass(Extra::default()),
-            },
+        verdict(&names, answer, grpc, options)
+    }
+}
+
+/// What a descriptors answer makes of a request (the descriptor and cost
+/// layers' verdict); `names` name each descriptor in the quota headers.
+pub(super) fn verdict<R>(
+    names: &[String],
+    answer: Result<LimitsAnswer, ClientError>,
+    grpc: bool,
+    options: Options,
+) -> Verdict<R> {
+    match answer {
+        Ok(answer) if answer.unanswered && options.fail_closed => {
+            Verdict::Answer(reply::unavailable(grpc))
         }
+        Ok(answer) if !answer.is_granted() => {
+            // The limit the request waits longest for.
+            let binding = tightest(names, &answer, |status| {
+                status
+                    .over_limit
+                    .then(|| status.reset_after.unwrap_or_default())
+            });
+            Verdict::Answer(reply::rejected(
+                grpc,
+                "rate_limited",
+                answer.retry_after(),
+                binding.as_ref(),
+            ))
+        }
+        Ok(answer) => Verdict::Pass(Extra {
+            // The limit closest to biting.
+            quota: if options.granted_headers {
+                tightest(names, &answer, |status| {
+                    Some(std::cmp::Reverse(status.remaining))
+                })
+            } else {
+                None
+            },
+            ..Extra::default()
+        }),
+        Err(ClientError::Invalid(message)) => {
+            Verdict::Answer(reply::failed(grpc, StatusCode::BAD_REQUEST, &message))
+        }
+        Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
+            Some(response) => Verdict::Answer(response),
+            None => Verdict::Pass(Extra::default()),
+        },
     }
 }
 
@@ -226,7 +237,7 @@ fn boxed<T>(
 }
 
 /// A descriptor's keys, `tenant.path`: its name where its limit has none.
-fn keys(descriptor: &Descriptor) -> String {
+pub(super) fn keys(descriptor: &Descriptor) -> String {
     let mut name = String::new();
     for (index, (key, _)) in descriptor.entries.iter().enumerate() {
         if index > 0 {

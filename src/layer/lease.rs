@@ -108,7 +108,7 @@ where
         match self.project() {
             Projection::Called { future } => future
                 .poll(cx)
-                .map_ok(|response| response.map(|body| ResponseBody::service(body, None))),
+                .map_ok(|response| response.map(|body| ResponseBody::service(body, None, None))),
             Projection::Rejected { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response)),
                 // Polled again after it answered: a caller's bug; never ready.

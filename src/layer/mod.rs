@@ -7,6 +7,9 @@
 //! - [`DescriptorLimitLayer`]: Envoy-style descriptors in a namespace (the
 //!   limits of a `descriptors:` tree), several limits decided at once, all
 //!   or nothing.
+//! - [`CostLimitLayer`]: budgets of a cost known when the response ends
+//!   (`cost: after_response` descriptors): checked before the request,
+//!   charged the response's [`Cost`] when its body ends.
 //!
 //! All ask a [`Client`](crate::client::Client) — a remote sidecar or the
 //! engine embedded in the process, switched in one line. The first two map
@@ -47,6 +50,7 @@
 
 mod body;
 mod concurrency;
+mod cost;
 mod descriptors;
 mod future;
 pub mod key;
@@ -59,6 +63,7 @@ mod resource;
 
 pub use body::ResponseBody;
 pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};
+pub use cost::{Cost, CostLimit, CostLimitLayer, PerCost, Settlement};
 pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,
 };

@@ -89,6 +89,8 @@ pub struct Extra {
     pub soft_limit: Option<HeaderValue>,
     /// Released when the body ends.
     pub hold: Option<Hold>,
+    /// What the response cost, charged when the body ends.
+    pub(super) settle: Option<super::cost::Settle>,
 }
 
 impl Extra {
@@ -100,7 +102,10 @@ impl Extra {
         if let Some(value) = self.soft_limit {
             parts.headers.insert(SOFT_LIMIT.clone(), value);
         }
-        Response::from_parts(parts, ResponseBody::service(body, self.hold))
+        let response = Response::from_parts(parts, body);
+        let settlement = self.settle.and_then(|settle| settle.of(&response));
+        let (parts, body) = response.into_parts();
+        Response::from_parts(parts, ResponseBody::service(body, self.hold, settlement))
     }
 }
 

@@ -82,7 +82,7 @@ fn verdict<B>(
             } else {
                 None
             },
-            hold: None,
+            ..Extra::default()
         }),
         Err(error) => match reply::refused(grpc, &error, options.fail_closed) {
             Some(response) => Verdict::Answer(response),

@@ -6,6 +6,7 @@ mod support;
 
 mod client;
 mod configuration;
+mod cost_layer;
 mod example_tonic;
 mod layer;
 mod leases;

@@ -1,0 +1,199 @@
+//! [`CostLimitLayer`] on the embedded engine: a budget of tokens per hour
+//! on a `cost: after_response` descriptor, checked before each request and
+//! charged the response's [`Cost`] when its body ends, when it is dropped
+//! half sent, as it streams; not on a server error unless asked.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use charon::client::Client;
+use charon::layer::{Action, Actions, Cost, CostLimitLayer};
+use futures_util::StreamExt;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+
+/// `limit` tokens an hour; one request predicted at 1 token before any
+/// charge, so that the first requests are let in and what the charges
+/// teach decides the next.
+fn client(limit: u64) -> Client {
+    let yaml = format!(
+        "domain: ai\ndescriptors:\n  - key: generic_key\n    value: tokens\n    rate_limit: {{unit: hour, requests_per_unit: {limit}, cost: after_response, initial_cost: 1}}\n"
+    );
+    let config = charon::config::load_str(&yaml, "ai.yaml")
+        .unwrap_or_else(|errors| panic!("{errors}"))
+        .config;
+    Client::embedded(config)
+}
+
+fn answered_with(cost: u64, status: StatusCode) -> Response {
+    let mut response = (status, "answered").into_response();
+    response.extensions_mut().insert(Cost::new(cost));
+    response
+}
+
+fn app(client: Client, charge_errors: bool) -> Router {
+    let layer = CostLimitLayer::new(
+        client,
+        "ai",
+        Actions::new().descriptor([Action::generic_key("tokens")]),
+    )
+    .charge_errors(charge_errors);
+    Router::new()
+        .route("/600", get(|| async { answered_with(600, StatusCode::OK) }))
+        .route(
+            "/failed",
+            get(|| async { answered_with(600, StatusCode::INTERNAL_SERVER_ERROR) }),
+        )
+        .route("/free", get(|| async { "no cost said" }))
+        .route(
+            "/stream",
+            get(|| async {
+                // 3 chunks of 400 tokens, counted as they are sent.
+                let cost = Cost::default();
+                let counting = cost.clone();
+                let chunks = futures_util::stream::iter(0..3).map(move |_| {
+                    counting.add(400);
+                    Ok::<_, Infallible>(Bytes::from_static(b"tokens "))
+                });
+                let mut response = Body::from_stream(chunks).into_response();
+                response.extensions_mut().insert(cost);
+                response
+            }),
+        )
+        .layer(layer)
+}
+
+async fn get_from(app: &Router, path: &str) -> Response<Body> {
+    app.clone()
+        .oneshot(Request::get(path).body(Body::empty()).expect("a request"))
+        .await
+        .expect("answered")
+}
+
+/// A request's status, its body read to the end.
+async fn status_of(app: &Router, path: &str) -> StatusCode {
+    let response = get_from(app, path).await;
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    settled().await;
+    status
+}
+
+/// Charges are spawned only when they cannot finish at once; the embedded
+/// engine finishes at once, but give a spawned one a moment anyway.
+async fn settled() {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+// Once 600 is charged of 1 000, one more request is predicted at 600 plus
+// three deviations (300 each): refused. Uncharged, it is predicted at 1.
+
+#[tokio::test]
+async fn a_response_is_charged_its_cost_when_its_body_ends() {
+    let app = app(client(1_000), false);
+    let first = get_from(&app, "/600").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // Its body not sent yet: nothing charged, the next is let in.
+    let second = get_from(&app, "/600").await;
+    assert_eq!(second.status(), StatusCode::OK);
+    let _ = first.into_body().collect().await;
+    let _ = second.into_body().collect().await;
+    settled().await;
+    assert_eq!(status_of(&app, "/600").await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_body_dropped_unsent_is_charged_all_the_same() {
+    let app = app(client(1_000), false);
+    drop(get_from(&app, "/600").await);
+    settled().await;
+    assert_eq!(status_of(&app, "/600").await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_stream_is_charged_what_it_counted_when_it_ended_or_was_dropped() {
+    // 2 000 an hour: 400 charged leaves room for one more (400 + 400 +
+    // 3·200 = 1 400); 1 200 charged does not (1 200 + 1 200 + 3·600).
+    let half = app(client(2_000), false);
+    let response = get_from(&half, "/stream").await;
+    let mut body = response.into_body();
+    let first = body.frame().await.expect("a frame").expect("data");
+    assert!(first.is_data());
+    drop(body);
+    settled().await;
+    assert_eq!(
+        status_of(&half, "/free").await,
+        StatusCode::OK,
+        "400 charged"
+    );
+
+    let whole = app(client(2_000), false);
+    assert_eq!(status_of(&whole, "/stream").await, StatusCode::OK);
+    assert_eq!(
+        status_of(&whole, "/free").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "1 200 charged"
+    );
+}
+
+#[tokio::test]
+async fn a_server_error_is_not_charged_unless_asked() {
+    let spared = app(client(1_000), false);
+    assert_eq!(
+        status_of(&spared, "/failed").await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        status_of(&spared, "/free").await,
+        StatusCode::OK,
+        "not charged"
+    );
+
+    let charged = app(client(1_000), true);
+    assert_eq!(
+        status_of(&charged, "/failed").await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        status_of(&charged, "/free").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "charged"
+    );
+}
+
+#[tokio::test]
+async fn a_response_that_says_no_cost_charges_nothing() {
+    let app = app(client(1_000), false);
+    for _ in 0..5 {
+        assert_eq!(status_of(&app, "/free").await, StatusCode::OK);
+    }
+}
+
+/// Through a sidecar the charge is a round trip: it finishes on the
+/// runtime after the body has ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_a_sidecar_the_charge_lands_after_the_body_ends() {
+    let dir = crate::support::sidecar::tempdir();
+    let yaml = "domain: ai\ndescriptors:\n  - key: generic_key\n    value: tokens\n    rate_limit: {unit: hour, requests_per_unit: 1000, cost: after_response, initial_cost: 1}\n";
+    let sidecar = crate::support::sidecar::memory_sidecar(dir.path(), yaml).await;
+    let app = app(
+        crate::support::sidecar::sidecar_client(&sidecar).await,
+        false,
+    );
+    assert_eq!(status_of(&app, "/600").await, StatusCode::OK);
+    crate::support::sidecar::eventually(
+        "the charge lands and the next request is refused",
+        Duration::from_secs(10),
+        async || match status_of(&app, "/free").await {
+            StatusCode::TOO_MANY_REQUESTS => Ok(()),
+            other => Err(other.to_string()),
+        },
+    )
+    .await;
+}
