@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 
 use crate::client::Hold;
 
-use super::cost::Settlement;
+use super::settle::Settlement;
 
 pin_project! {
     /// The body of a response that passed through a Charon layer.

@@ -15,9 +15,6 @@
 //! learned time to charge.
 
 use std::future::Future;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Waker};
 
 use http::Request;
 
@@ -28,6 +25,7 @@ use super::Actions;
 use super::descriptors::{DescriptorsOf, keys, verdict};
 use super::limit::{Limit, LimitLayer};
 use super::policy::{Asked, Extra, Options, Policy, Verdict};
+use super::settle::Settle;
 
 /// Checks a budget before each request and charges what the response says
 /// it cost when its body ends.
@@ -60,105 +58,11 @@ impl<F> CostLimitLayer<F> {
     }
 }
 
-/// What a response cost, in the budget's units: put a clone in the
-/// response's extensions; it is read when the body ends (or is dropped),
-/// so a streaming body may keep adding to it.
-#[derive(Debug, Clone, Default)]
-pub struct Cost(Arc<AtomicU64>);
-
-impl Cost {
-    /// A cost of `amount`.
-    pub fn new(amount: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(amount)))
-    }
-
-    /// Adds `amount` (saturating).
-    pub fn add(&self, amount: u64) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cost| {
-                Some(cost.saturating_add(amount))
-            });
-    }
-
-    pub fn set(&self, amount: u64) {
-        self.0.store(amount, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
 /// The policy of [`CostLimitLayer`].
 #[derive(Debug, Clone)]
 pub struct PerCost<F> {
     descriptors: F,
     charge_errors: bool,
-}
-
-/// What to charge once the response is known: the request's descriptors,
-/// on the client that checked them.
-pub struct Settle {
-    client: Client,
-    namespace: Arc<str>,
-    descriptors: Vec<Descriptor>,
-    charge_errors: bool,
-}
-
-impl Settle {
-    /// The settlement of `response`: its [`Cost`], charged when dropped.
-    pub(super) fn of<B>(self, response: &http::Response<B>) -> Option<Settlement> {
-        if response.status().is_server_error() && !self.charge_errors {
-            return None;
-        }
-        let cost = response.extensions().get::<Cost>()?.clone();
-        Some(Settlement { settle: self, cost })
-    }
-}
-
-/// A response's cost, charged when this is dropped: at the end of the
-/// body, or with it.
-pub struct Settlement {
-    settle: Settle,
-    cost: Cost,
-}
-
-impl Drop for Settlement {
-    fn drop(&mut self) {
-        let amount = self.cost.get();
-        if amount == 0 {
-            return;
-        }
-        let descriptors = std::mem::take(&mut self.settle.descriptors)
-            .into_iter()
-            .map(|descriptor| Descriptor {
-                hits_addend: Some(amount),
-                ..descriptor
-            })
-            .collect();
-        let request = RateLimitRequest {
-            hits_addend: 0,
-            ..RateLimitRequest::new(&*self.settle.namespace, descriptors)
-        };
-        let client = self.settle.client.clone();
-        let mut charge = Box::pin(async move { client.should_rate_limit(request).await });
-        // The embedded engine charges within the first poll; a sidecar's
-        // round trip finishes on the runtime.
-        if charge
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_ready()
-        {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(charge);
-            }
-            Err(_) => tracing::warn!(amount, "no runtime to finish a charge on: not charged"),
-        }
-    }
 }
 
 impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
@@ -213,22 +117,5 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             }),
             answer => answer,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_cost_adds_up_and_saturates() {
-        let cost = Cost::new(5);
-        let clone = cost.clone();
-        clone.add(7);
-        assert_eq!(cost.get(), 12);
-        cost.add(u64::MAX);
-        assert_eq!(clone.get(), u64::MAX);
-        cost.set(3);
-        assert_eq!(clone.get(), 3);
     }
 }

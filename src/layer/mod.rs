@@ -60,10 +60,11 @@ mod policy;
 mod rate;
 pub mod reply;
 mod resource;
+mod settle;
 
 pub use body::ResponseBody;
 pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};
-pub use cost::{Cost, CostLimit, CostLimitLayer, PerCost, Settlement};
+pub use cost::{CostLimit, CostLimitLayer, PerCost};
 pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,
 };
@@ -73,3 +74,4 @@ pub use lease::{LeaseFuture, LeaseLimit, LeaseLimitLayer};
 pub use limit::{Limit, LimitLayer};
 pub use rate::{Hits, RateLimit, RateLimitLayer};
 pub use resource::PerResource;
+pub use settle::{Cost, Settle, Settlement};

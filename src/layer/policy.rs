@@ -90,7 +90,7 @@ pub struct Extra {
     /// Released when the body ends.
     pub hold: Option<Hold>,
     /// What the response cost, charged when the body ends.
-    pub(super) settle: Option<super::cost::Settle>,
+    pub(super) settle: Option<super::settle::Settle>,
 }
 
 impl Extra {
