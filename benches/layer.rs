@@ -2,6 +2,8 @@
 //! an axum handler called
 //! through its `Router` (no sockets, so only the middleware differs), bare,
 //! behind `RateLimitLayer` on the embedded memory engine, behind
+//! `DescriptorLimitLayer` and `CostLimitLayer` (a check before, a charge
+//! when the body ends) on it, behind
 //! tower-governor (the in-process baseline users compare with), and behind
 //! `RateLimitLayer` on a real sidecar over loopback gRPC. Every request is
 //! granted (limits far above the load), for the tenant in `x-tenant-id`.
@@ -18,7 +20,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use charon::client::{Client, ClientOptions};
-use charon::layer::RateLimitLayer;
+use charon::layer::{Action, Actions, Cost, CostLimitLayer, DescriptorLimitLayer, RateLimitLayer};
 use criterion::Criterion;
 use http::Request;
 use tower::ServiceExt;
@@ -28,6 +30,13 @@ use tower_governor::key_extractor::KeyExtractor;
 
 const CONFIG: &str = r#"
 domain: bench
+descriptors:
+  - key: generic_key
+    value: plain
+    rate_limit: {unit: second, requests_per_unit: 4000000000}
+  - key: generic_key
+    value: tokens
+    rate_limit: {unit: second, requests_per_unit: 4000000000, cost: after_response, initial_cost: 1}
 resources:
   api:
     rate:
@@ -51,6 +60,19 @@ fn request() -> Request<Body> {
 
 fn bare() -> Router {
     Router::new().route("/", get(|| async { "hello" }))
+}
+
+/// A handler that says what its response cost (1), for the cost layer and
+/// for the plain descriptor layer it is compared with.
+fn costed() -> Router {
+    Router::new().route(
+        "/",
+        get(|| async {
+            let mut response = axum::response::IntoResponse::into_response("hello");
+            response.extensions_mut().insert(Cost::new(1));
+            response
+        }),
+    )
 }
 
 /// tower-governor keyed like Charon's layer: by `x-tenant-id`.
@@ -141,9 +163,29 @@ fn bench_layers(
             "api",
         ))
     });
+    // A plain fixed window on a descriptor against a cost known after the
+    // response (a check before, a charge when the body ends): the cost
+    // layer's price is the difference.
+    let (plain, costs) = runtime.block_on(async {
+        let client = Client::embedded(config());
+        (
+            costed().layer(DescriptorLimitLayer::new(
+                client.clone(),
+                "bench",
+                Actions::new().descriptor([Action::generic_key("plain")]),
+            )),
+            costed().layer(CostLimitLayer::new(
+                client,
+                "bench",
+                Actions::new().descriptor([Action::generic_key("tokens")]),
+            )),
+        )
+    });
     let apps = [
         ("bare", bare()),
         ("charon-embedded-memory", embedded),
+        ("charon-embedded-descriptor", plain),
+        ("charon-embedded-cost", costs),
         ("tower-governor", governed()),
         ("charon-sidecar", remote.clone()),
     ];
