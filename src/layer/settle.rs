@@ -86,7 +86,13 @@ impl Drop for Settlement {
             ..RateLimitRequest::new(&*self.settle.namespace, descriptors)
         };
         let client = self.settle.client.clone();
-        let mut charge = Box::pin(async move { client.should_rate_limit(request).await });
+        let mut charge = Box::pin(async move {
+            // A charge over the limit's max_charge is refused: say so, the
+            // response is long gone.
+            if let Err(error) = client.should_rate_limit(request).await {
+                tracing::warn!(amount, %error, "a response's cost was not charged");
+            }
+        });
         // The embedded engine charges within the first poll; a sidecar's
         // round trip finishes on the runtime.
         if charge
