@@ -70,6 +70,13 @@ pub struct PeerAddr;
 
 impl<B> DomainOf<B> for PeerAddr {
     fn domain_of(&self, request: &Request<B>) -> Option<String> {
+        Some(peer_ip(request)?.to_string())
+    }
+}
+
+/// The socket peer's address, from the extensions [`PeerAddr`] reads.
+pub(super) fn peer_ip<B>(request: &Request<B>) -> Option<std::net::IpAddr> {
+    {
         let extensions = request.extensions();
         #[cfg(feature = "axum")]
         let from_axum = extensions
@@ -84,7 +91,7 @@ impl<B> DomainOf<B> for PeerAddr {
                     .and_then(|info| info.remote_addr())
             })
             .or_else(|| extensions.get::<SocketAddr>().copied())?;
-        Some(address.ip().to_string())
+        Some(address.ip())
     }
 }
 

@@ -14,7 +14,7 @@
 //! All ask a [`Client`](crate::client::Client) — a remote sidecar or the
 //! engine embedded in the process, switched in one line. The first two map
 //! each request to a domain ([`Header`] `x-tenant-id` by default,
-//! [`PeerAddr`], or any closure) and a resource ([`Fixed`],
+//! [`PeerAddr`], [`ClientIp`] behind trusted proxies, or any closure) and a resource ([`Fixed`],
 //! [`MethodAndRoute`], or any closure); the third to descriptors
 //! ([`Actions`], as Envoy's route actions make them, or any closure). Each
 //! turns a rejection into an `Ok` response: 429 with `Retry-After`,
@@ -49,6 +49,7 @@
 //! headers).
 
 mod body;
+mod client_ip;
 mod concurrency;
 mod cost;
 mod descriptors;
@@ -63,6 +64,7 @@ mod resource;
 mod settle;
 
 pub use body::ResponseBody;
+pub use client_ip::{BadRange, ClientIp};
 pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};
 pub use cost::{CostLimit, CostLimitLayer, PerCost};
 pub use descriptors::{

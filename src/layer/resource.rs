@@ -65,7 +65,8 @@ impl<K: Kind> LimitLayer<PerResource<K>> {
 
 impl<K, D, R> LimitLayer<PerResource<K, D, R>> {
     /// Where the domain (tenant) comes from: a [`Header`],
-    /// [`PeerAddr`](super::PeerAddr), or a closure
+    /// [`PeerAddr`](super::PeerAddr), [`ClientIp`](super::ClientIp), or a
+    /// closure
     /// `Fn(&Request<B>) -> Option<String>`.
     pub fn domain<D2>(self, domain: D2) -> LimitLayer<PerResource<K, D2, R>> {
         self.map_policy(|policy| PerResource {

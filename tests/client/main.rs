@@ -5,6 +5,7 @@
 mod support;
 
 mod client;
+mod client_ip;
 mod configuration;
 mod cost_layer;
 mod example_tonic;
