@@ -61,6 +61,60 @@ impl<B> DomainOf<B> for Header {
     }
 }
 
+/// The domain is a cookie's value (a session or client id); a request
+/// without it, or with an empty one, has none.
+#[derive(Debug, Clone)]
+pub struct Cookie(String);
+
+impl Cookie {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self(name.into())
+    }
+}
+
+impl<B> DomainOf<B> for Cookie {
+    fn domain_of(&self, request: &Request<B>) -> Option<String> {
+        request
+            .headers()
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|line| line.split(';'))
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(name, _)| name.trim() == self.0)
+            .map(|(_, value)| value.trim().trim_matches('"'))
+            .filter(|value| !value.is_empty())
+            .map(str::to_owned)
+    }
+}
+
+/// The domain is the client's region, from a header an edge sets (a CDN's
+/// country or region header), or `fallback` when the header is missing or
+/// empty.
+#[derive(Debug, Clone)]
+pub struct Region {
+    header: HeaderName,
+    fallback: String,
+}
+
+impl Region {
+    pub fn new(header: HeaderName, fallback: impl Into<String>) -> Self {
+        Self {
+            header,
+            fallback: fallback.into(),
+        }
+    }
+}
+
+impl<B> DomainOf<B> for Region {
+    fn domain_of(&self, request: &Request<B>) -> Option<String> {
+        Header::new(self.header.clone())
+            .domain_of(request)
+            .or_else(|| Some(self.fallback.clone()))
+            .filter(|region| !region.is_empty())
+    }
+}
+
 /// The domain is the client's IP address: from axum's `ConnectInfo`
 /// (feature `axum`; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's
@@ -182,6 +236,33 @@ mod tests {
         );
         assert_eq!(Header::default().domain_of(&request(Some("  "))), None);
         assert_eq!(Header::default().domain_of(&request(None)), None);
+    }
+
+    #[test]
+    fn cookies_and_regions_are_sources() {
+        let request = Request::builder()
+            .header("cookie", "theme=dark; session=\"abc123\"")
+            .header("cookie", "other=1")
+            .header("x-region", "eu-west")
+            .body(())
+            .unwrap();
+        assert_eq!(
+            Cookie::new("session").domain_of(&request).as_deref(),
+            Some("abc123")
+        );
+        assert_eq!(
+            Cookie::new("other").domain_of(&request).as_deref(),
+            Some("1")
+        );
+        assert_eq!(Cookie::new("missing").domain_of(&request), None);
+        let huge = Request::builder()
+            .header("cookie", "x=".repeat(32 * 1024))
+            .body(())
+            .unwrap();
+        assert_eq!(Cookie::new("session").domain_of(&huge), None);
+        let region = Region::new(HeaderName::from_static("x-region"), "elsewhere");
+        assert_eq!(region.domain_of(&request).as_deref(), Some("eu-west"));
+        assert_eq!(region.domain_of(&huge).as_deref(), Some("elsewhere"));
     }
 
     #[test]

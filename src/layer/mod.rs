@@ -14,7 +14,8 @@
 //! All ask a [`Client`](crate::client::Client) — a remote sidecar or the
 //! engine embedded in the process, switched in one line. The first two map
 //! each request to a domain ([`Header`] `x-tenant-id` by default,
-//! [`PeerAddr`], [`ClientIp`] behind trusted proxies, or any closure) and a resource ([`Fixed`],
+//! [`PeerAddr`], [`ClientIp`] behind trusted proxies, a [`Cookie`], a
+//! [`Region`] header, or any closure) and a resource ([`Fixed`],
 //! [`MethodAndRoute`], or any closure); the third to descriptors
 //! ([`Actions`], as Envoy's route actions make them, or any closure). Each
 //! turns a rejection into an `Ok` response: 429 with `Retry-After`,
@@ -71,7 +72,9 @@ pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,
 };
 pub use future::ResponseFuture;
-pub use key::{DomainOf, Fixed, Header, MethodAndRoute, MissingDomain, PeerAddr, ResourceOf};
+pub use key::{
+    Cookie, DomainOf, Fixed, Header, MethodAndRoute, MissingDomain, PeerAddr, Region, ResourceOf,
+};
 pub use lease::{LeaseFuture, LeaseLimit, LeaseLimitLayer};
 pub use limit::{Limit, LimitLayer};
 pub use rate::{Hits, RateLimit, RateLimitLayer};
