@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod client_ip;
 mod envoy_dropin;
 mod envoy_e2e;
 mod token_budget;

@@ -37,7 +37,7 @@ fn envoy_yaml(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
 
 /// Waits out the last half minute of an hour: the budget's window must not
 /// end in the middle of a run.
-async fn clear_of_the_hour() {
+pub(crate) async fn clear_of_the_hour() {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
