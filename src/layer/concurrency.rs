@@ -67,12 +67,15 @@ fn verdict<B>(
         Ok(hold) if !hold.is_granted() => {
             let quota = copy_quota(&resource, &hold);
             // A semaphore cannot say when a copy frees up: try in a second.
-            Verdict::Answer(reply::rejected(
-                grpc,
-                "concurrency_limited",
-                Some(std::time::Duration::from_secs(1)),
-                quota.as_ref(),
-            ))
+            Verdict::Exceeded {
+                retry_after: Some(std::time::Duration::from_secs(1)),
+                refusal: reply::rejected(
+                    grpc,
+                    "concurrency_limited",
+                    Some(std::time::Duration::from_secs(1)),
+                    quota.as_ref(),
+                ),
+            }
         }
         // If the service fails, the hold drops with the future: released.
         Ok(hold) => Verdict::Pass(Extra {

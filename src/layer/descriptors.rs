@@ -202,12 +202,15 @@ pub(super) fn verdict<R>(
                     .over_limit
                     .then(|| status.reset_after.unwrap_or_default())
             });
-            Verdict::Answer(reply::rejected(
-                grpc,
-                "rate_limited",
-                answer.retry_after(),
-                binding.as_ref(),
-            ))
+            Verdict::Exceeded {
+                retry_after: answer.retry_after(),
+                refusal: reply::rejected(
+                    grpc,
+                    "rate_limited",
+                    answer.retry_after(),
+                    binding.as_ref(),
+                ),
+            }
         }
         Ok(answer) => Verdict::Pass(Extra {
             // The limit closest to biting.

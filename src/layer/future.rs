@@ -16,9 +16,9 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::ResponseBody;
 use super::policy::{Asked, Extra, Policy, Shared, Verdict};
 use super::reply;
+use super::{Exceed, OverLimit, ResponseBody, SoftLimitExceeded};
 
 type Boxed<B, E> = Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send>>;
 
@@ -103,9 +103,10 @@ where
     };
     let mut cx = Context::from_waker(Waker::noop());
     if let Poll::Ready(decided) = deciding.as_mut().poll(&mut cx) {
-        return match shared.policy.verdict(asked, decided, grpc, shared.options) {
-            Verdict::Answer(response) => answered(response),
-            Verdict::Pass(extra) => serve(inner, request, extra),
+        let verdict = shared.policy.verdict(asked, decided, grpc, shared.options);
+        return match settle(verdict, &shared.exceed, grpc, request) {
+            Next::Answer(response) => answered(response),
+            Next::Serve(request, extra) => serve(inner, request, extra),
         };
     }
     // The service `poll_ready` readied goes into the future; the clone
@@ -117,13 +118,52 @@ where
         state: State::Deciding {
             future: Box::pin(async move {
                 let decided = deciding.await;
-                match shared.policy.verdict(asked, decided, grpc, shared.options) {
-                    Verdict::Answer(response) => Ok(response),
-                    Verdict::Pass(extra) => Ok(extra.finish(inner.call(request).await?)),
+                let verdict = shared.policy.verdict(asked, decided, grpc, shared.options);
+                match settle(verdict, &shared.exceed, grpc, request) {
+                    Next::Answer(response) => Ok(response),
+                    Next::Serve(request, extra) => Ok(extra.finish(inner.call(request).await?)),
                 }
             }),
         },
     }
+}
+
+/// A verdict as the layer's [`Exceed`] has it: the answer to send, or the
+/// request to serve (with what the handler is told in its extensions) and
+/// what to add to its response.
+fn settle<B, R>(
+    verdict: Verdict<B>,
+    exceed: &Exceed,
+    grpc: bool,
+    mut request: Request<R>,
+) -> Next<B, R> {
+    match verdict {
+        Verdict::Answer(response) => Next::Answer(response),
+        Verdict::Exceeded {
+            refusal,
+            retry_after,
+        } => match exceed {
+            Exceed::Degrade => {
+                request.extensions_mut().insert(OverLimit { retry_after });
+                Next::Serve(request, Extra::default())
+            }
+            _ => Next::Answer(super::exceed::redirect(exceed, grpc).unwrap_or(refusal)),
+        },
+        Verdict::Pass(extra) => {
+            if let Some(resource) = extra.soft_limit.as_ref().and_then(|v| v.to_str().ok()) {
+                request.extensions_mut().insert(SoftLimitExceeded {
+                    resource: resource.to_owned(),
+                });
+            }
+            Next::Serve(request, extra)
+        }
+    }
+}
+
+/// What [`settle`] leads to.
+enum Next<B, R> {
+    Answer(Response<ResponseBody<B>>),
+    Serve(Request<R>, Extra),
 }
 
 /// Calls the service, adding `extra` to its response.

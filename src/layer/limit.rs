@@ -12,9 +12,9 @@ use tower::{Layer, Service};
 
 use crate::client::Client;
 
-use super::ResponseBody;
 use super::future::ResponseFuture;
 use super::policy::{Options, Policy, Shared};
+use super::{Exceed, ResponseBody};
 
 /// A Tower layer that asks Charon before each request, by policy `P`
 /// (see [`RateLimitLayer`](super::RateLimitLayer),
@@ -26,6 +26,7 @@ pub struct LimitLayer<P> {
     pub(super) namespace: Arc<str>,
     pub(super) policy: P,
     pub(super) options: Options,
+    pub(super) exceed: Exceed,
 }
 
 impl<P> LimitLayer<P> {
@@ -35,7 +36,15 @@ impl<P> LimitLayer<P> {
             namespace: namespace.into(),
             policy,
             options: Options::default(),
+            exceed: Exceed::default(),
         }
+    }
+
+    /// What to do with a request over its limit: refuse it (the default),
+    /// redirect it, or let it through degraded ([`Exceed`]).
+    pub fn on_exceed(mut self, exceed: Exceed) -> Self {
+        self.exceed = exceed;
+        self
     }
 
     /// The same layer with its policy changed.
@@ -45,6 +54,7 @@ impl<P> LimitLayer<P> {
             namespace: self.namespace,
             policy: change(self.policy),
             options: self.options,
+            exceed: self.exceed,
         }
     }
 
@@ -74,6 +84,7 @@ impl<S, P: Clone> Layer<S> for LimitLayer<P> {
                 namespace: self.namespace.clone(),
                 policy: self.policy.clone(),
                 options: self.options,
+                exceed: self.exceed.clone(),
             }),
         }
     }

@@ -54,6 +54,7 @@ mod client_ip;
 mod concurrency;
 mod cost;
 mod descriptors;
+mod exceed;
 mod future;
 pub mod key;
 mod lease;
@@ -71,6 +72,7 @@ pub use cost::{CostLimit, CostLimitLayer, PerCost};
 pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,
 };
+pub use exceed::{Exceed, OverLimit, SoftLimitExceeded};
 pub use future::ResponseFuture;
 pub use key::{
     Cookie, DomainOf, Fixed, Header, MethodAndRoute, MissingDomain, PeerAddr, Region, ResourceOf,

@@ -77,6 +77,12 @@ impl Default for Options {
 pub enum Verdict<B> {
     /// Answer this, without calling the service.
     Answer(Response<ResponseBody<B>>),
+    /// Over the limit: answer this refusal, unless the layer redirects or
+    /// degrades ([`Exceed`](super::Exceed)).
+    Exceeded {
+        refusal: Response<ResponseBody<B>>,
+        retry_after: Option<std::time::Duration>,
+    },
     /// Call the service, and add these to its response.
     Pass(Extra),
 }
@@ -115,4 +121,5 @@ pub(super) struct Shared<P> {
     pub(super) namespace: Arc<str>,
     pub(super) policy: P,
     pub(super) options: Options,
+    pub(super) exceed: super::Exceed,
 }

@@ -64,12 +64,10 @@ fn verdict<B>(
         }
         Ok(answer) if !answer.is_granted() => {
             let quota = rate_quota(&resource, &answer);
-            Verdict::Answer(reply::rejected(
-                grpc,
-                "rate_limited",
-                answer.retry_after,
-                quota.as_ref(),
-            ))
+            Verdict::Exceeded {
+                retry_after: answer.retry_after,
+                refusal: reply::rejected(grpc, "rate_limited", answer.retry_after, quota.as_ref()),
+            }
         }
         Ok(answer) => Verdict::Pass(Extra {
             quota: if options.granted_headers {

@@ -9,5 +9,6 @@ mod client_ip;
 mod configuration;
 mod cost_layer;
 mod example_tonic;
+mod exceed;
 mod layer;
 mod leases;
