@@ -18,10 +18,10 @@ const READY: Duration = Duration::from_secs(30);
 /// before the next request's check (it takes about a millisecond).
 const CHARGE_LANDS: Duration = Duration::from_millis(500);
 
-/// The example with its four ports replaced.
-fn envoy_yaml(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
-    let path = manifest_dir().join("examples/envoy/token-budget.yaml");
-    let mut text = fs::read_to_string(&path).expect("read examples/envoy/token-budget.yaml");
+/// `example` (a file under examples/envoy/) with its four ports replaced.
+fn envoy_yaml(example: &str, listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
+    let path = manifest_dir().join("examples/envoy").join(example);
+    let mut text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {example}: {e}"));
     for (from, to) in [
         (10000, listen),
         (9901, admin),
@@ -37,7 +37,7 @@ fn envoy_yaml(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
 
 /// Waits out the last half minute of an hour: the budget's window must not
 /// end in the middle of a run.
-pub(crate) async fn clear_of_the_hour() {
+async fn clear_of_the_hour() {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
@@ -48,17 +48,29 @@ pub(crate) async fn clear_of_the_hour() {
     }
 }
 
-/// Charon on `limits` (with `args`) behind a real Envoy on the example's
+/// Charon on `limits` (with `args`) behind a real Envoy on an example's
 /// configuration, in front of `app`; the check's deadline `check_timeout`.
-struct Budget {
-    listen: u16,
+pub(crate) struct Budget {
+    pub(crate) listen: u16,
     client: reqwest::Client,
     _processes: (Proc, Proc),
     _dir: tempfile::TempDir,
 }
 
 impl Budget {
+    /// On examples/envoy/token-budget.yaml.
     async fn start(limits: &str, args: &[&str], app: axum::Router, check_timeout: &str) -> Budget {
+        Self::start_on("token-budget.yaml", limits, args, app, check_timeout).await
+    }
+
+    /// On examples/envoy/`example`.
+    pub(crate) async fn start_on(
+        example: &str,
+        limits: &str,
+        args: &[&str],
+        app: axum::Router,
+        check_timeout: &str,
+    ) -> Budget {
         clear_of_the_hour().await;
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("limits.yaml");
@@ -86,7 +98,7 @@ impl Budget {
             dir.path(),
         );
         let envoy_config = dir.path().join("envoy.yaml");
-        let yaml = envoy_yaml(listen, envoy_admin, upstream_port, grpc);
+        let yaml = envoy_yaml(example, listen, envoy_admin, upstream_port, grpc);
         assert_eq!(yaml.matches("  timeout: 0.25s").count(), 1);
         let yaml = yaml.replace("  timeout: 0.25s", &format!("  timeout: {check_timeout}"));
         fs::write(&envoy_config, yaml).expect("write envoy.yaml");
