@@ -233,6 +233,10 @@ pub enum Algorithm {
     /// A token bucket (docs/design.md#gcra): `requests_per_unit` per unit,
     /// up to `burst` at once.
     Gcra { burst: u64 },
+    /// The sliding window counter (docs/design.md#sliding-windows): this
+    /// window's count plus the last one's, weighted by how much of it the
+    /// sliding window still covers.
+    SlidingWindow,
     /// `cost: after_response` (docs/design.md#costs-known-after-the-response):
     /// a fixed window of cost units, charged after the response and checked
     /// with the cost of the requests in flight predicted.

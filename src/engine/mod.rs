@@ -25,6 +25,7 @@ pub mod cost;
 pub mod gcra;
 mod hit_log;
 mod outcome;
+pub mod sliding;
 pub mod tiers;
 pub mod window;
 
@@ -32,6 +33,7 @@ pub use cost::CostState;
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
+pub use sliding::SlidingState;
 pub use tiers::{Global, Phase, Snapshot, TierState};
 pub use window::WindowState;
 
@@ -50,6 +52,8 @@ pub enum Slot {
     Gcra(GcraState),
     /// A cost known after the response: charges, admissions, what was learned.
     Cost(CostState),
+    /// A sliding window counter's two windows.
+    Sliding(SlidingState),
 }
 
 /// Which kind of state a key holds.
@@ -60,6 +64,7 @@ pub enum SlotKind {
     Log,
     Gcra,
     Cost,
+    Sliding,
 }
 
 impl Slot {
@@ -70,6 +75,7 @@ impl Slot {
             SlotKind::Log => Slot::Log(HitLog::default()),
             SlotKind::Gcra => Slot::Gcra(GcraState::default()),
             SlotKind::Cost => Slot::Cost(CostState::default()),
+            SlotKind::Sliding => Slot::Sliding(SlidingState::default()),
         }
     }
 
@@ -80,6 +86,7 @@ impl Slot {
             Slot::Log(_) => SlotKind::Log,
             Slot::Gcra(_) => SlotKind::Gcra,
             Slot::Cost(_) => SlotKind::Cost,
+            Slot::Sliding(_) => SlotKind::Sliding,
         }
     }
 
@@ -92,6 +99,7 @@ impl Slot {
             Slot::Log(log) => log.counts_until(tiers::SECOND),
             Slot::Gcra(state) => state.expires_at(),
             Slot::Cost(state) => state.expires_at,
+            Slot::Sliding(state) => state.expires_at,
         }
     }
 }
@@ -122,6 +130,14 @@ pub enum Item<'a> {
         /// The cost of one request before any was charged.
         initial_cost: u64,
     },
+    /// A sliding window counter (`sliding.rs`). `hits == 0` only checks.
+    Sliding {
+        slot: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+    },
     /// GCRA (a token bucket). `hits == 0` only checks.
     Gcra {
         slot: usize,
@@ -151,6 +167,7 @@ impl Item<'_> {
             Item::Window { shadow, .. }
             | Item::Tiers { shadow, .. }
             | Item::Cost { shadow, .. }
+            | Item::Sliding { shadow, .. }
             | Item::Gcra { shadow, .. } => *shadow,
         }
     }
@@ -158,9 +175,10 @@ impl Item<'_> {
     /// The slots this item reads: its own, then the global log if any.
     pub fn slots(&self) -> [Option<usize>; 2] {
         match self {
-            Item::Window { slot, .. } | Item::Gcra { slot, .. } | Item::Cost { slot, .. } => {
-                [Some(*slot), None]
-            }
+            Item::Window { slot, .. }
+            | Item::Gcra { slot, .. }
+            | Item::Cost { slot, .. }
+            | Item::Sliding { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
             } => [Some(*slot), *global_slot],
@@ -173,16 +191,18 @@ impl Item<'_> {
             Item::Window { slot, .. }
             | Item::Tiers { slot, .. }
             | Item::Gcra { slot, .. }
-            | Item::Cost { slot, .. } => *slot,
+            | Item::Cost { slot, .. }
+            | Item::Sliding { slot, .. } => *slot,
         }
     }
 
     /// The same item over renumbered slots (a store deciding part of a batch).
     pub fn map_slots(mut self, map: impl Fn(usize) -> usize) -> Self {
         match &mut self {
-            Item::Window { slot, .. } | Item::Gcra { slot, .. } | Item::Cost { slot, .. } => {
-                *slot = map(*slot)
-            }
+            Item::Window { slot, .. }
+            | Item::Gcra { slot, .. }
+            | Item::Cost { slot, .. }
+            | Item::Sliding { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
             } => {
@@ -290,6 +310,13 @@ fn gcra_state(slots: &[Slot], index: usize) -> GcraState {
     }
 }
 
+fn sliding_state(slots: &[Slot], index: usize) -> SlidingState {
+    match slots.get(index) {
+        Some(Slot::Sliding(state)) => *state,
+        _ => SlidingState::default(),
+    }
+}
+
 fn cost_state(slots: &[Slot], index: usize) -> CostState {
     match slots.get(index) {
         Some(Slot::Cost(state)) => state.clone(),
@@ -333,6 +360,13 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => window::check(&window_state(slots, slot), limit, period, hits, now).over,
+        Item::Sliding {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } => sliding::check(&sliding_state(slots, slot), limit, period, hits, now).over,
         Item::Cost {
             slot,
             limit,
@@ -441,6 +475,44 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                     limit,
                     now,
                 ),
+            })
+        }
+        Item::Sliding {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } => {
+            let before = sliding_state(slots, slot);
+            let seen = sliding::check(&before, limit, period, hits, now);
+            let mut after = before;
+            if commit && !seen.over && hits > 0 {
+                sliding::record(&mut after, period, hits, now);
+                if let Some(entry) = slots.get_mut(slot) {
+                    *entry = Slot::Sliding(after);
+                }
+            }
+            let counted = sliding::check(&after, limit, period, 0, now);
+            let reset_after = if counted.current > 0 {
+                counted.window_start + 2 * period - now
+            } else if counted.previous > 0 {
+                counted.window_start + period - now
+            } else {
+                0
+            };
+            Outcome::Window(WindowOutcome {
+                over: seen.over,
+                limit,
+                period,
+                remaining: limit.saturating_sub(counted.estimate),
+                reset_after,
+                wait: if seen.over {
+                    sliding::retry_after(&before, limit, period, hits, now)
+                } else {
+                    Some(0)
+                },
+                retry_after: sliding::retry_after(&after, limit, period, 1, now),
             })
         }
         Item::Cost {

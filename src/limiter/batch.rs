@@ -62,6 +62,16 @@ pub(super) fn add_item<'c>(
                         initial_cost,
                     }
                 }
+                Algorithm::SlidingWindow => {
+                    let key = keys::sliding_key(&namespace.name, entries, period);
+                    Item::Sliding {
+                        slot: batch.slot(key, SlotKind::Sliding),
+                        limit: limit.requests_per_unit(),
+                        period,
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
                 Algorithm::Gcra { burst } => {
                     let key = keys::gcra_key(&namespace.name, entries, period);
                     Item::Gcra {

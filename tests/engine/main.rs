@@ -16,3 +16,4 @@ mod limiter;
 mod memory_store;
 mod reset_property;
 mod simulate;
+mod sliding;

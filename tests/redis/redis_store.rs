@@ -75,10 +75,32 @@ enum Ask {
         shadow: bool,
         initial_cost: u64,
     },
+    Sliding {
+        key: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+    },
 }
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // A sliding window counter.
+        (
+            0usize..2,
+            0u64..6,
+            prop::sample::select(vec![1_000u64, 3_000]),
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, limit, period, hits, shadow)| Ask::Sliding {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+            }),
         // A cost known after the response: checks (0) and charges.
         (
             0usize..2,
@@ -197,6 +219,23 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                     hits,
                     shadow,
                     count_rejected,
+                }
+            }
+            Ask::Sliding {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::sliding_key(NS, [("tenant", name.as_str())], period);
+                Item::Sliding {
+                    slot: batch.slot(key, SlotKind::Sliding),
+                    limit,
+                    period,
+                    hits,
+                    shadow,
                 }
             }
             Ask::Cost {

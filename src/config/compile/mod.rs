@@ -425,10 +425,20 @@ impl Ctx {
                         };
                         Algorithm::Gcra { burst }
                     }
+                    Some(("sliding_window", _)) => {
+                        if let Some(burst) = &limit.burst {
+                            self.error(
+                                burst.referenced,
+                                "`burst` applies only to `algorithm: gcra`",
+                            );
+                            return Leaf::None;
+                        }
+                        Algorithm::SlidingWindow
+                    }
                     Some((other, at)) => {
                         self.error(
                             at,
-                            format!("unknown algorithm `{other}`; use fixed_window (the default) or gcra"),
+                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window or gcra"),
                         );
                         return Leaf::None;
                     }

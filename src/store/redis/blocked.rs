@@ -39,9 +39,10 @@ struct Block {
 /// The hits `item` needs to be granted.
 fn needed(item: &Item<'_>) -> u64 {
     match *item {
-        Item::Window { hits, .. } | Item::Gcra { hits, .. } | Item::Cost { hits, .. } => {
-            hits.max(1)
-        }
+        Item::Window { hits, .. }
+        | Item::Gcra { hits, .. }
+        | Item::Cost { hits, .. }
+        | Item::Sliding { hits, .. } => hits.max(1),
         Item::Tiers {
             min_copies,
             check_only,
@@ -68,9 +69,9 @@ impl Limits {
     fn of(item: &Item<'_>) -> Self {
         match *item {
             // A cost's charges must always reach Redis: never governed.
-            Item::Window { limit, period, .. } | Item::Cost { limit, period, .. } => {
-                Limits::Window { limit, period }
-            }
+            Item::Window { limit, period, .. }
+            | Item::Cost { limit, period, .. }
+            | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
             Item::Gcra { limit, .. } => Limits::Gcra(limit),
             Item::Tiers {
                 policy,

@@ -13,7 +13,8 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    CostState, GcraState, HitLog, Item, Slot, SlotKind, TierState, WindowState, tiers::TierLog,
+    CostState, GcraState, HitLog, Item, SlidingState, Slot, SlotKind, TierState, WindowState,
+    tiers::TierLog,
 };
 
 use super::RedisError;
@@ -46,6 +47,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Log => b'g',
         SlotKind::Gcra => b'a',
         SlotKind::Cost => b'c',
+        SlotKind::Sliding => b's',
     }
 }
 
@@ -81,6 +83,21 @@ pub fn arguments(
                     .arg(period)
                     .arg(hits)
                     .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            }
+            Item::Sliding {
+                slot,
+                limit,
+                period,
+                hits,
+                shadow,
+            } => {
+                invocation
+                    .arg("s")
+                    .arg(slot + 1)
+                    .arg(limit)
+                    .arg(period)
+                    .arg(hits)
+                    .arg(flag(shadow));
             }
             Item::Cost {
                 slot,
@@ -211,6 +228,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Log => Slot::Log(log(text)?),
                 SlotKind::Gcra => Slot::Gcra(gcra(text)?),
                 SlotKind::Cost => Slot::Cost(cost(text)?),
+                SlotKind::Sliding => Slot::Sliding(sliding(text)?),
             }
         }
     };
@@ -232,6 +250,18 @@ fn window(text: &str) -> Result<WindowState, RedisError> {
     Ok(WindowState {
         start: next()?,
         count: next()?,
+        expires_at: next()?,
+    })
+}
+
+/// `start,current,previous,expires_at`.
+fn sliding(text: &str) -> Result<SlidingState, RedisError> {
+    let mut fields = text.split(',');
+    let mut next = || number(fields.next().unwrap_or(""));
+    Ok(SlidingState {
+        start: next()?,
+        current: next()?,
+        previous: next()?,
         expires_at: next()?,
     })
 }

@@ -9,11 +9,13 @@
 -- KEYS: the state keys of the batch.
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
---   log), a (GCRA), c (a cost known after the response).
+--   log), a (GCRA), c (a cost known after the response), s (a sliding
+--   window counter).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
 --     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
+--   s slot limit period hits shadow
 --   c slot limit period hits shadow initial_cost (hits > 0 charges, always
 --     recorded; 0 checks and, admitted, counts one request in flight)
 --   t slot global_slot global_limit copies min_copies check_only shadow
@@ -38,6 +40,8 @@
 --      and "f" for an expiry that never comes; a resource with a token
 --      bucket instead of tiers has one "b" field instead: "btat_ms,ticks,count"
 --      (as the GCRA encoding above)
+--   s: "start,current,previous,expires_at" (the current window's count and
+--      the one before)
 --   c: "start,used,mean,dev,duration,expires_at|t,t,..." (the admissions in
 --      flight, oldest first; mean and dev in sixteenths)
 
@@ -339,6 +343,19 @@ local function cost_admit(state, period, now)
   cost_touch(state, period, now)
 end
 
+-- Sliding window counters (src/engine/sliding.rs): the previous window
+-- weighted in 1/65536, every product under 2^53.
+local function sliding_decode(raw, now)
+  if raw then
+    local f = split(raw, ',')
+    local state = { start = num(f[1]), current = num(f[2]), previous = num(f[3]), exp = num(f[4]) }
+    if state.exp > now then
+      return state
+    end
+  end
+  return { start = 0, current = 0, previous = 0, exp = 0 }
+end
+
 local function gcra_decode(raw)
   if not raw then
     return { ms = 0, ticks = 0, count = -1 }
@@ -608,6 +625,8 @@ for i = 1, #KEYS do
     slots[i] = tiers_decode(value, now)
   elseif kind == 'c' then
     slots[i] = cost_decode(value, now)
+  elseif kind == 's' then
+    slots[i] = sliding_decode(value, now)
   else
     slots[i] = global_decode(value, now)
   end
@@ -630,6 +649,8 @@ local function counting_later(at)
         return true
       end
       at = at + 7
+    elseif kind == 's' then
+      at = at + 6
     else
       at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
     end
@@ -672,6 +693,26 @@ for _ = 1, tonumber(ARGV[3]) do
       if counting then
         kept[slot], kept_start[slot], kept_period[slot] = (kept[slot] or 0) + hits, start, period
       end
+    end
+  elseif ARGV[at] == 's' then
+    local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    shadow = ARGV[at + 5] == '1'
+    at = at + 6
+    local state = slots[slot]
+    local span = math.max(period, 1)
+    local start = now - math.fmod(now, span)
+    local current, previous = 0, 0
+    if state.start == start then
+      current, previous = state.current, state.previous
+    elseif state.start + period == start then
+      previous = state.current
+    end
+    local weight = math.floor(math.max(span - (now - start), 0) * 65536 / span)
+    local estimate = current + math.floor(previous * weight / 65536)
+    over = estimate + math.max(hits, 1) > limit
+    if not over and hits > 0 then
+      slots[slot] = { start = start, current = current + hits, previous = previous, exp = start + 2 * period }
+      dirty[slot] = true
     end
   elseif ARGV[at] == 'c' then
     local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
@@ -824,6 +865,9 @@ do
         end
       elseif kind == 'c' then
         redis.call('SET', KEYS[i], cost_encode(state), 'PX', state.exp - now + slack)
+      elseif kind == 's' then
+        local value = fmt(state.start) .. ',' .. fmt(state.current) .. ',' .. fmt(state.previous) .. ',' .. fmt(state.exp)
+        redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack)
       elseif kind == 't' then
         if state.exp == INF then
           redis.call('SET', KEYS[i], tiers_encode(state))

@@ -439,8 +439,9 @@ impl Store for RedisStore {
     }
 }
 
-/// An item that records its hits even when rejected: a window counting
-/// rejected hits, a cost's charges (checks too: kept simple, they are cheap).
+/// An item this store never rejects locally: a window counting rejected
+/// hits and a cost's charges (their hits must reach Redis), a sliding
+/// window (its rejection's end is not one instant a block could keep).
 fn counts_rejected(item: &Item<'_>) -> bool {
     matches!(
         item,
@@ -448,6 +449,7 @@ fn counts_rejected(item: &Item<'_>) -> bool {
             count_rejected: true,
             ..
         } | Item::Cost { .. }
+            | Item::Sliding { .. }
     )
 }
 
