@@ -76,10 +76,7 @@ pub(super) fn read_sources(path: &Path, options: LoadOptions) -> Result<Vec<Sour
         return Ok(Vec::new());
     }
     let files = if path.is_dir() {
-        match yaml_files_in(path) {
-            Err(_) if options.files_optional && no_yaml_in(path) => Vec::new(),
-            files => files?,
-        }
+        yaml_files_in(path, options.files_optional)?
     } else {
         vec![path.to_owned()]
     };
@@ -234,7 +231,9 @@ pub fn load_str(text: &str, origin: impl AsRef<Path>) -> Result<Loaded, ConfigEr
     })
 }
 
-fn yaml_files_in(dir: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
+/// The visible `*.yaml`/`*.yml` files of `dir`, sorted; none is an error
+/// unless the files are optional.
+fn yaml_files_in(dir: &Path, optional: bool) -> Result<Vec<PathBuf>, ConfigErrors> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         ConfigErrors(vec![ConfigError::whole_file(
             dir,
@@ -259,7 +258,7 @@ fn yaml_files_in(dir: &Path) -> Result<Vec<PathBuf>, ConfigErrors> {
         })
         .collect();
     files.sort();
-    if files.is_empty() {
+    if files.is_empty() && !optional {
         return Err(ConfigErrors(vec![ConfigError::whole_file(
             dir,
             "no *.yaml or *.yml file in this directory",
@@ -418,17 +417,6 @@ fn add_pushed(sources: &mut Vec<Source>, pushed: &[PushedNamespace]) {
         text: namespace.text.clone(),
         api_name: None,
     }));
-}
-
-/// Whether `dir` is readable and holds no visible YAML file.
-fn no_yaml_in(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        !entries.filter_map(Result::ok).any(|entry| {
-            let path = entry.path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(".");
-            !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
-        })
-    })
 }
 
 fn add_api_namespaces(sources: &mut Vec<Source>, overlay: &Overlay) {

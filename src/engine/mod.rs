@@ -317,13 +317,6 @@ fn sliding_state(slots: &[Slot], index: usize) -> SlidingState {
     }
 }
 
-fn cost_state(slots: &[Slot], index: usize) -> CostState {
-    match slots.get(index) {
-        Some(Slot::Cost(state)) => state.clone(),
-        _ => CostState::default(),
-    }
-}
-
 fn window_state(slots: &[Slot], index: usize) -> WindowState {
     match slots.get(index) {
         Some(Slot::Window(state)) => state.clone(),
@@ -523,21 +516,18 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
             initial_cost,
             ..
         } => {
-            let before = cost_state(slots, slot);
-            let seen = cost::check(&before, limit, period, initial_cost, hits, now);
-            let mut after = None;
-            if let Some(Slot::Cost(state)) = slots.get_mut(slot) {
-                if hits > 0 {
-                    cost::charge(state, period, hits, now);
-                    after = Some(state.clone());
-                } else if commit && !seen.over {
-                    cost::admit(state, period, now);
-                    after = Some(state.clone());
-                }
+            let mut fresh = CostState::FRESH;
+            let state = match slots.get_mut(slot) {
+                Some(Slot::Cost(state)) => state,
+                _ => &mut fresh,
+            };
+            let seen = cost::check(state, limit, period, initial_cost, hits, now);
+            if hits > 0 {
+                cost::charge(state, period, hits, now);
+            } else if commit && !seen.over {
+                cost::admit(state, period, now);
             }
-            let after = after.map_or(seen, |state| {
-                cost::check(&state, limit, period, initial_cost, 0, now)
-            });
+            let after = cost::check(state, limit, period, initial_cost, 0, now);
             let spent = after.used.saturating_add(after.reserved);
             let reset_after = seen.window_end - now;
             Outcome::Window(WindowOutcome {

@@ -18,6 +18,7 @@
 //! are IPv4. The domain is the canonical text: `203.0.113.7`,
 //! `2001:db8:1:2::/64`.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,18 +157,20 @@ impl<B> DomainOf<B> for ClientIp {
         let peer = peer_ip(request)?;
         // Several lines of one header are one list; a value that is not
         // text does not parse.
-        let header = |name: &str| -> Option<String> {
-            let texts: Vec<Option<&str>> = request
-                .headers()
-                .get_all(name)
-                .iter()
-                .map(|value| value.to_str().ok())
-                .collect();
-            if texts.is_empty() {
-                return None;
+        let header = |name: &str| -> Option<Cow<'_, str>> {
+            let mut lines = request.headers().get_all(name).iter();
+            fn text(value: &http::HeaderValue) -> &str {
+                value.to_str().unwrap_or("\u{0}")
             }
-            let texts: Option<Vec<&str>> = texts.into_iter().collect();
-            Some(texts.map_or_else(|| "\u{0}".to_owned(), |texts| texts.join(",")))
+            let first = text(lines.next()?);
+            // One line, the usual case, is borrowed; more are joined.
+            let mut joined: Option<String> = None;
+            for line in lines {
+                let joined = joined.get_or_insert_with(|| first.to_owned());
+                joined.push(',');
+                joined.push_str(text(line));
+            }
+            Some(joined.map_or(Cow::Borrowed(first), Cow::Owned))
         };
         let (forwarded, xff) = (header("forwarded"), header("x-forwarded-for"));
         let client = self.client(peer, forwarded.as_deref(), xff.as_deref());

@@ -14,15 +14,13 @@
 //! a cost of 0, charges nothing, and its admission stops counting after the
 //! learned time to charge.
 
-use std::future::Future;
-
 use http::Request;
 
 use crate::client::{Client, ClientError, LimitsAnswer};
 use crate::limiter::{Descriptor, RateLimitRequest};
 
 use super::Actions;
-use super::descriptors::{DescriptorsOf, keys, verdict};
+use super::descriptors::{DescriptorsOf, boxed, keys, verdict};
 use super::limit::{Limit, LimitLayer};
 use super::policy::{Asked, Extra, Options, Policy, Verdict};
 use super::settle::Settle;
@@ -98,9 +96,10 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             hits_addend: 0,
             ..RateLimitRequest::new(namespace, checks)
         };
-        let deciding: std::pin::Pin<Box<dyn Future<Output = Self::Decided> + Send>> =
-            Box::pin(async move { client.should_rate_limit(request).await });
-        Asked::Decide((names, settle), deciding)
+        Asked::Decide(
+            (names, settle),
+            boxed(async move { client.should_rate_limit(request).await }),
+        )
     }
 
     fn verdict<R>(

@@ -233,7 +233,7 @@ pub(super) fn verdict<R>(
     }
 }
 
-fn boxed<T>(
+pub(super) fn boxed<T>(
     future: impl Future<Output = T> + Send + 'static,
 ) -> std::pin::Pin<Box<dyn Future<Output = T> + Send>> {
     Box::pin(future)

@@ -104,7 +104,7 @@ where
     let mut cx = Context::from_waker(Waker::noop());
     if let Poll::Ready(decided) = deciding.as_mut().poll(&mut cx) {
         let verdict = shared.policy.verdict(asked, decided, grpc, shared.options);
-        return match settle(verdict, &shared.exceed, grpc, request) {
+        return match next_step(verdict, &shared.exceed, grpc, request) {
             Next::Answer(response) => answered(response),
             Next::Serve(request, extra) => serve(inner, request, extra),
         };
@@ -119,7 +119,7 @@ where
             future: Box::pin(async move {
                 let decided = deciding.await;
                 let verdict = shared.policy.verdict(asked, decided, grpc, shared.options);
-                match settle(verdict, &shared.exceed, grpc, request) {
+                match next_step(verdict, &shared.exceed, grpc, request) {
                     Next::Answer(response) => Ok(response),
                     Next::Serve(request, extra) => Ok(extra.finish(inner.call(request).await?)),
                 }
@@ -131,7 +131,7 @@ where
 /// A verdict as the layer's [`Exceed`] has it: the answer to send, or the
 /// request to serve (with what the handler is told in its extensions) and
 /// what to add to its response.
-fn settle<B, R>(
+fn next_step<B, R>(
     verdict: Verdict<B>,
     exceed: &Exceed,
     grpc: bool,
@@ -160,7 +160,7 @@ fn settle<B, R>(
     }
 }
 
-/// What [`settle`] leads to.
+/// What [`next_step`] leads to.
 enum Next<B, R> {
     Answer(Response<ResponseBody<B>>),
     Serve(Request<R>, Extra),

@@ -124,25 +124,24 @@ impl<S: Store> Limiter<S> {
             });
         };
         let resolved = resolve_all(namespace, &request);
-        for (index, (descriptor, resolved)) in request.descriptors.iter().zip(&resolved).enumerate()
-        {
-            if let Some(max_charge) = resolved.max_charge() {
-                let hits = resolved.hits(descriptor, request.hits_addend);
-                if hits > max_charge {
-                    return Err(LimitError::InvalidArgument(format!(
-                        "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
-                    )));
-                }
-            }
-        }
-
         let mut batch = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
-        for ((descriptor, resolved), &quota) in
-            request.descriptors.iter().zip(&resolved).zip(&quotas)
+        for (index, ((descriptor, resolved), &quota)) in request
+            .descriptors
+            .iter()
+            .zip(&resolved)
+            .zip(&quotas)
+            .enumerate()
         {
             let hits = resolved.hits(descriptor, request.hits_addend);
+            if let Some(max_charge) = resolved.max_charge()
+                && hits > max_charge
+            {
+                return Err(LimitError::InvalidArgument(format!(
+                    "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
+                )));
+            }
             item_of.push(add_item(
                 &mut batch,
                 namespace,

@@ -83,12 +83,17 @@ fn unique(prefix: &str) -> String {
     )
 }
 
-/// The example Envoy config with its four ports and the filter timeout
-/// replaced.
-fn envoy_config(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
-    let path = manifest_dir().join("examples/envoy/envoy.yaml");
-    let original = fs::read_to_string(&path).expect("read examples/envoy/envoy.yaml");
-    let mut text = original.clone();
+/// examples/envoy/`example` with its four ports (listener 10000, admin
+/// 9901, upstream 8080, Charon 8081) replaced; each must appear once.
+pub(crate) fn example_with_ports(
+    example: &str,
+    listen: u16,
+    admin: u16,
+    upstream: u16,
+    grpc: u16,
+) -> String {
+    let path = manifest_dir().join("examples/envoy").join(example);
+    let mut text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {example}: {e}"));
     for (from, to) in [
         (10000, listen),
         (9901, admin),
@@ -97,12 +102,19 @@ fn envoy_config(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
     ] {
         let needle = format!("port_value: {from}");
         assert_eq!(
-            original.matches(&needle).count(),
+            text.matches(&needle).count(),
             1,
-            "examples/envoy/envoy.yaml should have exactly one `{needle}`"
+            "examples/envoy/{example} should have exactly one `{needle}`"
         );
         text = text.replace(&needle, &format!("port_value: {to}"));
     }
+    text
+}
+
+/// The example Envoy config with its four ports and the filter timeout
+/// replaced.
+fn envoy_config(listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
+    let text = example_with_ports("envoy.yaml", listen, admin, upstream, grpc);
     let mut timeouts = 0;
     let text: Vec<String> = text
         .lines()

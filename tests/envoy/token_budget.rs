@@ -11,29 +11,14 @@ use std::fs;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::envoy_e2e::{Proc, find_envoy, free_ports, manifest_dir, spawn_envoy};
+use super::envoy_e2e::{
+    Proc, example_with_ports, find_envoy, free_ports, manifest_dir, spawn_envoy,
+};
 
 const READY: Duration = Duration::from_secs(30);
 /// Envoy charges after the response, on its own: time for that call to land
 /// before the next request's check (it takes about a millisecond).
 const CHARGE_LANDS: Duration = Duration::from_millis(500);
-
-/// `example` (a file under examples/envoy/) with its four ports replaced.
-fn envoy_yaml(example: &str, listen: u16, admin: u16, upstream: u16, grpc: u16) -> String {
-    let path = manifest_dir().join("examples/envoy").join(example);
-    let mut text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {example}: {e}"));
-    for (from, to) in [
-        (10000, listen),
-        (9901, admin),
-        (8080, upstream),
-        (8081, grpc),
-    ] {
-        let needle = format!("port_value: {from}");
-        assert_eq!(text.matches(&needle).count(), 1, "one `{needle}`");
-        text = text.replace(&needle, &format!("port_value: {to}"));
-    }
-    text
-}
 
 /// Waits out the last half minute of an hour: the budget's window must not
 /// end in the middle of a run.
@@ -98,7 +83,7 @@ impl Budget {
             dir.path(),
         );
         let envoy_config = dir.path().join("envoy.yaml");
-        let yaml = envoy_yaml(example, listen, envoy_admin, upstream_port, grpc);
+        let yaml = example_with_ports(example, listen, envoy_admin, upstream_port, grpc);
         assert_eq!(yaml.matches("  timeout: 0.25s").count(), 1);
         let yaml = yaml.replace("  timeout: 0.25s", &format!("  timeout: {check_timeout}"));
         fs::write(&envoy_config, yaml).expect("write envoy.yaml");

@@ -621,6 +621,15 @@ async fn files_and_xds_coexist_and_the_first_snapshot_is_awaited() {
         .build()
         .expect("reqwest client");
     let readyz = format!("http://127.0.0.1:{admin}/readyz");
+    let read_rlconfig = || async {
+        http.get(format!("http://127.0.0.1:{admin}/rlconfig"))
+            .send()
+            .await
+            .expect("rlconfig")
+            .text()
+            .await
+            .expect("text")
+    };
     assert_eq!(
         status(&http, &readyz).await,
         None,
@@ -629,14 +638,7 @@ async fn files_and_xds_coexist_and_the_first_snapshot_is_awaited() {
 
     control.push("a", vec![limit("pushed", "v", RateLimitUnit::Second, 5)]);
     until_status(&http, &readyz, 200, &mut charon).await;
-    let rlconfig = http
-        .get(format!("http://127.0.0.1:{admin}/rlconfig"))
-        .send()
-        .await
-        .expect("rlconfig")
-        .text()
-        .await
-        .expect("text");
+    let rlconfig = read_rlconfig().await;
     assert!(
         rlconfig.contains("files.k") && rlconfig.contains("pushed.generic_key_v"),
         "{rlconfig}"
@@ -651,14 +653,7 @@ async fn files_and_xds_coexist_and_the_first_snapshot_is_awaited() {
         reason.contains("domain `files` is already defined"),
         "{reason}"
     );
-    let rlconfig = http
-        .get(format!("http://127.0.0.1:{admin}/rlconfig"))
-        .send()
-        .await
-        .expect("rlconfig")
-        .text()
-        .await
-        .expect("text");
+    let rlconfig = read_rlconfig().await;
     assert!(
         rlconfig.contains("pushed.generic_key_v"),
         "snapshot a still serves: {rlconfig}"

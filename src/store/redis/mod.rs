@@ -376,7 +376,7 @@ fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> 
     let [item] = batch.items.as_slice() else {
         return None;
     };
-    if item.shadow() || counts_rejected(item) {
+    if item.shadow() || never_blocked(item) {
         return None;
     }
     Some((batch.slots.get(item.slot())?.key.as_str(), item))
@@ -442,7 +442,7 @@ impl Store for RedisStore {
 /// An item this store never rejects locally: a window counting rejected
 /// hits and a cost's charges (their hits must reach Redis), a sliding
 /// window (its rejection's end is not one instant a block could keep).
-fn counts_rejected(item: &Item<'_>) -> bool {
+fn never_blocked(item: &Item<'_>) -> bool {
     matches!(
         item,
         Item::Window {
