@@ -16,6 +16,17 @@
 //! never charged expires after twice the longest recent time from admission
 //! to charge (10 s before any is known; 1 s to 10 min).
 //!
+//! Reservations are the explicit way (docs/design.md#reservations): a
+//! caller that knows its estimate reserves it, and the reservation holds
+//! that much of the budget until it is committed at the actual cost (the
+//! difference charged or given back), cancelled, or expires; an expired
+//! reservation is charged at its estimate in the window it expired in, or
+//! released, as it was asked. A reservation is admitted only while
+//! `used + held + reserved(pending) + amount <= limit`, so the budget is
+//! exceeded by no more than the estimate errors of the reservations in
+//! flight when it fills. A refund gives back part of what was charged, in
+//! the window it was charged in only, and never below zero.
+//!
 //! Integers only, so that `decide.lua` computes the same state to the unit:
 //! the mean and deviation are kept in sixteenths.
 
@@ -24,6 +35,9 @@ use super::window::window_start;
 /// Admissions waiting for their charge, at most: past it the oldest is
 /// dropped (it would have expired first).
 pub const MAX_PENDING: usize = 1024;
+/// Reservations held on one key at once, at most: past it a reservation is
+/// refused (each one is a promise the key must keep).
+pub const MAX_RESERVATIONS: usize = 1024;
 /// How long a key's learned cost outlives its last use.
 pub const LEARNED_TTL: u64 = 3_600_000;
 /// Fixed-point scale of the mean and the deviation.
@@ -50,7 +64,67 @@ pub struct CostState {
     pub duration: u64,
     /// When each admission not yet charged was made, oldest first.
     pub pending: Vec<u64>,
+    /// Reservations not yet committed, cancelled or expired, oldest first.
+    pub reservations: Vec<Reservation>,
     pub expires_at: u64,
+}
+
+/// Part of a budget held for a request whose cost will be known later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// Chosen by the caller (the service draws it at random): the same id
+    /// names the reservation on every key of one request.
+    pub id: u64,
+    pub amount: u64,
+    pub expires_at: u64,
+    /// Expired, it is charged at `amount` (else released).
+    pub charge_on_expiry: bool,
+}
+
+/// What a cost item does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostOp {
+    /// 0 checks (admitted: one more request in flight, predicted); more
+    /// charges, a fact recorded whatever the verdict.
+    Hits(u64),
+    /// Holds `amount` for `ttl` ms, if it fits.
+    Reserve {
+        id: u64,
+        amount: u64,
+        ttl: u64,
+        charge_on_expiry: bool,
+    },
+    /// Settles reservation `id` at `actual`: refused (changing nothing) if
+    /// it is not held.
+    Commit { id: u64, actual: u64 },
+    /// Releases reservation `id` unspent: refused if it is not held.
+    Cancel { id: u64 },
+    /// Gives back `amount` charged in the window starting at `window`:
+    /// refused once that window is over.
+    Refund { amount: u64, window: u64 },
+}
+
+impl CostOp {
+    /// Envoy's `hits_addend`: 0 checks, more charges.
+    pub fn hits(hits: u64) -> Self {
+        CostOp::Hits(hits)
+    }
+
+    /// Whether it is recorded whatever the verdict (a charge).
+    pub fn is_charge(&self) -> bool {
+        matches!(self, CostOp::Hits(hits) if *hits > 0)
+    }
+
+    /// The cost it asks for: what a local rejection would need.
+    pub fn amount(&self) -> u64 {
+        match *self {
+            CostOp::Hits(amount)
+            | CostOp::Reserve { amount, .. }
+            | CostOp::Commit { actual: amount, .. }
+            | CostOp::Refund { amount, .. } => amount,
+            CostOp::Cancel { .. } => 0,
+        }
+    }
 }
 
 impl CostState {
@@ -62,6 +136,7 @@ impl CostState {
         dev: 0,
         duration: 0,
         pending: Vec::new(),
+        reservations: Vec::new(),
         expires_at: 0,
     };
 }
@@ -74,7 +149,18 @@ pub struct CostCheck {
     pub used: u64,
     /// Predicted for the admissions in flight (not expired).
     pub reserved: u64,
+    /// Held by live reservations.
+    pub held: u64,
     pub window_end: u64,
+}
+
+impl CostCheck {
+    /// What the budget counts as spent: charged, predicted and held.
+    pub fn spent(&self) -> u64 {
+        self.used
+            .saturating_add(self.reserved)
+            .saturating_add(self.held)
+    }
 }
 
 /// The mean and deviation to predict with, in sixteenths.
@@ -125,33 +211,81 @@ fn live(state: &CostState, now: u64) -> u64 {
         .count() as u64
 }
 
-/// Checks a charge (`hits > 0`, never over) or a check (`hits == 0`).
+/// Reservations held at `now`, and the sum of their amounts.
+fn held(state: &CostState, now: u64) -> (usize, u64) {
+    state
+        .reservations
+        .iter()
+        .filter(|r| r.expires_at > now)
+        .fold((0, 0), |(n, sum), r| (n + 1, sum.saturating_add(r.amount)))
+}
+
+/// What expired reservations charge to the window starting at `start`.
+fn expired_charges(state: &CostState, period: u64, start: u64, now: u64) -> u64 {
+    state
+        .reservations
+        .iter()
+        .filter(|r| {
+            r.expires_at <= now && r.charge_on_expiry && window_start(r.expires_at, period) == start
+        })
+        .fold(0, |sum, r| sum.saturating_add(r.amount))
+}
+
+fn is_held(state: &CostState, id: u64, now: u64) -> bool {
+    state
+        .reservations
+        .iter()
+        .any(|r| r.id == id && r.expires_at > now)
+}
+
+/// Checks `op` at `now`: a charge is never over; a check, a reservation,
+/// a commit, a cancel and a refund are over when they cannot apply.
 pub fn check(
     state: &CostState,
     limit: u64,
     period: u64,
     initial_cost: u64,
-    hits: u64,
+    op: CostOp,
     now: u64,
 ) -> CostCheck {
     let start = window_start(now, period);
-    let used = if state.start == start { state.used } else { 0 };
+    let used = if state.start == start { state.used } else { 0 }
+        .saturating_add(expired_charges(state, period, start, now));
     let (mean, dev) = estimate(state, initial_cost);
     let in_flight = live(state, now);
-    // The first check of a window passes: else a learned cost above the
-    // budget would shut it for good.
-    let over = hits == 0
-        && used.saturating_add(reserved(in_flight + 1, mean, dev)) > limit
-        && !(in_flight == 0 && used == 0);
+    let (holding, held) = held(state, now);
+    let over = match op {
+        CostOp::Hits(0) => {
+            // The first check of a window passes: else a learned cost
+            // above the budget would shut it for good.
+            used.saturating_add(held)
+                .saturating_add(reserved(in_flight + 1, mean, dev))
+                > limit
+                && !(in_flight == 0 && used == 0 && held == 0)
+        }
+        CostOp::Hits(_) => false,
+        CostOp::Reserve { id, amount, .. } => {
+            used.saturating_add(held)
+                .saturating_add(reserved(in_flight, mean, dev))
+                .saturating_add(amount)
+                > limit
+                || holding >= MAX_RESERVATIONS
+                || state.reservations.iter().any(|r| r.id == id)
+        }
+        CostOp::Commit { id, .. } | CostOp::Cancel { id } => !is_held(state, id, now),
+        CostOp::Refund { window, .. } => window != start,
+    };
     CostCheck {
         over,
         used,
         reserved: reserved(in_flight, mean, dev),
+        held,
         window_end: start.saturating_add(period),
     }
 }
 
-/// Drops the admissions that expired, and starts a new window if one began.
+/// Drops the admissions that expired, starts a new window if one began,
+/// and charges the expired reservations that charge to it.
 fn settle(state: &mut CostState, period: u64, now: u64) {
     let ttl = pending_ttl(state);
     state
@@ -162,6 +296,9 @@ fn settle(state: &mut CostState, period: u64, now: u64) {
         state.start = start;
         state.used = 0;
     }
+    let expired = expired_charges(state, period, start, now);
+    state.used = state.used.saturating_add(expired);
+    state.reservations.retain(|r| r.expires_at > now);
 }
 
 /// `value` moved 1/64 of the way to `sample` (rounded down, as Lua's
@@ -178,8 +315,16 @@ fn touch(state: &mut CostState, period: u64, now: u64) {
         .pending
         .last()
         .map_or(0, |&admitted| admitted.saturating_add(pending_ttl(state)));
+    // A reservation that expires charged must find its window.
+    let last_reservation = state
+        .reservations
+        .iter()
+        .map(|r| r.expires_at.saturating_add(period))
+        .max()
+        .unwrap_or(0);
     state.expires_at = window_end
         .max(last_pending)
+        .max(last_reservation)
         .max(now.saturating_add(LEARNED_TTL));
 }
 
@@ -200,6 +345,12 @@ pub fn charge(state: &mut CostState, period: u64, hits: u64, now: u64) {
         }
         .max(1);
     }
+    learn(state, hits);
+    touch(state, period, now);
+}
+
+/// Moves the learned mean and deviation towards a charge of `hits`.
+fn learn(state: &mut CostState, hits: u64) {
     let sample = hits.saturating_mul(SCALE);
     if state.mean == 0 && state.dev == 0 {
         state.mean = sample;
@@ -209,7 +360,6 @@ pub fn charge(state: &mut CostState, period: u64, hits: u64, now: u64) {
         state.mean = towards(state.mean, sample);
         state.dev = towards(state.dev, deviation);
     }
-    touch(state, period, now);
 }
 
 /// Records an admitted check at `now`: one more request in flight.
@@ -219,6 +369,36 @@ pub fn admit(state: &mut CostState, period: u64, now: u64) {
         state.pending.remove(0);
     }
     state.pending.push(now);
+    touch(state, period, now);
+}
+
+/// Applies a reservation, commit, cancel or refund that [`check`] found
+/// not over (a check or a charge goes to [`admit`] or [`charge`]).
+pub fn apply(state: &mut CostState, period: u64, op: CostOp, now: u64) {
+    settle(state, period, now);
+    match op {
+        CostOp::Hits(_) => {}
+        CostOp::Reserve {
+            id,
+            amount,
+            ttl,
+            charge_on_expiry,
+        } => state.reservations.push(Reservation {
+            id,
+            amount,
+            expires_at: now.saturating_add(ttl.max(1)),
+            charge_on_expiry,
+        }),
+        CostOp::Commit { id, actual } => {
+            state.reservations.retain(|r| r.id != id);
+            state.used = state.used.saturating_add(actual);
+            if actual > 0 {
+                learn(state, actual);
+            }
+        }
+        CostOp::Cancel { id } => state.reservations.retain(|r| r.id != id),
+        CostOp::Refund { amount, .. } => state.used = state.used.saturating_sub(amount),
+    }
     touch(state, period, now);
 }
 
@@ -232,17 +412,20 @@ mod tests {
     fn a_check_leaves_room_for_what_is_in_flight() {
         let mut state = CostState::default();
         // Before any charge: 100 predicted per request (deviation 50).
-        let first = check(&state, 1_000, MINUTE, 100, 0, 0);
+        let first = check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 0);
         assert_eq!(first.reserved, 0);
         assert!(!first.over);
         let mut admitted = 0;
-        while !check(&state, 1_000, MINUTE, 100, 0, 1).over {
+        while !check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 1).over {
             admit(&mut state, MINUTE, 1);
             admitted += 1;
         }
         // n·100 + 3·50·sqrt(n) ≤ 1000: n = 6 (600 + 368), not 7 (700 + 397).
         assert_eq!(admitted, 6);
-        assert_eq!(check(&state, 1_000, MINUTE, 100, 0, 1).reserved, 968);
+        assert_eq!(
+            check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 1).reserved,
+            968
+        );
         // Charges retire admissions and teach the cost.
         for _ in 0..6 {
             charge(&mut state, MINUTE, 40, 2);
@@ -255,28 +438,28 @@ mod tests {
             state.duration
         );
         assert!(state.mean < 100 * SCALE && state.mean >= 40 * SCALE);
-        assert!(!check(&state, 1_000, MINUTE, 100, 0, 3).over);
+        assert!(!check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 3).over);
     }
 
     #[test]
     fn charges_are_facts_past_the_limit_and_the_next_window_starts_afresh() {
         let mut state = CostState::default();
         charge(&mut state, MINUTE, 5_000, 10);
-        let seen = check(&state, 1_000, MINUTE, 100, 0, 20);
+        let seen = check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 20);
         assert_eq!((seen.used, seen.over), (5_000, true));
         assert!(
-            !check(&state, 1_000, MINUTE, 100, 7, 20).over,
+            !check(&state, 1_000, MINUTE, 100, CostOp::Hits(7), 20).over,
             "a charge is never over"
         );
         // The learned cost is kept across windows: 5 000 a request now.
-        let next = check(&state, 10_000, MINUTE, 100, 0, MINUTE + 1);
+        let next = check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 1);
         assert_eq!(next.used, 0);
         assert!(!next.over);
         // Predicted above a budget of 4 000: admitted while nothing is in
         // flight (else it would never open again), and only that one.
-        assert!(!check(&state, 4_000, MINUTE, 100, 0, MINUTE + 1).over);
+        assert!(!check(&state, 4_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 1).over);
         admit(&mut state, MINUTE, MINUTE + 1);
-        assert!(check(&state, 4_000, MINUTE, 100, 0, MINUTE + 2).over);
+        assert!(check(&state, 4_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 2).over);
     }
 
     #[test]
@@ -286,11 +469,14 @@ mod tests {
             admit(&mut state, MINUTE, now);
         }
         assert_eq!(
-            check(&state, 10_000, MINUTE, 100, 0, 9_000).reserved,
+            check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), 9_000).reserved,
             reserved(5, 1600, 800)
         );
         // Twice 10 s without a learned duration.
-        assert_eq!(check(&state, 10_000, MINUTE, 100, 0, 20_005).reserved, 0);
+        assert_eq!(
+            check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), 20_005).reserved,
+            0
+        );
         // A charge 15 s after its admission: longer than assumed, taken.
         for now in 0..5 {
             admit(&mut state, MINUTE, 100_000 + now);

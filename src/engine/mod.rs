@@ -29,7 +29,7 @@ pub mod sliding;
 pub mod tiers;
 pub mod window;
 
-pub use cost::CostState;
+pub use cost::{CostOp, CostState, Reservation};
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
@@ -118,14 +118,14 @@ pub enum Item<'a> {
         /// envoyproxy/ratelimit records them (docs/design.md#all-or-nothing).
         count_rejected: bool,
     },
-    /// A cost known after the response (`cost.rs`): `hits > 0` charges
-    /// (recorded whatever the verdict), `hits == 0` checks and, admitted,
-    /// counts one request in flight.
+    /// A cost known after the response (`cost.rs`): a charge (recorded
+    /// whatever the verdict), a check that, admitted, counts one request in
+    /// flight, or a reservation and its settling.
     Cost {
         slot: usize,
         limit: u64,
         period: u64,
-        hits: u64,
+        op: CostOp,
         shadow: bool,
         /// The cost of one request before any was charged.
         initial_cost: u64,
@@ -270,7 +270,10 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
                     record_window(slots, slot, period, hits, now);
                 }
                 Item::Cost {
-                    slot, period, hits, ..
+                    slot,
+                    period,
+                    op: CostOp::Hits(hits),
+                    ..
                 } if hits > 0 => {
                     if let Some(Slot::Cost(state)) = slots.get_mut(slot) {
                         cost::charge(state, period, hits, now);
@@ -364,7 +367,7 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             slot,
             limit,
             period,
-            hits,
+            op,
             initial_cost,
             ..
         } => {
@@ -373,7 +376,7 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
                 Some(Slot::Cost(state)) => state,
                 _ => &FRESH,
             };
-            cost::check(state, limit, period, initial_cost, hits, now).over
+            cost::check(state, limit, period, initial_cost, op, now).over
         }
         Item::Gcra {
             slot, limit, hits, ..
@@ -512,7 +515,7 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
             slot,
             limit,
             period,
-            hits,
+            op,
             initial_cost,
             ..
         } => {
@@ -521,24 +524,33 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 Some(Slot::Cost(state)) => state,
                 _ => &mut fresh,
             };
-            let seen = cost::check(state, limit, period, initial_cost, hits, now);
-            if hits > 0 {
-                cost::charge(state, period, hits, now);
-            } else if commit && !seen.over {
-                cost::admit(state, period, now);
+            let seen = cost::check(state, limit, period, initial_cost, op, now);
+            match op {
+                CostOp::Hits(hits) if hits > 0 => cost::charge(state, period, hits, now),
+                _ if !commit || seen.over => {}
+                CostOp::Hits(_) => cost::admit(state, period, now),
+                _ => cost::apply(state, period, op, now),
             }
-            let after = cost::check(state, limit, period, initial_cost, 0, now);
-            let spent = after.used.saturating_add(after.reserved);
+            let after = cost::check(state, limit, period, initial_cost, CostOp::Hits(0), now);
+            let spent = after.spent();
             let reset_after = seen.window_end - now;
+            // Room comes back when the window ends (or sooner, as requests
+            // in flight are charged less than predicted); a reservation
+            // larger than the limit never fits, and a commit, cancel or
+            // refund that did not apply will not apply later.
+            let wait = match op {
+                _ if !seen.over => Some(0),
+                CostOp::Hits(_) => Some(reset_after),
+                CostOp::Reserve { amount, .. } if amount <= limit => Some(reset_after),
+                _ => None,
+            };
             Outcome::Window(WindowOutcome {
                 over: seen.over,
                 limit,
                 period,
                 remaining: limit.saturating_sub(spent),
                 reset_after,
-                // Room comes back when the window ends (or sooner, as
-                // requests in flight are charged less than predicted).
-                wait: Some(if seen.over { reset_after } else { 0 }),
+                wait,
                 retry_after: Some(if spent < limit { 0 } else { reset_after }),
             })
         }

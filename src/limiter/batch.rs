@@ -1,7 +1,7 @@
 //! Engine items and store keys for resolved descriptors.
 
 use crate::config::{Algorithm, Namespace, RateResource, duration};
-use crate::engine::{GcraLimit, Item, SlotKind};
+use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
 use crate::store::keys;
 
@@ -31,14 +31,7 @@ pub(super) fn add_item<'c>(
             ..
         } => {
             let period = limit.period();
-            let entries = descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
-                let value = shared_values
-                    .get(i)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(v.as_str());
-                (k.as_str(), value)
-            });
+            let entries = keyed_entries(descriptor, shared_values);
             match limit.algorithm() {
                 Algorithm::FixedWindow => {
                     let key = keys::window_key(&namespace.name, entries, period);
@@ -57,7 +50,7 @@ pub(super) fn add_item<'c>(
                         slot: batch.slot(key, SlotKind::Cost),
                         limit: limit.requests_per_unit(),
                         period,
-                        hits,
+                        op: CostOp::Hits(hits),
                         shadow: *shadow || ignore,
                         initial_cost,
                     }
@@ -103,6 +96,22 @@ pub(super) fn add_item<'c>(
     };
     batch.items.push(item);
     Some(batch.items.len() - 1)
+}
+
+/// A descriptor's entries as its key names them: a value shared by
+/// `shared_values` (a wildcard's) replaces the request's.
+pub(super) fn keyed_entries<'d>(
+    descriptor: &'d Descriptor,
+    shared_values: &'d [Option<&'d str>],
+) -> impl Iterator<Item = (&'d str, &'d str)> + Clone {
+    descriptor.entries.iter().enumerate().map(|(i, (k, v))| {
+        let value = shared_values
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or(v.as_str());
+        (k.as_str(), value)
+    })
 }
 
 /// A burst-tier item for `domain` of `rate`, its keys added to `batch`:

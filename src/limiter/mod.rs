@@ -28,6 +28,7 @@
 //! ```
 
 mod batch;
+mod cost;
 mod request;
 mod resolve;
 mod status;
@@ -46,6 +47,7 @@ use self::request::validate;
 use self::resolve::{Resolved, resolve_all};
 use self::status::status;
 
+pub use self::cost::{CostAnswer, CostRequest, MAX_COST};
 pub use self::request::{
     CurrentLimit, Descriptor, DescriptorStatus, LimitError, LimitOverride, Modes, RateLimitAnswer,
     RateLimitRequest, caps,

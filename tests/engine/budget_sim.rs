@@ -9,7 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use charon::engine::{self, Item, Slot, SlotKind};
+use charon::engine::{self, CostOp, Item, Slot, SlotKind};
 use charon::simulate::costs::CostDraws;
 
 const PERIOD: u64 = 60_000;
@@ -65,7 +65,7 @@ fn predicted_admission_holds_a_budget_on_average_where_check_then_charge_does_no
             slot: 0,
             limit: LIMIT,
             period: PERIOD,
-            hits,
+            op: CostOp::Hits(hits),
             shadow: false,
             initial_cost: 1_000,
         },

@@ -14,6 +14,7 @@ mod engine_properties;
 mod fuzz;
 mod limiter;
 mod memory_store;
+mod reservations;
 mod reset_property;
 mod simulate;
 mod sliding;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{GcraLimit, Item, SlotKind};
+use charon::engine::{CostOp, GcraLimit, Item, SlotKind};
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
@@ -71,7 +71,7 @@ enum Ask {
         key: usize,
         limit: u64,
         period: u64,
-        hits: u64,
+        op: Cost,
         shadow: bool,
         initial_cost: u64,
     },
@@ -101,25 +101,24 @@ fn arb_ask() -> impl Strategy<Value = Ask> {
                 hits,
                 shadow,
             }),
-        // A cost known after the response: checks (0) and charges.
+        // A cost known after the response: checks (0) and charges, and
+        // reservations with their commits, cancels and refunds.
         (
             0usize..2,
             prop::sample::select(vec![0u64, 10, 100]),
             prop::sample::select(vec![1_000u64, 2_000]),
-            prop_oneof![2 => Just(0u64), 1 => 1u64..40],
+            arb_cost_op(),
             prop::bool::weighted(0.1),
             1u64..20
         )
-            .prop_map(
-                |(key, limit, period, hits, shadow, initial_cost)| Ask::Cost {
-                    key,
-                    limit,
-                    period,
-                    hits,
-                    shadow,
-                    initial_cost,
-                }
-            ),
+            .prop_map(|(key, limit, period, op, shadow, initial_cost)| Ask::Cost {
+                key,
+                limit,
+                period,
+                op,
+                shadow,
+                initial_cost,
+            }),
         // Rates that are not whole milliseconds (3 per second) included.
         (
             0usize..2,
@@ -198,7 +197,32 @@ fn arb_requests() -> impl Strategy<Value = Vec<(u64, Vec<Ask>)>> {
 
 type Resources = [(RatePolicy, Option<u64>); 2];
 
-fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
+/// A cost item's operation; a refund names its window as this one (0) or
+/// the one before (1), the batch turns that into the window's start.
+#[derive(Debug, Clone, Copy)]
+enum Cost {
+    Op(CostOp),
+    Refund { amount: u64, windows_ago: u64 },
+}
+
+fn arb_cost_op() -> impl Strategy<Value = Cost> {
+    prop_oneof![
+        4 => Just(Cost::Op(CostOp::Hits(0))),
+        2 => (1u64..40).prop_map(|hits| Cost::Op(CostOp::Hits(hits))),
+        3 => (1u64..4, 1u64..40, prop::sample::select(vec![1u64, 300, 1_500, 5_000]), any::<bool>())
+            .prop_map(|(id, amount, ttl, charge_on_expiry)| Cost::Op(CostOp::Reserve {
+                id,
+                amount,
+                ttl,
+                charge_on_expiry,
+            })),
+        2 => (1u64..4, 0u64..60).prop_map(|(id, actual)| Cost::Op(CostOp::Commit { id, actual })),
+        1 => (1u64..4).prop_map(|id| Cost::Op(CostOp::Cancel { id })),
+        1 => (1u64..30, 0u64..2).prop_map(|(amount, windows_ago)| Cost::Refund { amount, windows_ago }),
+    ]
+}
+
+fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
     let mut batch = Batch::default();
     for ask in asks {
         let item = match *ask {
@@ -242,17 +266,27 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources) -> Batch<'p> {
                 key,
                 limit,
                 period,
-                hits,
+                op,
                 shadow,
                 initial_cost,
             } => {
                 let name = format!("tenant{key}");
                 let key = keys::cost_key(NS, [("tenant", name.as_str())], period);
+                let op = match op {
+                    Cost::Op(op) => op,
+                    Cost::Refund {
+                        amount,
+                        windows_ago,
+                    } => CostOp::Refund {
+                        amount,
+                        window: (now - now % period).saturating_sub(windows_ago * period),
+                    },
+                };
                 Item::Cost {
                     slot: batch.slot(key, SlotKind::Cost),
                     limit,
                     period,
-                    hits,
+                    op,
                     shadow,
                     initial_cost,
                 }
@@ -334,9 +368,9 @@ fn same_decisions_with(
     for (index, (step, asks)) in requests.iter().enumerate() {
         clock.advance(*step);
         let now = clock.now_ms();
-        let expected = memory.decide_at(batch(asks, resources), now);
+        let expected = memory.decide_at(batch(asks, resources, now), now);
         let actual = runtime
-            .block_on(redis.decide_batch(&batch(asks, resources)))
+            .block_on(redis.decide_batch(&batch(asks, resources, now)))
             .expect("Redis answers");
         assert_eq!(
             actual,
@@ -624,7 +658,7 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
     };
     let decide = |asks: &[Ask]| {
         runtime
-            .block_on(store.decide_batch(&batch(asks, &resources)))
+            .block_on(store.decide_batch(&batch(asks, &resources, 0)))
             .expect("Redis answers")
     };
     // [decide.lua, window.lua, gcra.lua]
@@ -743,7 +777,7 @@ fn a_costs_admissions_expire_at_the_same_millisecond_everywhere() {
         key: 0,
         limit: 10_000,
         period: 3_600_000,
-        hits,
+        op: Cost::Op(CostOp::Hits(hits)),
         shadow: false,
         initial_cost: 1_000,
     };
@@ -753,6 +787,58 @@ fn a_costs_admissions_expire_at_the_same_millisecond_everywhere() {
         (0, vec![ask(0)]),
         (19_691, vec![ask(0)]),
         (1, vec![ask(0)]),
+    ];
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
+/// Reservations on Redis as in memory, step by step: a reservation that
+/// fits and one that does not, a commit above its estimate, a refund in its
+/// window and one after it, a cancel, a commit of what is not held, and
+/// expiries that charge their estimate or release it.
+#[test]
+fn reservations_decide_alike_to_the_unit() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let ask = |op| Ask::Cost {
+        key: 0,
+        limit: 100,
+        period: 10_000,
+        op,
+        shadow: false,
+        initial_cost: 10,
+    };
+    let reserve = |id, amount, ttl, charge_on_expiry| {
+        ask(Cost::Op(CostOp::Reserve {
+            id,
+            amount,
+            ttl,
+            charge_on_expiry,
+        }))
+    };
+    let commit = |id, actual| ask(Cost::Op(CostOp::Commit { id, actual }));
+    let refund = |amount, windows_ago| {
+        ask(Cost::Refund {
+            amount,
+            windows_ago,
+        })
+    };
+    let requests = vec![
+        (0, vec![reserve(1, 60, 5_000, true)]),
+        (1, vec![reserve(2, 50, 5_000, true)]),
+        (1, vec![reserve(2, 40, 5_000, true)]),
+        (1, vec![reserve(2, 1, 5_000, true)]),
+        (1, vec![commit(1, 75)]),
+        (1, vec![commit(1, 75)]),
+        (1, vec![refund(30, 0)]),
+        (1, vec![ask(Cost::Op(CostOp::Cancel { id: 2 }))]),
+        (1, vec![ask(Cost::Op(CostOp::Hits(0)))]),
+        (1, vec![reserve(3, 20, 1_000, true)]),
+        (1, vec![reserve(4, 20, 1_000, false)]),
+        (1_500, vec![ask(Cost::Op(CostOp::Hits(0)))]),
+        (1, vec![commit(3, 5)]),
+        (10_000, vec![refund(10, 1)]),
+        (1, vec![refund(500, 0)]),
+        (1, vec![reserve(5, 101, 1_000, true)]),
     ];
     same_decisions(&redis.url(), &resources, &requests);
 }

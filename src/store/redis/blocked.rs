@@ -39,10 +39,10 @@ struct Block {
 /// The hits `item` needs to be granted.
 fn needed(item: &Item<'_>) -> u64 {
     match *item {
-        Item::Window { hits, .. }
-        | Item::Gcra { hits, .. }
-        | Item::Cost { hits, .. }
-        | Item::Sliding { hits, .. } => hits.max(1),
+        Item::Window { hits, .. } | Item::Gcra { hits, .. } | Item::Sliding { hits, .. } => {
+            hits.max(1)
+        }
+        Item::Cost { op, .. } => op.amount().max(1),
         Item::Tiers {
             min_copies,
             check_only,

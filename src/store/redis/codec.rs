@@ -13,8 +13,8 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    CostState, GcraState, HitLog, Item, SlidingState, Slot, SlotKind, TierState, WindowState,
-    tiers::TierLog,
+    CostOp, CostState, GcraState, HitLog, Item, Reservation, SlidingState, Slot, SlotKind,
+    TierState, WindowState, tiers::TierLog,
 };
 
 use super::RedisError;
@@ -103,18 +103,37 @@ pub fn arguments(
                 slot,
                 limit,
                 period,
-                hits,
+                op,
                 shadow,
                 initial_cost,
             } => {
+                // `op amount id extra flag`: the id as text (Lua's numbers
+                // are doubles), `extra` a reservation's ttl or a refund's
+                // window.
+                let (code, id, extra, on_expiry) = match op {
+                    CostOp::Hits(_) => ("h", 0, 0, false),
+                    CostOp::Reserve {
+                        id,
+                        ttl,
+                        charge_on_expiry,
+                        ..
+                    } => ("r", id, ttl, charge_on_expiry),
+                    CostOp::Commit { id, .. } => ("m", id, 0, false),
+                    CostOp::Cancel { id } => ("x", id, 0, false),
+                    CostOp::Refund { window, .. } => ("f", 0, window, false),
+                };
                 invocation
                     .arg("c")
                     .arg(slot + 1)
                     .arg(limit)
                     .arg(period)
-                    .arg(hits)
+                    .arg(op.amount())
                     .arg(flag(shadow))
-                    .arg(initial_cost);
+                    .arg(initial_cost)
+                    .arg(code)
+                    .arg(id)
+                    .arg(extra)
+                    .arg(flag(on_expiry));
             }
             Item::Gcra {
                 slot,
@@ -269,7 +288,10 @@ fn sliding(text: &str) -> Result<SlidingState, RedisError> {
 /// `start,used,mean,dev,duration,expires_at|t,t,...` (the admissions in
 /// flight, oldest first).
 fn cost(text: &str) -> Result<CostState, RedisError> {
-    let (head, pending) = text.split_once('|').unwrap_or((text, ""));
+    let mut parts = text.splitn(3, '|');
+    let head = parts.next().unwrap_or("");
+    let pending = parts.next().unwrap_or("");
+    let reservations = parts.next().unwrap_or("");
     let mut fields = head.split(',');
     let mut next = || number(fields.next().unwrap_or(""));
     Ok(CostState {
@@ -284,6 +306,23 @@ fn cost(text: &str) -> Result<CostState, RedisError> {
             .filter(|t| !t.is_empty())
             .map(number)
             .collect::<Result<_, _>>()?,
+        reservations: reservations
+            .split(',')
+            .filter(|r| !r.is_empty())
+            .map(reservation)
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// `id:amount:expires_at:charge_on_expiry` (0 or 1).
+fn reservation(text: &str) -> Result<Reservation, RedisError> {
+    let mut fields = text.split(':');
+    let mut next = || number(fields.next().unwrap_or(""));
+    Ok(Reservation {
+        id: next()?,
+        amount: next()?,
+        expires_at: next()?,
+        charge_on_expiry: next()? == 1,
     })
 }
 

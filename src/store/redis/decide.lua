@@ -16,8 +16,12 @@
 --     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
 --   s slot limit period hits shadow
---   c slot limit period hits shadow initial_cost (hits > 0 charges, always
---     recorded; 0 checks and, admitted, counts one request in flight)
+--   c slot limit period hits shadow initial_cost op id extra on_expiry: op
+--     h: hits > 0 charges, always recorded; 0 checks and, admitted, counts
+--     one request in flight; r reserves `hits` as reservation `id` for
+--     `extra` ms (charged on expiry if on_expiry is 1); m commits `id` at
+--     `hits`; x cancels `id`; f refunds `hits` to the window starting at
+--     `extra`
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
 --     gcra_count gcra_period gcra_burst (a token bucket instead of tiers;
@@ -211,40 +215,87 @@ end
 
 -- Costs known after the response (src/engine/cost.rs, which says why):
 -- integers only, so that both compute the same state to the unit.
-local COST_SCALE, MAX_PENDING, LEARNED_TTL = 16, 1024, 3600000
+local COST_SCALE, MAX_PENDING, MAX_RESERVATIONS, LEARNED_TTL = 16, 1024, 1024, 3600000
 
 local function cost_decode(raw, now)
   if raw then
-    local head, pending = raw, ''
-    local bar = string.find(raw, '|', 1, true)
-    if bar then
-      head, pending = string.sub(raw, 1, bar - 1), string.sub(raw, bar + 1)
-    end
-    local f = split(head, ',')
+    local parts = split(raw, '|')
+    local f = split(parts[1], ',')
     local state = {
       start = num(f[1]), used = num(f[2]), mean = num(f[3]), dev = num(f[4]),
-      duration = num(f[5]), exp = num(f[6]), pending = {},
+      duration = num(f[5]), exp = num(f[6]), pending = {}, reservations = {},
     }
-    if pending ~= '' then
-      for _, t in ipairs(split(pending, ',')) do
+    if parts[2] and parts[2] ~= '' then
+      for _, t in ipairs(split(parts[2], ',')) do
         state.pending[#state.pending + 1] = num(t)
+      end
+    end
+    if parts[3] and parts[3] ~= '' then
+      for _, r in ipairs(split(parts[3], ',')) do
+        local g = split(r, ':')
+        state.reservations[#state.reservations + 1] = {
+          id = g[1], amount = num(g[2]), exp = num(g[3]), charge = g[4] == '1',
+        }
       end
     end
     if state.exp > now then
       return state
     end
   end
-  return { start = 0, used = 0, mean = 0, dev = 0, duration = 0, exp = 0, pending = {} }
+  return {
+    start = 0, used = 0, mean = 0, dev = 0, duration = 0, exp = 0, pending = {}, reservations = {},
+  }
 end
 
 local function cost_encode(state)
-  local pending = {}
+  local pending, reservations = {}, {}
   for i, t in ipairs(state.pending) do
     pending[i] = fmt(t)
   end
+  for i, r in ipairs(state.reservations) do
+    local charge = '0'
+    if r.charge then
+      charge = '1'
+    end
+    reservations[i] = r.id .. ':' .. fmt(r.amount) .. ':' .. fmt(r.exp) .. ':' .. charge
+  end
   return fmt(state.start) .. ',' .. fmt(state.used) .. ',' .. fmt(state.mean) .. ',' ..
     fmt(state.dev) .. ',' .. fmt(state.duration) .. ',' .. fmt(state.exp) .. '|' ..
-    table.concat(pending, ',')
+    table.concat(pending, ',') .. '|' .. table.concat(reservations, ',')
+end
+
+local function cost_window(t, period)
+  return t - math.fmod(t, math.max(period, 1))
+end
+
+-- What expired reservations charge to the window starting at `start`.
+local function cost_expired(state, period, start, now)
+  local sum = 0
+  for _, r in ipairs(state.reservations) do
+    if r.exp <= now and r.charge and cost_window(r.exp, period) == start then
+      sum = sum + r.amount
+    end
+  end
+  return sum
+end
+
+local function cost_held(state, now)
+  local n, sum = 0, 0
+  for _, r in ipairs(state.reservations) do
+    if r.exp > now then
+      n, sum = n + 1, sum + r.amount
+    end
+  end
+  return n, sum
+end
+
+local function cost_find(state, id)
+  for i, r in ipairs(state.reservations) do
+    if r.id == id then
+      return i, r
+    end
+  end
+  return nil, nil
 end
 
 local function cost_duration(state)
@@ -292,10 +343,18 @@ local function cost_settle(state, period, now)
     end
   end
   state.pending = kept
-  local start = now - math.fmod(now, math.max(period, 1))
+  local start = cost_window(now, period)
   if state.start ~= start then
     state.start, state.used = start, 0
   end
+  state.used = state.used + cost_expired(state, period, start, now)
+  local live = {}
+  for _, r in ipairs(state.reservations) do
+    if r.exp > now then
+      live[#live + 1] = r
+    end
+  end
+  state.reservations = live
 end
 
 local function towards(value, sample)
@@ -308,7 +367,22 @@ local function cost_touch(state, period, now)
   if #state.pending > 0 then
     last = state.pending[#state.pending] + cost_ttl(state)
   end
+  -- A reservation that expires charged must find its window.
+  for _, r in ipairs(state.reservations) do
+    last = math.max(last, r.exp + period)
+  end
   state.exp = math.max(window_end, last, now + LEARNED_TTL)
+end
+
+local function cost_learn(state, hits)
+  local sample = hits * COST_SCALE
+  if state.mean == 0 and state.dev == 0 then
+    state.mean, state.dev = sample, math.floor(sample / 2)
+  else
+    local deviation = math.abs(sample - state.mean)
+    state.mean = towards(state.mean, sample)
+    state.dev = towards(state.dev, deviation)
+  end
 end
 
 local function cost_charge(state, period, hits, now)
@@ -323,14 +397,7 @@ local function cost_charge(state, period, hits, now)
       state.duration = math.max(known - math.floor((known - took) / 64), 1)
     end
   end
-  local sample = hits * COST_SCALE
-  if state.mean == 0 and state.dev == 0 then
-    state.mean, state.dev = sample, math.floor(sample / 2)
-  else
-    local deviation = math.abs(sample - state.mean)
-    state.mean = towards(state.mean, sample)
-    state.dev = towards(state.dev, deviation)
-  end
+  cost_learn(state, hits)
   cost_touch(state, period, now)
 end
 
@@ -645,10 +712,10 @@ local function counting_later(at)
     elseif kind == 'a' then
       at = at + 7
     elseif kind == 'c' then
-      if tonumber(ARGV[at + 4]) > 0 then
+      if ARGV[at + 7] == 'h' and tonumber(ARGV[at + 4]) > 0 then
         return true
       end
-      at = at + 7
+      at = at + 11
     elseif kind == 's' then
       at = at + 6
     else
@@ -718,25 +785,59 @@ for _ = 1, tonumber(ARGV[3]) do
     local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
     shadow = ARGV[at + 5] == '1'
     local initial = num(ARGV[at + 6])
-    at = at + 7
+    local op, id, extra, charge_on_expiry = ARGV[at + 7], ARGV[at + 8], num(ARGV[at + 9]), ARGV[at + 10] == '1'
+    at = at + 11
     local state = slots[slot]
-    if hits > 0 then
+    if op == 'h' and hits > 0 then
       over = false
       cost_charge(state, period, hits, now)
       charges[slot] = charges[slot] or {}
       table.insert(charges[slot], { hits, period })
       dirty[slot] = true
     else
-      local start = now - math.fmod(now, math.max(period, 1))
+      local start = cost_window(now, period)
       local used = 0
       if state.start == start then
         used = state.used
       end
+      used = used + cost_expired(state, period, start, now)
       local mean, dev = cost_estimate(state, initial)
       local live = cost_live(state, now)
-      over = used + cost_reserved(live + 1, mean, dev) > limit and not (live == 0 and used == 0)
+      local holding, held = cost_held(state, now)
+      local found, reservation = cost_find(state, id)
+      if op == 'h' then
+        over = used + held + cost_reserved(live + 1, mean, dev) > limit and
+          not (live == 0 and used == 0 and held == 0)
+      elseif op == 'r' then
+        over = used + held + cost_reserved(live, mean, dev) + hits > limit or
+          holding >= MAX_RESERVATIONS or found ~= nil
+      elseif op == 'm' or op == 'x' then
+        over = found == nil or reservation.exp <= now
+      else
+        over = extra ~= start
+      end
       if not over then
-        cost_admit(state, period, now)
+        if op == 'h' then
+          cost_admit(state, period, now)
+        else
+          cost_settle(state, period, now)
+          if op == 'r' then
+            state.reservations[#state.reservations + 1] = {
+              id = id, amount = hits, exp = now + math.max(extra, 1), charge = charge_on_expiry,
+            }
+          elseif op == 'm' or op == 'x' then
+            table.remove(state.reservations, (cost_find(state, id)))
+            if op == 'm' then
+              state.used = state.used + hits
+              if hits > 0 then
+                cost_learn(state, hits)
+              end
+            end
+          else
+            state.used = math.max(state.used - hits, 0)
+          end
+          cost_touch(state, period, now)
+        end
         dirty[slot] = true
       end
     end
