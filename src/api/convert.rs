@@ -5,6 +5,8 @@
 //! the proto) in one place.
 
 use crate::engine::capacity::Lease;
+use crate::limiter::Descriptor;
+use crate::service::cost::{CostCall, CostOperation, CostReply};
 use crate::service::error::{Error, Kind};
 use crate::service::ops::{
     Answer, CapacityWant, CopyContext, GetCapacity, Leases, Operation, RateAnswer, RateContext,
@@ -204,6 +206,8 @@ impl From<Kind> for v1::error::Kind {
             Kind::NotHeld => v1::error::Kind::NotHeld,
             Kind::UnknownTransfer => v1::error::Kind::UnknownTransfer,
             Kind::TooMany => v1::error::Kind::TooMany,
+            Kind::UnknownReservation => v1::error::Kind::UnknownReservation,
+            Kind::WindowOver => v1::error::Kind::WindowOver,
             Kind::StoreUnavailable => v1::error::Kind::StoreUnavailable,
             Kind::Resigned => v1::error::Kind::Resigned,
             Kind::Internal => v1::error::Kind::Internal,
@@ -215,8 +219,10 @@ impl From<Kind> for v1::error::Kind {
 pub fn error_code(kind: Kind) -> tonic::Code {
     match kind {
         Kind::Malformed => tonic::Code::InvalidArgument,
-        Kind::UnknownResource | Kind::UnknownTransfer => tonic::Code::NotFound,
-        Kind::WrongKind | Kind::NotHeld => tonic::Code::FailedPrecondition,
+        Kind::UnknownResource | Kind::UnknownTransfer | Kind::UnknownReservation => {
+            tonic::Code::NotFound
+        }
+        Kind::WrongKind | Kind::NotHeld | Kind::WindowOver => tonic::Code::FailedPrecondition,
         Kind::TooMany => tonic::Code::ResourceExhausted,
         Kind::StoreUnavailable | Kind::Resigned => tonic::Code::Unavailable,
         Kind::Internal => tonic::Code::Internal,
@@ -236,7 +242,12 @@ impl From<Error> for v1::Error {
 
 impl From<Error> for tonic::Status {
     fn from(error: Error) -> Self {
-        tonic::Status::new(error_code(error.kind), error.message)
+        let mut status = tonic::Status::new(error_code(error.kind), error.message);
+        status.metadata_mut().insert(
+            super::ERROR_KIND_HEADER,
+            tonic::metadata::MetadataValue::from_static(error.kind.as_str()),
+        );
+        status
     }
 }
 
@@ -267,6 +278,68 @@ impl TryFrom<v1::ReleaseCapacityRequest> for ReleaseCapacity {
             .map(|at| ResourceKey::new(at.namespace, at.resource, at.domain))
             .collect();
         ReleaseCapacity::new(request.client_id, resources)
+    }
+}
+
+impl TryFrom<v1::CostRequest> for CostOperation {
+    type Error = Error;
+
+    fn try_from(request: v1::CostRequest) -> Result<Self, Error> {
+        use v1::cost_request::Op;
+        let call = match request.op {
+            Some(Op::Reserve(reserve)) => CostCall::Reserve {
+                amount: reserve.amount,
+                ttl_ms: reserve.ttl_ms,
+                charge_on_expiry: !reserve.release_on_expiry,
+            },
+            Some(Op::Commit(commit)) => CostCall::Commit {
+                reservation: commit.reservation_id,
+                actual: commit.actual,
+            },
+            Some(Op::Cancel(cancel)) => CostCall::Cancel {
+                reservation: cancel.reservation_id,
+            },
+            Some(Op::Refund(refund)) => CostCall::Refund {
+                amount: refund.amount,
+                charged_at_ms: refund.charged_at_ms,
+            },
+            None => {
+                return Err(Error::malformed(
+                    "no operation: reserve, commit, cancel or refund",
+                ));
+            }
+        };
+        let descriptors = request
+            .descriptors
+            .into_iter()
+            .map(|descriptor| {
+                Descriptor::new(
+                    descriptor
+                        .entries
+                        .into_iter()
+                        .map(|entry| (entry.key, entry.value)),
+                )
+            })
+            .collect();
+        Ok(CostOperation {
+            namespace: request.namespace,
+            descriptors,
+            call,
+        })
+    }
+}
+
+impl From<CostReply> for v1::CostAnswer {
+    fn from(reply: CostReply) -> Self {
+        v1::CostAnswer {
+            applied: reply.applied,
+            reservation_id: reply.reservation,
+            expires_at_ms: reply.expires_at_ms,
+            decided_at_ms: reply.decided_at_ms,
+            remaining: reply.remaining,
+            retry_after_ms: reply.retry_after_ms,
+            degraded: reply.degraded,
+        }
     }
 }
 

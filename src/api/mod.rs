@@ -10,6 +10,10 @@ mod convert;
 #[cfg(feature = "embedded")]
 pub use convert::{answer_to_wire, capacity_response, error_code, operation_from_wire};
 
+/// The metadata key a unary call's status names its error kind with
+/// (`UNKNOWN_RESERVATION`…), where one gRPC code stands for several.
+pub const ERROR_KIND_HEADER: &str = "charon-error-kind";
+
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("charon.v1");

@@ -12,8 +12,8 @@ use tokio::sync::oneshot;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{
-    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
-    ReleaseOp, RequestOp, ReserveOp,
+    CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse, ReleaseOp, RequestOp, ReserveOp,
 };
 use crate::limiter::RateLimitRequest;
 
@@ -89,6 +89,15 @@ pub trait Backend: Send + Sync + 'static {
         let _ = request;
         Box::pin(std::future::ready(Err(ClientError::Unavailable(
             "this backend does not lease capacity".into(),
+        ))))
+    }
+
+    /// Reservations on cost budgets (docs/design.md#reservations). A
+    /// backend that cannot says so.
+    fn cost(&self, request: CostRequest) -> CapacityFuture<'_, CostAnswer> {
+        let _ = request;
+        Box::pin(std::future::ready(Err(ClientError::Unavailable(
+            "this backend does not keep cost budgets".into(),
         ))))
     }
 

@@ -17,10 +17,11 @@ use crate::api::v1::error::Kind as ErrorKind;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{
-    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
-    RequestOp,
+    CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse, RequestOp,
 };
 use crate::api::{answer_to_wire, capacity_response, operation_from_wire};
+use crate::service::cost::CostOperation;
 
 use crate::config::{Config, ConfigErrors, LoadOptions};
 use crate::limiter::Modes;
@@ -287,6 +288,14 @@ impl Backend for Embedded {
                 .await
                 .map_err(client_error)?;
             Ok(ReleaseCapacityResponse { released })
+        })
+    }
+
+    fn cost(&self, request: CostRequest) -> CapacityFuture<'_, CostAnswer> {
+        Box::pin(async move {
+            let operation = CostOperation::try_from(request).map_err(client_error)?;
+            let reply = self.service.cost(operation).await.map_err(client_error)?;
+            Ok(reply.into())
         })
     }
 

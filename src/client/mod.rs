@@ -30,6 +30,7 @@
 
 mod backend;
 mod call;
+pub mod cost;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod hold;
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant};
 pub use backend::{Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo};
 use call::Amount;
 pub use call::{HoldCall, RequestCall};
+pub use cost::{Committed, CostReservation, ReserveCost};
 #[cfg(feature = "embedded")]
 pub use embedded::{Embedded, EmbeddedError};
 pub use hold::{Acquired, Hold, Target};

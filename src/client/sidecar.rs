@@ -25,8 +25,8 @@ use crate::api::v1::charon_client::CharonClient;
 use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{
-    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
-    ReserveOp, SessionRequest,
+    CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse, ReserveOp, SessionRequest,
 };
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -285,6 +285,17 @@ impl Backend for Sidecar {
         })
     }
 
+    fn cost(&self, request: CostRequest) -> CapacityFuture<'_, CostAnswer> {
+        let mut client = CharonClient::new(self.channel.clone());
+        Box::pin(async move {
+            client
+                .cost(request)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|status| unary_error("Cost", &status))
+        })
+    }
+
     fn session(&self) -> u64 {
         match &*self.shared.link.borrow() {
             Link::Up { session, .. } => *session,
@@ -419,17 +430,27 @@ async fn drive(channel: Channel, shared: Arc<Shared>, options: SidecarOptions) {
     }
 }
 
-/// A capacity call's failure, sorted as the embedded engine sorts it: the
-/// request's fault (the only two a whole call can make: a malformed
-/// request, too many resources), or no answer (fail open).
+/// A unary call's failure, sorted as the embedded engine sorts it: the
+/// request's fault, with the kind the status names (or its code's), or no
+/// answer (fail open).
 fn unary_error(call: &str, status: &tonic::Status) -> ClientError {
     let refused = |kind| ClientError::Refused {
         kind,
         message: status.message().to_owned(),
     };
-    match status.code() {
-        tonic::Code::InvalidArgument => refused(ErrorKind::Malformed),
-        tonic::Code::ResourceExhausted => refused(ErrorKind::TooMany),
-        code => ClientError::Unavailable(format!("{call}: {code}: {}", status.message())),
+    let named = status
+        .metadata()
+        .get(crate::api::ERROR_KIND_HEADER)
+        .and_then(|kind| kind.to_str().ok())
+        .and_then(ErrorKind::from_str_name)
+        .filter(|kind| !matches!(kind, ErrorKind::Unspecified));
+    match (status.code(), named) {
+        (tonic::Code::Unavailable | tonic::Code::Internal, _) => {
+            ClientError::Unavailable(format!("{call}: {}: {}", status.code(), status.message()))
+        }
+        (_, Some(kind)) => refused(kind),
+        (tonic::Code::InvalidArgument, None) => refused(ErrorKind::Malformed),
+        (tonic::Code::ResourceExhausted, None) => refused(ErrorKind::TooMany),
+        (code, None) => ClientError::Unavailable(format!("{call}: {code}: {}", status.message())),
     }
 }

@@ -99,9 +99,9 @@ pub enum CostOp {
     Commit { id: u64, actual: u64 },
     /// Releases reservation `id` unspent: refused if it is not held.
     Cancel { id: u64 },
-    /// Gives back `amount` charged in the window starting at `window`:
-    /// refused once that window is over.
-    Refund { amount: u64, window: u64 },
+    /// Gives back `amount` charged at `charged_at`: refused once that
+    /// instant's window is over.
+    Refund { amount: u64, charged_at: u64 },
 }
 
 impl CostOp {
@@ -273,7 +273,7 @@ pub fn check(
                 || state.reservations.iter().any(|r| r.id == id)
         }
         CostOp::Commit { id, .. } | CostOp::Cancel { id } => !is_held(state, id, now),
-        CostOp::Refund { window, .. } => window != start,
+        CostOp::Refund { charged_at, .. } => window_start(charged_at, period) != start,
     };
     CostCheck {
         over,

@@ -1,8 +1,8 @@
 //! The Charon API (`proto/charon/v1/charon.proto`): the unary `Request` and
 //! the `Session` stream, on the same gRPC port as Envoy's service: a thin
 //! face over the [`Service`] (which decides; [`crate::service::session`]
-//! owns a session's life and its hold set), with `GetCapacity` and
-//! `ReleaseCapacity` beside them. This file counts open sessions against
+//! owns a session's life and its hold set), with `GetCapacity`,
+//! `ReleaseCapacity` and `Cost` (reservations on cost budgets) beside them. This file counts open sessions against
 //! `--max-sessions` and reports them.
 
 use std::sync::Arc;
@@ -14,14 +14,15 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::v1::charon_server::Charon;
 use crate::api::v1::{
-    GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest, ReleaseCapacityResponse,
-    RequestAnswer, RequestOp, SessionRequest, SessionResponse,
+    CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
+    ReleaseCapacityResponse, RequestAnswer, RequestOp, SessionRequest, SessionResponse,
 };
 
 use super::metrics::Metrics;
 use super::trace::TraceSampler;
 use crate::api::capacity_response;
 use crate::service::Service;
+use crate::service::cost::CostOperation;
 use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
 use tracing::Instrument;
@@ -122,6 +123,12 @@ impl Charon for ApiService {
         let request = ReleaseCapacity::try_from(request.into_inner())?;
         let released = self.service.release_capacity(&request).await?;
         Ok(Response::new(ReleaseCapacityResponse { released }))
+    }
+
+    async fn cost(&self, request: Request<CostRequest>) -> Result<Response<CostAnswer>, Status> {
+        let operation = CostOperation::try_from(request.into_inner())?;
+        let reply = self.service.cost(operation).await?;
+        Ok(Response::new(reply.into()))
     }
 
     async fn request(

@@ -21,6 +21,10 @@ pub enum Kind {
     UnknownTransfer,
     /// Past a cap on one session or one call.
     TooMany,
+    /// No such reservation held: unknown, expired, or already settled.
+    UnknownReservation,
+    /// A refund after the window it names.
+    WindowOver,
     /// The store did not answer.
     StoreUnavailable,
     /// This server left the copy log: its holds are the others' to release.
@@ -39,6 +43,8 @@ impl Kind {
             Kind::NotHeld => "NOT_HELD",
             Kind::UnknownTransfer => "UNKNOWN_TRANSFER",
             Kind::TooMany => "TOO_MANY",
+            Kind::UnknownReservation => "UNKNOWN_RESERVATION",
+            Kind::WindowOver => "WINDOW_OVER",
             Kind::StoreUnavailable => "STORE_UNAVAILABLE",
             Kind::Resigned => "RESIGNED",
             Kind::Internal => "INTERNAL",

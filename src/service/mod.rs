@@ -4,7 +4,8 @@
 //! one [`Service::spawn_housekeeping`] for every sweeper. Its parts: what it
 //! is asked and answers, as domain types with the checks a request fails by
 //! itself ([`ops`]), and what it refuses ([`error`]); rate requests and the
-//! lookup of a resource in the running configuration ([`core`]); a
+//! lookup of a resource in the running configuration ([`core`]);
+//! reservations on budgets of a cost known after the response ([`cost`]); a
 //! session's hold set ([`session`]); capacity leases ([`leases`]); the
 //! stores `--store` selects ([`store`]); and, for an engine on configuration
 //! files, the configuration API ([`configuration`]). The faces in `server`
@@ -12,6 +13,7 @@
 
 pub mod configuration;
 pub mod core;
+pub mod cost;
 pub mod error;
 pub mod leases;
 pub mod ops;

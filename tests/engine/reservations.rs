@@ -137,7 +137,11 @@ proptest! {
         let now = start + later;
         let window = start - start % PERIOD;
         let before = state(&slots).clone();
-        let answer = engine::decide(&[item(CostOp::Refund { amount: refund, window })], &mut slots, now);
+        let answer = engine::decide(
+            &[item(CostOp::Refund { amount: refund, charged_at: start })],
+            &mut slots,
+            now,
+        );
         let used = engine::cost::check(state(&slots), LIMIT, PERIOD, 100, CostOp::Hits(0), now).used;
         if now - now % PERIOD == window {
             prop_assert!(answer.granted);

@@ -5,6 +5,7 @@
 mod support;
 
 mod connections;
+mod cost_reservations;
 mod redis_harness;
 mod redis_nodelay;
 mod redis_sidecars;

@@ -279,7 +279,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                         windows_ago,
                     } => CostOp::Refund {
                         amount,
-                        window: (now - now % period).saturating_sub(windows_ago * period),
+                        charged_at: now.saturating_sub(windows_ago * period),
                     },
                 };
                 Item::Cost {

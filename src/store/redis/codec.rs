@@ -108,8 +108,8 @@ pub fn arguments(
                 initial_cost,
             } => {
                 // `op amount id extra flag`: the id as text (Lua's numbers
-                // are doubles), `extra` a reservation's ttl or a refund's
-                // window.
+                // are doubles), `extra` a reservation's ttl or when a
+                // refund's charge was made.
                 let (code, id, extra, on_expiry) = match op {
                     CostOp::Hits(_) => ("h", 0, 0, false),
                     CostOp::Reserve {
@@ -120,7 +120,7 @@ pub fn arguments(
                     } => ("r", id, ttl, charge_on_expiry),
                     CostOp::Commit { id, .. } => ("m", id, 0, false),
                     CostOp::Cancel { id } => ("x", id, 0, false),
-                    CostOp::Refund { window, .. } => ("f", 0, window, false),
+                    CostOp::Refund { charged_at, .. } => ("f", 0, charged_at, false),
                 };
                 invocation
                     .arg("c")

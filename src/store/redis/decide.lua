@@ -20,8 +20,8 @@
 --     h: hits > 0 charges, always recorded; 0 checks and, admitted, counts
 --     one request in flight; r reserves `hits` as reservation `id` for
 --     `extra` ms (charged on expiry if on_expiry is 1); m commits `id` at
---     `hits`; x cancels `id`; f refunds `hits` to the window starting at
---     `extra`
+--     `hits`; x cancels `id`; f refunds `hits` charged at `extra`, in its
+--     window only
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
 --     gcra_count gcra_period gcra_burst (a token bucket instead of tiers;
@@ -814,7 +814,7 @@ for _ = 1, tonumber(ARGV[3]) do
       elseif op == 'm' or op == 'x' then
         over = found == nil or reservation.exp <= now
       else
-        over = extra ~= start
+        over = cost_window(extra, period) ~= start
       end
       if not over then
         if op == 'h' then
