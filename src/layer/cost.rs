@@ -13,10 +13,20 @@
 //! ([`CostLimitLayer::charge_errors`]); a response without a `Cost`, or with
 //! a cost of 0, charges nothing, and its admission stops counting after the
 //! learned time to charge.
+//!
+//! With an estimate ([`CostLimitLayer::estimate`], such as a `max_tokens`
+//! header), the layer reserves it instead (docs/design.md#reservations):
+//! the request is admitted only if the estimate fits what the budget has
+//! left, and when the body ends the reservation is committed at the
+//! response's cost, or cancelled when nothing is charged (no `Cost`, a
+//! server error). A request abandoned before its response keeps its
+//! reservation until it expires, and is charged its estimate then.
 
-use http::Request;
+use std::sync::Arc;
 
-use crate::client::{Client, ClientError, LimitsAnswer};
+use http::{HeaderMap, Request};
+
+use crate::client::{Client, ClientError, CostReservation, LimitStatus, LimitsAnswer, ReserveCost};
 use crate::limiter::{Descriptor, RateLimitRequest};
 
 use super::Actions;
@@ -42,8 +52,38 @@ impl<F> CostLimitLayer<F> {
             PerCost {
                 descriptors,
                 charge_errors: false,
+                estimate: None,
             },
         )
+    }
+
+    /// Reserve what `estimate` says a request will cost, from its headers
+    /// (`None`: check with the predicted cost instead).
+    pub fn estimate(
+        self,
+        estimate: impl Fn(&HeaderMap) -> Option<u64> + Send + Sync + 'static,
+    ) -> Self {
+        let estimate: Arc<Estimate> = Arc::new(estimate);
+        self.map_policy(|policy| PerCost {
+            estimate: Some(estimate),
+            ..policy
+        })
+    }
+
+    /// Reserve the number a request's `header` carries (a `max_tokens`
+    /// the client sent); a request without it, or with a value that is not
+    /// a whole number above 0, is checked with the predicted cost instead.
+    pub fn estimate_header(self, header: &'static str) -> Self {
+        self.estimate(move |headers| {
+            headers
+                .get(header)?
+                .to_str()
+                .ok()?
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|estimate| *estimate > 0)
+        })
     }
 
     /// Charge responses with a server-error status (5xx) too (default:
@@ -56,16 +96,37 @@ impl<F> CostLimitLayer<F> {
     }
 }
 
+type Estimate = dyn Fn(&HeaderMap) -> Option<u64> + Send + Sync;
+
 /// The policy of [`CostLimitLayer`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PerCost<F> {
     descriptors: F,
     charge_errors: bool,
+    estimate: Option<Arc<Estimate>>,
+}
+
+impl<F: std::fmt::Debug> std::fmt::Debug for PerCost<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerCost")
+            .field("descriptors", &self.descriptors)
+            .field("charge_errors", &self.charge_errors)
+            .field("estimate", &self.estimate.is_some())
+            .finish()
+    }
+}
+
+/// How a request was admitted.
+pub enum Admission {
+    /// Checked with the predicted cost.
+    Checked(Result<LimitsAnswer, ClientError>),
+    /// Its estimate reserved.
+    Reserved(Result<CostReservation, ClientError>),
 }
 
 impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
     type Asked = (Vec<String>, Settle);
-    type Decided = Result<LimitsAnswer, ClientError>;
+    type Decided = Admission;
 
     fn ask(
         &self,
@@ -78,6 +139,21 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             return Asked::Pass;
         }
         let names = descriptors.iter().map(keys).collect();
+        if let Some(amount) = self.estimate.as_ref().and_then(|f| f(request.headers())) {
+            let reserve = ReserveCost::new(namespace, descriptors.clone(), amount);
+            let settle = Settle {
+                client: client.clone(),
+                namespace: namespace.into(),
+                descriptors,
+                charge_errors: self.charge_errors,
+                reservation: None,
+            };
+            let client = client.clone();
+            return Asked::Decide(
+                (names, settle),
+                boxed(async move { Admission::Reserved(client.reserve_cost(reserve).await) }),
+            );
+        }
         let checks = descriptors
             .iter()
             .map(|descriptor| Descriptor {
@@ -90,6 +166,7 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             namespace: namespace.into(),
             descriptors,
             charge_errors: self.charge_errors,
+            reservation: None,
         };
         let client = client.clone();
         let request = RateLimitRequest {
@@ -98,17 +175,28 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
         };
         Asked::Decide(
             (names, settle),
-            boxed(async move { client.should_rate_limit(request).await }),
+            boxed(async move { Admission::Checked(client.should_rate_limit(request).await) }),
         )
     }
 
     fn verdict<R>(
         &self,
-        (names, settle): Self::Asked,
+        (names, mut settle): Self::Asked,
         answer: Self::Decided,
         grpc: bool,
         options: Options,
     ) -> Verdict<R> {
+        let answer = match answer {
+            Admission::Checked(answer) => answer,
+            Admission::Reserved(Ok(reservation)) => {
+                let answer = reserved(&names, &reservation);
+                if reservation.granted {
+                    settle.reservation = Some(reservation);
+                }
+                Ok(answer)
+            }
+            Admission::Reserved(Err(error)) => Err(error),
+        };
         match verdict(&names, answer, grpc, options) {
             Verdict::Pass(extra) => Verdict::Pass(Extra {
                 settle: Some(settle),
@@ -116,5 +204,24 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             }),
             answer => answer,
         }
+    }
+}
+
+/// A reservation's answer as the descriptors' statuses: each budget as
+/// tight as the tightest (the reservation says no more).
+fn reserved(names: &[String], reservation: &CostReservation) -> LimitsAnswer {
+    LimitsAnswer {
+        over_limit: !reservation.granted,
+        statuses: names
+            .iter()
+            .map(|_| LimitStatus {
+                over_limit: !reservation.granted,
+                limit: None,
+                remaining: reservation.remaining,
+                reset_after: reservation.retry_after,
+            })
+            .collect(),
+        unanswered: reservation.unanswered,
+        overridden: false,
     }
 }

@@ -68,7 +68,7 @@ mod settle;
 pub use body::ResponseBody;
 pub use client_ip::{BadRange, ClientIp};
 pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};
-pub use cost::{CostLimit, CostLimitLayer, PerCost};
+pub use cost::{Admission, CostLimit, CostLimitLayer, PerCost};
 pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,
 };

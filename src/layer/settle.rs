@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Waker};
 
-use crate::client::Client;
+use crate::client::{Client, CostReservation};
 use crate::limiter::{Descriptor, RateLimitRequest};
 
 /// What a response cost, in the budget's units: put a clone in the
@@ -48,16 +48,50 @@ pub struct Settle {
     pub(super) namespace: Arc<str>,
     pub(super) descriptors: Vec<Descriptor>,
     pub(super) charge_errors: bool,
+    /// The estimate reserved at admission, committed at the cost.
+    pub(super) reservation: Option<CostReservation>,
 }
 
 impl Settle {
     /// The settlement of `response`: its [`Cost`], charged when dropped.
-    pub(super) fn of<B>(self, response: &http::Response<B>) -> Option<Settlement> {
-        if response.status().is_server_error() && !self.charge_errors {
-            return None;
+    /// Nothing to charge: the reservation, if any, is cancelled now.
+    pub(super) fn of<B>(mut self, response: &http::Response<B>) -> Option<Settlement> {
+        let charged = !response.status().is_server_error() || self.charge_errors;
+        match response.extensions().get::<Cost>() {
+            Some(cost) if charged => Some(Settlement {
+                cost: cost.clone(),
+                settle: self,
+            }),
+            _ => {
+                if let Some(reservation) = self.reservation.take() {
+                    finish(0, async move {
+                        if let Err(error) = reservation.cancel().await {
+                            tracing::warn!(%error, "a reservation was not cancelled");
+                        }
+                    });
+                }
+                None
+            }
         }
-        let cost = response.extensions().get::<Cost>()?.clone();
-        Some(Settlement { settle: self, cost })
+    }
+}
+
+/// Runs `settling` to its end: within the first poll on the embedded
+/// engine, else on the runtime (a sidecar's round trip).
+fn finish(amount: u64, settling: impl Future<Output = ()> + Send + 'static) {
+    let mut settling = Box::pin(settling);
+    if settling
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(settling);
+        }
+        Err(_) => tracing::warn!(amount, "no runtime to finish a charge on: not charged"),
     }
 }
 
@@ -71,6 +105,14 @@ pub struct Settlement {
 impl Drop for Settlement {
     fn drop(&mut self) {
         let amount = self.cost.get();
+        if let Some(reservation) = self.settle.reservation.take() {
+            finish(amount, async move {
+                if let Err(error) = reservation.commit(amount).await {
+                    tracing::warn!(amount, %error, "a reservation was not committed");
+                }
+            });
+            return;
+        }
         if amount == 0 {
             return;
         }
@@ -86,28 +128,13 @@ impl Drop for Settlement {
             ..RateLimitRequest::new(&*self.settle.namespace, descriptors)
         };
         let client = self.settle.client.clone();
-        let mut charge = Box::pin(async move {
+        finish(amount, async move {
             // A charge over the limit's max_charge is refused: say so, the
             // response is long gone.
             if let Err(error) = client.should_rate_limit(request).await {
                 tracing::warn!(amount, %error, "a response's cost was not charged");
             }
         });
-        // The embedded engine charges within the first poll; a sidecar's
-        // round trip finishes on the runtime.
-        if charge
-            .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_ready()
-        {
-            return;
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(charge);
-            }
-            Err(_) => tracing::warn!(amount, "no runtime to finish a charge on: not charged"),
-        }
     }
 }
 

@@ -44,7 +44,23 @@ fn app(client: Client, charge_errors: bool) -> Router {
         Actions::new().descriptor([Action::generic_key("tokens")]),
     )
     .charge_errors(charge_errors);
+    routes().layer(layer)
+}
+
+/// The same routes, a request's `x-max-tokens` reserved at admission.
+fn app_reserving(client: Client) -> Router {
+    let layer = CostLimitLayer::new(
+        client,
+        "ai",
+        Actions::new().descriptor([Action::generic_key("tokens")]),
+    )
+    .estimate_header("x-max-tokens");
+    routes().layer(layer)
+}
+
+fn routes() -> Router {
     Router::new()
+        .route("/100", get(|| async { answered_with(100, StatusCode::OK) }))
         .route("/600", get(|| async { answered_with(600, StatusCode::OK) }))
         .route(
             "/failed",
@@ -66,7 +82,6 @@ fn app(client: Client, charge_errors: bool) -> Router {
                 response
             }),
         )
-        .layer(layer)
 }
 
 async fn get_from(app: &Router, path: &str) -> Response<Body> {
@@ -74,6 +89,24 @@ async fn get_from(app: &Router, path: &str) -> Response<Body> {
         .oneshot(Request::get(path).body(Body::empty()).expect("a request"))
         .await
         .expect("answered")
+}
+
+/// `path` asked with `x-max-tokens: max_tokens`.
+async fn get_at_most(app: &Router, path: &str, max_tokens: u64) -> Response<Body> {
+    let request = Request::get(path)
+        .header("x-max-tokens", max_tokens)
+        .body(Body::empty())
+        .expect("a request");
+    app.clone().oneshot(request).await.expect("answered")
+}
+
+/// Its status, the body read to the end.
+async fn status_at_most(app: &Router, path: &str, max_tokens: u64) -> StatusCode {
+    let response = get_at_most(app, path, max_tokens).await;
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    settled().await;
+    status
 }
 
 /// A request's status, its body read to the end.
@@ -196,4 +229,73 @@ async fn through_a_sidecar_the_charge_lands_after_the_body_ends() {
         },
     )
     .await;
+}
+
+// With an estimate the layer reserves it: what is in flight is held at its
+// estimate, not predicted, and the commit gives back what was not spent.
+
+#[tokio::test]
+async fn an_estimate_is_held_while_the_response_runs_and_settled_at_its_cost() {
+    let app = app_reserving(client(1_000));
+    let first = get_at_most(&app, "/600", 600).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        get_at_most(&app, "/600", 600).await.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "600 held, 600 more does not fit"
+    );
+    let _ = first.into_body().collect().await;
+    settled().await;
+    assert_eq!(
+        status_at_most(&app, "/100", 400).await,
+        StatusCode::OK,
+        "600 + 400 fits"
+    );
+    // Reserved 400, cost 100: 300 given back, so 300 fits now and 301 not.
+    assert_eq!(
+        status_at_most(&app, "/free", 301).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status_at_most(&app, "/free", 300).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_reservation_is_cancelled_on_a_server_error_and_committed_on_drop() {
+    let app = app_reserving(client(1_000));
+    assert_eq!(
+        status_at_most(&app, "/failed", 900).await,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert_eq!(
+        status_at_most(&app, "/free", 1_000).await,
+        StatusCode::OK,
+        "the failed request's 900 were given back, and /free charged nothing"
+    );
+    drop(get_at_most(&app, "/600", 700).await);
+    settled().await;
+    assert_eq!(
+        status_at_most(&app, "/free", 401).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        status_at_most(&app, "/free", 400).await,
+        StatusCode::OK,
+        "600 committed"
+    );
+}
+
+#[tokio::test]
+async fn a_request_without_an_estimate_is_checked_with_the_prediction() {
+    let app = app_reserving(client(1_000));
+    for _ in 0..3 {
+        assert_eq!(status_of(&app, "/free").await, StatusCode::OK);
+    }
+    let bad = Request::get("/free")
+        .header("x-max-tokens", "lots")
+        .body(Body::empty())
+        .expect("a request");
+    assert_eq!(
+        app.clone().oneshot(bad).await.expect("answered").status(),
+        StatusCode::OK
+    );
 }
