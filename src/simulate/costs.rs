@@ -37,6 +37,13 @@ impl CostDraws {
     }
 }
 
+/// The `max_tokens` a caller asks for a request that will cost `cost`:
+/// the smallest power of two it fits in, at least 256 (an upper bound
+/// within twice the cost, as callers pick one).
+pub fn max_tokens(cost: u64) -> u64 {
+    cost.max(256).next_power_of_two()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

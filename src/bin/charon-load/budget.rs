@@ -7,6 +7,11 @@
 //! and checks again. The run starts on a window boundary and lasts
 //! `--windows` whole windows of `--budget-period`.
 //!
+//! With `--budget-reserve` each stream reserves its request's `max_tokens`
+//! through the Charon API's `Cost` call instead of checking, and commits the
+//! cost at the end; `max_tokens` is what a caller would ask for: the
+//! smallest power of two (at least 256) the cost turns out to fit in.
+//!
 //! Per window it reports the cost charged into it against the budget
 //! (overshoot), and the checks refused although the window ended with room
 //! for that request's cost (undershoot).
@@ -14,7 +19,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use charon::simulate::costs::CostDraws;
+use charon::api::v1::charon_client::CharonClient;
+use charon::api::v1::{
+    CostCommit, CostDescriptor, CostEntry, CostRequest, CostReserve, cost_request::Op,
+};
+use charon::simulate::costs::{CostDraws, max_tokens};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -55,6 +64,71 @@ fn request(domain: &str, hits: u64) -> RateLimitRequest {
     }
 }
 
+fn cost_request(domain: &str, op: Op) -> CostRequest {
+    CostRequest {
+        namespace: domain.to_owned(),
+        descriptors: vec![CostDescriptor {
+            entries: vec![CostEntry {
+                key: "generic_key".into(),
+                value: "tokens".into(),
+            }],
+        }],
+        op: Some(op),
+    }
+}
+
+/// How a stream asks for its request and settles it.
+enum Asker {
+    /// Envoy's two calls: a check, then a charge.
+    Envoy(RateLimitServiceClient<Channel>),
+    /// The Charon API: reserve max_tokens, commit the cost.
+    Reserve(CharonClient<Channel>),
+}
+
+impl Asker {
+    /// Admitted (and the reservation's id), refused, or no answer.
+    async fn admit(&mut self, domain: &str, cost: u64) -> Result<Option<String>, ()> {
+        match self {
+            Asker::Envoy(client) => {
+                let answer = client.should_rate_limit(request(domain, 0)).await;
+                let answer = answer.map_err(drop)?.into_inner();
+                Ok((answer.overall_code != Code::OverLimit as i32).then(String::new))
+            }
+            Asker::Reserve(client) => {
+                let reserve = Op::Reserve(CostReserve {
+                    amount: max_tokens(cost),
+                    ttl_ms: 10_000,
+                    release_on_expiry: false,
+                });
+                let answer = client.cost(cost_request(domain, reserve)).await;
+                let answer = answer.map_err(drop)?.into_inner();
+                Ok(answer.applied.then_some(answer.reservation_id))
+            }
+        }
+    }
+
+    async fn settle(&mut self, domain: &str, reservation: String, cost: u64) -> Result<(), ()> {
+        match self {
+            Asker::Envoy(client) => client
+                .should_rate_limit(request(domain, cost))
+                .await
+                .map(drop)
+                .map_err(drop),
+            Asker::Reserve(client) => {
+                let commit = Op::Commit(CostCommit {
+                    reservation_id: reservation,
+                    actual: cost,
+                });
+                client
+                    .cost(cost_request(domain, commit))
+                    .await
+                    .map(drop)
+                    .map_err(drop)
+            }
+        }
+    }
+}
+
 /// How the run went.
 pub struct Report {
     pub lines: Vec<String>,
@@ -70,6 +144,7 @@ pub async fn run(
     period: Duration,
     windows: u64,
     seed: u64,
+    reserve: bool,
 ) -> Report {
     let period_ms = period.as_millis() as u64;
     // Start on a window boundary (plus a little, clear of the edge).
@@ -81,32 +156,35 @@ pub async fn run(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for stream in 0..streams {
-        let mut client =
-            RateLimitServiceClient::new(channels[stream as usize % channels.len()].clone());
+        let channel = channels[stream as usize % channels.len()].clone();
+        let mut asker = if reserve {
+            Asker::Reserve(CharonClient::new(channel))
+        } else {
+            Asker::Envoy(RateLimitServiceClient::new(channel))
+        };
         let (seen, domain) = (seen.clone(), domain.clone());
         let mut draws = CostDraws::new(seed ^ (stream + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         tasks.push(tokio::spawn(async move {
             while unix_ms() / period_ms < last {
                 let cost = draws.cost();
                 let window = unix_ms() / period_ms;
-                let answer = client.should_rate_limit(request(&domain, 0)).await;
-                let admitted = match answer {
-                    Ok(answer) => answer.into_inner().overall_code != Code::OverLimit as i32,
-                    Err(_) => {
+                let admitted = match asker.admit(&domain, cost).await {
+                    Ok(admitted) => admitted,
+                    Err(()) => {
                         lock(&seen).errors += 1;
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
                 };
                 lock(&seen).calls += 1;
-                if !admitted {
+                let Some(reservation) = admitted else {
                     lock(&seen).refusals.push((window, cost));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
-                }
+                };
                 tokio::time::sleep(Duration::from_millis(draws.duration_ms())).await;
                 let window = unix_ms() / period_ms;
-                let charged = client.should_rate_limit(request(&domain, cost)).await;
+                let charged = asker.settle(&domain, reservation, cost).await;
                 let mut seen = lock(&seen);
                 seen.calls += 1;
                 match charged {

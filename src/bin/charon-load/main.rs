@@ -105,6 +105,11 @@ struct Args {
     /// With --budget: whole windows to run.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
     windows: u64,
+    /// With --budget: reserve each request's max_tokens through the Charon
+    /// API's `Cost` call and commit its cost, instead of Envoy's check and
+    /// charge.
+    #[arg(long)]
+    budget_reserve: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -194,13 +199,18 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     println!("command: {}", command_line());
     if args.budget {
         println!(
-            "settings: target {} domain {} streams {} budget {} per {:?}, {} whole windows",
+            "settings: target {} domain {} streams {} budget {} per {:?}, {} whole windows, {}",
             args.target,
             args.domain,
             args.concurrency,
             args.budget_limit,
             args.budget_period,
-            args.windows
+            args.windows,
+            if args.budget_reserve {
+                "reserve max_tokens, commit the cost (Charon API)"
+            } else {
+                "check, then charge (Envoy's RateLimitService)"
+            }
         );
     } else {
         println!(
@@ -241,6 +251,7 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             args.budget_period,
             args.windows,
             seed,
+            args.budget_reserve,
         )
         .await;
         for line in report.lines {
