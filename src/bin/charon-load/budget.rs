@@ -135,17 +135,30 @@ pub struct Report {
     pub worst_overshoot: f64,
 }
 
+/// What to run.
+pub struct Run {
+    pub domain: String,
+    pub streams: u64,
+    /// The budget per window, to report against.
+    pub budget: u64,
+    pub period: Duration,
+    pub windows: u64,
+    pub seed: u64,
+    /// Reserve and commit through the Charon API, not check and charge.
+    pub reserve: bool,
+}
+
 /// Runs the streams and reports per window.
-pub async fn run(
-    channels: Vec<Channel>,
-    domain: String,
-    streams: u64,
-    budget: u64,
-    period: Duration,
-    windows: u64,
-    seed: u64,
-    reserve: bool,
-) -> Report {
+pub async fn run(channels: Vec<Channel>, run: Run) -> Report {
+    let Run {
+        domain,
+        streams,
+        budget,
+        period,
+        windows,
+        seed,
+        reserve,
+    } = run;
     let period_ms = period.as_millis() as u64;
     // Start on a window boundary (plus a little, clear of the edge).
     let now = unix_ms();

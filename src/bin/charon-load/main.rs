@@ -243,17 +243,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     if args.budget {
-        let report = budget::run(
-            channels,
-            args.domain.clone(),
-            args.concurrency,
-            args.budget_limit,
-            args.budget_period,
-            args.windows,
+        let run = budget::Run {
+            domain: args.domain.clone(),
+            streams: args.concurrency,
+            budget: args.budget_limit,
+            period: args.budget_period,
+            windows: args.windows,
             seed,
-            args.budget_reserve,
-        )
-        .await;
+            reserve: args.budget_reserve,
+        };
+        let report = budget::run(channels, run).await;
         for line in report.lines {
             println!("{line}");
         }
