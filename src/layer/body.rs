@@ -73,6 +73,12 @@ where
         match this.kind.project() {
             KindProjection::Service { body } => {
                 let polled = body.poll_frame(cx);
+                if let (Poll::Ready(Some(Ok(frame))), Some(settlement)) =
+                    (&polled, this.settlement.as_ref())
+                    && let Some(trailers) = frame.trailers_ref()
+                {
+                    settlement.read_trailers(trailers);
+                }
                 if let Poll::Ready(None) = polled {
                     // Fully sent: the copy is free now, and the cost
                     // charged, not when the connection gets around to

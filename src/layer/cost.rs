@@ -21,10 +21,13 @@
 //! response's cost, or cancelled when nothing is charged (no `Cost`, a
 //! server error). A request abandoned before its response keeps its
 //! reservation until it expires, and is charged its estimate then.
+//!
+//! A service that knows the cost only at the very end (a gRPC stream) can
+//! state it in a trailer instead ([`CostLimitLayer::cost_trailer`]).
 
 use std::sync::Arc;
 
-use http::{HeaderMap, Request};
+use http::{HeaderMap, HeaderName, Request};
 
 use crate::client::{Client, ClientError, CostReservation, LimitStatus, LimitsAnswer, ReserveCost};
 use crate::limiter::{Descriptor, RateLimitRequest};
@@ -53,6 +56,7 @@ impl<F> CostLimitLayer<F> {
                 descriptors,
                 charge_errors: false,
                 estimate: None,
+                trailer: None,
             },
         )
     }
@@ -66,6 +70,16 @@ impl<F> CostLimitLayer<F> {
         let estimate: Arc<Estimate> = Arc::new(estimate);
         self.map_policy(|policy| PerCost {
             estimate: Some(estimate),
+            ..policy
+        })
+    }
+
+    /// Read the cost from the response's trailer `name` (a gRPC service's,
+    /// or a streaming body's), when the body ends: it states the whole
+    /// cost, replacing what a [`Cost`] extension counted.
+    pub fn cost_trailer(self, name: HeaderName) -> Self {
+        self.map_policy(|policy| PerCost {
+            trailer: Some(name.clone()),
             ..policy
         })
     }
@@ -104,6 +118,7 @@ pub struct PerCost<F> {
     descriptors: F,
     charge_errors: bool,
     estimate: Option<Arc<Estimate>>,
+    trailer: Option<HeaderName>,
 }
 
 impl<F: std::fmt::Debug> std::fmt::Debug for PerCost<F> {
@@ -112,6 +127,7 @@ impl<F: std::fmt::Debug> std::fmt::Debug for PerCost<F> {
             .field("descriptors", &self.descriptors)
             .field("charge_errors", &self.charge_errors)
             .field("estimate", &self.estimate.is_some())
+            .field("trailer", &self.trailer)
             .finish()
     }
 }
@@ -147,6 +163,7 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
                 descriptors,
                 charge_errors: self.charge_errors,
                 reservation: None,
+                trailer: self.trailer.clone(),
             };
             let client = client.clone();
             return Asked::Decide(
@@ -167,6 +184,7 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             descriptors,
             charge_errors: self.charge_errors,
             reservation: None,
+            trailer: self.trailer.clone(),
         };
         let client = client.clone();
         let request = RateLimitRequest {

@@ -50,6 +50,8 @@ pub struct Settle {
     pub(super) charge_errors: bool,
     /// The estimate reserved at admission, committed at the cost.
     pub(super) reservation: Option<CostReservation>,
+    /// The trailer that says the cost, if the layer reads one.
+    pub(super) trailer: Option<http::HeaderName>,
 }
 
 impl Settle {
@@ -57,11 +59,13 @@ impl Settle {
     /// Nothing to charge: the reservation, if any, is cancelled now.
     pub(super) fn of<B>(mut self, response: &http::Response<B>) -> Option<Settlement> {
         let charged = !response.status().is_server_error() || self.charge_errors;
-        match response.extensions().get::<Cost>() {
-            Some(cost) if charged => Some(Settlement {
-                cost: cost.clone(),
-                settle: self,
-            }),
+        let cost = match response.extensions().get::<Cost>() {
+            Some(cost) => Some(cost.clone()),
+            // Said by a trailer at the end of the body, if at all.
+            None => self.trailer.is_some().then(Cost::default),
+        };
+        match cost {
+            Some(cost) if charged => Some(Settlement { cost, settle: self }),
             _ => {
                 if let Some(reservation) = self.reservation.take() {
                     finish(0, async move {
@@ -100,6 +104,25 @@ fn finish(amount: u64, settling: impl Future<Output = ()> + Send + 'static) {
 pub struct Settlement {
     settle: Settle,
     cost: Cost,
+}
+
+impl Settlement {
+    /// The cost a trailer states (the whole cost: it replaces what the
+    /// extension counted), if the layer reads one and it is a number.
+    pub(super) fn read_trailers(&self, trailers: &http::HeaderMap) {
+        let Some(name) = &self.settle.trailer else {
+            return;
+        };
+        let stated = trailers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(|value| value.trim().parse::<u64>());
+        match stated {
+            Some(Ok(cost)) => self.cost.set(cost),
+            Some(Err(_)) => tracing::warn!(trailer = %name, "a cost trailer that is not a number"),
+            None => {}
+        }
+    }
 }
 
 impl Drop for Settlement {

@@ -58,8 +58,32 @@ fn app_reserving(client: Client) -> Router {
     routes().layer(layer)
 }
 
+/// The same routes, the cost read from the trailer `x-cost`.
+fn app_with_trailer(client: Client) -> Router {
+    let layer = CostLimitLayer::new(
+        client,
+        "ai",
+        Actions::new().descriptor([Action::generic_key("tokens")]),
+    )
+    .cost_trailer(http::HeaderName::from_static("x-cost"));
+    routes().layer(layer)
+}
+
 fn routes() -> Router {
     Router::new()
+        .route(
+            "/trailer",
+            get(|| async {
+                // A body that says its cost, 700, in a trailer at its end.
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("x-cost", http::HeaderValue::from_static("700"));
+                let frames = futures_util::stream::iter([
+                    Ok::<_, Infallible>(http_body::Frame::data(Bytes::from_static(b"tokens"))),
+                    Ok(http_body::Frame::trailers(trailers)),
+                ]);
+                Body::new(http_body_util::StreamBody::new(frames)).into_response()
+            }),
+        )
         .route("/100", get(|| async { answered_with(100, StatusCode::OK) }))
         .route("/600", get(|| async { answered_with(600, StatusCode::OK) }))
         .route(
@@ -297,5 +321,24 @@ async fn a_request_without_an_estimate_is_checked_with_the_prediction() {
     assert_eq!(
         app.clone().oneshot(bad).await.expect("answered").status(),
         StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_cost_stated_in_a_trailer_is_charged_when_the_body_ends() {
+    let reading = app_with_trailer(client(1_000));
+    assert_eq!(status_of(&reading, "/trailer").await, StatusCode::OK);
+    // 700 charged: one more is predicted at 700 + 3·350, over 1 000.
+    assert_eq!(
+        status_of(&reading, "/free").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    let unread = app(client(1_000), false);
+    assert_eq!(status_of(&unread, "/trailer").await, StatusCode::OK);
+    assert_eq!(
+        status_of(&unread, "/free").await,
+        StatusCode::OK,
+        "a layer not told of the trailer charges nothing"
     );
 }
