@@ -37,6 +37,9 @@ descriptors:
   - key: generic_key
     value: tokens
     rate_limit: {unit: second, requests_per_unit: 4000000000, cost: after_response, initial_cost: 1}
+  - key: generic_key
+    value: reserved
+    rate_limit: {unit: second, requests_per_unit: 4000000000, cost: after_response, initial_cost: 1}
 resources:
   api:
     rate:
@@ -166,7 +169,8 @@ fn bench_layers(
     // A plain fixed window on a descriptor against a cost known after the
     // response (a check before, a charge when the body ends): the cost
     // layer's price is the difference.
-    let (plain, costs) = runtime.block_on(async {
+    // With an estimate, a reservation before and a commit after.
+    let (plain, costs, reserving) = runtime.block_on(async {
         let client = Client::embedded(config());
         (
             costed().layer(DescriptorLimitLayer::new(
@@ -175,10 +179,18 @@ fn bench_layers(
                 Actions::new().descriptor([Action::generic_key("plain")]),
             )),
             costed().layer(CostLimitLayer::new(
-                client,
+                client.clone(),
                 "bench",
                 Actions::new().descriptor([Action::generic_key("tokens")]),
             )),
+            costed().layer(
+                CostLimitLayer::new(
+                    client,
+                    "bench",
+                    Actions::new().descriptor([Action::generic_key("reserved")]),
+                )
+                .estimate(|_| Some(1)),
+            ),
         )
     });
     let apps = [
@@ -186,6 +198,7 @@ fn bench_layers(
         ("charon-embedded-memory", embedded),
         ("charon-embedded-descriptor", plain),
         ("charon-embedded-cost", costs),
+        ("charon-embedded-reserve", reserving),
         ("tower-governor", governed()),
         ("charon-sidecar", remote.clone()),
     ];
