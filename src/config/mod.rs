@@ -237,6 +237,10 @@ pub enum Algorithm {
     /// window's count plus the last one's, weighted by how much of it the
     /// sliding window still covers.
     SlidingWindow,
+    /// The hybrid quota-linear limiter (docs/design.md#hybrid-quota-linear):
+    /// bursts of up to a quota per window until a client spends it all, then
+    /// an even rate until it has saved a whole quota again.
+    Hybrid,
     /// `cost: after_response` (docs/design.md#costs-known-after-the-response):
     /// a fixed window of cost units, charged after the response and checked
     /// with the cost of the requests in flight predicted.
@@ -246,6 +250,18 @@ pub enum Algorithm {
         /// The largest charge accepted.
         max_charge: u64,
     },
+}
+
+impl Algorithm {
+    /// As `algorithm:` names it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow | Algorithm::AfterResponse { .. } => "fixed_window",
+            Algorithm::Gcra { .. } => "gcra",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::Hybrid => "hybrid",
+        }
+    }
 }
 
 impl FixedLimit {

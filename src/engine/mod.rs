@@ -24,6 +24,7 @@ pub mod copies;
 pub mod cost;
 pub mod gcra;
 mod hit_log;
+pub mod hybrid;
 mod outcome;
 pub mod sliding;
 pub mod tiers;
@@ -32,6 +33,7 @@ pub mod window;
 pub use cost::{CostOp, CostState, Reservation};
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
+pub use hybrid::HybridState;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
 pub use sliding::SlidingState;
 pub use tiers::{Global, Phase, Snapshot, TierState};
@@ -54,6 +56,8 @@ pub enum Slot {
     Cost(CostState),
     /// A sliding window counter's two windows.
     Sliding(SlidingState),
+    /// A hybrid quota-linear key's mode, time and bucket.
+    Hybrid(HybridState),
 }
 
 /// Which kind of state a key holds.
@@ -65,6 +69,7 @@ pub enum SlotKind {
     Gcra,
     Cost,
     Sliding,
+    Hybrid,
 }
 
 impl Slot {
@@ -76,6 +81,7 @@ impl Slot {
             SlotKind::Gcra => Slot::Gcra(GcraState::default()),
             SlotKind::Cost => Slot::Cost(CostState::default()),
             SlotKind::Sliding => Slot::Sliding(SlidingState::default()),
+            SlotKind::Hybrid => Slot::Hybrid(HybridState::default()),
         }
     }
 
@@ -87,6 +93,7 @@ impl Slot {
             Slot::Gcra(_) => SlotKind::Gcra,
             Slot::Cost(_) => SlotKind::Cost,
             Slot::Sliding(_) => SlotKind::Sliding,
+            Slot::Hybrid(_) => SlotKind::Hybrid,
         }
     }
 
@@ -100,6 +107,7 @@ impl Slot {
             Slot::Gcra(state) => state.expires_at(),
             Slot::Cost(state) => state.expires_at,
             Slot::Sliding(state) => state.expires_at,
+            Slot::Hybrid(state) => state.expires_at,
         }
     }
 }
@@ -138,6 +146,15 @@ pub enum Item<'a> {
         hits: u64,
         shadow: bool,
     },
+    /// The hybrid quota-linear limiter (`hybrid.rs`): `quota` per
+    /// `window`. `hits == 0` only checks.
+    Hybrid {
+        slot: usize,
+        quota: u64,
+        window: u64,
+        hits: u64,
+        shadow: bool,
+    },
     /// GCRA (a token bucket). `hits == 0` only checks.
     Gcra {
         slot: usize,
@@ -168,6 +185,7 @@ impl Item<'_> {
             | Item::Tiers { shadow, .. }
             | Item::Cost { shadow, .. }
             | Item::Sliding { shadow, .. }
+            | Item::Hybrid { shadow, .. }
             | Item::Gcra { shadow, .. } => *shadow,
         }
     }
@@ -178,6 +196,7 @@ impl Item<'_> {
             Item::Window { slot, .. }
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
+            | Item::Hybrid { slot, .. }
             | Item::Sliding { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
@@ -192,6 +211,7 @@ impl Item<'_> {
             | Item::Tiers { slot, .. }
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
+            | Item::Hybrid { slot, .. }
             | Item::Sliding { slot, .. } => *slot,
         }
     }
@@ -202,6 +222,7 @@ impl Item<'_> {
             Item::Window { slot, .. }
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
+            | Item::Hybrid { slot, .. }
             | Item::Sliding { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
@@ -313,6 +334,13 @@ fn gcra_state(slots: &[Slot], index: usize) -> GcraState {
     }
 }
 
+fn hybrid_state(slots: &[Slot], index: usize) -> HybridState {
+    match slots.get(index) {
+        Some(Slot::Hybrid(state)) => *state,
+        _ => HybridState::default(),
+    }
+}
+
 fn sliding_state(slots: &[Slot], index: usize) -> SlidingState {
     match slots.get(index) {
         Some(Slot::Sliding(state)) => *state,
@@ -356,6 +384,13 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => window::check(&window_state(slots, slot), limit, period, hits, now).over,
+        Item::Hybrid {
+            slot,
+            quota,
+            window,
+            hits,
+            ..
+        } => hybrid::decide(&hybrid_state(slots, slot), quota, window, hits, now).over,
         Item::Sliding {
             slot,
             limit,
@@ -552,6 +587,31 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 reset_after,
                 wait,
                 retry_after: Some(if spent < limit { 0 } else { reset_after }),
+            })
+        }
+        Item::Hybrid {
+            slot,
+            quota,
+            window,
+            hits,
+            ..
+        } => {
+            let seen = hybrid::decide(&hybrid_state(slots, slot), quota, window, hits, now);
+            if commit
+                && !seen.over
+                && hits > 0
+                && let Some(entry) = slots.get_mut(slot)
+            {
+                *entry = Slot::Hybrid(seen.after);
+            }
+            Outcome::Window(WindowOutcome {
+                over: seen.over,
+                limit: quota,
+                period: window,
+                remaining: seen.remaining,
+                reset_after: seen.reset_after,
+                wait: seen.wait,
+                retry_after: seen.retry_after,
             })
         }
         Item::Gcra {

@@ -55,6 +55,16 @@ pub(super) fn add_item<'c>(
                         initial_cost,
                     }
                 }
+                Algorithm::Hybrid => {
+                    let key = keys::hybrid_key(&namespace.name, entries, period);
+                    Item::Hybrid {
+                        slot: batch.slot(key, SlotKind::Hybrid),
+                        quota: limit.requests_per_unit(),
+                        window: period,
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
                 Algorithm::SlidingWindow => {
                     let key = keys::sliding_key(&namespace.name, entries, period);
                     Item::Sliding {

@@ -154,6 +154,16 @@ pub fn sliding_key<'e>(
     descriptor_key('s', namespace, entries, period_ms)
 }
 
+/// A hybrid quota-linear limiter on a descriptor: as a window's key (same
+/// tag), of another kind.
+pub fn hybrid_key<'e>(
+    namespace: &str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    period_ms: u64,
+) -> String {
+    descriptor_key('h', namespace, entries, period_ms)
+}
+
 /// A cost known after the response on a descriptor: as a window's key
 /// (same tag), of another kind.
 pub fn cost_key<'e>(

@@ -275,6 +275,40 @@ async fn token_bucket_ten_per_second_bursts_of_twenty() {
 }
 
 #[tokio::test]
+async fn hybrid_bursts_once_then_holds_an_even_rate() {
+    let book = Cookbook::load("hybrid.yaml");
+    book.at(10_000);
+    // A quiet client: its whole minute's quota at once.
+    assert_eq!(book.grants_until_rejected("client").await, 60);
+    // Having spent it, nothing more until its minute (from 10 000) ends ...
+    assert_eq!(retry_after(&book.hit("client").await), 60_000);
+    book.at(69_999);
+    assert!(book.hit("client").await.over_limit);
+    // ... then one a second: never a second burst.
+    for second in 0..30 {
+        book.at(70_000 + second * 1_000);
+        assert!(!book.hit("client").await.over_limit, "second {second}");
+        assert!(book.hit("client").await.over_limit);
+    }
+    // A minute without a request saves a whole quota: bursty again.
+    book.at(70_000 + 29_000 + 60_000);
+    assert_eq!(book.grants_until_rejected("client").await, 60);
+}
+
+#[tokio::test]
+async fn sliding_window_counts_the_last_minute_into_this_one() {
+    let book = Cookbook::load("sliding-window.yaml");
+    // 100 in the last second of a minute (the clock's minutes end at
+    // 40 000 + k · 60 000 ms here).
+    book.at(99_000);
+    assert_eq!(book.grants_until_rejected("client").await, 100);
+    // A fixed window would give 100 more at 100 000; here the last minute
+    // still weighs 100 · (1 − elapsed/60 s): 15 s in, 75 of them count.
+    book.at(115_000);
+    assert_eq!(book.grants_until_rejected("client").await, 25);
+}
+
+#[tokio::test]
 async fn token_bucket_on_a_resource_under_hard_and_global_limits() {
     let book = Cookbook::load("token-bucket-resource.yaml");
     book.at(0);

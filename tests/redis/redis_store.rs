@@ -75,6 +75,13 @@ enum Ask {
         shadow: bool,
         initial_cost: u64,
     },
+    Hybrid {
+        key: usize,
+        quota: u64,
+        window: u64,
+        hits: u64,
+        shadow: bool,
+    },
     Sliding {
         key: usize,
         limit: u64,
@@ -86,6 +93,21 @@ enum Ask {
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // The hybrid quota-linear limiter: bursts, smooth mode, refills.
+        (
+            0usize..2,
+            0u64..5,
+            prop::sample::select(vec![300u64, 1_000, 2_000]),
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, quota, window, hits, shadow)| Ask::Hybrid {
+                key,
+                quota,
+                window,
+                hits,
+                shadow,
+            }),
         // A sliding window counter.
         (
             0usize..2,
@@ -243,6 +265,23 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     hits,
                     shadow,
                     count_rejected,
+                }
+            }
+            Ask::Hybrid {
+                key,
+                quota,
+                window,
+                hits,
+                shadow,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::hybrid_key(NS, [("tenant", name.as_str())], window);
+                Item::Hybrid {
+                    slot: batch.slot(key, SlotKind::Hybrid),
+                    quota,
+                    window,
+                    hits,
+                    shadow,
                 }
             }
             Ask::Sliding {
@@ -839,6 +878,39 @@ fn reservations_decide_alike_to_the_unit() {
         (10_000, vec![refund(10, 1)]),
         (1, vec![refund(500, 0)]),
         (1, vec![reserve(5, 101, 1_000, true)]),
+    ];
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
+/// The hybrid limiter's switches on Redis as in memory, to the millisecond:
+/// 3 a second; the third request of a burst at +2 ms owes the 998 ms left,
+/// so one token is back at +1 000 exactly, then one every 333⅓ ms, and a
+/// second of silence makes the client bursty again.
+#[test]
+fn hybrid_switches_at_the_same_millisecond_everywhere() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let ask = |hits| Ask::Hybrid {
+        key: 0,
+        quota: 3,
+        window: 1_000,
+        hits,
+        shadow: false,
+    };
+    let at = |step: u64| (step, vec![ask(1)]);
+    let requests = vec![
+        at(0),
+        at(1),
+        at(1),
+        at(997),
+        at(1),
+        (0, vec![ask(0)]),
+        at(1),
+        at(332),
+        at(1),
+        at(1_000),
+        (0, vec![ask(3)]),
+        (0, vec![ask(2)]),
     ];
     same_decisions(&redis.url(), &resources, &requests);
 }

@@ -79,7 +79,10 @@ impl Ctx {
         if algorithm != Algorithm::FixedWindow {
             self.error(
                 cost.referenced,
-                "`cost: after_response` counts in fixed windows (not with `algorithm: gcra`)",
+                format!(
+                    "`cost: after_response` counts in fixed windows (not with `algorithm: {}`)",
+                    algorithm.name()
+                ),
             );
             return None;
         }
@@ -435,10 +438,32 @@ impl Ctx {
                         }
                         Algorithm::SlidingWindow
                     }
+                    Some(("hybrid", algorithm_at)) => {
+                        if let Some(burst) = &limit.burst {
+                            self.error(
+                                burst.referenced,
+                                "`burst` applies only to `algorithm: gcra`",
+                            );
+                            return Leaf::None;
+                        }
+                        // The bucket counts tokens × window in ms, exactly
+                        // (the Redis script's numbers are doubles).
+                        let period = unit.millis().saturating_mul(unit_multiplier);
+                        if u128::from(requests_per_unit) * u128::from(period) >= 1 << 53 {
+                            self.error(
+                                algorithm_at,
+                                format!(
+                                    "with `algorithm: hybrid`, requests_per_unit ({requests_per_unit}) times the window in ms ({period}) must stay below 2^53"
+                                ),
+                            );
+                            return Leaf::None;
+                        }
+                        Algorithm::Hybrid
+                    }
                     Some((other, at)) => {
                         self.error(
                             at,
-                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window or gcra"),
+                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window, hybrid or gcra"),
                         );
                         return Leaf::None;
                     }
@@ -467,7 +492,10 @@ impl Ctx {
                     Some(count) if count.value && algorithm != Algorithm::FixedWindow => {
                         self.error(
                             count.referenced,
-                            "`count_rejected` applies only to fixed windows (not to `algorithm: gcra`)",
+                            format!(
+                                "`count_rejected` applies only to fixed windows (not to `algorithm: {}`)",
+                                algorithm.name()
+                            ),
                         );
                         return Leaf::None;
                     }

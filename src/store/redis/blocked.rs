@@ -39,9 +39,10 @@ struct Block {
 /// The hits `item` needs to be granted.
 fn needed(item: &Item<'_>) -> u64 {
     match *item {
-        Item::Window { hits, .. } | Item::Gcra { hits, .. } | Item::Sliding { hits, .. } => {
-            hits.max(1)
-        }
+        Item::Window { hits, .. }
+        | Item::Gcra { hits, .. }
+        | Item::Sliding { hits, .. }
+        | Item::Hybrid { hits, .. } => hits.max(1),
         Item::Cost { op, .. } => op.amount().max(1),
         Item::Tiers {
             min_copies,
@@ -72,6 +73,10 @@ impl Limits {
             Item::Window { limit, period, .. }
             | Item::Cost { limit, period, .. }
             | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
+            Item::Hybrid { quota, window, .. } => Limits::Window {
+                limit: quota,
+                period: window,
+            },
             Item::Gcra { limit, .. } => Limits::Gcra(limit),
             Item::Tiers {
                 policy,

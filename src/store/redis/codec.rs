@@ -13,8 +13,8 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    CostOp, CostState, GcraState, HitLog, Item, Reservation, SlidingState, Slot, SlotKind,
-    TierState, WindowState, tiers::TierLog,
+    CostOp, CostState, GcraState, HitLog, HybridState, Item, Reservation, SlidingState, Slot,
+    SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
 };
 
 use super::RedisError;
@@ -48,6 +48,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Gcra => b'a',
         SlotKind::Cost => b'c',
         SlotKind::Sliding => b's',
+        SlotKind::Hybrid => b'h',
     }
 }
 
@@ -83,6 +84,21 @@ pub fn arguments(
                     .arg(period)
                     .arg(hits)
                     .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            }
+            Item::Hybrid {
+                slot,
+                quota,
+                window,
+                hits,
+                shadow,
+            } => {
+                invocation
+                    .arg("h")
+                    .arg(slot + 1)
+                    .arg(quota)
+                    .arg(window)
+                    .arg(hits)
+                    .arg(flag(shadow));
             }
             Item::Sliding {
                 slot,
@@ -248,6 +264,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Gcra => Slot::Gcra(gcra(text)?),
                 SlotKind::Cost => Slot::Cost(cost(text)?),
                 SlotKind::Sliding => Slot::Sliding(sliding(text)?),
+                SlotKind::Hybrid => Slot::Hybrid(hybrid(text)?),
             }
         }
     };
@@ -282,6 +299,28 @@ fn sliding(text: &str) -> Result<SlidingState, RedisError> {
         current: next()?,
         previous: next()?,
         expires_at: next()?,
+    })
+}
+
+/// `mode,time,bucket,expires_at`: mode `b` bursty or `s` smooth; the
+/// bucket may be negative.
+fn hybrid(text: &str) -> Result<HybridState, RedisError> {
+    let mut fields = text.split(',');
+    let mode = match fields.next() {
+        Some("b") => Mode::Bursty,
+        Some("s") => Mode::Smooth,
+        other => return Err(RedisError::State(format!("not a hybrid mode: {other:?}"))),
+    };
+    let time = number(fields.next().unwrap_or(""))?;
+    let bucket = fields.next().unwrap_or("");
+    let bucket = bucket
+        .parse::<i64>()
+        .map_err(|_| RedisError::State(format!("not a bucket: {bucket:?}")))?;
+    Ok(HybridState {
+        mode,
+        time,
+        bucket,
+        expires_at: number(fields.next().unwrap_or(""))?,
     })
 }
 

@@ -10,12 +10,13 @@
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
 --   log), a (GCRA), c (a cost known after the response), s (a sliding
---   window counter).
+--   window counter), h (the hybrid quota-linear limiter).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
 --     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
 --   s slot limit period hits shadow
+--   h slot quota window hits shadow (the hybrid quota-linear limiter)
 --   c slot limit period hits shadow initial_cost op id extra on_expiry: op
 --     h: hits > 0 charges, always recorded; 0 checks and, admitted, counts
 --     one request in flight; r reserves `hits` as reservation `id` for
@@ -211,6 +212,62 @@ local function window_decode(raw, now)
     end
   end
   return { start = 0, count = 0, exp = 0 }
+end
+
+-- The hybrid quota-linear limiter (src/engine/hybrid.rs, which says why):
+-- mode b (bursty) or s (smooth), time, bucket in tokens x window.
+local function hybrid_decode(raw, now)
+  if raw then
+    local f = split(raw, ',')
+    local state = { mode = f[1], time = num(f[2]), bucket = num(f[3]), exp = num(f[4]) }
+    if state.exp > now then
+      return state
+    end
+  end
+  return { mode = 'f', time = 0, bucket = 0, exp = 0 }
+end
+
+local function hybrid_refill(bucket, quota, window)
+  local missing = quota * window - bucket
+  if missing <= 0 then
+    return 0
+  end
+  return math.ceil(missing / math.max(quota, 1))
+end
+
+-- Whether `hits` (at least one) are over, and the state they leave.
+local function hybrid_decide(state, quota, window, hits, now)
+  local asked = math.max(hits, 1)
+  local seen = { mode = state.mode, time = state.time, bucket = state.bucket }
+  if seen.mode == 's' then
+    seen.bucket = seen.bucket + math.max(now - seen.time, 0) * quota
+    seen.time = math.max(now, seen.time)
+  end
+  local full = quota * window
+  local fresh = seen.mode == 'f' or (seen.mode == 'b' and seen.time + window <= now) or
+    (seen.mode == 's' and seen.bucket >= full)
+  if fresh then
+    seen = { mode = 'b', time = now, bucket = full }
+  end
+  local w = math.max(window, 1)
+  local tokens = math.floor(math.max(seen.bucket, 0) / w)
+  if asked > tokens or quota == 0 then
+    return true, nil
+  end
+  local after = { mode = seen.mode, time = seen.time, bucket = seen.bucket - asked * w }
+  if after.mode == 'b' and after.bucket == 0 and not (fresh and asked == 1) then
+    -- The last token of a bursty window: smooth mode, owing the rest of it.
+    local remaining = math.max(seen.time + window - now, 0)
+    after.bucket = w - remaining * quota
+    after.time = now
+    after.mode = 's'
+  end
+  if after.mode == 'b' then
+    after.exp = after.time + window
+  else
+    after.exp = after.time + hybrid_refill(after.bucket, quota, window)
+  end
+  return false, after
 end
 
 -- Costs known after the response (src/engine/cost.rs, which says why):
@@ -694,6 +751,8 @@ for i = 1, #KEYS do
     slots[i] = cost_decode(value, now)
   elseif kind == 's' then
     slots[i] = sliding_decode(value, now)
+  elseif kind == 'h' then
+    slots[i] = hybrid_decode(value, now)
   else
     slots[i] = global_decode(value, now)
   end
@@ -716,7 +775,7 @@ local function counting_later(at)
         return true
       end
       at = at + 11
-    elseif kind == 's' then
+    elseif kind == 's' or kind == 'h' then
       at = at + 6
     else
       at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
@@ -779,6 +838,16 @@ for _ = 1, tonumber(ARGV[3]) do
     over = estimate + math.max(hits, 1) > limit
     if not over and hits > 0 then
       slots[slot] = { start = start, current = current + hits, previous = previous, exp = start + 2 * period }
+      dirty[slot] = true
+    end
+  elseif ARGV[at] == 'h' then
+    local slot, quota, window, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    shadow = ARGV[at + 5] == '1'
+    at = at + 6
+    local after
+    over, after = hybrid_decide(slots[slot], quota, window, hits, now)
+    if not over and hits > 0 then
+      slots[slot] = after
       dirty[slot] = true
     end
   elseif ARGV[at] == 'c' then
@@ -966,6 +1035,9 @@ do
         end
       elseif kind == 'c' then
         redis.call('SET', KEYS[i], cost_encode(state), 'PX', state.exp - now + slack)
+      elseif kind == 'h' then
+        local value = state.mode .. ',' .. fmt(state.time) .. ',' .. fmt(state.bucket) .. ',' .. fmt(state.exp)
+        redis.call('SET', KEYS[i], value, 'PX', math.max(state.exp - now, 1) + slack)
       elseif kind == 's' then
         local value = fmt(state.start) .. ',' .. fmt(state.current) .. ',' .. fmt(state.previous) .. ',' .. fmt(state.exp)
         redis.call('SET', KEYS[i], value, 'PX', state.exp - now + slack)
