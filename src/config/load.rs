@@ -83,13 +83,21 @@ pub(super) fn read_sources(path: &Path, options: LoadOptions) -> Result<Vec<Sour
     let mut errors = Vec::new();
     let mut sources = Vec::new();
     for file in files {
-        match read_capped(&file) {
+        let text = match read_capped(&file) {
+            // A marker of Boulder's files: the namespace they describe.
+            Ok(text) if super::boulder::is_marker(&text) => {
+                super::boulder::translate(&text, &file, read_capped)
+            }
+            Ok(text) => Ok(text),
+            Err(error) => Err(vec![error]),
+        };
+        match text {
             Ok(text) => sources.push(Source {
                 origin: file,
                 text,
                 api_name: None,
             }),
-            Err(error) => errors.push(error),
+            Err(found) => errors.extend(found),
         }
     }
     if errors.is_empty() {

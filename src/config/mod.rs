@@ -14,6 +14,7 @@
 //! assert!(loaded.config.namespace("shop").is_some());
 //! ```
 
+pub mod boulder;
 pub mod capacity;
 mod compile;
 mod descriptors;

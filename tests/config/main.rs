@@ -13,6 +13,7 @@
 //!    fixed (empty lists, `---`, `unit_multiplier`, large files, depth,
 //!    `replaces`, plain-language parser messages).
 
+mod boulder;
 mod check;
 mod directories;
 mod envoy_files;
