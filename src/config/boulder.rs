@@ -229,39 +229,38 @@ pub(super) fn translate(
             list: Vec::new(),
         };
         let mut seen = BTreeMap::new();
-        let mut add = |errors: &mut Errors<'_>,
-                       name: &str,
-                       id: &str,
-                       limit: &Spanned<Limit>,
-                       key: &str| {
-            let Some(format) = format_of(name) else {
-                errors.at(limit, unknown_name(name));
-                return;
-            };
-            let canonical = match canonical_id(format, id) {
-                Ok(canonical) => canonical,
-                Err(why) => {
-                    errors.at(limit, format!("override `{key}`: {why}"));
+        let mut add =
+            |errors: &mut Errors<'_>, name: &str, id: &str, limit: &Spanned<Limit>, key: &str| {
+                let Some(format) = format_of(name) else {
+                    errors.at(limit, unknown_name(name));
                     return;
-                }
-            };
-            if let Some(first) = seen.insert((name.to_owned(), canonical.clone()), key.to_owned()) {
-                errors.at(
+                };
+                let canonical = match canonical_id(format, id) {
+                    Ok(canonical) => canonical,
+                    Err(why) => {
+                        errors.at(limit, format!("override `{key}`: {why}"));
+                        return;
+                    }
+                };
+                if let Some(first) =
+                    seen.insert((name.to_owned(), canonical.clone()), key.to_owned())
+                {
+                    errors.at(
                     limit,
                     format!(
                         "override `{key}` names the same bucket as `{first}` ({name}:{canonical})"
                     ),
                 );
-                return;
-            }
-            if let Some(rate_limit) = rate_limit(errors, key, limit) {
-                descriptors.push(Descriptor {
-                    key: name.to_owned(),
-                    value: Some(canonical),
-                    rate_limit,
-                });
-            }
-        };
+                    return;
+                }
+                if let Some(rate_limit) = rate_limit(errors, key, limit) {
+                    descriptors.push(Descriptor {
+                        key: name.to_owned(),
+                        value: Some(canonical),
+                        rate_limit,
+                    });
+                }
+            };
         match &parsed {
             Overrides::Flat(map) => {
                 for (key, limit) in map {

@@ -53,6 +53,8 @@ pub mod caps {
     /// YAML nodes in one file: far more than any file under the size cap
     /// legitimately holds, so only hostile input meets it.
     pub const MAX_YAML_NODES: usize = 8_000_000;
+    /// The hits a sliding window log keeps per key: its limit, at most.
+    pub const MAX_LOG_HITS: u64 = 10_000;
 }
 
 /// Every namespace the server knows, by name.
@@ -238,6 +240,9 @@ pub enum Algorithm {
     /// window's count plus the last one's, weighted by how much of it the
     /// sliding window still covers.
     SlidingWindow,
+    /// The sliding window log (docs/design.md#sliding-logs): every hit of
+    /// the trailing window, exactly.
+    SlidingLog,
     /// The hybrid quota-linear limiter (docs/design.md#hybrid-quota-linear):
     /// bursts of up to a quota per window until a client spends it all, then
     /// an even rate until it has saved a whole quota again.
@@ -261,6 +266,7 @@ impl Algorithm {
             Algorithm::Gcra { .. } => "gcra",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::Hybrid => "hybrid",
+            Algorithm::SlidingLog => "sliding_log",
         }
     }
 }

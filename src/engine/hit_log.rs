@@ -15,6 +15,12 @@ pub struct HitLog {
 }
 
 impl HitLog {
+    /// A log with no hits (for a `const`).
+    pub const EMPTY: HitLog = HitLog {
+        entries: VecDeque::new(),
+        total: 0,
+    };
+
     /// Hits that count in a window of span `window` at `now`.
     pub fn count(&self, now: u64, window: u64) -> u64 {
         let mut expired = 0;
@@ -49,6 +55,24 @@ impl HitLog {
             _ => self.entries.push_back((now, n)),
         }
         self.total += n;
+    }
+
+    /// Keeps only the `limit` most recent hits (the oldest go first, part
+    /// of an instant's if need be).
+    pub fn truncate(&mut self, limit: u64) {
+        while self.total > limit {
+            let Some(front) = self.entries.front_mut() else {
+                break;
+            };
+            let excess = self.total - limit;
+            if front.1 <= excess {
+                self.total -= front.1;
+                self.entries.pop_front();
+            } else {
+                front.1 -= excess;
+                self.total = limit;
+            }
+        }
     }
 
     pub fn clear(&mut self) {

@@ -27,6 +27,7 @@ mod hit_log;
 pub mod hybrid;
 mod outcome;
 pub mod sliding;
+pub mod sliding_log;
 pub mod tiers;
 pub mod window;
 
@@ -36,6 +37,7 @@ pub use hit_log::HitLog;
 pub use hybrid::HybridState;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
 pub use sliding::SlidingState;
+pub use sliding_log::LogState;
 pub use tiers::{Global, Phase, Snapshot, TierState};
 pub use window::WindowState;
 
@@ -58,6 +60,8 @@ pub enum Slot {
     Sliding(SlidingState),
     /// A hybrid quota-linear key's mode, time and bucket.
     Hybrid(HybridState),
+    /// A sliding window log's hits.
+    SlidingLog(LogState),
 }
 
 /// Which kind of state a key holds.
@@ -70,6 +74,7 @@ pub enum SlotKind {
     Cost,
     Sliding,
     Hybrid,
+    SlidingLog,
 }
 
 impl Slot {
@@ -82,6 +87,7 @@ impl Slot {
             SlotKind::Cost => Slot::Cost(CostState::default()),
             SlotKind::Sliding => Slot::Sliding(SlidingState::default()),
             SlotKind::Hybrid => Slot::Hybrid(HybridState::default()),
+            SlotKind::SlidingLog => Slot::SlidingLog(LogState::default()),
         }
     }
 
@@ -94,6 +100,7 @@ impl Slot {
             Slot::Cost(_) => SlotKind::Cost,
             Slot::Sliding(_) => SlotKind::Sliding,
             Slot::Hybrid(_) => SlotKind::Hybrid,
+            Slot::SlidingLog(_) => SlotKind::SlidingLog,
         }
     }
 
@@ -108,6 +115,7 @@ impl Slot {
             Slot::Cost(state) => state.expires_at,
             Slot::Sliding(state) => state.expires_at,
             Slot::Hybrid(state) => state.expires_at,
+            Slot::SlidingLog(state) => state.expires_at,
         }
     }
 }
@@ -155,6 +163,16 @@ pub enum Item<'a> {
         hits: u64,
         shadow: bool,
     },
+    /// A sliding window log (`sliding_log.rs`). `hits == 0` only checks.
+    SlidingLog {
+        slot: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+        /// Refused hits are logged too, whatever the verdict.
+        count_rejected: bool,
+    },
     /// GCRA (a token bucket). `hits == 0` only checks.
     Gcra {
         slot: usize,
@@ -186,6 +204,7 @@ impl Item<'_> {
             | Item::Cost { shadow, .. }
             | Item::Sliding { shadow, .. }
             | Item::Hybrid { shadow, .. }
+            | Item::SlidingLog { shadow, .. }
             | Item::Gcra { shadow, .. } => *shadow,
         }
     }
@@ -197,6 +216,7 @@ impl Item<'_> {
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
+            | Item::SlidingLog { slot, .. }
             | Item::Sliding { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
@@ -212,6 +232,7 @@ impl Item<'_> {
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
+            | Item::SlidingLog { slot, .. }
             | Item::Sliding { slot, .. } => *slot,
         }
     }
@@ -223,6 +244,7 @@ impl Item<'_> {
             | Item::Gcra { slot, .. }
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
+            | Item::SlidingLog { slot, .. }
             | Item::Sliding { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
@@ -290,6 +312,18 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
                 } if hits > 0 => {
                     record_window(slots, slot, period, hits, now);
                 }
+                Item::SlidingLog {
+                    slot,
+                    limit,
+                    period,
+                    hits,
+                    count_rejected: true,
+                    ..
+                } if hits > 0 => {
+                    if let Some(Slot::SlidingLog(state)) = slots.get_mut(slot) {
+                        sliding_log::record(state, limit, period, hits, now);
+                    }
+                }
                 Item::Cost {
                     slot,
                     period,
@@ -338,6 +372,13 @@ fn hybrid_state(slots: &[Slot], index: usize) -> HybridState {
     match slots.get(index) {
         Some(Slot::Hybrid(state)) => *state,
         _ => HybridState::default(),
+    }
+}
+
+fn log_state(slots: &[Slot], index: usize) -> Option<&LogState> {
+    match slots.get(index) {
+        Some(Slot::SlidingLog(state)) => Some(state),
+        _ => None,
     }
 }
 
@@ -391,6 +432,25 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => hybrid::decide(&hybrid_state(slots, slot), quota, window, hits, now).over,
+        Item::SlidingLog {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } => {
+            const EMPTY: &LogState = &LogState {
+                log: HitLog::EMPTY,
+                expires_at: 0,
+            };
+            sliding_log::is_over(
+                log_state(slots, slot).unwrap_or(EMPTY),
+                limit,
+                period,
+                hits,
+                now,
+            )
+        }
         Item::Sliding {
             slot,
             limit,
@@ -587,6 +647,34 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 reset_after,
                 wait,
                 retry_after: Some(if spent < limit { 0 } else { reset_after }),
+            })
+        }
+        Item::SlidingLog {
+            slot,
+            limit,
+            period,
+            hits,
+            count_rejected,
+            ..
+        } => {
+            let mut fresh = LogState::default();
+            let state = match slots.get_mut(slot) {
+                Some(Slot::SlidingLog(state)) => state,
+                _ => &mut fresh,
+            };
+            let over = sliding_log::is_over(state, limit, period, hits, now);
+            if hits > 0 && (count_rejected || (commit && !over)) {
+                sliding_log::record(state, limit, period, hits, now);
+            }
+            let seen = sliding_log::outcome(state, over, limit, period, hits, now);
+            Outcome::Window(WindowOutcome {
+                over,
+                limit,
+                period,
+                remaining: seen.remaining,
+                reset_after: seen.reset_after,
+                wait: seen.wait,
+                retry_after: seen.retry_after,
             })
         }
         Item::Hybrid {

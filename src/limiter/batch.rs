@@ -55,6 +55,17 @@ pub(super) fn add_item<'c>(
                         initial_cost,
                     }
                 }
+                Algorithm::SlidingLog => {
+                    let key = keys::sliding_log_key(&namespace.name, entries, period);
+                    Item::SlidingLog {
+                        slot: batch.slot(key, SlotKind::SlidingLog),
+                        limit: limit.requests_per_unit(),
+                        period,
+                        hits,
+                        shadow: *shadow || ignore,
+                        count_rejected: count_rejected || limit.count_rejected(),
+                    }
+                }
                 Algorithm::Hybrid => {
                     let key = keys::hybrid_key(&namespace.name, entries, period);
                     Item::Hybrid {

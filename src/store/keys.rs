@@ -154,6 +154,16 @@ pub fn sliding_key<'e>(
     descriptor_key('s', namespace, entries, period_ms)
 }
 
+/// A sliding window log on a descriptor: as a window's key (same tag), of
+/// another kind.
+pub fn sliding_log_key<'e>(
+    namespace: &str,
+    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+    period_ms: u64,
+) -> String {
+    descriptor_key('l', namespace, entries, period_ms)
+}
+
 /// A hybrid quota-linear limiter on a descriptor: as a window's key (same
 /// tag), of another kind.
 pub fn hybrid_key<'e>(

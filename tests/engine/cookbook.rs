@@ -296,6 +296,21 @@ async fn hybrid_bursts_once_then_holds_an_even_rate() {
 }
 
 #[tokio::test]
+async fn sliding_log_keeps_a_hammering_client_out() {
+    let book = Cookbook::load("sliding-log.yaml");
+    book.at(0);
+    assert_eq!(book.grants_until_rejected("client").await, 10);
+    // Asking every 100 ms keeps it out: each refusal is logged.
+    for step in 1..=30 {
+        book.at(step * 100);
+        assert!(book.hit("client").await.over_limit, "at {} ms", step * 100);
+    }
+    // A whole second of quiet: the 10 newest hits have left.
+    book.at(3_000 + 1_001);
+    assert_eq!(book.grants_until_rejected("client").await, 10);
+}
+
+#[tokio::test]
 async fn sliding_window_counts_the_last_minute_into_this_one() {
     let book = Cookbook::load("sliding-window.yaml");
     // 100 in the last second of a minute (the clock's minutes end at

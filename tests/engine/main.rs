@@ -19,3 +19,4 @@ mod reservations;
 mod reset_property;
 mod simulate;
 mod sliding;
+mod sliding_log;

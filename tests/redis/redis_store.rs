@@ -75,6 +75,14 @@ enum Ask {
         shadow: bool,
         initial_cost: u64,
     },
+    SlidingLog {
+        key: usize,
+        limit: u64,
+        period: u64,
+        hits: u64,
+        shadow: bool,
+        count_rejected: bool,
+    },
     Hybrid {
         key: usize,
         quota: u64,
@@ -93,6 +101,25 @@ enum Ask {
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // A sliding window log, refusals logged or not.
+        (
+            0usize..2,
+            0u64..5,
+            prop::sample::select(vec![300u64, 1_000]),
+            0u64..3,
+            prop::bool::weighted(0.1),
+            any::<bool>()
+        )
+            .prop_map(|(key, limit, period, hits, shadow, count_rejected)| {
+                Ask::SlidingLog {
+                    key,
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                    count_rejected,
+                }
+            }),
         // The hybrid quota-linear limiter: bursts, smooth mode, refills.
         (
             0usize..2,
@@ -260,6 +287,25 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 let key = keys::window_key(NS, [("tenant", name.as_str())], period);
                 Item::Window {
                     slot: batch.slot(key, SlotKind::Window),
+                    limit,
+                    period,
+                    hits,
+                    shadow,
+                    count_rejected,
+                }
+            }
+            Ask::SlidingLog {
+                key,
+                limit,
+                period,
+                hits,
+                shadow,
+                count_rejected,
+            } => {
+                let name = format!("tenant{key}");
+                let key = keys::sliding_log_key(NS, [("tenant", name.as_str())], period);
+                Item::SlidingLog {
+                    slot: batch.slot(key, SlotKind::SlidingLog),
                     limit,
                     period,
                     hits,
@@ -911,6 +957,35 @@ fn hybrid_switches_at_the_same_millisecond_everywhere() {
         at(1_000),
         (0, vec![ask(3)]),
         (0, vec![ask(2)]),
+    ];
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
+/// A sliding log on Redis as in memory: bulk hits, refused hits logged and
+/// the log trimmed to the newest `limit` (part of an instant's entry too),
+/// and a batch refused by another item that still logs the refused hits.
+#[test]
+fn sliding_logs_trim_and_log_refusals_alike() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let log = |key, hits, count_rejected| Ask::SlidingLog {
+        key,
+        limit: 5,
+        period: 1_000,
+        hits,
+        shadow: false,
+        count_rejected,
+    };
+    let requests = vec![
+        (0, vec![log(0, 3, true)]),
+        (10, vec![log(0, 2, true)]),
+        (10, vec![log(0, 4, true)]),
+        (10, vec![log(0, 1, true)]),
+        (985, vec![log(0, 1, true)]),
+        (10, vec![log(0, 1, true)]),
+        (1_000, vec![log(0, 2, true), log(1, 6, false)]),
+        (0, vec![log(0, 0, true)]),
+        (1, vec![log(1, 5, false), log(1, 1, false)]),
     ];
     same_decisions(&redis.url(), &resources, &requests);
 }

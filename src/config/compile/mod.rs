@@ -438,6 +438,26 @@ impl Ctx {
                         }
                         Algorithm::SlidingWindow
                     }
+                    Some(("sliding_log", algorithm_at)) => {
+                        if let Some(burst) = &limit.burst {
+                            self.error(
+                                burst.referenced,
+                                "`burst` applies only to `algorithm: gcra`",
+                            );
+                            return Leaf::None;
+                        }
+                        if requests_per_unit > caps::MAX_LOG_HITS {
+                            self.error(
+                                algorithm_at,
+                                format!(
+                                    "with `algorithm: sliding_log`, requests_per_unit ({requests_per_unit}) is more than the {} hits a key's log keeps; use sliding_window for larger limits",
+                                    caps::MAX_LOG_HITS
+                                ),
+                            );
+                            return Leaf::None;
+                        }
+                        Algorithm::SlidingLog
+                    }
                     Some(("hybrid", algorithm_at)) => {
                         if let Some(burst) = &limit.burst {
                             self.error(
@@ -463,7 +483,7 @@ impl Ctx {
                     Some((other, at)) => {
                         self.error(
                             at,
-                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window, hybrid or gcra"),
+                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window, sliding_log, hybrid or gcra"),
                         );
                         return Leaf::None;
                     }
@@ -489,11 +509,17 @@ impl Ctx {
                         );
                         return Leaf::None;
                     }
-                    Some(count) if count.value && algorithm != Algorithm::FixedWindow => {
+                    Some(count)
+                        if count.value
+                            && !matches!(
+                                algorithm,
+                                Algorithm::FixedWindow | Algorithm::SlidingLog
+                            ) =>
+                    {
                         self.error(
                             count.referenced,
                             format!(
-                                "`count_rejected` applies only to fixed windows (not to `algorithm: {}`)",
+                                "`count_rejected` applies only to fixed windows and sliding logs (not to `algorithm: {}`)",
                                 algorithm.name()
                             ),
                         );

@@ -42,7 +42,8 @@ fn needed(item: &Item<'_>) -> u64 {
         Item::Window { hits, .. }
         | Item::Gcra { hits, .. }
         | Item::Sliding { hits, .. }
-        | Item::Hybrid { hits, .. } => hits.max(1),
+        | Item::Hybrid { hits, .. }
+        | Item::SlidingLog { hits, .. } => hits.max(1),
         Item::Cost { op, .. } => op.amount().max(1),
         Item::Tiers {
             min_copies,
@@ -73,6 +74,7 @@ impl Limits {
             Item::Window { limit, period, .. }
             | Item::Cost { limit, period, .. }
             | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
+            Item::SlidingLog { limit, period, .. } => Limits::Window { limit, period },
             Item::Hybrid { quota, window, .. } => Limits::Window {
                 limit: quota,
                 period: window,

@@ -13,8 +13,8 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    CostOp, CostState, GcraState, HitLog, HybridState, Item, Reservation, SlidingState, Slot,
-    SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
+    CostOp, CostState, GcraState, HitLog, HybridState, Item, LogState, Reservation, SlidingState,
+    Slot, SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
 };
 
 use super::RedisError;
@@ -49,6 +49,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Cost => b'c',
         SlotKind::Sliding => b's',
         SlotKind::Hybrid => b'h',
+        SlotKind::SlidingLog => b'l',
     }
 }
 
@@ -79,6 +80,23 @@ pub fn arguments(
                 // One argument, two flags: 1 shadow, 2 count rejected hits.
                 invocation
                     .arg("w")
+                    .arg(slot + 1)
+                    .arg(limit)
+                    .arg(period)
+                    .arg(hits)
+                    .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            }
+            Item::SlidingLog {
+                slot,
+                limit,
+                period,
+                hits,
+                shadow,
+                count_rejected,
+            } => {
+                // One argument, two flags: 1 shadow, 2 count rejected hits.
+                invocation
+                    .arg("l")
                     .arg(slot + 1)
                     .arg(limit)
                     .arg(period)
@@ -265,6 +283,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Cost => Slot::Cost(cost(text)?),
                 SlotKind::Sliding => Slot::Sliding(sliding(text)?),
                 SlotKind::Hybrid => Slot::Hybrid(hybrid(text)?),
+                SlotKind::SlidingLog => Slot::SlidingLog(sliding_log(text)?),
             }
         }
     };
@@ -299,6 +318,15 @@ fn sliding(text: &str) -> Result<SlidingState, RedisError> {
         current: next()?,
         previous: next()?,
         expires_at: next()?,
+    })
+}
+
+/// `expires_at|log` (the log as the tier logs are written).
+fn sliding_log(text: &str) -> Result<LogState, RedisError> {
+    let (expires_at, entries) = text.split_once('|').unwrap_or((text, ""));
+    Ok(LogState {
+        log: log(entries)?,
+        expires_at: number(expires_at)?,
     })
 }
 

@@ -10,13 +10,15 @@
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
 --   log), a (GCRA), c (a cost known after the response), s (a sliding
---   window counter), h (the hybrid quota-linear limiter).
+--   window counter), h (the hybrid quota-linear limiter), l (a sliding
+--   window log).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
 --     are recorded even when the item or the batch is rejected)
 --   a slot count period burst hits shadow
 --   s slot limit period hits shadow
 --   h slot quota window hits shadow (the hybrid quota-linear limiter)
+--   l slot limit period hits flags (a sliding window log; flags as w's)
 --   c slot limit period hits shadow initial_cost op id extra on_expiry: op
 --     h: hits > 0 charges, always recorded; 0 checks and, admitted, counts
 --     one request in flight; r reserves `hits` as reservation `id` for
@@ -173,6 +175,35 @@ local function log_clear(log)
   log.body, log.total, log.last_t, log.last_at = '', 0, nil, nil
 end
 
+-- Keeps the `limit` most recent hits (the oldest go first, part of an
+-- instant's if need be).
+local function log_trim(log, limit)
+  while log.total > limit do
+    local t, n, next_at = string.match(log.body, '^(%d+):(%d+),?()')
+    n = tonumber(n)
+    local excess = log.total - limit
+    if n <= excess then
+      if next_at > #log.body then
+        log_clear(log)
+        return
+      end
+      log.body = string.sub(log.body, next_at)
+      log.last_at = log.last_at - next_at + 1
+      log.total = log.total - n
+    else
+      local head = t .. ':' .. fmt(n - excess)
+      local rest = string.sub(log.body, next_at)
+      if rest == '' then
+        log.body, log.last_at = head, 1
+      else
+        log.body = head .. ',' .. rest
+        log.last_at = log.last_at - (next_at - 1) + #head + 1
+      end
+      log.total = limit
+    end
+  end
+end
+
 local function log_counts_until(log, window)
   if log.last_t == nil then
     return 0
@@ -212,6 +243,27 @@ local function window_decode(raw, now)
     end
   end
   return { start = 0, count = 0, exp = 0 }
+end
+
+-- Sliding window logs (src/engine/sliding_log.rs): "expires_at|log".
+local function slog_decode(raw, now)
+  if raw then
+    local bar = string.find(raw, '|', 1, true)
+    if bar then
+      local exp = num(string.sub(raw, 1, bar - 1))
+      if exp > now then
+        return { exp = exp, log = log_decode(string.sub(raw, bar + 1)) }
+      end
+    end
+  end
+  return { exp = 0, log = log_new() }
+end
+
+local function slog_record(state, limit, period, hits, now)
+  log_prune(state.log, now, period)
+  log_push(state.log, now, hits)
+  log_trim(state.log, limit)
+  state.exp = log_counts_until(state.log, period)
 end
 
 -- The hybrid quota-linear limiter (src/engine/hybrid.rs, which says why):
@@ -753,6 +805,8 @@ for i = 1, #KEYS do
     slots[i] = sliding_decode(value, now)
   elseif kind == 'h' then
     slots[i] = hybrid_decode(value, now)
+  elseif kind == 'l' then
+    slots[i] = slog_decode(value, now)
   else
     slots[i] = global_decode(value, now)
   end
@@ -763,7 +817,7 @@ end
 local function counting_later(at)
   while at <= #ARGV do
     local kind = ARGV[at]
-    if kind == 'w' then
+    if kind == 'w' or kind == 'l' then
       if tonumber(ARGV[at + 5]) >= 2 then
         return true
       end
@@ -789,8 +843,8 @@ local granted = true
 -- batch is rejected, and their window.
 local kept, kept_start, kept_period = {}, {}, {}
 -- Costs: per slot, the charges (hits, period) kept even if the batch is
--- rejected, in order.
-local charges = {}
+-- rejected, in order; sliding logs counting rejected hits likewise.
+local charges, logged = {}, {}
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local over, shadow
@@ -839,6 +893,22 @@ for _ = 1, tonumber(ARGV[3]) do
     if not over and hits > 0 then
       slots[slot] = { start = start, current = current + hits, previous = previous, exp = start + 2 * period }
       dirty[slot] = true
+    end
+  elseif ARGV[at] == 'l' then
+    local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    local flags = tonumber(ARGV[at + 5])
+    local counting = flags >= 2
+    shadow = flags % 2 == 1
+    at = at + 6
+    local state = slots[slot]
+    over = log_count(state.log, now, period) + math.max(hits, 1) > limit
+    if hits > 0 and (counting or not over) then
+      slog_record(state, limit, period, hits, now)
+      dirty[slot] = true
+      if counting then
+        logged[slot] = logged[slot] or {}
+        table.insert(logged[slot], { hits, period, limit })
+      end
     end
   elseif ARGV[at] == 'h' then
     local slot, quota, window, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
@@ -981,7 +1051,7 @@ for _ = 1, tonumber(ARGV[3]) do
   end
   if over and not shadow then
     granted = false
-    if next(kept) == nil and next(charges) == nil and not counting_later(at) then
+    if next(kept) == nil and next(charges) == nil and next(logged) == nil and not counting_later(at) then
       break
     end
   end
@@ -1007,6 +1077,12 @@ if not granted then
       local state = cost_decode(raw[i], now)
       for _, charge in ipairs(charges[i]) do
         cost_charge(state, charge[2], charge[1], now)
+      end
+      slots[i], dirty[i] = state, true
+    elseif logged[i] then
+      local state = slog_decode(raw[i], now)
+      for _, hit in ipairs(logged[i]) do
+        slog_record(state, hit[3], hit[2], hit[1], now)
       end
       slots[i], dirty[i] = state, true
     end
@@ -1035,6 +1111,8 @@ do
         end
       elseif kind == 'c' then
         redis.call('SET', KEYS[i], cost_encode(state), 'PX', state.exp - now + slack)
+      elseif kind == 'l' then
+        redis.call('SET', KEYS[i], fmt(state.exp) .. '|' .. log_encode(state.log), 'PX', math.max(state.exp - now, 1) + slack)
       elseif kind == 'h' then
         local value = state.mode .. ',' .. fmt(state.time) .. ',' .. fmt(state.bucket) .. ',' .. fmt(state.exp)
         redis.call('SET', KEYS[i], value, 'PX', math.max(state.exp - now, 1) + slack)

@@ -442,7 +442,8 @@ impl Store for RedisStore {
 /// An item this store never rejects locally: a window counting rejected
 /// hits and a cost's charges (their hits must reach Redis), a sliding
 /// window (its rejection's end is not one instant a block could keep), a
-/// hybrid limiter (kept simple: its waits move with its mode).
+/// hybrid limiter (kept simple: its waits move with its mode), a sliding
+/// log (its refused hits may be logged).
 fn never_blocked(item: &Item<'_>) -> bool {
     matches!(
         item,
@@ -452,6 +453,7 @@ fn never_blocked(item: &Item<'_>) -> bool {
         } | Item::Cost { .. }
             | Item::Sliding { .. }
             | Item::Hybrid { .. }
+            | Item::SlidingLog { .. }
     )
 }
 
