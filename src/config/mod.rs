@@ -128,6 +128,9 @@ pub struct RateResource {
     pub domains: HashMap<String, Arc<RatePolicy>>,
     /// Past it (of the current tier's window), granted answers warn.
     pub soft_limit: Option<SoftLimit>,
+    /// A ban as Cloud Armor defines it, instead of the default policy's
+    /// tiers (domains with their own policy keep theirs).
+    pub ban: Option<crate::engine::BanLimit>,
 }
 
 impl RateResource {

@@ -227,6 +227,11 @@ pub struct RawBan {
     pub limit: Spanned<i64>,
     pub window: Spanned<String>,
     pub duration: Spanned<String>,
+    /// `prison` (the default: two tiers, the tripping hit granted) or
+    /// `cloud_armor` (the tripping hit refused, banned from the interval's
+    /// end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Spanned<String>>,
 }
 
 /// Any YAML value under `metadata:`, kept as written.

@@ -19,6 +19,7 @@
 //! assert!(!engine::decide(&items, &mut slots, 1_002).granted);
 //! ```
 
+pub mod ban;
 pub mod capacity;
 pub mod copies;
 pub mod cost;
@@ -31,6 +32,7 @@ pub mod sliding_log;
 pub mod tiers;
 pub mod window;
 
+pub use ban::{BanLimit, BanState};
 pub use cost::{CostOp, CostState, Reservation};
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
@@ -62,6 +64,8 @@ pub enum Slot {
     Hybrid(HybridState),
     /// A sliding window log's hits.
     SlidingLog(LogState),
+    /// A Cloud Armor ban's interval and ban.
+    Ban(BanState),
 }
 
 /// Which kind of state a key holds.
@@ -75,6 +79,7 @@ pub enum SlotKind {
     Sliding,
     Hybrid,
     SlidingLog,
+    Ban,
 }
 
 impl Slot {
@@ -88,6 +93,7 @@ impl Slot {
             SlotKind::Sliding => Slot::Sliding(SlidingState::default()),
             SlotKind::Hybrid => Slot::Hybrid(HybridState::default()),
             SlotKind::SlidingLog => Slot::SlidingLog(LogState::default()),
+            SlotKind::Ban => Slot::Ban(BanState::default()),
         }
     }
 
@@ -101,6 +107,7 @@ impl Slot {
             Slot::Sliding(_) => SlotKind::Sliding,
             Slot::Hybrid(_) => SlotKind::Hybrid,
             Slot::SlidingLog(_) => SlotKind::SlidingLog,
+            Slot::Ban(_) => SlotKind::Ban,
         }
     }
 
@@ -116,6 +123,7 @@ impl Slot {
             Slot::Sliding(state) => state.expires_at,
             Slot::Hybrid(state) => state.expires_at,
             Slot::SlidingLog(state) => state.expires_at,
+            Slot::Ban(state) => state.expires_at,
         }
     }
 }
@@ -163,6 +171,14 @@ pub enum Item<'a> {
         hits: u64,
         shadow: bool,
     },
+    /// A resource's ban as Cloud Armor defines it (`ban.rs`): the hit that
+    /// trips it is refused and recorded. `hits == 0` only checks.
+    Ban {
+        slot: usize,
+        limit: BanLimit,
+        hits: u64,
+        shadow: bool,
+    },
     /// A sliding window log (`sliding_log.rs`). `hits == 0` only checks.
     SlidingLog {
         slot: usize,
@@ -205,6 +221,7 @@ impl Item<'_> {
             | Item::Sliding { shadow, .. }
             | Item::Hybrid { shadow, .. }
             | Item::SlidingLog { shadow, .. }
+            | Item::Ban { shadow, .. }
             | Item::Gcra { shadow, .. } => *shadow,
         }
     }
@@ -217,6 +234,7 @@ impl Item<'_> {
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
             | Item::SlidingLog { slot, .. }
+            | Item::Ban { slot, .. }
             | Item::Sliding { slot, .. } => [Some(*slot), None],
             Item::Tiers {
                 slot, global_slot, ..
@@ -233,6 +251,7 @@ impl Item<'_> {
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
             | Item::SlidingLog { slot, .. }
+            | Item::Ban { slot, .. }
             | Item::Sliding { slot, .. } => *slot,
         }
     }
@@ -245,6 +264,7 @@ impl Item<'_> {
             | Item::Cost { slot, .. }
             | Item::Hybrid { slot, .. }
             | Item::SlidingLog { slot, .. }
+            | Item::Ban { slot, .. }
             | Item::Sliding { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
@@ -311,6 +331,16 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
                     ..
                 } if hits > 0 => {
                     record_window(slots, slot, period, hits, now);
+                }
+                Item::Ban {
+                    slot, limit, hits, ..
+                } if hits > 0 => {
+                    if let Some(Slot::Ban(state)) = slots.get_mut(slot) {
+                        let decision = ban::decide(state, &limit, hits, now);
+                        if let (true, Some(tripped)) = (decision.over, decision.record) {
+                            *state = tripped;
+                        }
+                    }
                 }
                 Item::SlidingLog {
                     slot,
@@ -432,6 +462,15 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
             hits,
             ..
         } => hybrid::decide(&hybrid_state(slots, slot), quota, window, hits, now).over,
+        Item::Ban {
+            slot, limit, hits, ..
+        } => {
+            let state = match slots.get(slot) {
+                Some(Slot::Ban(state)) => *state,
+                _ => BanState::default(),
+            };
+            ban::decide(&state, &limit, hits, now).over
+        }
         Item::SlidingLog {
             slot,
             limit,
@@ -648,6 +687,23 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
                 wait,
                 retry_after: Some(if spent < limit { 0 } else { reset_after }),
             })
+        }
+        Item::Ban {
+            slot, limit, hits, ..
+        } => {
+            let before = match slots.get(slot) {
+                Some(Slot::Ban(state)) => *state,
+                _ => BanState::default(),
+            };
+            let decision = ban::decide(&before, &limit, hits, now);
+            // A trip is recorded whatever the verdict; a grant only with it.
+            if let Some(record) = decision.record
+                && (decision.over || commit)
+                && let Some(entry) = slots.get_mut(slot)
+            {
+                *entry = Slot::Ban(record);
+            }
+            Outcome::Tiers(ban::outcome(&decision, &limit, hits, now))
         }
         Item::SlidingLog {
             slot,

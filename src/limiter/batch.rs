@@ -147,6 +147,18 @@ pub(super) fn tiers_item<'c>(
     min_hits: u64,
     shadow: bool,
 ) -> Item<'c> {
+    if let Some(limit) = rate.ban
+        && !rate.domains.contains_key(domain)
+    {
+        let slot = batch.slot(keys::ban_key(namespace, &rate.name, domain), SlotKind::Ban);
+        // All or nothing (`min_hits` aside): a ban has no partial grant.
+        return Item::Ban {
+            slot,
+            limit,
+            hits,
+            shadow,
+        };
+    }
     let has_global = rate.global_limit.is_some();
     let slot = batch.slot(
         keys::tiers_key(namespace, &rate.name, domain, has_global),

@@ -43,6 +43,17 @@ pub enum Source<'a> {
 /// The rate-limited resource `source` names, validated as `charon serve`
 /// would; a namespace or resource may be left out when there is only one.
 pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
+    let rate = resolve_any(source)?;
+    if rate.ban.is_some() {
+        return Err(format!(
+            "resource `{}` is a ban in cloud_armor mode: simulate shows burst tiers and token buckets",
+            rate.name
+        ));
+    }
+    Ok(rate)
+}
+
+fn resolve_any(source: Source<'_>) -> Result<Arc<RateResource>, String> {
     let (loaded, namespace, resource) = match source {
         Source::Config {
             path,

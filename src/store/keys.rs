@@ -222,6 +222,19 @@ pub fn tiers_key(namespace: &str, resource: &str, domain: &str, has_global: bool
     key
 }
 
+/// A domain's Cloud Armor ban on a resource: as its tier key (same tag),
+/// of another kind.
+pub fn ban_key(namespace: &str, resource: &str, domain: &str) -> String {
+    let mut key =
+        String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
+    push_tag(&mut key, [namespace, resource, domain]);
+    key.push('b');
+    push_part(&mut key, namespace);
+    push_part(&mut key, resource);
+    push_part(&mut key, domain);
+    key
+}
+
 /// The resource-wide log of the last second, for the global limit.
 pub fn global_key(namespace: &str, resource: &str) -> String {
     let mut key = String::with_capacity(TAG_LEN + 12 + namespace.len() + resource.len());

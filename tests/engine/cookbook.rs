@@ -296,6 +296,31 @@ async fn hybrid_bursts_once_then_holds_an_even_rate() {
 }
 
 #[tokio::test]
+async fn cloud_armor_ban_refuses_the_tripping_request_and_bans_past_the_interval() {
+    let book = Cookbook::load("ban-cloud-armor.yaml");
+    book.at(10_000);
+    // The interval starts at the first request: 2 000 granted in it.
+    assert_eq!(book.grants_until_rejected("client").await, 2_000);
+    // That refusal was the 2 001st request: it tripped the ban, which runs
+    // to the interval's end (10 000 + 1 200 000) and 3 600 s beyond.
+    book.at(600_000);
+    let banned = book.hit("client").await;
+    assert_eq!(retry_after(&banned), 4_810_000 - 600_000);
+    book.at(1_210_000);
+    assert!(
+        book.hit("client").await.over_limit,
+        "the interval ended; the ban goes on"
+    );
+    book.at(4_809_999);
+    assert!(book.hit("client").await.over_limit);
+    // Served: a new interval, a new quota.
+    book.at(4_810_000);
+    assert_eq!(book.grants_until_rejected("client").await, 2_000);
+    // Another client is never affected.
+    assert!(!book.hit("other").await.over_limit);
+}
+
+#[tokio::test]
 async fn sliding_log_keeps_a_hammering_client_out() {
     let book = Cookbook::load("sliding-log.yaml");
     book.at(0);

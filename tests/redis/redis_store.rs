@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{CostOp, GcraLimit, Item, SlotKind};
+use charon::engine::{BanLimit, CostOp, GcraLimit, Item, SlotKind};
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
@@ -75,6 +75,14 @@ enum Ask {
         shadow: bool,
         initial_cost: u64,
     },
+    Ban {
+        key: usize,
+        limit: u64,
+        window: u64,
+        duration: u64,
+        hits: u64,
+        shadow: bool,
+    },
     SlidingLog {
         key: usize,
         limit: u64,
@@ -101,6 +109,23 @@ enum Ask {
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        // A Cloud Armor ban: trips recorded whatever the verdict.
+        (
+            0usize..2,
+            0u64..4,
+            prop::sample::select(vec![300u64, 1_000]),
+            prop::sample::select(vec![200u64, 2_000]),
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, limit, window, duration, hits, shadow)| Ask::Ban {
+                key,
+                limit,
+                window,
+                duration,
+                hits,
+                shadow,
+            }),
         // A sliding window log, refusals logged or not.
         (
             0usize..2,
@@ -292,6 +317,27 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     hits,
                     shadow,
                     count_rejected,
+                }
+            }
+            Ask::Ban {
+                key,
+                limit,
+                window,
+                duration,
+                hits,
+                shadow,
+            } => {
+                let domain = format!("d{key}");
+                let key = keys::ban_key(NS, "banned", &domain);
+                Item::Ban {
+                    slot: batch.slot(key, SlotKind::Ban),
+                    limit: BanLimit {
+                        limit,
+                        window,
+                        duration,
+                    },
+                    hits,
+                    shadow,
                 }
             }
             Ask::SlidingLog {
@@ -986,6 +1032,33 @@ fn sliding_logs_trim_and_log_refusals_alike() {
         (1_000, vec![log(0, 2, true), log(1, 6, false)]),
         (0, vec![log(0, 0, true)]),
         (1, vec![log(1, 5, false), log(1, 1, false)]),
+    ];
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
+/// A Cloud Armor ban on Redis as in memory: the trip recorded though its
+/// batch is refused, the ban to the millisecond, a new interval after it.
+#[test]
+fn cloud_armor_bans_trip_and_end_alike() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let ban = |key, hits| Ask::Ban {
+        key,
+        limit: 3,
+        window: 1_000,
+        duration: 500,
+        hits,
+        shadow: false,
+    };
+    let requests = vec![
+        (0, vec![ban(0, 2)]),
+        (10, vec![ban(0, 1)]),
+        (10, vec![ban(0, 0)]),
+        (10, vec![ban(1, 1), ban(0, 1)]),
+        (100, vec![ban(1, 1)]),
+        (1_369, vec![ban(0, 1)]),
+        (1, vec![ban(0, 1)]),
+        (0, vec![ban(0, 4)]),
     ];
     same_decisions(&redis.url(), &resources, &requests);
 }

@@ -75,7 +75,28 @@ impl Ctx {
             .global_limit
             .as_ref()
             .and_then(|g| self.count(g, "global_limit"));
+        let mut cloud_armor = None;
+        if let Some(ban) = rate.ban.take_if(|ban| {
+            ban.value
+                .mode
+                .as_ref()
+                .is_some_and(|mode| mode.value == "cloud_armor")
+        }) {
+            cloud_armor = Some(self.cloud_armor_ban(name, rate, &ban)?);
+        }
         if let Some(ban) = rate.ban.take() {
+            if let Some(mode) = &ban.value.mode
+                && mode.value != "prison"
+            {
+                self.error(
+                    mode.referenced,
+                    format!(
+                        "unknown ban mode `{}`; use prison (the default) or cloud_armor",
+                        mode.value
+                    ),
+                );
+                return None;
+            }
             if rate.tiers.is_empty() {
                 self.note(
                     ban.referenced,
@@ -131,6 +152,44 @@ impl Ctx {
             default: Arc::new(default),
             domains,
             soft_limit,
+            ban: cloud_armor,
+        })
+    }
+
+    /// `ban: {mode: cloud_armor}`: the engine's own item, checked; it stands
+    /// alone (no tiers, bucket, hard or global limit beside it).
+    fn cloud_armor_ban(
+        &mut self,
+        name: &str,
+        rate: &RawRate,
+        ban: &Spanned<RawBan>,
+    ) -> Option<crate::engine::BanLimit> {
+        if !rate.tiers.is_empty()
+            || rate.gcra.is_some()
+            || rate.hard_limit.is_some()
+            || rate.global_limit.is_some()
+        {
+            self.error(
+                ban.referenced,
+                format!("resource `{name}`: a ban in cloud_armor mode stands alone: no tiers, gcra, hard_limit or global_limit beside it"),
+            );
+            return None;
+        }
+        let limit = self.count(&ban.value.limit, "limit");
+        let window = self.duration(&ban.value.window, "window");
+        let duration = self.duration(&ban.value.duration, "duration");
+        let (limit, window, duration) = (limit?, window?, duration?);
+        if window == 0 || window == FOREVER || duration == FOREVER {
+            self.error(
+                ban.referenced,
+                format!("resource `{name}`: a ban's window must be longer than 0s, and its window and duration finite"),
+            );
+            return None;
+        }
+        Some(crate::engine::BanLimit {
+            limit,
+            window,
+            duration,
         })
     }
 

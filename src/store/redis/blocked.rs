@@ -43,7 +43,8 @@ fn needed(item: &Item<'_>) -> u64 {
         | Item::Gcra { hits, .. }
         | Item::Sliding { hits, .. }
         | Item::Hybrid { hits, .. }
-        | Item::SlidingLog { hits, .. } => hits.max(1),
+        | Item::SlidingLog { hits, .. }
+        | Item::Ban { hits, .. } => hits.max(1),
         Item::Cost { op, .. } => op.amount().max(1),
         Item::Tiers {
             min_copies,
@@ -75,6 +76,10 @@ impl Limits {
             | Item::Cost { limit, period, .. }
             | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
             Item::SlidingLog { limit, period, .. } => Limits::Window { limit, period },
+            Item::Ban { limit, .. } => Limits::Window {
+                limit: limit.limit,
+                period: limit.window,
+            },
             Item::Hybrid { quota, window, .. } => Limits::Window {
                 limit: quota,
                 period: window,

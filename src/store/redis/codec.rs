@@ -13,8 +13,8 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    CostOp, CostState, GcraState, HitLog, HybridState, Item, LogState, Reservation, SlidingState,
-    Slot, SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
+    BanState, CostOp, CostState, GcraState, HitLog, HybridState, Item, LogState, Reservation,
+    SlidingState, Slot, SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
 };
 
 use super::RedisError;
@@ -50,6 +50,7 @@ fn kind_letter(kind: SlotKind) -> u8 {
         SlotKind::Sliding => b's',
         SlotKind::Hybrid => b'h',
         SlotKind::SlidingLog => b'l',
+        SlotKind::Ban => b'b',
     }
 }
 
@@ -85,6 +86,21 @@ pub fn arguments(
                     .arg(period)
                     .arg(hits)
                     .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            }
+            Item::Ban {
+                slot,
+                limit,
+                hits,
+                shadow,
+            } => {
+                invocation
+                    .arg("b")
+                    .arg(slot + 1)
+                    .arg(limit.limit)
+                    .arg(limit.window)
+                    .arg(limit.duration)
+                    .arg(hits)
+                    .arg(flag(shadow));
             }
             Item::SlidingLog {
                 slot,
@@ -284,6 +300,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Sliding => Slot::Sliding(sliding(text)?),
                 SlotKind::Hybrid => Slot::Hybrid(hybrid(text)?),
                 SlotKind::SlidingLog => Slot::SlidingLog(sliding_log(text)?),
+                SlotKind::Ban => Slot::Ban(ban(text)?),
             }
         }
     };
@@ -317,6 +334,18 @@ fn sliding(text: &str) -> Result<SlidingState, RedisError> {
         start: next()?,
         current: next()?,
         previous: next()?,
+        expires_at: next()?,
+    })
+}
+
+/// `start,count,banned_until,expires_at`.
+fn ban(text: &str) -> Result<BanState, RedisError> {
+    let mut fields = text.split(',');
+    let mut next = || number(fields.next().unwrap_or(""));
+    Ok(BanState {
+        start: next()?,
+        count: next()?,
+        banned_until: next()?,
         expires_at: next()?,
     })
 }

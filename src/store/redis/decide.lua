@@ -11,7 +11,7 @@
 -- ARGV[2]: one kind letter per key: w (fixed window), t (tiers), g (global
 --   log), a (GCRA), c (a cost known after the response), s (a sliding
 --   window counter), h (the hybrid quota-linear limiter), l (a sliding
---   window log).
+--   window log), b (a Cloud Armor ban).
 -- ARGV[3]: number of items, then the items:
 --   w slot limit period hits flags (1 shadow, 2 count rejected hits: they
 --     are recorded even when the item or the batch is rejected)
@@ -19,6 +19,7 @@
 --   s slot limit period hits shadow
 --   h slot quota window hits shadow (the hybrid quota-linear limiter)
 --   l slot limit period hits flags (a sliding window log; flags as w's)
+--   b slot limit window duration hits shadow (a Cloud Armor ban)
 --   c slot limit period hits shadow initial_cost op id extra on_expiry: op
 --     h: hits > 0 charges, always recorded; 0 checks and, admitted, counts
 --     one request in flight; r reserves `hits` as reservation `id` for
@@ -243,6 +244,41 @@ local function window_decode(raw, now)
     end
   end
   return { start = 0, count = 0, exp = 0 }
+end
+
+-- Bans as Cloud Armor defines them (src/engine/ban.rs, which says why):
+-- "start,count,banned_until,expires_at".
+local function ban_decode(raw, now)
+  if raw then
+    local f = split(raw, ',')
+    local state = { start = num(f[1]), count = num(f[2]), banned = num(f[3]), exp = num(f[4]) }
+    if state.exp > now then
+      return state
+    end
+  end
+  return { start = 0, count = 0, banned = 0, exp = 0 }
+end
+
+-- Whether `hits` are over, and the state to record (nil: none).
+local function ban_decide(state, limit, window, duration, hits, now)
+  if state.banned > now then
+    return true, nil
+  end
+  local seen = { start = state.start, count = state.count, banned = state.banned, exp = state.exp }
+  if seen.exp <= now or seen.start + window <= now then
+    seen = { start = now, count = 0, banned = 0, exp = 0 }
+  end
+  local over = seen.count + math.max(hits, 1) > limit
+  if over then
+    seen.banned = seen.start + window + duration
+  else
+    seen.count = seen.count + hits
+  end
+  seen.exp = math.max(seen.start + window, seen.banned)
+  if hits == 0 then
+    return over, nil
+  end
+  return over, seen
 end
 
 -- Sliding window logs (src/engine/sliding_log.rs): "expires_at|log".
@@ -807,6 +843,8 @@ for i = 1, #KEYS do
     slots[i] = hybrid_decode(value, now)
   elseif kind == 'l' then
     slots[i] = slog_decode(value, now)
+  elseif kind == 'b' then
+    slots[i] = ban_decode(value, now)
   else
     slots[i] = global_decode(value, now)
   end
@@ -831,6 +869,11 @@ local function counting_later(at)
       at = at + 11
     elseif kind == 's' or kind == 'h' then
       at = at + 6
+    elseif kind == 'b' then
+      if tonumber(ARGV[at + 5]) > 0 then
+        return true
+      end
+      at = at + 7
     else
       at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
     end
@@ -844,7 +887,7 @@ local granted = true
 local kept, kept_start, kept_period = {}, {}, {}
 -- Costs: per slot, the charges (hits, period) kept even if the batch is
 -- rejected, in order; sliding logs counting rejected hits likewise.
-local charges, logged = {}, {}
+local charges, logged, tripped = {}, {}, {}
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local over, shadow
@@ -893,6 +936,21 @@ for _ = 1, tonumber(ARGV[3]) do
     if not over and hits > 0 then
       slots[slot] = { start = start, current = current + hits, previous = previous, exp = start + 2 * period }
       dirty[slot] = true
+    end
+  elseif ARGV[at] == 'b' then
+    local slot, limit, window, duration = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
+    local hits = num(ARGV[at + 5])
+    shadow = ARGV[at + 6] == '1'
+    at = at + 7
+    local record
+    over, record = ban_decide(slots[slot], limit, window, duration, hits, now)
+    if record ~= nil then
+      slots[slot] = record
+      dirty[slot] = true
+      if over then
+        -- A trip is recorded whatever the verdict.
+        tripped[slot] = record
+      end
     end
   elseif ARGV[at] == 'l' then
     local slot, limit, period, hits = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3]), num(ARGV[at + 4])
@@ -1051,7 +1109,8 @@ for _ = 1, tonumber(ARGV[3]) do
   end
   if over and not shadow then
     granted = false
-    if next(kept) == nil and next(charges) == nil and next(logged) == nil and not counting_later(at) then
+    if next(kept) == nil and next(charges) == nil and next(logged) == nil and next(tripped) == nil and
+        not counting_later(at) then
       break
     end
   end
@@ -1079,6 +1138,8 @@ if not granted then
         cost_charge(state, charge[2], charge[1], now)
       end
       slots[i], dirty[i] = state, true
+    elseif tripped[i] then
+      slots[i], dirty[i] = tripped[i], true
     elseif logged[i] then
       local state = slog_decode(raw[i], now)
       for _, hit in ipairs(logged[i]) do
@@ -1111,6 +1172,9 @@ do
         end
       elseif kind == 'c' then
         redis.call('SET', KEYS[i], cost_encode(state), 'PX', state.exp - now + slack)
+      elseif kind == 'b' then
+        local value = fmt(state.start) .. ',' .. fmt(state.count) .. ',' .. fmt(state.banned) .. ',' .. fmt(state.exp)
+        redis.call('SET', KEYS[i], value, 'PX', math.max(state.exp - now, 1) + slack)
       elseif kind == 'l' then
         redis.call('SET', KEYS[i], fmt(state.exp) .. '|' .. log_encode(state.log), 'PX', math.max(state.exp - now, 1) + slack)
       elseif kind == 'h' then

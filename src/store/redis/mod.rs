@@ -443,7 +443,8 @@ impl Store for RedisStore {
 /// hits and a cost's charges (their hits must reach Redis), a sliding
 /// window (its rejection's end is not one instant a block could keep), a
 /// hybrid limiter (kept simple: its waits move with its mode), a sliding
-/// log (its refused hits may be logged).
+/// log (its refused hits may be logged), a Cloud Armor ban (its trip must
+/// be recorded).
 fn never_blocked(item: &Item<'_>) -> bool {
     matches!(
         item,
@@ -454,6 +455,7 @@ fn never_blocked(item: &Item<'_>) -> bool {
             | Item::Sliding { .. }
             | Item::Hybrid { .. }
             | Item::SlidingLog { .. }
+            | Item::Ban { .. }
     )
 }
 

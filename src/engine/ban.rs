@@ -1,0 +1,166 @@
+//! A rate-based ban as Google Cloud Armor defines it (docs/design.md#bans,
+//! `ban: {mode: cloud_armor}`): up to `limit` hits in an interval of
+//! `window` that starts at a client's first hit; the hit past the limit is
+//! refused and trips the ban, which refuses everything until the interval
+//! has ended and for `duration` after that. The trip is a fact: it is
+//! recorded even though its request is refused.
+//!
+//! A resource's item, answered as a resource's are (a [`TierOutcome`], the
+//! interval shown as tier 1, the ban as tier 2), so that every face reads it
+//! as it reads burst tiers.
+
+use super::WAIT_STEP;
+use super::outcome::TierOutcome;
+use super::tiers::Snapshot;
+
+/// One client's interval and ban.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BanState {
+    /// When the interval began (its first hit).
+    pub start: u64,
+    /// Hits granted in it.
+    pub count: u64,
+    /// Refused until then (0: not banned).
+    pub banned_until: u64,
+    pub expires_at: u64,
+}
+
+/// The limits of a ban.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanLimit {
+    pub limit: u64,
+    pub window: u64,
+    pub duration: u64,
+}
+
+/// What `hits` at `now` find: over or not, and the state to record (a
+/// grant's, or a trip's; `None`: nothing to record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanDecision {
+    pub over: bool,
+    pub record: Option<BanState>,
+    /// The state after the decision, if it is recorded.
+    pub after: BanState,
+}
+
+/// Decides `hits` (0: would one pass? nothing recorded) at `now`.
+pub fn decide(state: &BanState, limit: &BanLimit, hits: u64, now: u64) -> BanDecision {
+    if state.banned_until > now {
+        return BanDecision {
+            over: true,
+            record: None,
+            after: *state,
+        };
+    }
+    // An interval that ended (or a ban served) starts afresh.
+    let mut seen = *state;
+    if seen.expires_at <= now || seen.start.saturating_add(limit.window) <= now {
+        seen = BanState {
+            start: now,
+            ..BanState::default()
+        };
+    }
+    let over = seen.count.saturating_add(hits.max(1)) > limit.limit;
+    let mut after = seen;
+    if over {
+        after.banned_until = seen
+            .start
+            .saturating_add(limit.window)
+            .saturating_add(limit.duration);
+    } else {
+        after.count += hits;
+    }
+    after.expires_at = after
+        .start
+        .saturating_add(limit.window)
+        .max(after.banned_until);
+    BanDecision {
+        over,
+        record: (hits > 0).then_some(after),
+        after: if hits > 0 { after } else { seen },
+    }
+}
+
+/// The answer, as a resource's: the interval as tier 1, the ban as tier 2.
+pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) -> TierOutcome {
+    let state = decision.after;
+    let banned = state.banned_until > now;
+    let interval_end = state.start.saturating_add(limit.window);
+    let until = |at: u64| at.saturating_sub(now);
+    // Whole steps, as Envoy reads a wait.
+    let step = |ms: u64| ms.div_ceil(WAIT_STEP) * WAIT_STEP;
+    let remaining = if banned {
+        0
+    } else {
+        limit.limit.saturating_sub(state.count)
+    };
+    let retry_after = if banned {
+        Some(until(state.banned_until))
+    } else if remaining > 0 {
+        Some(0)
+    } else if limit.limit == 0 {
+        None
+    } else {
+        // One more now would trip the ban: wait for the next interval.
+        Some(until(interval_end))
+    };
+    let wait = if !decision.over {
+        Some(0)
+    } else if hits.max(1) > limit.limit {
+        None
+    } else {
+        retry_after.map(step)
+    };
+    TierOutcome {
+        over: decision.over,
+        granted: if decision.over { 0 } else { hits },
+        hard_limit: None,
+        global_limit: None,
+        burst: false,
+        limited_by_hard: false,
+        limited_by_global: false,
+        snapshot: Snapshot {
+            tier: if banned { 2 } else { 1 },
+            shown_tier: if banned { 2 } else { 1 },
+            tier_limit: if banned { 0 } else { limit.limit },
+            tier_window: if banned { limit.duration } else { limit.window },
+            tier_hits: state.count,
+            domain_hits: 0,
+            resource_hits: None,
+            remaining,
+            reset_after: until(state.banned_until.max(interval_end)),
+        },
+        retry_after,
+        wait,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cloud Armor's example: 2 000 per 1 200 s, a ban of 3 600 s.
+    const LIMIT: BanLimit = BanLimit {
+        limit: 2_000,
+        window: 1_200_000,
+        duration: 3_600_000,
+    };
+
+    #[test]
+    fn the_tripping_hit_is_refused_and_bans_past_the_interval() {
+        let mut state = BanState::default();
+        for at in 0..2_000 {
+            let decision = decide(&state, &LIMIT, 1, 10_000 + at);
+            assert!(!decision.over);
+            state = decision.record.expect("recorded");
+        }
+        let trip = decide(&state, &LIMIT, 1, 600_000);
+        assert!(trip.over, "the 2 001st is refused");
+        state = trip.record.expect("the trip is recorded");
+        assert_eq!(state.banned_until, 10_000 + 1_200_000 + 3_600_000);
+        let answer = outcome(&trip, &LIMIT, 1, 600_000);
+        assert_eq!(answer.retry_after, Some(4_810_000 - 600_000));
+        assert!(decide(&state, &LIMIT, 1, 4_809_999).over);
+        assert!(!decide(&state, &LIMIT, 1, 4_810_000).over, "served");
+    }
+}
