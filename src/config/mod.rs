@@ -128,9 +128,28 @@ pub struct RateResource {
     pub domains: HashMap<String, Arc<RatePolicy>>,
     /// Past it (of the current tier's window), granted answers warn.
     pub soft_limit: Option<SoftLimit>,
-    /// A ban as Cloud Armor defines it, instead of the default policy's
-    /// tiers (domains with their own policy keep theirs).
-    pub ban: Option<crate::engine::BanLimit>,
+    /// Instead of the default policy's tiers, another algorithm (domains
+    /// with their own policy keep theirs).
+    pub alternative: Option<ResourceLimit>,
+}
+
+/// A resource's algorithm other than burst tiers or a token bucket
+/// (docs/configuration.md#other-algorithms-on-a-resource): one key per
+/// domain, answered as tier 1 (a Cloud Armor ban's ban as tier 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResourceLimit {
+    /// `ban: {…, mode: cloud_armor}`.
+    Ban(crate::engine::BanLimit),
+    /// `hybrid: {quota, window}`.
+    Hybrid { quota: u64, window: u64 },
+    /// `sliding_window: {limit, window}`.
+    SlidingWindow { limit: u64, window: u64 },
+    /// `sliding_log: {limit, window, count_rejected}`.
+    SlidingLog {
+        limit: u64,
+        window: u64,
+        count_rejected: bool,
+    },
 }
 
 impl RateResource {

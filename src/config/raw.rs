@@ -206,6 +206,34 @@ pub struct RawRate {
     /// A token bucket instead of tiers (docs/design.md#gcra).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gcra: Option<Spanned<RawGcra>>,
+    /// The hybrid quota-linear limiter instead of tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<Spanned<RawHybrid>>,
+    /// A sliding window counter instead of tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_window: Option<Spanned<RawSliding>>,
+    /// A sliding window log instead of tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sliding_log: Option<Spanned<RawSliding>>,
+}
+
+/// `hybrid: {quota: 60, window: 1m}`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHybrid {
+    pub quota: Spanned<i64>,
+    pub window: Spanned<String>,
+}
+
+/// `sliding_window: {limit: 100, window: 1m}`, or `sliding_log:` with
+/// `count_rejected: true` to log refused hits too.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSliding {
+    pub limit: Spanned<i64>,
+    pub window: Spanned<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_rejected: Option<Spanned<bool>>,
 }
 
 /// `gcra: {burst: 20, count: 20, period: 1s}` (docs/design.md#gcra):

@@ -76,6 +76,36 @@ pub struct TierOutcome {
 }
 
 impl TierOutcome {
+    /// A window's answer for `hits`, as a resource answers: the window
+    /// shown as tier 1 (a resource of another algorithm than tiers).
+    pub fn from_window(w: &WindowOutcome, hits: u64) -> Self {
+        TierOutcome {
+            over: w.over,
+            granted: if w.over { 0 } else { hits },
+            hard_limit: None,
+            global_limit: None,
+            burst: false,
+            limited_by_hard: false,
+            limited_by_global: false,
+            snapshot: Snapshot {
+                tier: 1,
+                shown_tier: 1,
+                tier_limit: w.limit,
+                tier_window: w.period,
+                tier_hits: w.limit.saturating_sub(w.remaining),
+                domain_hits: 0,
+                resource_hits: None,
+                remaining: w.remaining,
+                reset_after: w.reset_after,
+            },
+            retry_after: w.retry_after,
+            // Whole steps, as Envoy reads a resource's wait.
+            wait: w
+                .wait
+                .map(|ms| ms.div_ceil(super::WAIT_STEP) * super::WAIT_STEP),
+        }
+    }
+
     /// What rejected the request, for metrics and logs: `none` when it was
     /// granted, else `global`, `hard` or `tier`, the first that applies.
     pub fn limited_by(&self) -> &'static str {

@@ -1,6 +1,6 @@
 //! Engine items and store keys for resolved descriptors.
 
-use crate::config::{Algorithm, Namespace, RateResource, duration};
+use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
 use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
 use crate::store::keys;
@@ -147,16 +147,49 @@ pub(super) fn tiers_item<'c>(
     min_hits: u64,
     shadow: bool,
 ) -> Item<'c> {
-    if let Some(limit) = rate.ban
+    if let Some(alternative) = rate.alternative
         && !rate.domains.contains_key(domain)
     {
-        let slot = batch.slot(keys::ban_key(namespace, &rate.name, domain), SlotKind::Ban);
-        // All or nothing (`min_hits` aside): a ban has no partial grant.
-        return Item::Ban {
-            slot,
-            limit,
-            hits,
-            shadow,
+        // All or nothing (`min_hits` aside): these have no partial grant.
+        let mut slot = |kind: SlotKind, letter: char| {
+            batch.slot(
+                keys::resource_key(letter, namespace, &rate.name, domain),
+                kind,
+            )
+        };
+        return match alternative {
+            ResourceLimit::Ban(limit) => Item::Ban {
+                slot: slot(SlotKind::Ban, 'b'),
+                limit,
+                hits,
+                shadow,
+            },
+            ResourceLimit::Hybrid { quota, window } => Item::Hybrid {
+                slot: slot(SlotKind::Hybrid, 'h'),
+                quota,
+                window,
+                hits,
+                shadow,
+            },
+            ResourceLimit::SlidingWindow { limit, window } => Item::Sliding {
+                slot: slot(SlotKind::Sliding, 's'),
+                limit,
+                period: window,
+                hits,
+                shadow,
+            },
+            ResourceLimit::SlidingLog {
+                limit,
+                window,
+                count_rejected,
+            } => Item::SlidingLog {
+                slot: slot(SlotKind::SlidingLog, 'l'),
+                limit,
+                period: window,
+                hits,
+                shadow,
+                count_rejected,
+            },
         };
     }
     let has_global = rate.global_limit.is_some();

@@ -140,7 +140,7 @@ impl<S: Store> Limiter<S> {
             .zip(&item_of)
             .map(|(resolved, item)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
-                status(resolved, outcome, false)
+                status(resolved, outcome, 0, false)
             })
             .collect();
         Ok(CostAnswer {

@@ -174,10 +174,11 @@ impl<S: Store> Limiter<S> {
             .zip(&quotas)
             .map(|(((descriptor, resolved), item), &quota)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
-                let mut status = status(resolved, outcome, ignore);
+                let hits = resolved.hits(descriptor, request.hits_addend);
+                let mut status = status(resolved, outcome, hits, ignore);
                 status.quota = quota;
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
-                status.hits = resolved.hits(descriptor, request.hits_addend);
+                status.hits = hits;
                 status.stats_key = resolved.stats().cloned();
                 status
             })
@@ -243,13 +244,13 @@ impl<S: Store> Limiter<S> {
         };
         for ((descriptor, resolved), item) in request.descriptors.iter().zip(resolved).zip(item_of)
         {
+            let hits = descriptor.hits_addend.unwrap_or(default_hits);
             if let (Resolved::Resource { rate, .. }, Some(item)) = (resolved, item)
-                && let Some(Outcome::Tiers(outcome)) = decision.outcomes.get(*item)
+                && let Some(outcome) = resource_outcome(decision.outcomes.get(*item), hits)
             {
                 let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
-                let hits = descriptor.hits_addend.unwrap_or(default_hits);
                 self.watch.record(&namespace.name, &rate.name, domain, || {
-                    recent(decision.now, "envoy", outcome, hits)
+                    recent(decision.now, "envoy", &outcome, hits)
                 });
             }
         }
@@ -278,8 +279,8 @@ impl<S: Store> Limiter<S> {
         );
         batch.items.push(item);
         let decision = self.store.decide(batch).await?;
-        match decision.outcomes.first() {
-            Some(Outcome::Tiers(outcome)) => {
+        match resource_outcome(decision.outcomes.first(), hits).as_ref() {
+            Some(outcome) => {
                 self.watch.record(&namespace.name, &rate.name, domain, || {
                     recent(decision.now, "request", outcome, hits)
                 });
@@ -289,6 +290,16 @@ impl<S: Store> Limiter<S> {
                 "the store answered another kind of decision".into(),
             )),
         }
+    }
+}
+
+/// A resource's answer: its tiers', or another algorithm's window shown as
+/// tier 1.
+pub(super) fn resource_outcome(outcome: Option<&Outcome>, hits: u64) -> Option<TierOutcome> {
+    match outcome? {
+        Outcome::Tiers(outcome) => Some(*outcome),
+        Outcome::Window(window) => Some(TierOutcome::from_window(window, hits)),
+        Outcome::Gcra(_) => None,
     }
 }
 

@@ -10,6 +10,7 @@ use super::resolve::Resolved;
 pub(super) fn status(
     resolved: &Resolved<'_>,
     outcome: Option<&Outcome>,
+    hits: u64,
     ignore: bool,
 ) -> DescriptorStatus {
     let mut status = match (resolved, outcome) {
@@ -65,34 +66,39 @@ pub(super) fn status(
                 },
             ..DescriptorStatus::unlimited(0)
         },
-        (Resolved::Resource { rate, shadow, .. }, Some(Outcome::Tiers(t))) => DescriptorStatus {
-            over_limit: t.over && !shadow,
-            limit: Some(CurrentLimit {
-                name: Some(tier_name(
-                    &rate.name,
-                    t.snapshot.shown_tier,
-                    t.snapshot.tier_window,
-                )),
-                requests_per_unit: t.snapshot.tier_limit,
-                unit: Unit::covering(t.snapshot.tier_window),
-                window_ms: t.snapshot.tier_window,
-            }),
-            remaining: if t.over { 0 } else { t.snapshot.remaining },
-            // Rejected and never to fit: a window of the shown tier.
-            reset_after_ms: Some(if t.over {
-                t.wait.unwrap_or(t.snapshot.tier_window)
-            } else {
-                t.snapshot.reset_after
-            }),
-            tiers: Some(*t),
-            // The current tier's window fill.
-            shadowed: t.over && *shadow,
-            soft_limit_exceeded: !t.over
-                && rate
-                    .soft_limit
-                    .is_some_and(|soft| soft.exceeded(t.snapshot.tier_hits, t.snapshot.tier_limit)),
-            ..DescriptorStatus::unlimited(0)
-        },
+        (Resolved::Resource { rate, shadow, .. }, Some(outcome)) => {
+            let Some(t) = &super::resource_outcome(Some(outcome), hits) else {
+                return DescriptorStatus::unlimited(0);
+            };
+            DescriptorStatus {
+                over_limit: t.over && !shadow,
+                limit: Some(CurrentLimit {
+                    name: Some(tier_name(
+                        &rate.name,
+                        t.snapshot.shown_tier,
+                        t.snapshot.tier_window,
+                    )),
+                    requests_per_unit: t.snapshot.tier_limit,
+                    unit: Unit::covering(t.snapshot.tier_window),
+                    window_ms: t.snapshot.tier_window,
+                }),
+                remaining: if t.over { 0 } else { t.snapshot.remaining },
+                // Rejected and never to fit: a window of the shown tier.
+                reset_after_ms: Some(if t.over {
+                    t.wait.unwrap_or(t.snapshot.tier_window)
+                } else {
+                    t.snapshot.reset_after
+                }),
+                tiers: Some(*t),
+                // The current tier's window fill.
+                shadowed: t.over && *shadow,
+                soft_limit_exceeded: !t.over
+                    && rate.soft_limit.is_some_and(|soft| {
+                        soft.exceeded(t.snapshot.tier_hits, t.snapshot.tier_limit)
+                    }),
+                ..DescriptorStatus::unlimited(0)
+            }
+        }
         _ => DescriptorStatus::unlimited(0),
     };
     if ignore {

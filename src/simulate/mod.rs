@@ -44,9 +44,9 @@ pub enum Source<'a> {
 /// would; a namespace or resource may be left out when there is only one.
 pub fn resolve(source: Source<'_>) -> Result<Arc<RateResource>, String> {
     let rate = resolve_any(source)?;
-    if rate.ban.is_some() {
+    if rate.alternative.is_some() {
         return Err(format!(
-            "resource `{}` is a ban in cloud_armor mode: simulate shows burst tiers and token buckets",
+            "resource `{}` is a ban in cloud_armor mode, a hybrid limiter or a sliding window: simulate shows burst tiers and token buckets",
             rate.name
         ));
     }

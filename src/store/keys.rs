@@ -222,13 +222,14 @@ pub fn tiers_key(namespace: &str, resource: &str, domain: &str, has_global: bool
     key
 }
 
-/// A domain's Cloud Armor ban on a resource: as its tier key (same tag),
-/// of another kind.
-pub fn ban_key(namespace: &str, resource: &str, domain: &str) -> String {
+/// A domain's key on a resource of another algorithm than tiers (`kind`:
+/// `b` a Cloud Armor ban, `h` hybrid, `s` sliding window, `l` sliding
+/// log): as its tier key (same tag), of another kind.
+pub fn resource_key(kind: char, namespace: &str, resource: &str, domain: &str) -> String {
     let mut key =
         String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
     push_tag(&mut key, [namespace, resource, domain]);
-    key.push('b');
+    key.push(kind);
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
     push_part(&mut key, domain);

@@ -17,6 +17,7 @@ mod limiter;
 mod memory_store;
 mod reservations;
 mod reset_property;
+mod resource_algorithms;
 mod simulate;
 mod sliding;
 mod sliding_log;

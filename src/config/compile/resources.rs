@@ -10,7 +10,8 @@ use crate::config::duration::{self, FOREVER};
 
 use crate::config::raw::{RawBan, RawCopies, RawGcra, RawRate, RawResource, RawSoftLimit, RawTier};
 use crate::config::{
-    CopyGroup, CopyResource, GcraLimit, RatePolicy, RateResource, Resource, SoftLimit, Tier, caps,
+    CopyGroup, CopyResource, GcraLimit, RatePolicy, RateResource, Resource, ResourceLimit,
+    SoftLimit, Tier, caps,
 };
 
 use super::Ctx;
@@ -75,15 +76,7 @@ impl Ctx {
             .global_limit
             .as_ref()
             .and_then(|g| self.count(g, "global_limit"));
-        let mut cloud_armor = None;
-        if let Some(ban) = rate.ban.take_if(|ban| {
-            ban.value
-                .mode
-                .as_ref()
-                .is_some_and(|mode| mode.value == "cloud_armor")
-        }) {
-            cloud_armor = Some(self.cloud_armor_ban(name, rate, &ban)?);
-        }
+        let alternative = self.alternative(name, rate)?;
         if let Some(ban) = rate.ban.take() {
             if let Some(mode) = &ban.value.mode
                 && mode.value != "prison"
@@ -152,45 +145,127 @@ impl Ctx {
             default: Arc::new(default),
             domains,
             soft_limit,
-            ban: cloud_armor,
+            alternative,
         })
     }
 
-    /// `ban: {mode: cloud_armor}`: the engine's own item, checked; it stands
-    /// alone (no tiers, bucket, hard or global limit beside it).
-    fn cloud_armor_ban(
-        &mut self,
-        name: &str,
-        rate: &RawRate,
-        ban: &Spanned<RawBan>,
-    ) -> Option<crate::engine::BanLimit> {
-        if !rate.tiers.is_empty()
+    /// The algorithm other than tiers a rate names, if any: a ban in
+    /// cloud_armor mode, `hybrid`, `sliding_window` or `sliding_log`,
+    /// checked. `Err` when it is wrong (reported); it stands alone.
+    fn alternative(&mut self, name: &str, rate: &mut RawRate) -> Option<Option<ResourceLimit>> {
+        let cloud_armor = rate.ban.take_if(|ban| {
+            ban.value
+                .mode
+                .as_ref()
+                .is_some_and(|mode| mode.value == "cloud_armor")
+        });
+        let named: Vec<(&str, Location)> = [
+            cloud_armor
+                .as_ref()
+                .map(|b| ("ban (cloud_armor)", b.referenced)),
+            rate.hybrid.as_ref().map(|h| ("hybrid", h.referenced)),
+            rate.sliding_window
+                .as_ref()
+                .map(|s| ("sliding_window", s.referenced)),
+            rate.sliding_log
+                .as_ref()
+                .map(|s| ("sliding_log", s.referenced)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let Some(&(which, at)) = named.first() else {
+            return Some(None);
+        };
+        if named.len() > 1
+            || !rate.tiers.is_empty()
+            || rate.ban.is_some()
             || rate.gcra.is_some()
             || rate.hard_limit.is_some()
             || rate.global_limit.is_some()
         {
             self.error(
-                ban.referenced,
-                format!("resource `{name}`: a ban in cloud_armor mode stands alone: no tiers, gcra, hard_limit or global_limit beside it"),
+                at,
+                format!("resource `{name}`: `{which}` stands alone: no tiers, ban, gcra, hybrid, sliding window, hard_limit or global_limit beside it"),
             );
             return None;
         }
-        let limit = self.count(&ban.value.limit, "limit");
-        let window = self.duration(&ban.value.window, "window");
-        let duration = self.duration(&ban.value.duration, "duration");
-        let (limit, window, duration) = (limit?, window?, duration?);
-        if window == 0 || window == FOREVER || duration == FOREVER {
+        let window_of = |ctx: &mut Self, window: &Spanned<String>| -> Option<u64> {
+            let ms = ctx.duration(window, "window")?;
+            if ms == 0 || ms == FOREVER {
+                ctx.error(
+                    window.referenced,
+                    "window must be longer than 0s, and finite",
+                );
+                return None;
+            }
+            Some(ms)
+        };
+        if let Some(ban) = cloud_armor {
+            let limit = self.count(&ban.value.limit, "limit");
+            let window = window_of(self, &ban.value.window);
+            let duration = self.duration(&ban.value.duration, "duration");
+            let (limit, window, duration) = (limit?, window?, duration?);
+            if duration == FOREVER {
+                self.error(
+                    ban.value.duration.referenced,
+                    "a ban's duration must be finite",
+                );
+                return None;
+            }
+            return Some(Some(ResourceLimit::Ban(crate::engine::BanLimit {
+                limit,
+                window,
+                duration,
+            })));
+        }
+        if let Some(hybrid) = &rate.hybrid {
+            let quota = self.count(&hybrid.value.quota, "quota");
+            let window = window_of(self, &hybrid.value.window);
+            let (quota, window) = (quota?, window?);
+            if u128::from(quota) * u128::from(window) >= 1 << 53 {
+                self.error(
+                    hybrid.referenced,
+                    format!("resource `{name}`: hybrid quota ({quota}) times the window in ms ({window}) must stay below 2^53"),
+                );
+                return None;
+            }
+            return Some(Some(ResourceLimit::Hybrid { quota, window }));
+        }
+        if let Some(sliding) = &rate.sliding_window {
+            if let Some(count) = &sliding.value.count_rejected {
+                self.error(
+                    count.referenced,
+                    "`count_rejected` applies to sliding_log, not sliding_window",
+                );
+                return None;
+            }
+            let limit = self.count(&sliding.value.limit, "limit");
+            let window = window_of(self, &sliding.value.window);
+            return Some(Some(ResourceLimit::SlidingWindow {
+                limit: limit?,
+                window: window?,
+            }));
+        }
+        let log = rate.sliding_log.as_ref()?;
+        let limit = self.count(&log.value.limit, "limit");
+        let window = window_of(self, &log.value.window);
+        let (limit, window) = (limit?, window?);
+        if limit > caps::MAX_LOG_HITS {
             self.error(
-                ban.referenced,
-                format!("resource `{name}`: a ban's window must be longer than 0s, and its window and duration finite"),
+                log.referenced,
+                format!(
+                    "resource `{name}`: a sliding_log keeps at most {} hits per domain, not {limit}",
+                    caps::MAX_LOG_HITS
+                ),
             );
             return None;
         }
-        Some(crate::engine::BanLimit {
+        Some(Some(ResourceLimit::SlidingLog {
             limit,
             window,
-            duration,
-        })
+            count_rejected: log.value.count_rejected.as_ref().is_some_and(|c| c.value),
+        }))
     }
 
     /// `soft_limit`: a count (0 or more), or a share `N%` (1 to 100).
