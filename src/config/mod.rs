@@ -150,6 +150,14 @@ pub enum ResourceLimit {
         window: u64,
         count_rejected: bool,
     },
+    /// `budget: {limit, window, initial_cost, max_charge}`: a cost known
+    /// after the response, as `cost: after_response` on a descriptor.
+    Budget {
+        limit: u64,
+        window: u64,
+        initial_cost: u64,
+        max_charge: u64,
+    },
 }
 
 impl RateResource {

@@ -215,6 +215,22 @@ pub struct RawRate {
     /// A sliding window log instead of tiers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sliding_log: Option<Spanned<RawSliding>>,
+    /// A budget of a cost known after the response instead of tiers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Spanned<RawBudget>>,
+}
+
+/// `budget: {limit: 100000, window: 1m, initial_cost: 1000, max_charge:
+/// 20000}`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    pub limit: Spanned<i64>,
+    pub window: Spanned<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_cost: Option<Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_charge: Option<Spanned<i64>>,
 }
 
 /// `hybrid: {quota: 60, window: 1m}`.

@@ -178,6 +178,19 @@ pub(super) fn tiers_item<'c>(
                 hits,
                 shadow,
             },
+            ResourceLimit::Budget {
+                limit,
+                window,
+                initial_cost,
+                ..
+            } => Item::Cost {
+                slot: slot(SlotKind::Cost, 'c'),
+                limit,
+                period: window,
+                op: CostOp::Hits(hits),
+                shadow,
+                initial_cost,
+            },
             ResourceLimit::SlidingLog {
                 limit,
                 window,

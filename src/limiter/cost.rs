@@ -8,7 +8,7 @@
 
 use smallvec::SmallVec;
 
-use crate::config::Algorithm;
+use crate::config::{Algorithm, ResourceLimit};
 use crate::engine::{CostOp, Item, SlotKind};
 use crate::store::{Batch, Store, keys};
 
@@ -85,11 +85,44 @@ impl<S: Store> Limiter<S> {
                 ..
             } = resolved
             else {
-                if let Resolved::Resource { .. } = resolved {
-                    return invalid(format!(
-                        "descriptor {index} names a resource's burst tiers, not a budget of \
-                         `cost: after_response`"
-                    ));
+                if let Resolved::Resource { rate, .. } = resolved {
+                    // A resource's budget: one per domain (the entry's value).
+                    let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
+                    let budget = match rate.alternative {
+                        Some(ResourceLimit::Budget {
+                            limit,
+                            window,
+                            initial_cost,
+                            max_charge,
+                        }) if !rate.domains.contains_key(domain) => {
+                            (limit, window, initial_cost, max_charge)
+                        }
+                        _ => {
+                            return invalid(format!(
+                                "descriptor {index} names resource `{}`, which has no `budget`",
+                                rate.name
+                            ));
+                        }
+                    };
+                    let (limit, period, initial_cost, max_charge) = budget;
+                    if amount > max_charge {
+                        return invalid(format!(
+                            "descriptor {index}: a cost of {amount} is more than its budget's \
+                             max_charge, {max_charge}"
+                        ));
+                    }
+                    let key = keys::resource_key('c', &namespace.name, &rate.name, domain);
+                    let slot = batch.slot(key, SlotKind::Cost);
+                    batch.items.push(Item::Cost {
+                        slot,
+                        limit,
+                        period,
+                        op: request.op,
+                        shadow: false,
+                        initial_cost,
+                    });
+                    item_of.push(Some(batch.items.len() - 1));
+                    continue;
                 }
                 item_of.push(None);
                 continue;

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::config::{
-    Algorithm, FixedLimit, Leaf, Namespace, Node, RateResource, Resource, SoftLimit, Unit,
+    Algorithm, FixedLimit, Leaf, Namespace, Node, RateResource, Resource, ResourceLimit, SoftLimit,
+    Unit,
 };
 
 use super::request::{Descriptor, LimitOverride, RateLimitRequest};
@@ -60,6 +61,10 @@ impl<'c> Resolved<'c> {
         match self {
             Resolved::Fixed { limit, .. } => match limit.algorithm() {
                 Algorithm::AfterResponse { max_charge, .. } => Some(max_charge),
+                _ => None,
+            },
+            Resolved::Resource { rate, .. } => match rate.alternative {
+                Some(ResourceLimit::Budget { max_charge, .. }) => Some(max_charge),
                 _ => None,
             },
             _ => None,

@@ -55,6 +55,20 @@ impl Service {
     pub async fn request(&self, op: &RateRequest) -> Result<RateAnswer, Error> {
         let at = &op.at;
         match self.target(&at.namespace, &at.resource)? {
+            Target::Rate(_, rate)
+                if matches!(
+                    rate.alternative,
+                    Some(crate::config::ResourceLimit::Budget { .. })
+                ) =>
+            {
+                Err(Error::new(
+                    Kind::WrongKind,
+                    format!(
+                        "resource `{}` is a budget of a cost known after the response: use Cost (reserve and commit), or Envoy's check and charge",
+                        at.resource
+                    ),
+                ))
+            }
             Target::Rate(namespace, rate) => {
                 let (outcome, degraded) = self
                     .limiter

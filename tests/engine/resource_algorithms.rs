@@ -149,3 +149,75 @@ fn other_algorithms_stand_alone_and_are_checked() {
         "`count_rejected` applies to sliding_log",
     );
 }
+
+/// A resource's `budget`: Envoy's check (0 hits) and charge through a
+/// descriptor naming it, per domain; reservations through the same
+/// descriptor; the Charon API's `request` told to use those instead.
+#[tokio::test]
+async fn a_budget_on_a_resource_checks_charges_and_reserves_per_domain() {
+    use charon::engine::CostOp;
+    use charon::limiter::CostRequest;
+    let clock = ManualClock::new(START);
+    let limiter = limiter(
+        "{budget: {limit: 1000, window: 1h, initial_cost: 100, max_charge: 900}}",
+        &clock,
+    );
+    let call = |tenant: &str, hits: u64| {
+        let mut request =
+            RateLimitRequest::new("api", vec![Descriptor::new([("tenant", tenant)])]);
+        request.hits_addend = hits;
+        request
+    };
+    let check = limiter.should_rate_limit(call("acme", 0)).await.expect("decided");
+    assert!(!check.over_limit);
+    let charge = limiter.should_rate_limit(call("acme", 800)).await.expect("decided");
+    assert!(!charge.over_limit, "a charge is a fact");
+    // 800 charged: one more request predicted at 800 plus its deviation.
+    let check = limiter.should_rate_limit(call("acme", 0)).await.expect("decided");
+    assert!(check.over_limit);
+    assert!(!limiter.should_rate_limit(call("other", 0)).await.expect("decided").over_limit);
+    let too_big = limiter.should_rate_limit(call("other", 901)).await;
+    assert!(too_big.is_err(), "past max_charge");
+    // A reservation on globex's budget, committed below its estimate.
+    let reserve = |op| CostRequest {
+        domain: "api".into(),
+        descriptors: vec![Descriptor::new([("tenant", "globex")])],
+        op,
+    };
+    let held = limiter
+        .cost(reserve(CostOp::Reserve {
+            id: 7,
+            amount: 900,
+            ttl: 60_000,
+            charge_on_expiry: true,
+        }))
+        .await
+        .expect("decided");
+    assert!(held.applied);
+    assert_eq!(held.statuses[0].remaining, 100);
+    let more = limiter
+        .cost(reserve(CostOp::Reserve {
+            id: 8,
+            amount: 200,
+            ttl: 60_000,
+            charge_on_expiry: true,
+        }))
+        .await
+        .expect("decided");
+    assert!(!more.applied);
+    let committed = limiter
+        .cost(reserve(CostOp::Commit { id: 7, actual: 300 }))
+        .await
+        .expect("decided");
+    assert!(committed.applied);
+    assert_eq!(committed.statuses[0].remaining, 700);
+
+    let client = charon::client::Client::embedded(limiter.config().as_ref().clone());
+    match client.request("api", "calls", "acme").await {
+        Err(charon::client::ClientError::Refused { kind, message }) => {
+            assert_eq!(kind, charon::client::ErrorKind::WrongKind);
+            assert!(message.contains("use Cost"), "{message}");
+        }
+        other => panic!("refused as the wrong kind, not {other:?}"),
+    }
+}

@@ -150,7 +150,8 @@ impl Ctx {
     }
 
     /// The algorithm other than tiers a rate names, if any: a ban in
-    /// cloud_armor mode, `hybrid`, `sliding_window` or `sliding_log`,
+    /// cloud_armor mode, `hybrid`, `sliding_window`, `sliding_log` or a
+    /// `budget`,
     /// checked. `Err` when it is wrong (reported); it stands alone.
     fn alternative(&mut self, name: &str, rate: &mut RawRate) -> Option<Option<ResourceLimit>> {
         let cloud_armor = rate.ban.take_if(|ban| {
@@ -170,6 +171,7 @@ impl Ctx {
             rate.sliding_log
                 .as_ref()
                 .map(|s| ("sliding_log", s.referenced)),
+            rate.budget.as_ref().map(|b| ("budget", b.referenced)),
         ]
         .into_iter()
         .flatten()
@@ -245,6 +247,36 @@ impl Ctx {
             return Some(Some(ResourceLimit::SlidingWindow {
                 limit: limit?,
                 window: window?,
+            }));
+        }
+        if let Some(budget) = &rate.budget {
+            let limit = self.count(&budget.value.limit, "limit");
+            let window = window_of(self, &budget.value.window);
+            let (limit, window) = (limit?, window?);
+            let mut optional = |field: &Option<Spanned<i64>>, name: &str, default: u64| match field
+            {
+                None => Some(default),
+                Some(value) => match self.count(value, name) {
+                    Some(0) => {
+                        self.error(value.referenced, format!("{name} must be at least 1"));
+                        None
+                    }
+                    counted => counted,
+                },
+            };
+            // As on a descriptor: one request is 1% of the budget before any
+            // was charged, and a charge may be the whole budget.
+            let initial_cost = optional(
+                &budget.value.initial_cost,
+                "initial_cost",
+                (limit / 100).max(1),
+            );
+            let max_charge = optional(&budget.value.max_charge, "max_charge", limit.max(1));
+            return Some(Some(ResourceLimit::Budget {
+                limit,
+                window,
+                initial_cost: initial_cost?,
+                max_charge: max_charge?,
             }));
         }
         let log = rate.sliding_log.as_ref()?;
