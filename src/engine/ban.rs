@@ -9,9 +9,7 @@
 //! interval shown as tier 1, the ban as tier 2), so that every face reads it
 //! as it reads burst tiers.
 
-use super::WAIT_STEP;
-use super::outcome::TierOutcome;
-use super::tiers::Snapshot;
+use super::outcome::{TierOutcome, WindowOutcome};
 
 /// One client's interval and ban.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,14 +79,13 @@ pub fn decide(state: &BanState, limit: &BanLimit, hits: u64, now: u64) -> BanDec
     }
 }
 
-/// The answer, as a resource's: the interval as tier 1, the ban as tier 2.
+/// The answer, as a resource's: the interval as tier 1, the ban as tier 2
+/// (limit 0, for its duration).
 pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) -> TierOutcome {
     let state = decision.after;
     let banned = state.banned_until > now;
     let interval_end = state.start.saturating_add(limit.window);
     let until = |at: u64| at.saturating_sub(now);
-    // Whole steps, as Envoy reads a wait.
-    let step = |ms: u64| ms.div_ceil(WAIT_STEP) * WAIT_STEP;
     let remaining = if banned {
         0
     } else {
@@ -109,30 +106,24 @@ pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) ->
     } else if hits.max(1) > limit.limit {
         None
     } else {
-        retry_after.map(step)
+        retry_after
     };
-    TierOutcome {
+    let window = WindowOutcome {
         over: decision.over,
-        granted: if decision.over { 0 } else { hits },
-        hard_limit: None,
-        global_limit: None,
-        burst: false,
-        limited_by_hard: false,
-        limited_by_global: false,
-        snapshot: Snapshot {
-            tier: if banned { 2 } else { 1 },
-            shown_tier: if banned { 2 } else { 1 },
-            tier_limit: if banned { 0 } else { limit.limit },
-            tier_window: if banned { limit.duration } else { limit.window },
-            tier_hits: state.count,
-            domain_hits: 0,
-            resource_hits: None,
-            remaining,
-            reset_after: until(state.banned_until.max(interval_end)),
-        },
+        limit: if banned { 0 } else { limit.limit },
+        period: if banned { limit.duration } else { limit.window },
+        remaining,
+        reset_after: until(state.banned_until.max(interval_end)),
         retry_after,
         wait,
+    };
+    let mut outcome = TierOutcome::from_window(&window, hits);
+    outcome.snapshot.tier_hits = state.count;
+    if banned {
+        outcome.snapshot.tier = 2;
+        outcome.snapshot.shown_tier = 2;
     }
+    outcome
 }
 
 #[cfg(test)]

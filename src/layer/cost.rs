@@ -155,16 +155,17 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             return Asked::Pass;
         }
         let names = descriptors.iter().map(keys).collect();
+        let settle = |descriptors| Settle {
+            client: client.clone(),
+            namespace: namespace.into(),
+            descriptors,
+            charge_errors: self.charge_errors,
+            reservation: None,
+            trailer: self.trailer.clone(),
+        };
         if let Some(amount) = self.estimate.as_ref().and_then(|f| f(request.headers())) {
             let reserve = ReserveCost::new(namespace, descriptors.clone(), amount);
-            let settle = Settle {
-                client: client.clone(),
-                namespace: namespace.into(),
-                descriptors,
-                charge_errors: self.charge_errors,
-                reservation: None,
-                trailer: self.trailer.clone(),
-            };
+            let settle = settle(descriptors);
             let client = client.clone();
             return Asked::Decide(
                 (names, settle),
@@ -178,14 +179,7 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
                 ..descriptor.clone()
             })
             .collect();
-        let settle = Settle {
-            client: client.clone(),
-            namespace: namespace.into(),
-            descriptors,
-            charge_errors: self.charge_errors,
-            reservation: None,
-            trailer: self.trailer.clone(),
-        };
+        let settle = settle(descriptors);
         let client = client.clone();
         let request = RateLimitRequest {
             hits_addend: 0,

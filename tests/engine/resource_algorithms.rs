@@ -163,19 +163,33 @@ async fn a_budget_on_a_resource_checks_charges_and_reserves_per_domain() {
         &clock,
     );
     let call = |tenant: &str, hits: u64| {
-        let mut request =
-            RateLimitRequest::new("api", vec![Descriptor::new([("tenant", tenant)])]);
+        let mut request = RateLimitRequest::new("api", vec![Descriptor::new([("tenant", tenant)])]);
         request.hits_addend = hits;
         request
     };
-    let check = limiter.should_rate_limit(call("acme", 0)).await.expect("decided");
+    let check = limiter
+        .should_rate_limit(call("acme", 0))
+        .await
+        .expect("decided");
     assert!(!check.over_limit);
-    let charge = limiter.should_rate_limit(call("acme", 800)).await.expect("decided");
+    let charge = limiter
+        .should_rate_limit(call("acme", 800))
+        .await
+        .expect("decided");
     assert!(!charge.over_limit, "a charge is a fact");
     // 800 charged: one more request predicted at 800 plus its deviation.
-    let check = limiter.should_rate_limit(call("acme", 0)).await.expect("decided");
+    let check = limiter
+        .should_rate_limit(call("acme", 0))
+        .await
+        .expect("decided");
     assert!(check.over_limit);
-    assert!(!limiter.should_rate_limit(call("other", 0)).await.expect("decided").over_limit);
+    assert!(
+        !limiter
+            .should_rate_limit(call("other", 0))
+            .await
+            .expect("decided")
+            .over_limit
+    );
     let too_big = limiter.should_rate_limit(call("other", 901)).await;
     assert!(too_big.is_err(), "past max_charge");
     // A reservation on globex's budget, committed below its estimate.
