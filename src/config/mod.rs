@@ -133,13 +133,24 @@ pub struct RateResource {
     pub alternative: Option<ResourceLimit>,
 }
 
+/// A ban as Cloud Armor defines it (`ban: {…, mode: cloud_armor}`; the
+/// engine's `ban.rs` decides it): up to `limit` hits in an interval of
+/// `window` ms from a client's first, then banned to the interval's end
+/// plus `duration` ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanLimit {
+    pub limit: u64,
+    pub window: u64,
+    pub duration: u64,
+}
+
 /// A resource's algorithm other than burst tiers or a token bucket
 /// (docs/configuration.md#other-algorithms-on-a-resource): one key per
 /// domain, answered as tier 1 (a Cloud Armor ban's ban as tier 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ResourceLimit {
     /// `ban: {…, mode: cloud_armor}`.
-    Ban(crate::engine::BanLimit),
+    Ban(BanLimit),
     /// `hybrid: {quota, window}`.
     Hybrid { quota: u64, window: u64 },
     /// `sliding_window: {limit, window}`.

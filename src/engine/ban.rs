@@ -10,6 +10,7 @@
 //! as it reads burst tiers.
 
 use super::outcome::{TierOutcome, WindowOutcome};
+pub use crate::config::BanLimit;
 
 /// One client's interval and ban.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -21,14 +22,6 @@ pub struct BanState {
     /// Refused until then (0: not banned).
     pub banned_until: u64,
     pub expires_at: u64,
-}
-
-/// The limits of a ban.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BanLimit {
-    pub limit: u64,
-    pub window: u64,
-    pub duration: u64,
 }
 
 /// What `hits` at `now` find: over or not, and the state to record (a

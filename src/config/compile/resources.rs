@@ -215,7 +215,7 @@ impl Ctx {
                 );
                 return None;
             }
-            return Some(Some(ResourceLimit::Ban(crate::engine::BanLimit {
+            return Some(Some(ResourceLimit::Ban(crate::config::BanLimit {
                 limit,
                 window,
                 duration,
