@@ -1062,3 +1062,22 @@ fn cloud_armor_bans_trip_and_end_alike() {
     ];
     same_decisions(&redis.url(), &resources, &requests);
 }
+
+/// Found by the differential test: two ban items on one key in a refused
+/// batch, the first granting, the second tripping. The trip is recorded on
+/// the stored state, without the first's refused grant.
+#[test]
+fn a_refused_batch_trips_a_ban_without_its_other_grants() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let ban = |limit, hits| Ask::Ban {
+        key: 0,
+        limit,
+        window: 300,
+        duration: 200,
+        hits,
+        shadow: false,
+    };
+    let requests = vec![(0, vec![ban(2, 1), ban(0, 1)]), (0, vec![ban(0, 0)])];
+    same_decisions(&redis.url(), &resources, &requests);
+}

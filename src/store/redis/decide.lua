@@ -948,8 +948,10 @@ for _ = 1, tonumber(ARGV[3]) do
       slots[slot] = record
       dirty[slot] = true
       if over then
-        -- A trip is recorded whatever the verdict.
-        tripped[slot] = record
+        -- A trip is recorded whatever the verdict: replayed on the stored
+        -- state if the batch is refused.
+        tripped[slot] = tripped[slot] or {}
+        table.insert(tripped[slot], { limit, window, duration, hits })
       end
     end
   elseif ARGV[at] == 'l' then
@@ -1139,7 +1141,14 @@ if not granted then
       end
       slots[i], dirty[i] = state, true
     elseif tripped[i] then
-      slots[i], dirty[i] = tripped[i], true
+      local state = ban_decode(raw[i], now)
+      for _, trip in ipairs(tripped[i]) do
+        local over, record = ban_decide(state, trip[1], trip[2], trip[3], trip[4], now)
+        if over and record ~= nil then
+          state = record
+        end
+      end
+      slots[i], dirty[i] = state, true
     elseif logged[i] then
       local state = slog_decode(raw[i], now)
       for _, hit in ipairs(logged[i]) do
