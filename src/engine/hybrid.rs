@@ -95,7 +95,7 @@ fn full(quota: u64, window: u64) -> i64 {
 }
 
 /// Decides `hits` (0: would one pass? nothing recorded) at `now`: all of
-/// them or none, each taken as the seed's clauses take one request.
+/// them or none, each taken as the clauses take one request.
 pub fn decide(state: &HybridState, quota: u64, window: u64, hits: u64, now: u64) -> HybridOutcome {
     let asked = hits.max(1);
     let w = i64::try_from(window).unwrap_or(i64::MAX).max(1);

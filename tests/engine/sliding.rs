@@ -1,4 +1,5 @@
-//! `algorithm: sliding_window` through the limiter on the memory store: the
+//! `algorithm: sliding_window` against its formula (docs/design.md#sliding-windows) written in
+//! exact arithmetic, hit by hit, and through the limiter on the memory store: the
 //! previous window weighs as much as the sliding window still covers it, so
 //! a burst at the end of one window does not buy a second burst at the start
 //! of the next (docs/design.md#sliding-windows).
@@ -63,4 +64,70 @@ fn sliding_window_takes_no_burst() {
             .contains("`burst` applies only to `algorithm: gcra`"),
         "{errors}"
     );
+}
+
+/// The sliding window counter, written from its description in
+/// exact rational arithmetic: the current window's count plus the previous
+/// window's times the share of it the sliding window still covers.
+#[derive(Debug, Default)]
+struct Model {
+    /// (window start, granted hits) of every window so far.
+    counts: std::collections::BTreeMap<u64, u64>,
+}
+
+impl Model {
+    /// The estimate at `now`, times `period` (exact, no rounding).
+    fn scaled_estimate(&self, period: u64, now: u64) -> u128 {
+        let start = now - now % period;
+        let current = self.counts.get(&start).copied().unwrap_or(0);
+        let previous = start
+            .checked_sub(period)
+            .and_then(|before| self.counts.get(&before))
+            .copied()
+            .unwrap_or(0);
+        let covered = u128::from(period - (now - start));
+        u128::from(current) * u128::from(period) + u128::from(previous) * covered
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+    /// The engine decides as the exact formula, but where the formula's
+    /// estimate lies within the engine's fixed-point step (a weight kept
+    /// in 1/65 536) of the limit: there the engine may round one way.
+    #[test]
+    fn the_engine_agrees_with_the_formula_hit_by_hit(
+        limit in 1u64..12,
+        period in proptest::sample::select(vec![100u64, 1_000, 60_000]),
+        requests in proptest::collection::vec((0u64..700, 1u64..3), 1..200),
+    ) {
+        use charon::engine::{self, Item, Slot, SlotKind};
+        let mut model = Model::default();
+        let mut slots = vec![Slot::new(SlotKind::Sliding)];
+        let mut now = START;
+        for (index, (step, hits)) in requests.into_iter().enumerate() {
+            now += step;
+            let item = Item::Sliding { slot: 0, limit, period, hits, shadow: false };
+            let granted = engine::decide(&[item], &mut slots, now).granted;
+            let scaled = model.scaled_estimate(period, now);
+            let threshold = u128::from(limit - hits.min(limit)) * u128::from(period);
+            let exact = hits <= limit && scaled < threshold + u128::from(period);
+            // ⌊estimate⌋ + hits ≤ limit  ⟺  estimate < limit − hits + 1.
+            if granted != exact {
+                let start = now - now % period;
+                let previous = model.counts.get(&start.saturating_sub(period)).copied().unwrap_or(0);
+                let slack = u128::from(previous) * u128::from(period) / 65_536 + u128::from(period);
+                let edge = threshold + u128::from(period);
+                proptest::prop_assert!(
+                    scaled.abs_diff(edge) <= slack,
+                    "request {index} at +{}: engine {granted}, formula {exact} far from the edge",
+                    now - START
+                );
+            }
+            if granted {
+                *model.counts.entry(now - now % period).or_default() += hits;
+            }
+        }
+    }
 }

@@ -99,7 +99,7 @@ fn granted(count_rejected: bool, gap: u64, span: u64) -> Vec<bool> {
         .collect()
 }
 
-/// Seed 004's variant: with refused requests logged, a client that keeps
+/// The variant that logs refusals: with refused requests logged, a client that keeps
 /// sending faster than the limit stays limited; without, it gets the limit
 /// every window.
 #[test]
