@@ -72,6 +72,14 @@ pub trait Backend: Send + Sync + 'static {
         ))))
     }
 
+    /// Descriptors whose answer nobody reads (a cost charged after the
+    /// response): [`should_rate_limit`](Backend::should_rate_limit), its
+    /// answer dropped, unless the backend has a shorter way.
+    fn charge(&self, request: RateLimitRequest) -> CapacityFuture<'_, ()> {
+        let answered = self.should_rate_limit(request);
+        Box::pin(async move { answered.await.map(drop) })
+    }
+
     /// Capacity leases (docs/design.md#capacity-leases): the share of each
     /// resource this client is granted now. A backend that cannot says so.
     fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {

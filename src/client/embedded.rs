@@ -269,6 +269,17 @@ impl Backend for Embedded {
         })
     }
 
+    fn charge(&self, request: RateLimitRequest) -> CapacityFuture<'_, ()> {
+        // No statuses to build: nobody reads them.
+        Box::pin(async move {
+            match self.service.limiter.record(request).await {
+                Ok(_) => Ok(()),
+                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
+                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
+            }
+        })
+    }
+
     fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
         Box::pin(async move {
             let request = GetCapacity::try_from(request).map_err(client_error)?;

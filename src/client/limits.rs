@@ -195,6 +195,25 @@ pub(super) mod wire {
 }
 
 impl super::Client {
+    /// Records descriptors whose answer nobody reads (a cost charged after
+    /// the response). No answer in time fails open as any call does.
+    pub async fn charge(
+        &self,
+        request: crate::limiter::RateLimitRequest,
+    ) -> Result<(), super::ClientError> {
+        let answered = match self
+            .within_deadline(self.shared.backend.charge(request))
+            .await
+        {
+            Ok(answered) => answered,
+            Err(reason) => Err(super::ClientError::Unavailable(reason)),
+        };
+        match answered {
+            Err(super::ClientError::Unavailable(reason)) => self.degraded(&reason),
+            other => other,
+        }
+    }
+
     /// Envoy-style descriptors in a namespace, decided as one request: when
     /// any descriptor is over its limit, nothing is counted
     /// (docs/design.md#all-or-nothing). Fails open like

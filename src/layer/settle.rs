@@ -154,7 +154,7 @@ impl Drop for Settlement {
         finish(amount, async move {
             // A charge over the limit's max_charge is refused: say so, the
             // response is long gone.
-            if let Err(error) = client.should_rate_limit(request).await {
+            if let Err(error) = client.charge(request).await {
                 tracing::warn!(amount, %error, "a response's cost was not charged");
             }
         });

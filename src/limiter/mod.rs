@@ -125,35 +125,12 @@ impl<S: Store> Limiter<S> {
                 shadowed: false,
             });
         };
-        let resolved = resolve_all(namespace, &request);
-        let mut batch = Batch::default();
-        let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-        let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
-        for (index, ((descriptor, resolved), &quota)) in request
-            .descriptors
-            .iter()
-            .zip(&resolved)
-            .zip(&quotas)
-            .enumerate()
-        {
-            let hits = resolved.hits(descriptor, request.hits_addend);
-            if let Some(max_charge) = resolved.max_charge()
-                && hits > max_charge
-            {
-                return Err(LimitError::InvalidArgument(format!(
-                    "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
-                )));
-            }
-            item_of.push(add_item(
-                &mut batch,
-                namespace,
-                descriptor,
-                resolved,
-                hits,
-                quota,
-                self.modes.count_rejected,
-            ));
-        }
+        let Prepared {
+            resolved,
+            batch,
+            item_of,
+            quotas,
+        } = self.prepare(namespace, &request)?;
         let decision = if batch.items.is_empty() {
             None
         } else {
@@ -192,6 +169,67 @@ impl<S: Store> Limiter<S> {
         })
     }
 
+    /// Records a request whose answer nobody reads (a cost charged after
+    /// the response): the same decision as
+    /// [`should_rate_limit`](Self::should_rate_limit), without building
+    /// the statuses. Whether it was over its limits.
+    pub async fn record(&self, request: RateLimitRequest) -> Result<bool, LimitError> {
+        validate(&request)?;
+        let config = self.config.load();
+        let Some(namespace) = config.namespace(&request.domain) else {
+            return Ok(false);
+        };
+        let prepared = self.prepare(namespace, &request)?;
+        if prepared.batch.items.is_empty() {
+            return Ok(false);
+        }
+        Ok(!self.store.decide(prepared.batch).await?.granted)
+    }
+
+    /// The engine batch of `request`'s descriptors in `namespace`, and
+    /// what the answer needs to read it back.
+    fn prepare<'c>(
+        &self,
+        namespace: &'c Namespace,
+        request: &RateLimitRequest,
+    ) -> Result<Prepared<'c>, LimitError> {
+        let resolved = resolve_all(namespace, request);
+        let mut batch = Batch::default();
+        let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+        let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
+        for (index, ((descriptor, resolved), &quota)) in request
+            .descriptors
+            .iter()
+            .zip(&resolved)
+            .zip(&quotas)
+            .enumerate()
+        {
+            let hits = resolved.hits(descriptor, request.hits_addend);
+            if let Some(max_charge) = resolved.max_charge()
+                && hits > max_charge
+            {
+                return Err(LimitError::InvalidArgument(format!(
+                    "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
+                )));
+            }
+            item_of.push(add_item(
+                &mut batch,
+                namespace,
+                descriptor,
+                resolved,
+                hits,
+                quota,
+                self.modes.count_rejected,
+            ));
+        }
+        Ok(Prepared {
+            resolved,
+            batch,
+            item_of,
+            quotas,
+        })
+    }
+
     /// Whether a descriptor is a quota descriptor: its node says so, or the
     /// process does for every descriptor that is not unlimited.
     fn is_quota(&self, resolved: &Resolved<'_>) -> bool {
@@ -200,6 +238,15 @@ impl<S: Store> Limiter<S> {
             _ => self.modes.quota || resolved.node().is_some_and(|node| node.quota_mode),
         }
     }
+}
+
+/// A request's engine batch, and how to read its answer back.
+struct Prepared<'c> {
+    resolved: SmallVec<[Resolved<'c>; 2]>,
+    batch: Batch<'c>,
+    /// Per descriptor, its item in the batch (none when not limited).
+    item_of: SmallVec<[Option<usize>; 4]>,
+    quotas: SmallVec<[bool; 4]>,
 }
 
 /// envoyproxy/ratelimit's overall code: over when a descriptor that is not a
