@@ -1,5 +1,6 @@
 //! How the memory store grows and what a decision costs as it grows: bytes
-//! per active key (a fixed window, a GCRA bucket, a 3-tier resource), and
+//! per active key (a fixed window, a GCRA bucket, a sliding window counter,
+//! a sliding log, a hybrid limiter, a cost budget, a 3-tier resource), and
 //! the limiter's time per decision at 1, 10⁴ and 10⁶ keys, at 1, 4 and 16
 //! descriptors per request, and at 1, 3 and 8 tiers.
 //!
@@ -84,6 +85,14 @@ descriptors:
     rate_limit: {{unit: hour, requests_per_unit: 1000000000}}
   - key: bucket
     rate_limit: {{algorithm: gcra, unit: second, requests_per_unit: 1000000, burst: 1000000}}
+  - key: sliding
+    rate_limit: {{algorithm: sliding_window, unit: hour, requests_per_unit: 1000000000}}
+  - key: log
+    rate_limit: {{algorithm: sliding_log, unit: hour, requests_per_unit: 10000}}
+  - key: hybrid
+    rate_limit: {{algorithm: hybrid, unit: hour, requests_per_unit: 1000000}}
+  - key: cost
+    rate_limit: {{unit: hour, requests_per_unit: 1000000000, cost: after_response, initial_cost: 1}}
   - key: tiers1
     resource: t1
   - key: tiers3
@@ -204,6 +213,10 @@ fn main() {
     for (kind, key) in [
         ("fixed window", "tenant"),
         ("GCRA bucket", "bucket"),
+        ("sliding window counter", "sliding"),
+        ("sliding log, one hit", "log"),
+        ("hybrid quota-linear", "hybrid"),
+        ("cost after response, one check", "cost"),
         ("3-tier resource, hard + global", "tiers3"),
     ] {
         println!("  {kind:32} {:8.0} B", bytes_per_key(key, million));
