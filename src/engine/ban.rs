@@ -24,13 +24,12 @@ pub struct BanState {
     pub expires_at: u64,
 }
 
-/// What `hits` at `now` find: over or not, and the state to record (a
-/// grant's, or a trip's; `None`: nothing to record).
+/// What `hits` at `now` find: over or not, and the state after them (a
+/// grant's, or a trip's; for a check, or a client already banned, the
+/// state as seen: recording it changes nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BanDecision {
     pub over: bool,
-    pub record: Option<BanState>,
-    /// The state after the decision, if it is recorded.
     pub after: BanState,
 }
 
@@ -39,7 +38,6 @@ pub fn decide(state: &BanState, limit: &BanLimit, hits: u64, now: u64) -> BanDec
     if state.banned_until > now {
         return BanDecision {
             over: true,
-            record: None,
             after: *state,
         };
     }
@@ -67,7 +65,6 @@ pub fn decide(state: &BanState, limit: &BanLimit, hits: u64, now: u64) -> BanDec
         .max(after.banned_until);
     BanDecision {
         over,
-        record: (hits > 0).then_some(after),
         after: if hits > 0 { after } else { seen },
     }
 }
@@ -136,11 +133,11 @@ mod tests {
         for at in 0..2_000 {
             let decision = decide(&state, &LIMIT, 1, 10_000 + at);
             assert!(!decision.over);
-            state = decision.record.expect("recorded");
+            state = decision.after;
         }
         let trip = decide(&state, &LIMIT, 1, 600_000);
         assert!(trip.over, "the 2 001st is refused");
-        state = trip.record.expect("the trip is recorded");
+        state = trip.after;
         assert_eq!(state.banned_until, 10_000 + 1_200_000 + 3_600_000);
         let answer = outcome(&trip, &LIMIT, 1, 600_000);
         assert_eq!(answer.retry_after, Some(4_810_000 - 600_000));

@@ -142,16 +142,6 @@ pub enum CostOp {
 }
 
 impl CostOp {
-    /// Envoy's `hits_addend`: 0 checks, more charges.
-    pub fn hits(hits: u64) -> Self {
-        CostOp::Hits(hits)
-    }
-
-    /// Whether it is recorded whatever the verdict (a charge).
-    pub fn is_charge(&self) -> bool {
-        matches!(self, CostOp::Hits(hits) if *hits > 0)
-    }
-
     /// The cost it asks for: what a local rejection would need.
     pub fn amount(&self) -> u64 {
         match *self {

@@ -82,6 +82,24 @@ pub enum SlotKind {
     Ban,
 }
 
+impl SlotKind {
+    /// The letter that names the kind in stored keys and in the Redis
+    /// script's arguments.
+    pub fn letter(self) -> u8 {
+        match self {
+            SlotKind::Window => b'w',
+            SlotKind::Tiers => b't',
+            SlotKind::Log => b'g',
+            SlotKind::Gcra => b'a',
+            SlotKind::Cost => b'c',
+            SlotKind::Sliding => b's',
+            SlotKind::Hybrid => b'h',
+            SlotKind::SlidingLog => b'l',
+            SlotKind::Ban => b'b',
+        }
+    }
+}
+
 impl Slot {
     pub fn new(kind: SlotKind) -> Self {
         match kind {
@@ -337,8 +355,8 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
                 } if hits > 0 => {
                     if let Some(Slot::Ban(state)) = slots.get_mut(slot) {
                         let decision = ban::decide(state, &limit, hits, now);
-                        if let (true, Some(tripped)) = (decision.over, decision.record) {
-                            *state = tripped;
+                        if decision.over {
+                            *state = decision.after;
                         }
                     }
                 }
@@ -395,6 +413,13 @@ fn gcra_state(slots: &[Slot], index: usize) -> GcraState {
     match slots.get(index) {
         Some(Slot::Gcra(state)) => *state,
         _ => GcraState::default(),
+    }
+}
+
+fn ban_state(slots: &[Slot], index: usize) -> BanState {
+    match slots.get(index) {
+        Some(Slot::Ban(state)) => *state,
+        _ => BanState::default(),
     }
 }
 
@@ -464,13 +489,7 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
         } => hybrid::decide(&hybrid_state(slots, slot), quota, window, hits, now).over,
         Item::Ban {
             slot, limit, hits, ..
-        } => {
-            let state = match slots.get(slot) {
-                Some(Slot::Ban(state)) => *state,
-                _ => BanState::default(),
-            };
-            ban::decide(&state, &limit, hits, now).over
-        }
+        } => ban::decide(&ban_state(slots, slot), &limit, hits, now).over,
         Item::SlidingLog {
             slot,
             limit,
@@ -691,17 +710,13 @@ fn run(item: &Item<'_>, slots: &mut [Slot], now: u64, commit: bool) -> Outcome {
         Item::Ban {
             slot, limit, hits, ..
         } => {
-            let before = match slots.get(slot) {
-                Some(Slot::Ban(state)) => *state,
-                _ => BanState::default(),
-            };
-            let decision = ban::decide(&before, &limit, hits, now);
+            let decision = ban::decide(&ban_state(slots, slot), &limit, hits, now);
             // A trip is recorded whatever the verdict; a grant only with it.
-            if let Some(record) = decision.record
+            if hits > 0
                 && (decision.over || commit)
                 && let Some(entry) = slots.get_mut(slot)
             {
-                *entry = Slot::Ban(record);
+                *entry = Slot::Ban(decision.after);
             }
             Outcome::Tiers(ban::outcome(&decision, &limit, hits, now))
         }

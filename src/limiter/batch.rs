@@ -151,28 +151,28 @@ pub(super) fn tiers_item<'c>(
         && !rate.domains.contains_key(domain)
     {
         // All or nothing (`min_hits` aside): these have no partial grant.
-        let mut slot = |kind: SlotKind, letter: char| {
+        let mut slot = |kind: SlotKind| {
             batch.slot(
-                keys::resource_key(letter, namespace, &rate.name, domain),
+                keys::resource_key(kind, namespace, &rate.name, domain),
                 kind,
             )
         };
         return match alternative {
             ResourceLimit::Ban(limit) => Item::Ban {
-                slot: slot(SlotKind::Ban, 'b'),
+                slot: slot(SlotKind::Ban),
                 limit,
                 hits,
                 shadow,
             },
             ResourceLimit::Hybrid { quota, window } => Item::Hybrid {
-                slot: slot(SlotKind::Hybrid, 'h'),
+                slot: slot(SlotKind::Hybrid),
                 quota,
                 window,
                 hits,
                 shadow,
             },
             ResourceLimit::SlidingWindow { limit, window } => Item::Sliding {
-                slot: slot(SlotKind::Sliding, 's'),
+                slot: slot(SlotKind::Sliding),
                 limit,
                 period: window,
                 hits,
@@ -184,7 +184,7 @@ pub(super) fn tiers_item<'c>(
                 initial_cost,
                 ..
             } => Item::Cost {
-                slot: slot(SlotKind::Cost, 'c'),
+                slot: slot(SlotKind::Cost),
                 limit,
                 period: window,
                 op: CostOp::Hits(hits),
@@ -196,7 +196,7 @@ pub(super) fn tiers_item<'c>(
                 window,
                 count_rejected,
             } => Item::SlidingLog {
-                slot: slot(SlotKind::SlidingLog, 'l'),
+                slot: slot(SlotKind::SlidingLog),
                 limit,
                 period: window,
                 hits,

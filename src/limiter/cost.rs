@@ -13,7 +13,7 @@ use crate::engine::{CostOp, Item, SlotKind};
 use crate::store::{Batch, Store, keys};
 
 use super::Limiter;
-use super::batch::keyed_entries;
+use super::batch::{keyed_entries, tiers_item};
 use super::request::{Descriptor, DescriptorStatus, LimitError, RateLimitRequest, validate};
 use super::resolve::{Resolved, resolve_all};
 use super::status::status;
@@ -88,14 +88,11 @@ impl<S: Store> Limiter<S> {
                 if let Resolved::Resource { rate, .. } = resolved {
                     // A resource's budget: one per domain (the entry's value).
                     let domain = descriptor.entries.last().map_or("", |(_, v)| v.as_str());
-                    let budget = match rate.alternative {
-                        Some(ResourceLimit::Budget {
-                            limit,
-                            window,
-                            initial_cost,
-                            max_charge,
-                        }) if !rate.domains.contains_key(domain) => {
-                            (limit, window, initial_cost, max_charge)
+                    let max_charge = match rate.alternative {
+                        Some(ResourceLimit::Budget { max_charge, .. })
+                            if !rate.domains.contains_key(domain) =>
+                        {
+                            max_charge
                         }
                         _ => {
                             return invalid(format!(
@@ -104,23 +101,20 @@ impl<S: Store> Limiter<S> {
                             ));
                         }
                     };
-                    let (limit, period, initial_cost, max_charge) = budget;
                     if amount > max_charge {
                         return invalid(format!(
                             "descriptor {index}: a cost of {amount} is more than its budget's \
                              max_charge, {max_charge}"
                         ));
                     }
-                    let key = keys::resource_key('c', &namespace.name, &rate.name, domain);
-                    let slot = batch.slot(key, SlotKind::Cost);
-                    batch.items.push(Item::Cost {
-                        slot,
-                        limit,
-                        period,
-                        op: request.op,
-                        shadow: false,
-                        initial_cost,
-                    });
+                    // The budget's item as Envoy's calls build it, doing `op`
+                    // (unshadowed, as below).
+                    let mut item =
+                        tiers_item(&mut batch, &namespace.name, rate, domain, 0, 0, false);
+                    if let Item::Cost { op, .. } = &mut item {
+                        *op = request.op;
+                    }
+                    batch.items.push(item);
                     item_of.push(Some(batch.items.len() - 1));
                     continue;
                 }

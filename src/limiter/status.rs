@@ -1,7 +1,7 @@
 //! Engine outcomes as the per-descriptor statuses of an answer.
 
 use crate::config::{Algorithm, Unit};
-use crate::engine::Outcome;
+use crate::engine::{Outcome, TierOutcome};
 
 use super::batch::tier_name;
 use super::request::{CurrentLimit, DescriptorStatus};
@@ -67,8 +67,16 @@ pub(super) fn status(
             ..DescriptorStatus::unlimited(0)
         },
         (Resolved::Resource { rate, shadow, .. }, Some(outcome)) => {
-            let Some(t) = &super::resource_outcome(Some(outcome), hits) else {
-                return DescriptorStatus::unlimited(0);
+            // Tiers answer as they are; another algorithm's window is shown
+            // as tier 1 (converted only then: a tier answer is not copied).
+            let converted;
+            let t = match outcome {
+                Outcome::Tiers(t) => t,
+                Outcome::Window(w) => {
+                    converted = TierOutcome::from_window(w, hits);
+                    &converted
+                }
+                Outcome::Gcra(_) => return DescriptorStatus::unlimited(0),
             };
             DescriptorStatus {
                 over_limit: t.over && !shadow,

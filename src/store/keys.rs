@@ -21,6 +21,8 @@
 //! The tag is a hash, not the parts themselves, because a part may contain
 //! `{` or `}`, which would move the tag Redis sees.
 
+use crate::engine::SlotKind;
+
 /// `--store-key-prefix`: written before every key a Redis store uses, so
 /// that fleets sharing one Redis never see each other's state (the memory
 /// store needs none). It has no `{` or `}`, so the hash tag that follows
@@ -222,14 +224,14 @@ pub fn tiers_key(namespace: &str, resource: &str, domain: &str, has_global: bool
     key
 }
 
-/// A domain's key on a resource of another algorithm than tiers (`kind`:
-/// `b` a Cloud Armor ban, `h` hybrid, `s` sliding window, `l` sliding
-/// log): as its tier key (same tag), of another kind.
-pub fn resource_key(kind: char, namespace: &str, resource: &str, domain: &str) -> String {
+/// A domain's key on a resource of another algorithm than tiers (a Cloud
+/// Armor ban, hybrid, a sliding window or log, a budget): as its tier key
+/// (same tag), named by its state's kind.
+pub fn resource_key(kind: SlotKind, namespace: &str, resource: &str, domain: &str) -> String {
     let mut key =
         String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
     push_tag(&mut key, [namespace, resource, domain]);
-    key.push(kind);
+    key.push(char::from(kind.letter()));
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
     push_part(&mut key, domain);

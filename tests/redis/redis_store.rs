@@ -328,7 +328,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let domain = format!("d{key}");
-                let key = keys::resource_key('b', NS, "banned", &domain);
+                let key = keys::resource_key(SlotKind::Ban, NS, "banned", &domain);
                 Item::Ban {
                     slot: batch.slot(key, SlotKind::Ban),
                     limit: BanLimit {

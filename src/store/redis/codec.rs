@@ -40,20 +40,6 @@ fn flag(flag: bool) -> &'static str {
     if flag { "1" } else { "0" }
 }
 
-fn kind_letter(kind: SlotKind) -> u8 {
-    match kind {
-        SlotKind::Window => b'w',
-        SlotKind::Tiers => b't',
-        SlotKind::Log => b'g',
-        SlotKind::Gcra => b'a',
-        SlotKind::Cost => b'c',
-        SlotKind::Sliding => b's',
-        SlotKind::Hybrid => b'h',
-        SlotKind::SlidingLog => b'l',
-        SlotKind::Ban => b'b',
-    }
-}
-
 /// Adds the script's ARGV for `items` over slots of `kinds` to `invocation`
 /// (slot indexes become Lua's 1-based KEYS). `injected_now` 0 means Redis
 /// `TIME`. Numbers are written by redis-rs as decimal text.
@@ -63,7 +49,7 @@ pub fn arguments(
     kinds: impl Iterator<Item = SlotKind>,
     items: &[Item<'_>],
 ) {
-    let kinds: SmallVec<[u8; 4]> = kinds.map(kind_letter).collect();
+    let kinds: SmallVec<[u8; 4]> = kinds.map(SlotKind::letter).collect();
     invocation
         .arg(injected_now)
         .arg(kinds.as_slice())

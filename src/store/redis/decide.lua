@@ -1003,7 +1003,10 @@ for _ = 1, tonumber(ARGV[3]) do
       local mean, dev = cost_estimate(state, initial)
       local live = cost_live(state, now)
       local holding, held = cost_held(state, now)
-      local found, reservation = cost_find(state, id)
+      local found, reservation = nil, nil
+      if op ~= 'h' then
+        found, reservation = cost_find(state, id)
+      end
       if op == 'h' then
         over = used + held + cost_reserved(live + 1, mean, dev) > limit and
           not (live == 0 and used == 0 and held == 0)
