@@ -72,12 +72,39 @@ pub trait Backend: Send + Sync + 'static {
         ))))
     }
 
+    /// Whether `request`'s descriptors would pass, each asking for 0 hits
+    /// whatever it says; the request stays the caller's (to charge it
+    /// later). [`should_rate_limit`](Backend::should_rate_limit) on a
+    /// copy, unless the backend has a shorter way.
+    fn check<'a>(&'a self, request: &'a RateLimitRequest) -> LimitsFuture<'a> {
+        let checks = RateLimitRequest {
+            domain: request.domain.clone(),
+            descriptors: request
+                .descriptors
+                .iter()
+                .map(|descriptor| crate::limiter::Descriptor {
+                    hits_addend: Some(0),
+                    ..descriptor.clone()
+                })
+                .collect(),
+            hits_addend: 0,
+        };
+        self.should_rate_limit(checks)
+    }
+
     /// Descriptors whose answer nobody reads (a cost charged after the
     /// response): [`should_rate_limit`](Backend::should_rate_limit), its
     /// answer dropped, unless the backend has a shorter way.
     fn charge(&self, request: RateLimitRequest) -> CapacityFuture<'_, ()> {
         let answered = self.should_rate_limit(request);
         Box::pin(async move { answered.await.map(drop) })
+    }
+
+    /// [`charge`](Backend::charge) within this call, when the backend
+    /// decides in the process; `None` (nothing done) when it cannot.
+    fn charge_now(&self, request: &RateLimitRequest) -> Option<Result<(), ClientError>> {
+        let _ = request;
+        None
     }
 
     /// Capacity leases (docs/design.md#capacity-leases): the share of each

@@ -269,6 +269,18 @@ impl Backend for Embedded {
         })
     }
 
+    fn check<'a>(&'a self, request: &'a RateLimitRequest) -> LimitsFuture<'a> {
+        // By reference: the caller keeps the request to charge it later,
+        // and no copy of its descriptors is made.
+        Box::pin(async move {
+            match self.service.limiter.check(request).await {
+                Ok(answer) => Ok(LimitsAnswer::from(&answer)),
+                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
+                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
+            }
+        })
+    }
+
     fn charge(&self, request: RateLimitRequest) -> CapacityFuture<'_, ()> {
         // No statuses to build: nobody reads them.
         Box::pin(async move {
@@ -277,6 +289,14 @@ impl Backend for Embedded {
                 Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
                 Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
             }
+        })
+    }
+
+    fn charge_now(&self, request: &RateLimitRequest) -> Option<Result<(), ClientError>> {
+        Some(match self.service.limiter.record_now(request)? {
+            Ok(_) => Ok(()),
+            Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
+            Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
         })
     }
 

@@ -214,6 +214,19 @@ impl super::Client {
         }
     }
 
+    /// [`charge`](super::Client::charge) within this call, on an embedded
+    /// engine over the memory store; `None` (nothing done) when the
+    /// backend cannot answer without waiting.
+    pub fn charge_now(
+        &self,
+        request: &crate::limiter::RateLimitRequest,
+    ) -> Option<Result<(), super::ClientError>> {
+        Some(match self.shared.backend.charge_now(request)? {
+            Err(super::ClientError::Unavailable(reason)) => self.degraded(&reason),
+            other => other,
+        })
+    }
+
     /// Envoy-style descriptors in a namespace, decided as one request: when
     /// any descriptor is over its limit, nothing is counted
     /// (docs/design.md#all-or-nothing). Fails open like
@@ -223,10 +236,26 @@ impl super::Client {
         &self,
         request: crate::limiter::RateLimitRequest,
     ) -> Result<LimitsAnswer, super::ClientError> {
-        let answered = match self
-            .within_deadline(self.shared.backend.should_rate_limit(request))
+        self.limits_answer(self.shared.backend.should_rate_limit(request))
             .await
-        {
+    }
+
+    /// Whether `request`'s descriptors would pass, each asking for 0 hits
+    /// whatever it says, counting nothing; the request stays yours (to
+    /// [`charge`](super::Client::charge) it once the cost is known). Fails
+    /// open like [`should_rate_limit`](super::Client::should_rate_limit).
+    pub async fn check(
+        &self,
+        request: &crate::limiter::RateLimitRequest,
+    ) -> Result<LimitsAnswer, super::ClientError> {
+        self.limits_answer(self.shared.backend.check(request)).await
+    }
+
+    async fn limits_answer(
+        &self,
+        answer: super::backend::LimitsFuture<'_>,
+    ) -> Result<LimitsAnswer, super::ClientError> {
+        let answered = match self.within_deadline(answer).await {
             Ok(answered) => answered,
             Err(reason) => Err(super::ClientError::Unavailable(reason)),
         };

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, Request};
 
 use crate::client::{Client, ClientError, CostReservation, LimitStatus, LimitsAnswer, ReserveCost};
-use crate::limiter::{Descriptor, RateLimitRequest};
+use crate::limiter::RateLimitRequest;
 
 use super::Actions;
 use super::descriptors::{DescriptorsOf, boxed, keys, verdict};
@@ -134,8 +134,8 @@ impl<F: std::fmt::Debug> std::fmt::Debug for PerCost<F> {
 
 /// How a request was admitted.
 pub enum Admission {
-    /// Checked with the predicted cost.
-    Checked(Result<LimitsAnswer, ClientError>),
+    /// Checked with the predicted cost; the request, to charge later.
+    Checked(Result<LimitsAnswer, ClientError>, RateLimitRequest),
     /// Its estimate reserved.
     Reserved(Result<CostReservation, ClientError>),
 }
@@ -155,39 +155,36 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
             return Asked::Pass;
         }
         let names = descriptors.iter().map(keys).collect();
-        let settle = |descriptors| Settle {
+        let settle = Settle {
             client: client.clone(),
-            namespace: namespace.into(),
-            descriptors,
+            // The check's request, once it is answered.
+            charge: RateLimitRequest::default(),
             charge_errors: self.charge_errors,
             reservation: None,
             trailer: self.trailer.clone(),
         };
+        let client = client.clone();
         if let Some(amount) = self.estimate.as_ref().and_then(|f| f(request.headers())) {
-            let reserve = ReserveCost::new(namespace, descriptors.clone(), amount);
-            let settle = settle(descriptors);
-            let client = client.clone();
+            // A reservation is committed by its id: the settlement needs
+            // no descriptors.
+            let reserve = ReserveCost::new(namespace, descriptors, amount);
             return Asked::Decide(
                 (names, settle),
                 boxed(async move { Admission::Reserved(client.reserve_cost(reserve).await) }),
             );
         }
-        let checks = descriptors
-            .iter()
-            .map(|descriptor| Descriptor {
-                hits_addend: Some(0),
-                ..descriptor.clone()
-            })
-            .collect();
-        let settle = settle(descriptors);
-        let client = client.clone();
+        // Checked by reference, then kept to be charged: one request, no
+        // copy of its descriptors.
         let request = RateLimitRequest {
             hits_addend: 0,
-            ..RateLimitRequest::new(namespace, checks)
+            ..RateLimitRequest::new(namespace, descriptors)
         };
         Asked::Decide(
             (names, settle),
-            boxed(async move { Admission::Checked(client.should_rate_limit(request).await) }),
+            boxed(async move {
+                let answer = client.check(&request).await;
+                Admission::Checked(answer, request)
+            }),
         )
     }
 
@@ -199,7 +196,10 @@ impl<B, F: DescriptorsOf<B>> Policy<B> for PerCost<F> {
         options: Options,
     ) -> Verdict<R> {
         let answer = match answer {
-            Admission::Checked(answer) => answer,
+            Admission::Checked(answer, request) => {
+                settle.charge = request;
+                answer
+            }
             Admission::Reserved(Ok(reservation)) => {
                 let answer = reserved(&names, &reservation);
                 if reservation.granted {

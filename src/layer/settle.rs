@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Waker};
 
 use crate::client::{Client, CostReservation};
-use crate::limiter::{Descriptor, RateLimitRequest};
+use crate::limiter::RateLimitRequest;
 
 /// What a response cost, in the budget's units: put a clone in the
 /// response's extensions; it is read when the body ends (or is dropped),
@@ -45,8 +45,9 @@ impl Cost {
 /// on the client that checked them.
 pub struct Settle {
     pub(super) client: Client,
-    pub(super) namespace: Arc<str>,
-    pub(super) descriptors: Vec<Descriptor>,
+    /// The request that was checked, charged at the cost (empty for a
+    /// reservation: it is committed by its id).
+    pub(super) charge: RateLimitRequest,
     pub(super) charge_errors: bool,
     /// The estimate reserved at admission, committed at the cost.
     pub(super) reservation: Option<CostReservation>,
@@ -139,17 +140,18 @@ impl Drop for Settlement {
         if amount == 0 {
             return;
         }
-        let descriptors = std::mem::take(&mut self.settle.descriptors)
-            .into_iter()
-            .map(|descriptor| Descriptor {
-                hits_addend: Some(amount),
-                ..descriptor
-            })
-            .collect();
-        let request = RateLimitRequest {
-            hits_addend: 0,
-            ..RateLimitRequest::new(&*self.settle.namespace, descriptors)
-        };
+        let mut request = std::mem::take(&mut self.settle.charge);
+        for descriptor in &mut request.descriptors {
+            descriptor.hits_addend = Some(amount);
+        }
+        // The embedded engine on the memory store charges in this call:
+        // no future to box and poll.
+        if let Some(charged) = self.settle.client.charge_now(&request) {
+            if let Err(error) = charged {
+                tracing::warn!(amount, %error, "a response's cost was not charged");
+            }
+            return;
+        }
         let client = self.settle.client.clone();
         finish(amount, async move {
             // A charge over the limit's max_charge is refused: say so, the

@@ -111,7 +111,23 @@ impl<S: Store> Limiter<S> {
         &self,
         request: RateLimitRequest,
     ) -> Result<RateLimitAnswer, LimitError> {
-        validate(&request)?;
+        self.answer(&request, Hits::Asked).await
+    }
+
+    /// Whether `request`'s descriptors would pass, counting nothing: each
+    /// asks for 0 hits, whatever it says (the check before a cost known
+    /// after the response). The request stays the caller's, to be charged
+    /// later.
+    pub async fn check(&self, request: &RateLimitRequest) -> Result<RateLimitAnswer, LimitError> {
+        self.answer(request, Hits::Check).await
+    }
+
+    async fn answer(
+        &self,
+        request: &RateLimitRequest,
+        hits_of: Hits,
+    ) -> Result<RateLimitAnswer, LimitError> {
+        validate(request)?;
         let config = self.config.load();
         let Some(namespace) = config.namespace(&request.domain) else {
             return Ok(RateLimitAnswer {
@@ -130,7 +146,7 @@ impl<S: Store> Limiter<S> {
             batch,
             item_of,
             quotas,
-        } = self.prepare(namespace, &request)?;
+        } = self.prepare(namespace, request, hits_of)?;
         let decision = if batch.items.is_empty() {
             None
         } else {
@@ -140,7 +156,7 @@ impl<S: Store> Limiter<S> {
         if let Some(decision) = &decision
             && self.watch.is_open()
         {
-            self.record_resources(namespace, &request, &resolved, &item_of, decision);
+            self.record_resources(namespace, request, &resolved, &item_of, decision, hits_of);
         }
         let ignore = namespace.settings.ignore_configured;
         let statuses: Vec<DescriptorStatus> = request
@@ -151,7 +167,7 @@ impl<S: Store> Limiter<S> {
             .zip(&quotas)
             .map(|(((descriptor, resolved), item), &quota)| {
                 let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
-                let hits = resolved.hits(descriptor, request.hits_addend);
+                let hits = hits_of.of(resolved, descriptor, request.hits_addend);
                 let mut status = status(resolved, outcome, hits, ignore);
                 status.quota = quota;
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
@@ -179,11 +195,35 @@ impl<S: Store> Limiter<S> {
         let Some(namespace) = config.namespace(&request.domain) else {
             return Ok(false);
         };
-        let prepared = self.prepare(namespace, &request)?;
+        let prepared = self.prepare(namespace, &request, Hits::Asked)?;
         if prepared.batch.items.is_empty() {
             return Ok(false);
         }
         Ok(!self.store.decide(prepared.batch).await?.granted)
+    }
+
+    /// [`record`](Self::record) within this call, when the store decides
+    /// in the process; `None` (nothing done) when it cannot.
+    pub fn record_now(&self, request: &RateLimitRequest) -> Option<Result<bool, LimitError>> {
+        if !self.store.decides_now() {
+            return None;
+        }
+        let recorded = (|| {
+            validate(request)?;
+            let config = self.config.load();
+            let Some(namespace) = config.namespace(&request.domain) else {
+                return Ok(Some(false));
+            };
+            let prepared = self.prepare(namespace, request, Hits::Asked)?;
+            if prepared.batch.items.is_empty() {
+                return Ok(Some(false));
+            }
+            Ok(self
+                .store
+                .decide_now(prepared.batch)
+                .map(|decision| !decision.granted))
+        })();
+        recorded.transpose()
     }
 
     /// The engine batch of `request`'s descriptors in `namespace`, and
@@ -192,6 +232,7 @@ impl<S: Store> Limiter<S> {
         &self,
         namespace: &'c Namespace,
         request: &RateLimitRequest,
+        hits_of: Hits,
     ) -> Result<Prepared<'c>, LimitError> {
         let resolved = resolve_all(namespace, request);
         let mut batch = Batch::default();
@@ -204,7 +245,7 @@ impl<S: Store> Limiter<S> {
             .zip(&quotas)
             .enumerate()
         {
-            let hits = resolved.hits(descriptor, request.hits_addend);
+            let hits = hits_of.of(resolved, descriptor, request.hits_addend);
             if let Some(max_charge) = resolved.max_charge()
                 && hits > max_charge
             {
@@ -236,6 +277,24 @@ impl<S: Store> Limiter<S> {
         match resolved {
             Resolved::Unlimited { .. } => false,
             _ => self.modes.quota || resolved.node().is_some_and(|node| node.quota_mode),
+        }
+    }
+}
+
+/// What each descriptor of a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hits {
+    /// What it says (its own `hits_addend`, else the request's).
+    Asked,
+    /// Nothing: would it pass?
+    Check,
+}
+
+impl Hits {
+    fn of(self, resolved: &Resolved<'_>, descriptor: &Descriptor, request_hits: u64) -> u64 {
+        match self {
+            Hits::Asked => resolved.hits(descriptor, request_hits),
+            Hits::Check => 0,
         }
     }
 }
@@ -283,6 +342,7 @@ impl<S: Store> Limiter<S> {
         resolved: &[Resolved<'_>],
         item_of: &[Option<usize>],
         decision: &Decision,
+        hits_of: Hits,
     ) {
         let default_hits = if request.hits_addend == 0 {
             1
@@ -291,7 +351,10 @@ impl<S: Store> Limiter<S> {
         };
         for ((descriptor, resolved), item) in request.descriptors.iter().zip(resolved).zip(item_of)
         {
-            let hits = descriptor.hits_addend.unwrap_or(default_hits);
+            let hits = match hits_of {
+                Hits::Asked => descriptor.hits_addend.unwrap_or(default_hits),
+                Hits::Check => 0,
+            };
             if let (Resolved::Resource { rate, .. }, Some(item)) = (resolved, item)
                 && let Some(outcome) = resource_outcome(decision.outcomes.get(*item), hits)
             {

@@ -19,7 +19,7 @@ pub mod caps {
 }
 
 /// An Envoy-style request: a namespace and descriptors.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateLimitRequest {
     pub domain: String,
     pub descriptors: Vec<Descriptor>,

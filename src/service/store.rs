@@ -270,4 +270,15 @@ impl Store for SidecarStore {
             SidecarStore::Redis(failover) => failover.name(),
         }
     }
+
+    fn decides_now(&self) -> bool {
+        matches!(self, SidecarStore::Memory(_))
+    }
+
+    fn decide_now(&self, batch: Batch<'_>) -> Option<Decision> {
+        match self {
+            SidecarStore::Memory(memory) => memory.decide_now(batch),
+            SidecarStore::Redis(_) => None,
+        }
+    }
 }

@@ -316,4 +316,12 @@ impl<C: Clock> Store for MemoryStore<C> {
     fn name(&self) -> &'static str {
         "memory"
     }
+
+    fn decides_now(&self) -> bool {
+        true
+    }
+
+    fn decide_now(&self, batch: Batch<'_>) -> Option<Decision> {
+        Some(self.decide_with(batch, || self.clock.now_ms()))
+    }
 }

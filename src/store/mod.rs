@@ -85,4 +85,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// A short name for logs and metrics (`memory`, `redis`).
     fn name(&self) -> &'static str;
+
+    /// Whether [`decide_now`](Store::decide_now) decides (a store in this
+    /// process does; one across the network cannot).
+    fn decides_now(&self) -> bool {
+        false
+    }
+
+    /// Decides `batch` within this call, when the store can (see
+    /// [`decides_now`](Store::decides_now)); `None`: not decided, nothing
+    /// recorded. Saves the future of [`decide`](Store::decide) where
+    /// nothing waits.
+    fn decide_now(&self, batch: Batch<'_>) -> Option<Decision> {
+        let _ = batch;
+        None
+    }
 }

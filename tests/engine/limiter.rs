@@ -577,3 +577,26 @@ resources:
         assert_eq!(status.soft_limit_exceeded, i > 2, "request {i}");
     }
 }
+
+#[tokio::test]
+async fn a_check_counts_nothing_whatever_the_request_asks() {
+    let h = Harness::new(CONFIG);
+    // Hits asked for by the request and by a descriptor: a check ignores both.
+    let mut request = RateLimitRequest::new("shop", vec![d("tenant", "acme"), d("org", "x")]);
+    request.hits_addend = 2;
+    request.descriptors[1].hits_addend = Some(5);
+    for _ in 0..5 {
+        let answer = h.limiter.check(&request).await.expect("answer");
+        assert!(!answer.over_limit);
+        assert_eq!(answer.statuses[0].remaining, 3);
+    }
+    // The request is still the caller's, and nothing was counted.
+    assert_eq!(request.descriptors.len(), 2);
+    assert_eq!(h.one("tenant", "acme").await.statuses[0].remaining, 2);
+    // Once the window is full, a check sees it.
+    h.one("tenant", "acme").await;
+    h.one("tenant", "acme").await;
+    let answer = h.limiter.check(&request).await.expect("answer");
+    assert!(answer.over_limit);
+    assert_eq!(answer.statuses[0].remaining, 0);
+}
