@@ -7,9 +7,15 @@
 //! held and never goes back for a store, so two requests on one key are
 //! decided in the order of their times even if the system clock steps back.
 //!
+//! A key is held by a 96-bit keyed hash of its name (`id.rs`), and the state
+//! of the common algorithms in a fixed 20-byte layout (`packed.rs`), in
+//! tables of fixed-size entries (`shard.rs`): under a hundred bytes per key
+//! whatever its name's length (docs/performance.md#footprint-and-growth).
+//!
 //! Memory is bounded twice: a slot is dropped once the engine says it can no
-//! longer change a decision ([`Slot::expires_at`]), on access and by sweeps;
-//! and the number of keys is capped. At the cap, a request that needs a new
+//! longer change a decision ([`Slot::expires_at`]), on access and by sweeps
+//! (each shard's after 4 096 of its decisions, so a sweep visits a
+//! 128th of the keys); and the number of keys is capped. At the cap, a request that needs a new
 //! key is decided as for a fresh domain but not remembered (lenient:
 //! docs/design.md#goals), and counted in [`MemoryStats::unrecorded`].
 //!
@@ -30,32 +36,36 @@
 //! assert!(decide(1_000)); // the next window
 //! ```
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
+mod id;
+mod packed;
+mod shard;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-// foldhash: a fast hash with a random per-process seed, so tenants cannot
-// choose keys that collide (SipHash costs more than the decision itself).
-use foldhash::fast::RandomState;
 use smallvec::SmallVec;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{self, Decision, Slot};
 
+use self::id::{KeyHasher, KeyId};
+use self::shard::{Kept, Shard, slice_of, staggered};
 use super::{Batch, SlotKey, Store, StoreError};
 
 /// Shards: enough that two cores rarely meet on one lock.
 const SHARDS: usize = 128;
 /// Decisions on a shard between two sweeps of it.
 const SWEEP_EVERY: u32 = 4_096;
-/// The default cap on keys (a few hundred bytes each).
+/// The default cap on keys (under a hundred bytes each for the compact
+/// kinds, docs/performance.md#footprint-and-growth).
 pub const DEFAULT_MAX_KEYS: usize = 2_000_000;
 
 /// The embedded, in-process store.
 pub struct MemoryStore<C = SystemClock> {
     clock: C,
-    hasher: RandomState,
+    ids: KeyHasher,
+    /// Which shard each slice of the identities goes to.
+    shard_of_slice: Box<[u16]>,
     shards: Box<[Mutex<Shard>]>,
     /// The latest `now` any decision used.
     high_water: AtomicU64,
@@ -71,12 +81,6 @@ pub struct MemoryStats {
     pub max_keys: usize,
     /// Decisions whose new state was not kept because the store was full.
     pub unrecorded: u64,
-}
-
-#[derive(Default)]
-struct Shard {
-    slots: HashMap<String, Slot, RandomState>,
-    decisions_since_sweep: u32,
 }
 
 impl MemoryStore<SystemClock> {
@@ -96,7 +100,8 @@ impl<C: Clock> MemoryStore<C> {
     pub fn with_clock(clock: C) -> Self {
         Self {
             clock,
-            hasher: RandomState::default(),
+            ids: KeyHasher::random(),
+            shard_of_slice: staggered(SHARDS),
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             high_water: AtomicU64::new(0),
             keys: AtomicUsize::new(0),
@@ -124,13 +129,37 @@ impl<C: Clock> MemoryStore<C> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn shard_of(&self, key: &str) -> usize {
-        (self.hasher.hash_one(key) as usize) % SHARDS
+    fn id_of(&self, key: &SlotKey) -> KeyId {
+        self.ids.id(key.kind, &key.key)
+    }
+
+    fn shard_of(&self, id: KeyId) -> usize {
+        usize::from(self.shard_of_slice[slice_of(id)])
     }
 
     /// `now`, never earlier than any time already used by this store.
     fn monotonic(&self, now: u64) -> u64 {
         now.max(self.high_water.fetch_max(now, Ordering::SeqCst))
+    }
+
+    /// Whether a new key may be kept.
+    fn room(&self) -> bool {
+        self.keys.load(Ordering::Relaxed) < self.max_keys
+    }
+
+    fn count(&self, kept: Kept) {
+        match kept {
+            Kept::Same => {}
+            Kept::Added => {
+                self.keys.fetch_add(1, Ordering::Relaxed);
+            }
+            Kept::Dropped => {
+                self.keys.fetch_sub(1, Ordering::Relaxed);
+            }
+            Kept::Unrecorded => {
+                self.unrecorded.fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Decides `batch` at `now` (or later, if the store has already decided
@@ -144,11 +173,8 @@ impl<C: Clock> MemoryStore<C> {
         if batch.slots.len() == 1 {
             return self.decide_one(batch, now);
         }
-        let shard_of: SmallVec<[usize; 4]> = batch
-            .slots
-            .iter()
-            .map(|slot| self.shard_of(&slot.key))
-            .collect();
+        let ids: SmallVec<[KeyId; 4]> = batch.slots.iter().map(|key| self.id_of(key)).collect();
+        let shard_of: SmallVec<[usize; 4]> = ids.iter().map(|&id| self.shard_of(id)).collect();
         let mut order = shard_of.clone();
         order.sort_unstable();
         order.dedup();
@@ -161,26 +187,23 @@ impl<C: Clock> MemoryStore<C> {
         let mut slots: SmallVec<[Slot; 2]> = batch
             .slots
             .iter()
+            .zip(&ids)
             .zip(&shard_of)
-            .map(|(key, &shard)| {
-                let held = guards[position(shard)].slots.remove(&key.key);
+            .map(|((key, &id), &shard)| {
+                let held = guards[position(shard)].take(id, key.kind);
                 existed.push(held.is_some());
-                held.filter(|slot| slot.kind() == key.kind && slot.expires_at() > now)
+                held.filter(|slot| slot.expires_at() > now)
                     .unwrap_or_else(|| Slot::new(key.kind))
             })
             .collect();
 
         let decision = engine::decide(&batch.items, &mut slots, now);
 
-        for (((key, slot), shard), existed) in batch
-            .slots
-            .into_iter()
-            .zip(slots)
-            .zip(&shard_of)
-            .zip(existed)
+        for (((slot, &id), shard), existed) in
+            slots.into_iter().zip(&ids).zip(&shard_of).zip(existed)
         {
-            let guard = &mut guards[position(*shard)];
-            self.put_back(guard, key, slot, existed, now);
+            let kept = guards[position(*shard)].keep(id, slot, existed, now, self.room());
+            self.count(kept);
         }
         for guard in &mut guards {
             self.after_decision(guard, now);
@@ -188,53 +211,20 @@ impl<C: Clock> MemoryStore<C> {
         decision
     }
 
-    /// The common case (one key): decided in place, one hash.
+    /// The common case (one key): decided in place.
     fn decide_one(&self, mut batch: Batch<'_>, now: impl FnOnce() -> u64) -> Decision {
         let Some(key) = batch.slots.pop() else {
             return engine::decide(&batch.items, &mut [], now());
         };
-        let mut guard = self.lock(self.shard_of(&key.key));
+        let id = self.id_of(&key);
+        let mut guard = self.lock(self.shard_of(id));
         let now = self.monotonic(now());
-        if let Some(slot) = guard
-            .slots
-            .get_mut(&key.key)
-            .filter(|slot| slot.kind() == key.kind && slot.expires_at() > now)
-        {
-            let decision = engine::decide(&batch.items, std::slice::from_mut(slot), now);
-            if slot.expires_at() <= now && guard.slots.remove(&key.key).is_some() {
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-            }
-            self.after_decision(&mut guard, now);
-            return decision;
-        }
-        let mut slot = Slot::new(key.kind);
-        let decision = engine::decide(&batch.items, std::slice::from_mut(&mut slot), now);
-        let existed = guard.slots.remove(&key.key).is_some();
-        self.put_back(&mut guard, key, slot, existed, now);
+        let (decision, kept) = guard.decide(id, key.kind, now, self.room(), |slot| {
+            engine::decide(&batch.items, std::slice::from_mut(slot), now)
+        });
+        self.count(kept);
         self.after_decision(&mut guard, now);
         decision
-    }
-
-    /// Keeps `slot` under `key` if it can still matter (and there is room).
-    fn put_back(&self, shard: &mut Shard, key: SlotKey, slot: Slot, existed: bool, now: u64) {
-        let keep = slot.expires_at() > now;
-        match (keep, existed) {
-            (true, true) => {
-                shard.slots.insert(key.key, slot);
-            }
-            (true, false) => {
-                if self.keys.load(Ordering::Relaxed) < self.max_keys {
-                    self.keys.fetch_add(1, Ordering::Relaxed);
-                    shard.slots.insert(key.key, slot);
-                } else {
-                    self.unrecorded.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            (false, true) => {
-                self.keys.fetch_sub(1, Ordering::Relaxed);
-            }
-            (false, false) => {}
-        }
     }
 
     fn after_decision(&self, shard: &mut Shard, now: u64) {
@@ -245,10 +235,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let before = shard.slots.len();
-        shard.slots.retain(|_, slot| slot.expires_at() > now);
-        shard.decisions_since_sweep = 0;
-        let dropped = before - shard.slots.len();
+        let dropped = shard.sweep(now);
         self.keys.fetch_sub(dropped, Ordering::Relaxed);
         dropped
     }
@@ -263,12 +250,10 @@ impl<C: Clock> MemoryStore<C> {
         let slots = keys
             .iter()
             .map(|key| {
-                let shard = self.lock(self.shard_of(&key.key));
-                shard
-                    .slots
-                    .get(&key.key)
-                    .filter(|slot| slot.kind() == key.kind && slot.expires_at() > now)
-                    .cloned()
+                let id = self.id_of(key);
+                self.lock(self.shard_of(id))
+                    .get(id, key.kind)
+                    .filter(|slot| slot.expires_at() > now)
                     .unwrap_or_else(|| Slot::new(key.kind))
             })
             .collect();
@@ -289,7 +274,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// How many keys hold state.
     pub fn len(&self) -> usize {
-        (0..SHARDS).map(|shard| self.lock(shard).slots.len()).sum()
+        (0..SHARDS).map(|shard| self.lock(shard).len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,0 +1,252 @@
+//! One shard of the memory store: its keys' states in open-addressing
+//! tables of fixed-size entries (docs/performance.md#footprint-and-growth).
+//!
+//! Each kind with a compact layout has its own table of 32-byte
+//! [`Packed`] entries; every other state (tiers, logs, costs, bans, and a
+//! compact kind whose numbers do not fit) is boxed in one more table of
+//! 24-byte entries. A key is in at most one table: its kind picks the
+//! compact table, and a state moves to the boxed one only when it stops
+//! fitting.
+//!
+//! The shards differ in size on purpose ([`staggered`]): a table doubles
+//! its capacity when it fills, and equal shards would all double at once,
+//! leaving the whole store half empty at that moment. Shards whose shares
+//! of the keys are spread over a factor of two double one after another,
+//! so that the store's spare room stays near its average.
+
+use hashbrown::HashTable;
+
+use crate::engine::{Slot, SlotKind};
+
+use super::id::KeyId;
+use super::packed::{COMPACT_KINDS, Packed, table_of};
+
+/// What became of a key's entry after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kept {
+    /// No change in the number of keys held.
+    Same,
+    Added,
+    Dropped,
+    /// A new key's state, not kept: the store is full.
+    Unrecorded,
+}
+
+#[derive(Default)]
+pub(super) struct Shard {
+    compact: [HashTable<Packed>; COMPACT_KINDS.len()],
+    boxed: HashTable<(KeyId, Box<Slot>)>,
+    pub decisions_since_sweep: u32,
+}
+
+impl Shard {
+    /// Runs `decide` on the state `id` holds (a fresh one if it holds
+    /// none, or only state past its expiry), and keeps what it leaves if
+    /// that can still matter (a new key only when there is `room`).
+    pub fn decide<R>(
+        &mut self,
+        id: KeyId,
+        kind: SlotKind,
+        now: u64,
+        room: bool,
+        decide: impl FnOnce(&mut Slot) -> R,
+    ) -> (R, Kept) {
+        if let Some(table) = table_of(kind)
+            && let Ok(entry) = self.compact[table].find_entry(id.table_hash(), |p| p.id == id)
+        {
+            let held = entry.get().unpack(kind);
+            let live = held.expires_at() > now;
+            let mut slot = if live { held } else { Slot::new(kind) };
+            let answer = decide(&mut slot);
+            if slot.expires_at() <= now {
+                entry.remove();
+                return (answer, Kept::Dropped);
+            }
+            match Packed::pack(id, &slot) {
+                Some(packed) => *entry.into_mut() = packed,
+                None => {
+                    entry.remove();
+                    self.insert_boxed(id, Box::new(slot));
+                }
+            }
+            return (answer, Kept::Same);
+        }
+        if !self.boxed.is_empty()
+            && let Ok(mut entry) = self
+                .boxed
+                .find_entry(id.table_hash(), |(held, _)| *held == id)
+        {
+            let slot = &mut entry.get_mut().1;
+            if slot.expires_at() <= now {
+                **slot = Slot::new(kind);
+            }
+            let answer = decide(slot);
+            if slot.expires_at() <= now {
+                entry.remove();
+                return (answer, Kept::Dropped);
+            }
+            return (answer, Kept::Same);
+        }
+        let mut slot = Slot::new(kind);
+        let answer = decide(&mut slot);
+        (answer, self.keep(id, slot, false, now, room))
+    }
+
+    /// Takes the state `id` holds out of the shard (with
+    /// [`keep`](Self::keep) to put it back).
+    pub fn take(&mut self, id: KeyId, kind: SlotKind) -> Option<Slot> {
+        if let Some(table) = table_of(kind)
+            && let Ok(entry) = self.compact[table].find_entry(id.table_hash(), |p| p.id == id)
+        {
+            return Some(entry.remove().0.unpack(kind));
+        }
+        if self.boxed.is_empty() {
+            return None;
+        }
+        let entry = self
+            .boxed
+            .find_entry(id.table_hash(), |(held, _)| *held == id)
+            .ok()?;
+        Some(*entry.remove().0.1)
+    }
+
+    /// Puts `slot` under `id` if it can still matter (and, for a key that
+    /// did not exist, if there is `room`).
+    pub fn keep(&mut self, id: KeyId, slot: Slot, existed: bool, now: u64, room: bool) -> Kept {
+        let keep = slot.expires_at() > now;
+        match (keep, existed) {
+            (false, false) => return Kept::Same,
+            (false, true) => return Kept::Dropped,
+            (true, false) if !room => return Kept::Unrecorded,
+            (true, _) => {}
+        }
+        match table_of(slot.kind()).and_then(|table| Some((table, Packed::pack(id, &slot)?))) {
+            Some((table, packed)) => {
+                self.compact[table].insert_unique(id.table_hash(), packed, |p| p.id.table_hash());
+            }
+            None => self.insert_boxed(id, Box::new(slot)),
+        }
+        if existed { Kept::Same } else { Kept::Added }
+    }
+
+    fn insert_boxed(&mut self, id: KeyId, slot: Box<Slot>) {
+        self.boxed
+            .insert_unique(id.table_hash(), (id, slot), |(id, _)| id.table_hash());
+    }
+
+    /// A copy of the state `id` holds, if any.
+    pub fn get(&self, id: KeyId, kind: SlotKind) -> Option<Slot> {
+        if let Some(table) = table_of(kind)
+            && let Some(packed) = self.compact[table].find(id.table_hash(), |p| p.id == id)
+        {
+            return Some(packed.unpack(kind));
+        }
+        self.boxed
+            .find(id.table_hash(), |(held, _)| *held == id)
+            .map(|(_, slot)| (**slot).clone())
+    }
+
+    /// Drops every state that can no longer change a decision; how many.
+    pub fn sweep(&mut self, now: u64) -> usize {
+        let before = self.len();
+        for (table, kind) in self.compact.iter_mut().zip(COMPACT_KINDS) {
+            table.retain(|packed| packed.expires_at(kind) > now);
+        }
+        self.boxed.retain(|(_, slot)| slot.expires_at() > now);
+        self.decisions_since_sweep = 0;
+        before - self.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.compact.iter().map(HashTable::len).sum::<usize>() + self.boxed.len()
+    }
+}
+
+/// Which shard each of 4 096 slices of the identities' shard bits goes
+/// to: shard `i` gets a share of the keys proportional to `2^(i/shards)`,
+/// so the largest has twice the smallest's.
+pub(super) fn staggered(shards: usize) -> Box<[u16]> {
+    let weight = |i: usize| (i as f64 / shards as f64).exp2();
+    let total: f64 = (0..shards).map(weight).sum();
+    let mut map = Vec::with_capacity(SLICES);
+    let (mut shard, mut bound) = (0, weight(0) / total);
+    for slice in 0..SLICES {
+        let middle = (slice as f64 + 0.5) / SLICES as f64;
+        while middle > bound && shard + 1 < shards {
+            shard += 1;
+            bound += weight(shard) / total;
+        }
+        map.push(shard as u16);
+    }
+    map.into_boxed_slice()
+}
+
+/// How finely [`staggered`] divides the identities.
+pub(super) const SLICES: usize = 4_096;
+
+/// The slice of [`staggered`]'s map an identity falls in.
+pub(super) fn slice_of(id: KeyId) -> usize {
+    (id.shard_bits() >> (32 - SLICES.trailing_zeros())) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staggered_shares_span_a_factor_of_two() {
+        let map = staggered(128);
+        let mut share = [0usize; 128];
+        for &shard in map.iter() {
+            share[usize::from(shard)] += 1;
+        }
+        assert!(share.iter().all(|&s| s > 0));
+        // Slices are whole: each share is within one slice of its ideal.
+        let (first, last) = (share[0] as f64, share[127] as f64);
+        assert!((1.8..=2.2).contains(&(last / first)), "{first} {last}");
+        assert!(map.windows(2).all(|pair| pair[0] <= pair[1]));
+    }
+
+    #[test]
+    fn a_state_that_stops_fitting_moves_to_the_boxed_table_and_back_out() {
+        use crate::engine::WindowState;
+        let id = KeyId::from_parts([7, 8, 9]);
+        let mut shard = Shard::default();
+        let window = |count| {
+            Slot::Window(WindowState {
+                start: 1_000,
+                count,
+                expires_at: 2_000,
+            })
+        };
+        assert_eq!(shard.keep(id, window(1), false, 1_500, true), Kept::Added);
+        assert_eq!(shard.compact[0].len(), 1);
+        // A year-long window does not fit 32 bits of span: boxed, same key.
+        let (_, kept) = shard.decide(id, SlotKind::Window, 1_500, true, |slot| {
+            *slot = Slot::Window(WindowState {
+                start: 1_000,
+                count: 2,
+                expires_at: 1_000 + 365 * 86_400_000,
+            });
+        });
+        assert_eq!(kept, Kept::Same);
+        assert_eq!((shard.compact[0].len(), shard.boxed.len()), (0, 1));
+        assert_eq!(
+            shard.get(id, SlotKind::Window).map(|s| s.expires_at()),
+            Some(1_000 + 365 * 86_400_000)
+        );
+        assert_eq!(
+            shard.take(id, SlotKind::Window).map(|s| s.expires_at()),
+            Some(1_000 + 365 * 86_400_000)
+        );
+        assert_eq!(shard.len(), 0);
+        assert_eq!(shard.keep(id, window(3), false, 1_500, true), Kept::Added);
+        assert_eq!(shard.sweep(2_000), 1);
+        // Full: a new key's state is not kept.
+        assert_eq!(
+            shard.keep(id, window(3), false, 1_500, false),
+            Kept::Unrecorded
+        );
+        assert_eq!(shard.len(), 0);
+    }
+}
