@@ -46,7 +46,7 @@ printf 'idle, one fixed window per tenant: '
 rss "$sidecar"
 # Tenants in turn: each of KEYS tenants once per pass; run until every one
 # was seen (the load tool stops at its duration, so ask for enough).
-seconds=$(( keys / 10000 + 10 ))
+seconds=$(( keys / 25000 + 10 ))
 target/release/charon-load --target "http://127.0.0.1:$grpc" --domain edge --key tenant \
     --tenants "$keys" --pick round-robin --concurrency 64 --duration "${seconds}s" |
     grep -E '^(requests|throughput|granted)' || true
