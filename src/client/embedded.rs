@@ -261,11 +261,10 @@ impl Backend for Embedded {
         // Hits cannot be given back, so a caller that gives up may leave
         // them counted or not: no task and no undo, unlike a reserve.
         Box::pin(async move {
-            match self.service.limiter.should_rate_limit(request).await {
-                Ok(answer) => Ok(LimitsAnswer::from(&answer)),
-                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
-                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
-            }
+            let answer = self.service.limiter.should_rate_limit(request).await;
+            answer
+                .map(|answer| LimitsAnswer::from(&answer))
+                .map_err(limit_error)
         })
     }
 
@@ -273,31 +272,24 @@ impl Backend for Embedded {
         // By reference: the caller keeps the request to charge it later,
         // and no copy of its descriptors is made.
         Box::pin(async move {
-            match self.service.limiter.check(request).await {
-                Ok(answer) => Ok(LimitsAnswer::from(&answer)),
-                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
-                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
-            }
+            let answer = self.service.limiter.check(request).await;
+            answer
+                .map(|answer| LimitsAnswer::from(&answer))
+                .map_err(limit_error)
         })
     }
 
     fn charge(&self, request: RateLimitRequest) -> CapacityFuture<'_, ()> {
         // No statuses to build: nobody reads them.
         Box::pin(async move {
-            match self.service.limiter.record(request).await {
-                Ok(_) => Ok(()),
-                Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
-                Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
-            }
+            let recorded = self.service.limiter.record(request).await;
+            recorded.map(drop).map_err(limit_error)
         })
     }
 
     fn charge_now(&self, request: &RateLimitRequest) -> Option<Result<(), ClientError>> {
-        Some(match self.service.limiter.record_now(request)? {
-            Ok(_) => Ok(()),
-            Err(LimitError::InvalidArgument(message)) => Err(ClientError::Invalid(message)),
-            Err(LimitError::Store(error)) => Err(ClientError::Unavailable(error.to_string())),
-        })
+        let recorded = self.service.limiter.record_now(request)?;
+        Some(recorded.map(drop).map_err(limit_error))
     }
 
     fn get_capacity(&self, request: GetCapacityRequest) -> CapacityFuture<'_, GetCapacityResponse> {
@@ -359,6 +351,15 @@ async fn answer(session: Arc<Session>, op: Op) -> Answer {
 
 /// The service's refusal as the client reports it: the server's trouble
 /// (fail open), or the request's fault with its kind, as the wire says it.
+/// A refused request is the caller's to fix; a store that failed is a
+/// server error (the client fails open).
+fn limit_error(error: LimitError) -> ClientError {
+    match error {
+        LimitError::InvalidArgument(message) => ClientError::Invalid(message),
+        LimitError::Store(error) => ClientError::Unavailable(error.to_string()),
+    }
+}
+
 fn client_error(error: Error) -> ClientError {
     if error.is_server_error() {
         ClientError::Unavailable(error.message)

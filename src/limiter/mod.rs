@@ -190,16 +190,11 @@ impl<S: Store> Limiter<S> {
     /// [`should_rate_limit`](Self::should_rate_limit), without building
     /// the statuses. Whether it was over its limits.
     pub async fn record(&self, request: RateLimitRequest) -> Result<bool, LimitError> {
-        validate(&request)?;
         let config = self.config.load();
-        let Some(namespace) = config.namespace(&request.domain) else {
-            return Ok(false);
-        };
-        let prepared = self.prepare(namespace, &request, Hits::Asked)?;
-        if prepared.batch.items.is_empty() {
-            return Ok(false);
+        match self.to_record(&config, &request)? {
+            Some(batch) => Ok(!self.store.decide(batch).await?.granted),
+            None => Ok(false),
         }
-        Ok(!self.store.decide(prepared.batch).await?.granted)
     }
 
     /// [`record`](Self::record) within this call, when the store decides
@@ -208,22 +203,30 @@ impl<S: Store> Limiter<S> {
         if !self.store.decides_now() {
             return None;
         }
-        let recorded = (|| {
-            validate(request)?;
-            let config = self.config.load();
-            let Some(namespace) = config.namespace(&request.domain) else {
-                return Ok(Some(false));
-            };
-            let prepared = self.prepare(namespace, request, Hits::Asked)?;
-            if prepared.batch.items.is_empty() {
-                return Ok(Some(false));
-            }
-            Ok(self
+        let config = self.config.load();
+        match self.to_record(&config, request) {
+            Ok(Some(batch)) => self
                 .store
-                .decide_now(prepared.batch)
-                .map(|decision| !decision.granted))
-        })();
-        recorded.transpose()
+                .decide_now(batch)
+                .map(|decision| Ok(!decision.granted)),
+            Ok(None) => Some(Ok(false)),
+            Err(error) => Some(Err(error)),
+        }
+    }
+
+    /// The batch [`record`](Self::record) decides; `None` when nothing in
+    /// `request` is limited.
+    fn to_record<'c>(
+        &self,
+        config: &'c Config,
+        request: &RateLimitRequest,
+    ) -> Result<Option<Batch<'c>>, LimitError> {
+        validate(request)?;
+        let Some(namespace) = config.namespace(&request.domain) else {
+            return Ok(None);
+        };
+        let prepared = self.prepare(namespace, request, Hits::Asked)?;
+        Ok((!prepared.batch.items.is_empty()).then_some(prepared.batch))
     }
 
     /// The engine batch of `request`'s descriptors in `namespace`, and
