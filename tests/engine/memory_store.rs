@@ -68,6 +68,78 @@ fn at_the_key_cap_new_keys_are_decided_but_not_remembered() {
     assert_eq!(store.stats().keys, 1);
 }
 
+fn window_item(slot: usize, limit: u64, period: u64) -> Item<'static> {
+    Item::Window {
+        slot,
+        limit,
+        period,
+        hits: 1,
+        shadow: false,
+        count_rejected: false,
+    }
+}
+
+#[test]
+fn long_windows_and_large_counts_are_kept_exactly() {
+    // A year-long window does not fit the compact layout (its length is
+    // kept in 32 bits of ms): the store keeps it whole, not rounded.
+    let year = 365 * 86_400_000;
+    let store = MemoryStore::with_clock(ManualClock::new(0));
+    let decide = |at| {
+        let mut batch = Batch::default();
+        let slot = batch.slot("yearly".into(), SlotKind::Window);
+        batch.items.push(window_item(slot, 3, year));
+        store.decide_at(batch, at).granted
+    };
+    assert!(decide(1_000));
+    assert!(decide(year / 2));
+    assert!(decide(year - 1));
+    assert!(!decide(year - 1));
+    assert!(decide(year));
+    let (slots, _) = store.peek(&[charon::store::SlotKey {
+        key: "yearly".into(),
+        kind: SlotKind::Window,
+    }]);
+    assert_eq!(slots[0].expires_at(), 2 * year);
+}
+
+#[test]
+fn a_batch_of_compact_and_boxed_kinds_is_decided_as_one() {
+    let store = MemoryStore::with_clock(ManualClock::new(0));
+    let year = 365 * 86_400_000;
+    let decide = |at| {
+        let mut batch = Batch::default();
+        let minute = batch.slot("minute".into(), SlotKind::Window);
+        let yearly = batch.slot("yearly".into(), SlotKind::Window);
+        batch.items.push(window_item(minute, 2, 60_000));
+        batch.items.push(window_item(yearly, 3, year));
+        store.decide_at(batch, at).granted
+    };
+    assert!(decide(1));
+    assert!(decide(2));
+    // The minute is full: all or nothing, the yearly window counts nothing.
+    assert!(!decide(3));
+    assert!(decide(60_000));
+    // The yearly window holds 3 now; the minute has room, the batch does not.
+    assert!(!decide(120_000));
+    // The minute's state from the window before is over and the rejected
+    // batch recorded nothing in it: dropped. The yearly window stays.
+    assert_eq!(store.len(), 1);
+}
+
+#[test]
+fn a_key_of_another_kind_starts_fresh() {
+    let store = MemoryStore::with_clock(ManualClock::new(0));
+    assert!(store.decide_at(window_batch("k", 1), 1_000).granted);
+    assert!(!store.decide_at(window_batch("k", 1), 1_001).granted);
+    // The same name read as a GCRA bucket: nothing of the window's.
+    let (slots, _) = store.peek(&[charon::store::SlotKey {
+        key: "k".into(),
+        kind: SlotKind::Gcra,
+    }]);
+    assert_eq!(slots[0], Slot::new(SlotKind::Gcra));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
