@@ -20,7 +20,9 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use charon::client::{Client, ClientOptions};
-use charon::layer::{Action, Actions, Cost, CostLimitLayer, DescriptorLimitLayer, RateLimitLayer};
+use charon::layer::{
+    Action, Actions, Cost, CostLimitLayer, DescriptorLimitLayer, RateLimitLayer, ThrottleLayer,
+};
 use criterion::Criterion;
 use http::Request;
 use tower::ServiceExt;
@@ -195,6 +197,8 @@ fn bench_layers(
     });
     let apps = [
         ("bare", bare()),
+        // The server throttler, not overloaded: what a slot costs.
+        ("throttle", bare().layer(ThrottleLayer::new(1_024))),
         ("charon-embedded-memory", embedded),
         ("charon-embedded-descriptor", plain),
         ("charon-embedded-cost", costs),

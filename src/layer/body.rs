@@ -13,6 +13,7 @@ use pin_project_lite::pin_project;
 use crate::client::Hold;
 
 use super::settle::Settlement;
+use super::throttle::Permit;
 
 pin_project! {
     /// The body of a response that passed through a Charon layer.
@@ -23,6 +24,8 @@ pin_project! {
         hold: Option<Hold>,
         // Charged, likewise.
         settlement: Option<Settlement>,
+        // The throttle's slot, given to the next request likewise.
+        permit: Option<Permit>,
     }
 }
 
@@ -40,6 +43,17 @@ impl<B> ResponseBody<B> {
             kind: Kind::Service { body },
             hold,
             settlement,
+            permit: None,
+        }
+    }
+
+    /// The service's body, holding a throttle's slot until it ends.
+    pub(super) fn throttled(body: B, permit: Option<Permit>) -> Self {
+        Self {
+            kind: Kind::Service { body },
+            hold: None,
+            settlement: None,
+            permit,
         }
     }
 
@@ -50,6 +64,7 @@ impl<B> ResponseBody<B> {
             },
             hold: None,
             settlement: None,
+            permit: None,
         }
     }
 
@@ -85,6 +100,7 @@ where
                     // dropping the body.
                     this.hold.take();
                     this.settlement.take();
+                    this.permit.take();
                 }
                 polled
             }

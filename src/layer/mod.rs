@@ -64,6 +64,7 @@ mod rate;
 pub mod reply;
 mod resource;
 mod settle;
+mod throttle;
 
 pub use body::ResponseBody;
 pub use client_ip::{BadRange, ClientIp};
@@ -82,3 +83,4 @@ pub use limit::{Limit, LimitLayer};
 pub use rate::{Hits, RateLimit, RateLimitLayer};
 pub use resource::PerResource;
 pub use settle::{Cost, Settle, Settlement};
+pub use throttle::{Criticality, Throttle, ThrottleCounts, ThrottleFuture, ThrottleLayer};

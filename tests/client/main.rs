@@ -12,3 +12,4 @@ mod example_tonic;
 mod exceed;
 mod layer;
 mod leases;
+mod throttle;

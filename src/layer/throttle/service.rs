@@ -1,0 +1,325 @@
+//! The service of [`ThrottleLayer`](super::ThrottleLayer), its future, and
+//! the slot a running request holds ([`Permit`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use tower::Service;
+
+use crate::layer::ResponseBody;
+use crate::layer::reply;
+
+use super::queue::{Admission, Entry, Turn};
+use super::{Criticality, Settings};
+
+/// Runs at most the layer's capacity of requests at once.
+#[derive(Clone)]
+pub struct Throttle<S> {
+    inner: S,
+    settings: Arc<Settings>,
+    admission: Arc<Mutex<Admission>>,
+}
+
+impl<S> Throttle<S> {
+    pub(super) fn new(inner: S, settings: Arc<Settings>, admission: Arc<Mutex<Admission>>) -> Self {
+        Self {
+            inner,
+            settings,
+            admission,
+        }
+    }
+
+    fn level_of(&self, headers: &HeaderMap) -> Criticality {
+        let Some(value) = headers.get(&self.settings.header) else {
+            return self.settings.default_level;
+        };
+        match value.to_str().ok().and_then(Criticality::parse) {
+            Some(level) => level,
+            None => {
+                self.settings
+                    .counts
+                    .unknown_criticality
+                    .fetch_add(1, Ordering::Relaxed);
+                self.settings.default_level
+            }
+        }
+    }
+
+    /// How long the request may wait: `max_wait`, or its `grpc-timeout` if
+    /// shorter (one that does not parse is ignored, and counted).
+    fn patience(&self, headers: &HeaderMap) -> Duration {
+        let max_wait = self.settings.max_wait;
+        let Some(value) = headers.get("grpc-timeout") else {
+            return max_wait;
+        };
+        match value.to_str().ok().and_then(grpc_timeout) {
+            Some(timeout) => timeout.min(max_wait),
+            None => {
+                self.settings
+                    .counts
+                    .bad_deadlines
+                    .fetch_add(1, Ordering::Relaxed);
+                max_wait
+            }
+        }
+    }
+}
+
+/// `grpc-timeout`: at most 8 digits and a unit (H, M, S, m, u, n).
+fn grpc_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at_checked(value.len().checked_sub(1)?)?;
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3_600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+fn lock(admission: &Mutex<Admission>) -> MutexGuard<'_, Admission> {
+    // The admission's state stays whole between its methods.
+    admission.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A running request's slot: given to the next in the queue when dropped.
+pub struct Permit {
+    admission: Arc<Mutex<Admission>>,
+    since: Instant,
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        lock(&self.admission).leave(self.since.elapsed());
+    }
+}
+
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+pin_project! {
+    /// The future of [`Throttle`].
+    #[project = Projection]
+    pub enum ThrottleFuture<F, T> {
+        /// A slot was free: the inner service's future.
+        Running { #[pin] future: F, permit: Option<Permit> },
+        /// Waiting for a turn, then running.
+        Waiting { future: Boxed<T> },
+        Refused { response: Option<T> },
+    }
+}
+
+impl<F, B, E> Future for ThrottleFuture<F, Result<Response<ResponseBody<B>>, E>>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            Projection::Running { future, permit } => {
+                let response = std::task::ready!(future.poll(cx))?;
+                Poll::Ready(Ok(carrying(response, permit.take())))
+            }
+            Projection::Waiting { future } => future.as_mut().poll(cx),
+            Projection::Refused { response } => match response.take() {
+                Some(response) => Poll::Ready(response),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+fn carrying<B>(response: Response<B>, permit: Option<Permit>) -> Response<ResponseBody<B>> {
+    response.map(|body| ResponseBody::throttled(body, permit))
+}
+
+fn refused<B>(grpc: bool, retry_after: Duration) -> Response<ResponseBody<B>> {
+    let mut response = reply::failed(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "overloaded: no turn before the request's deadline",
+    );
+    response.headers_mut().insert(
+        RETRY_AFTER,
+        HeaderValue::from(reply::retry_after_seconds(Some(retry_after)).max(1)),
+    );
+    response
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Throttle<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ThrottleFuture<S::Future, Result<Self::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let level = self.level_of(request.headers());
+        let patience = self.patience(request.headers());
+        let grpc = reply::is_grpc(&request);
+        let permit = || Permit {
+            admission: self.admission.clone(),
+            since: Instant::now(),
+        };
+        let (turn, ticket, expected) = {
+            let mut admission = lock(&self.admission);
+            match admission.enter(level) {
+                Entry::Run => {
+                    drop(admission);
+                    return ThrottleFuture::Running {
+                        future: self.inner.call(request),
+                        permit: Some(permit()),
+                    };
+                }
+                Entry::Full => {
+                    let expected = admission.expected_wait(0);
+                    drop(admission);
+                    return self.refuse(grpc, expected);
+                }
+                Entry::Wait {
+                    turn,
+                    ticket,
+                    ahead,
+                } => {
+                    let expected = admission.expected_wait(ahead);
+                    if expected > patience {
+                        // It would not start in time: refused now, not
+                        // after waiting.
+                        admission.abandon(level, ticket);
+                        drop(admission);
+                        return self.refuse(grpc, expected);
+                    }
+                    (turn, ticket, expected)
+                }
+            }
+        };
+        // The ready service answers this request once its turn comes; the
+        // clone takes its place for the next.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let waiting = Waiting {
+            admission: self.admission.clone(),
+            counts: self.settings.counts.clone(),
+            level,
+            ticket,
+            queued: true,
+        };
+        ThrottleFuture::Waiting {
+            future: Box::pin(waiting.run(turn, patience, expected, grpc, inner, request)),
+        }
+    }
+}
+
+impl<S> Throttle<S> {
+    fn refuse<F, B, E>(
+        &self,
+        grpc: bool,
+        expected: Duration,
+    ) -> ThrottleFuture<F, Result<Response<ResponseBody<B>>, E>> {
+        self.settings.counts.refused.fetch_add(1, Ordering::Relaxed);
+        ThrottleFuture::Refused {
+            response: Some(Ok(refused(grpc, expected))),
+        }
+    }
+}
+
+/// A queued request: leaves the queue if it is dropped while waiting (its
+/// client went away).
+struct Waiting {
+    admission: Arc<Mutex<Admission>>,
+    counts: Arc<super::ThrottleCounts>,
+    level: Criticality,
+    ticket: u64,
+    queued: bool,
+}
+
+impl Waiting {
+    async fn run<S, ReqBody, ResBody>(
+        mut self,
+        mut turn: tokio::sync::oneshot::Receiver<Turn>,
+        patience: Duration,
+        expected: Duration,
+        grpc: bool,
+        mut inner: S,
+        request: Request<ReqBody>,
+    ) -> Result<Response<ResponseBody<ResBody>>, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    {
+        let told = tokio::select! {
+            told = &mut turn => told,
+            () = tokio::time::sleep(patience) => {
+                if lock(&self.admission).abandon(self.level, self.ticket) {
+                    self.queued = false;
+                    self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                    return Ok(refused(grpc, expected));
+                }
+                // Its turn came as the deadline passed: take it.
+                turn.await
+            }
+        };
+        self.queued = false;
+        match told {
+            Ok(Turn::Run) => {
+                let permit = Permit {
+                    admission: self.admission.clone(),
+                    since: Instant::now(),
+                };
+                std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                let response = inner.call(request).await?;
+                Ok(carrying(response, Some(permit)))
+            }
+            Ok(Turn::Evicted) | Err(_) => {
+                self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                Ok(refused(grpc, expected))
+            }
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if self.queued {
+            lock(&self.admission).abandon(self.level, self.ticket);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_or_are_refused() {
+        assert_eq!(grpc_timeout("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(grpc_timeout("1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(grpc_timeout("5u"), Some(Duration::from_micros(5)));
+        for bad in ["", "m", "100", "100x", "123456789m", "-1m", "1.5S", "é"] {
+            assert_eq!(grpc_timeout(bad), None, "{bad}");
+        }
+    }
+}
