@@ -208,6 +208,11 @@ impl super::Client {
             Ok(answered) => answered,
             Err(reason) => Err(super::ClientError::Unavailable(reason)),
         };
+        self.charged(answered)
+    }
+
+    /// A charge's result, failing open when nobody answered.
+    fn charged(&self, answered: Result<(), super::ClientError>) -> Result<(), super::ClientError> {
         match answered {
             Err(super::ClientError::Unavailable(reason)) => self.degraded(&reason),
             other => other,
@@ -221,10 +226,7 @@ impl super::Client {
         &self,
         request: &crate::limiter::RateLimitRequest,
     ) -> Option<Result<(), super::ClientError>> {
-        Some(match self.shared.backend.charge_now(request)? {
-            Err(super::ClientError::Unavailable(reason)) => self.degraded(&reason),
-            other => other,
-        })
+        Some(self.charged(self.shared.backend.charge_now(request)?))
     }
 
     /// Envoy-style descriptors in a namespace, decided as one request: when

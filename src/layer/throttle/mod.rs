@@ -72,6 +72,7 @@ pub struct ThrottleLayer {
     admission: Arc<Mutex<Admission>>,
 }
 
+#[derive(Clone)]
 struct Settings {
     capacity: usize,
     max_queue: usize,
@@ -107,22 +108,7 @@ impl ThrottleLayer {
     }
 
     fn map(self, change: impl FnOnce(&mut Settings)) -> Self {
-        let Settings {
-            capacity,
-            max_queue,
-            max_wait,
-            ref header,
-            default_level,
-            ref counts,
-        } = *self.settings;
-        let mut settings = Settings {
-            capacity,
-            max_queue,
-            max_wait,
-            header: header.clone(),
-            default_level,
-            counts: counts.clone(),
-        };
+        let mut settings = Settings::clone(&self.settings);
         change(&mut settings);
         Self::with(settings)
     }

@@ -18,7 +18,7 @@ use crate::layer::ResponseBody;
 use crate::layer::reply;
 
 use super::queue::{Admission, Entry, Turn};
-use super::{Criticality, Settings};
+use super::{Criticality, Settings, ThrottleCounts};
 
 /// Runs at most the layer's capacity of requests at once.
 #[derive(Clone)]
@@ -147,7 +147,13 @@ fn carrying<B>(response: Response<B>, permit: Option<Permit>) -> Response<Respon
     response.map(|body| ResponseBody::throttled(body, permit))
 }
 
-fn refused<B>(grpc: bool, retry_after: Duration) -> Response<ResponseBody<B>> {
+/// A refusal, counted.
+fn refused<B>(
+    counts: &ThrottleCounts,
+    grpc: bool,
+    retry_after: Duration,
+) -> Response<ResponseBody<B>> {
+    counts.refused.fetch_add(1, Ordering::Relaxed);
     let mut response = reply::failed(
         grpc,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -239,9 +245,8 @@ impl<S> Throttle<S> {
         grpc: bool,
         expected: Duration,
     ) -> ThrottleFuture<F, Result<Response<ResponseBody<B>>, E>> {
-        self.settings.counts.refused.fetch_add(1, Ordering::Relaxed);
         ThrottleFuture::Refused {
-            response: Some(Ok(refused(grpc, expected))),
+            response: Some(Ok(refused(&self.settings.counts, grpc, expected))),
         }
     }
 }
@@ -250,7 +255,7 @@ impl<S> Throttle<S> {
 /// client went away).
 struct Waiting {
     admission: Arc<Mutex<Admission>>,
-    counts: Arc<super::ThrottleCounts>,
+    counts: Arc<ThrottleCounts>,
     level: Criticality,
     ticket: u64,
     queued: bool,
@@ -274,8 +279,7 @@ impl Waiting {
             () = tokio::time::sleep(patience) => {
                 if lock(&self.admission).abandon(self.level, self.ticket) {
                     self.queued = false;
-                    self.counts.refused.fetch_add(1, Ordering::Relaxed);
-                    return Ok(refused(grpc, expected));
+                    return Ok(refused(&self.counts, grpc, expected));
                 }
                 // Its turn came as the deadline passed: take it.
                 turn.await
@@ -292,10 +296,7 @@ impl Waiting {
                 let response = inner.call(request).await?;
                 Ok(carrying(response, Some(permit)))
             }
-            Ok(Turn::Evicted) | Err(_) => {
-                self.counts.refused.fetch_add(1, Ordering::Relaxed);
-                Ok(refused(grpc, expected))
-            }
+            Ok(Turn::Evicted) | Err(_) => Ok(refused(&self.counts, grpc, expected)),
         }
     }
 }
