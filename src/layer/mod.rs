@@ -83,4 +83,7 @@ pub use limit::{Limit, LimitLayer};
 pub use rate::{Hits, RateLimit, RateLimitLayer};
 pub use resource::PerResource;
 pub use settle::{Cost, Settle, Settlement};
-pub use throttle::{Criticality, Throttle, ThrottleCounts, ThrottleFuture, ThrottleLayer};
+pub use throttle::{
+    ClassCost, Classify, Criticality, MAX_CLASSES, OTHER_CLASS, Throttle, ThrottleCounts,
+    ThrottleFuture, ThrottleLayer,
+};

@@ -258,3 +258,96 @@ async fn a_slot_is_freed_when_the_response_is_dropped_unread() {
         3
     );
 }
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to write into, a clock every Linux has.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// Burns the milliseconds of CPU its path says (`/burn/N`), on the thread
+/// that polls it.
+async fn burn(axum::extract::Path(ms): axum::extract::Path<u64>) -> &'static str {
+    let until = thread_cpu() + Duration::from_millis(ms);
+    while thread_cpu() < until {
+        std::hint::spin_loop();
+    }
+    "burnt"
+}
+
+fn burning(layer: ThrottleLayer) -> Router {
+    Router::new().route("/burn/{ms}", get(burn)).layer(layer)
+}
+
+async fn call(app: &Router, path: &str) -> StatusCode {
+    let request = Request::get(path)
+        .body(Body::empty())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let response = app
+        .clone()
+        .oneshot(request)
+        .await
+        .unwrap_or_else(|e| match e {});
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    status
+}
+
+#[tokio::test]
+async fn each_class_cpu_cost_is_measured_and_predicted() {
+    let layer = ThrottleLayer::new(4).cpu_budget(10_000.0);
+    let app = burning(layer.clone());
+    for _ in 0..30 {
+        assert_eq!(call(&app, "/burn/2").await, StatusCode::OK);
+        assert_eq!(call(&app, "/burn/5").await, StatusCode::OK);
+    }
+    let costs = layer.costs();
+    let classes: Vec<&str> = costs.iter().map(|c| c.class.as_str()).collect();
+    assert_eq!(classes, ["/burn/2", "/burn/5"]);
+    for (cost, ms) in costs.iter().zip([2.0, 5.0]) {
+        assert_eq!(cost.requests, 30, "{cost:?}");
+        // The handler burns at least its milliseconds; the rest of the
+        // poll (routing, the response) is small beside them.
+        assert!(cost.measured_mean_ms >= ms, "{cost:?}");
+        assert!(cost.measured_mean_ms < ms * 1.5, "{cost:?}");
+        assert!((cost.predicted_ms - ms).abs() < ms * 0.5, "{cost:?}");
+        assert!(cost.median_error.is_some_and(|e| e < 0.2), "{cost:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_cpu_budget_makes_requests_wait_for_it_to_fill() {
+    // 100 ms of CPU per second, bursts of 5 ms; each request costs 10 ms.
+    let layer = ThrottleLayer::new(8)
+        .cpu_budget(100.0)
+        .max_wait(Duration::from_secs(30));
+    let app = burning(layer.clone());
+    // The layer learns the class's cost (the first request, predicted at
+    // nothing, is charged its 10 ms when it ends), then the budget refills.
+    assert_eq!(call(&app, "/burn/10").await, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let began = std::time::Instant::now();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { call(&app, "/burn/10").await })
+        })
+        .collect();
+    for task in tasks {
+        // Each waits its turn, woken as the budget fills: none is refused.
+        assert_eq!(task.await.ok(), Some(StatusCode::OK));
+    }
+    // 5 ms at once, then 10 ms per 100 ms: the last starts 300 ms later.
+    // Without the budget the four take 40 ms of CPU.
+    assert!(
+        began.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        began.elapsed()
+    );
+    assert_eq!(layer.costs()[0].requests, 5);
+}

@@ -11,7 +11,15 @@
 //!
 //! A request's slot is held until its response body ends or is dropped (a
 //! handler that fails or panics frees it too).
+//!
+//! With [`ThrottleLayer::cpu_budget`], capacity is also CPU time: each
+//! request's handler is measured (the thread CPU time of its polls), each
+//! request class (the path by default) has a predicted cost, and a request
+//! starts only while the budget, filled at so many ms of CPU per second,
+//! is not in debt. A request takes its predicted cost when it starts; its
+//! measured cost settles the difference when it ends.
 
+mod cost;
 mod queue;
 mod service;
 
@@ -19,11 +27,16 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName, Uri};
 use tower::Layer;
 
-use self::queue::Admission;
+use self::cost::Predictor;
+pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS};
+use self::queue::{Admission, CpuBudget};
 pub use self::service::{Permit, Throttle, ThrottleFuture};
+
+/// Names a request's class from its URI and headers.
+pub type Classify = dyn Fn(&Uri, &HeaderMap) -> String + Send + Sync;
 
 /// How much a request matters when the server is overloaded (the levels of
 /// the SRE book's criticality, least critical first).
@@ -70,6 +83,7 @@ pub struct ThrottleCounts {
 pub struct ThrottleLayer {
     settings: Arc<Settings>,
     admission: Arc<Mutex<Admission>>,
+    predictor: Arc<Mutex<Predictor>>,
 }
 
 #[derive(Clone)]
@@ -80,6 +94,23 @@ struct Settings {
     header: HeaderName,
     default_level: Criticality,
     counts: Arc<ThrottleCounts>,
+    /// Milliseconds of CPU per second, if the layer has a budget.
+    cpu_budget: Option<f64>,
+    classify: Option<Arc<Classify>>,
+}
+
+impl Settings {
+    /// Whether requests' CPU time is measured and predicted.
+    fn measures(&self) -> bool {
+        self.cpu_budget.is_some() || self.classify.is_some()
+    }
+
+    fn class_of(&self, uri: &Uri, headers: &HeaderMap) -> String {
+        match &self.classify {
+            Some(classify) => classify(uri, headers),
+            None => uri.path().chars().take(128).collect(),
+        }
+    }
 }
 
 impl ThrottleLayer {
@@ -94,15 +125,22 @@ impl ThrottleLayer {
             header: HeaderName::from_static("x-criticality"),
             default_level: Criticality::Critical,
             counts: Arc::default(),
+            cpu_budget: None,
+            classify: None,
         })
     }
 
     fn with(settings: Settings) -> Self {
+        let budget = settings
+            .cpu_budget
+            .map(|rate| CpuBudget::new(rate, tokio::time::Instant::now()));
         Self {
             admission: Arc::new(Mutex::new(Admission::new(
                 settings.capacity,
                 settings.max_queue,
+                budget,
             ))),
+            predictor: Arc::default(),
             settings: Arc::new(settings),
         }
     }
@@ -135,9 +173,34 @@ impl ThrottleLayer {
         self.map(|settings| settings.default_level = level)
     }
 
+    /// A budget of `ms_per_second` milliseconds of CPU per second for the
+    /// handlers (1 000 is one core; leave room for the server's own work):
+    /// a request also waits while the budget is in debt. Bursts of a
+    /// twentieth of a second of budget start at once after a quiet spell.
+    pub fn cpu_budget(self, ms_per_second: f64) -> Self {
+        self.map(|settings| settings.cpu_budget = Some(ms_per_second))
+    }
+
+    /// Names each request's class, whose cost is predicted from its own
+    /// recent requests (default: the path). Also measures requests when
+    /// the layer has no CPU budget. At most [`MAX_CLASSES`] are kept apart.
+    pub fn classify(
+        self,
+        classify: impl Fn(&Uri, &HeaderMap) -> String + Send + Sync + 'static,
+    ) -> Self {
+        let classify: Arc<Classify> = Arc::new(classify);
+        self.map(move |settings| settings.classify = Some(classify))
+    }
+
     /// What the layer counted (shared by its services).
     pub fn counts(&self) -> Arc<ThrottleCounts> {
         self.settings.counts.clone()
+    }
+
+    /// Each class's predicted and measured CPU cost (empty unless the
+    /// layer measures: with a CPU budget or a classifier).
+    pub fn costs(&self) -> Vec<ClassCost> {
+        service::lock(&self.predictor).costs()
     }
 }
 
@@ -145,6 +208,11 @@ impl<S> Layer<S> for ThrottleLayer {
     type Service = Throttle<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Throttle::new(inner, self.settings.clone(), self.admission.clone())
+        Throttle::new(
+            inner,
+            self.settings.clone(),
+            self.admission.clone(),
+            self.predictor.clone(),
+        )
     }
 }

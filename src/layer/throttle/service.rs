@@ -17,6 +17,7 @@ use tower::Service;
 use crate::layer::ResponseBody;
 use crate::layer::reply;
 
+use super::cost::{Predictor, thread_cpu_time};
 use super::queue::{Admission, Entry, Turn};
 use super::{Criticality, Settings, ThrottleCounts};
 
@@ -26,15 +27,39 @@ pub struct Throttle<S> {
     inner: S,
     settings: Arc<Settings>,
     admission: Arc<Mutex<Admission>>,
+    predictor: Arc<Mutex<Predictor>>,
 }
 
 impl<S> Throttle<S> {
-    pub(super) fn new(inner: S, settings: Arc<Settings>, admission: Arc<Mutex<Admission>>) -> Self {
+    pub(super) fn new(
+        inner: S,
+        settings: Arc<Settings>,
+        admission: Arc<Mutex<Admission>>,
+        predictor: Arc<Mutex<Predictor>>,
+    ) -> Self {
         Self {
             inner,
             settings,
             admission,
+            predictor,
         }
+    }
+
+    /// The request's class and predicted cost, if the layer measures.
+    fn cost_of<B>(&self, request: &Request<B>) -> Option<Cost> {
+        if !self.settings.measures() {
+            return None;
+        }
+        let class = self.settings.class_of(request.uri(), request.headers());
+        let predictor = lock(&self.predictor);
+        let class = predictor.class_of(class);
+        let predicted_ms = predictor.predict(&class);
+        Some(Cost {
+            class,
+            predicted_ms,
+            used: Duration::ZERO,
+            predictor: self.predictor.clone(),
+        })
     }
 
     fn level_of(&self, headers: &HeaderMap) -> Criticality {
@@ -91,20 +116,92 @@ fn grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-fn lock(admission: &Mutex<Admission>) -> MutexGuard<'_, Admission> {
-    // The admission's state stays whole between its methods.
-    admission.lock().unwrap_or_else(PoisonError::into_inner)
+pub(super) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The admission's and the predictor's states stay whole between their
+    // methods.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A running request's slot: given to the next in the queue when dropped.
+/// Starts a task that wakes waiting requests as the CPU budget fills, if
+/// some wait only on it and no such task runs yet. It ends when none wait
+/// on the budget any more.
+fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
+    if admission.draining {
+        return;
+    }
+    let Some(mut wait) = admission.budget_wait() else {
+        return;
+    };
+    // Outside a runtime nothing can sleep: waiters start as requests end.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    admission.draining = true;
+    let shared = shared.clone();
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(wait).await;
+            let mut admission = lock(&shared);
+            admission.drain(Instant::now());
+            match admission.budget_wait() {
+                Some(next) => wait = next,
+                None => {
+                    admission.draining = false;
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// A measured request's class, its predicted cost, and the CPU time its
+/// handler has used so far.
+struct Cost {
+    class: String,
+    predicted_ms: f64,
+    used: Duration,
+    predictor: Arc<Mutex<Predictor>>,
+}
+
+/// A running request's slot: given to the next in the queue when dropped,
+/// and its measured cost settled.
 pub struct Permit {
     admission: Arc<Mutex<Admission>>,
     since: Instant,
+    cost: Option<Cost>,
+}
+
+impl Permit {
+    /// Runs a step of the request's handler (its call, a poll), adding the
+    /// thread CPU time the step used to the request's cost.
+    fn measured<T>(&mut self, step: impl FnOnce() -> T) -> T {
+        let Some(cost) = &mut self.cost else {
+            return step();
+        };
+        let before = thread_cpu_time();
+        let result = step();
+        cost.used += thread_cpu_time().saturating_sub(before);
+        result
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        lock(&self.admission).leave(self.since.elapsed());
+        let (predicted_ms, measured_ms) = match &self.cost {
+            Some(cost) => {
+                lock(&cost.predictor).record(&cost.class, cost.predicted_ms, cost.used);
+                (cost.predicted_ms, cost.used.as_secs_f64() * 1_000.0)
+            }
+            None => (0.0, 0.0),
+        };
+        let mut admission = lock(&self.admission);
+        admission.leave(
+            self.since.elapsed(),
+            predicted_ms,
+            measured_ms,
+            Instant::now(),
+        );
+        drain_later(&self.admission, &mut admission);
     }
 }
 
@@ -131,7 +228,11 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project() {
             Projection::Running { future, permit } => {
-                let response = std::task::ready!(future.poll(cx))?;
+                let polled = match permit {
+                    Some(permit) => permit.measured(|| future.poll(cx)),
+                    None => future.poll(cx),
+                };
+                let response = std::task::ready!(polled)?;
                 Poll::Ready(Ok(carrying(response, permit.take())))
             }
             Projection::Waiting { future } => future.as_mut().poll(cx),
@@ -186,22 +287,28 @@ where
         let level = self.level_of(request.headers());
         let patience = self.patience(request.headers());
         let grpc = reply::is_grpc(&request);
-        let permit = || Permit {
-            admission: self.admission.clone(),
-            since: Instant::now(),
-        };
+        let cost = self.cost_of(&request);
+        let predicted_ms = cost.as_ref().map_or(0.0, |cost| cost.predicted_ms);
         let (turn, ticket, expected) = {
             let mut admission = lock(&self.admission);
-            match admission.enter(level) {
+            let now = Instant::now();
+            match admission.enter(level, predicted_ms, now) {
                 Entry::Run => {
                     drop(admission);
+                    let mut permit = Permit {
+                        admission: self.admission.clone(),
+                        since: now,
+                        cost,
+                    };
+                    let inner = &mut self.inner;
+                    let future = permit.measured(|| inner.call(request));
                     return ThrottleFuture::Running {
-                        future: self.inner.call(request),
-                        permit: Some(permit()),
+                        future,
+                        permit: Some(permit),
                     };
                 }
                 Entry::Full => {
-                    let expected = admission.expected_wait(0);
+                    let expected = admission.expected_wait(level, 0, 0.0);
                     drop(admission);
                     return self.refuse(grpc, expected);
                 }
@@ -210,7 +317,7 @@ where
                     ticket,
                     ahead,
                 } => {
-                    let expected = admission.expected_wait(ahead);
+                    let expected = admission.expected_wait(level, ahead, predicted_ms);
                     if expected > patience {
                         // It would not start in time: refused now, not
                         // after waiting.
@@ -218,6 +325,7 @@ where
                         drop(admission);
                         return self.refuse(grpc, expected);
                     }
+                    drain_later(&self.admission, &mut admission);
                     (turn, ticket, expected)
                 }
             }
@@ -232,6 +340,7 @@ where
             level,
             ticket,
             queued: true,
+            cost,
         };
         ThrottleFuture::Waiting {
             future: Box::pin(waiting.run(turn, patience, expected, grpc, inner, request)),
@@ -259,6 +368,7 @@ struct Waiting {
     level: Criticality,
     ticket: u64,
     queued: bool,
+    cost: Option<Cost>,
 }
 
 impl Waiting {
@@ -288,12 +398,16 @@ impl Waiting {
         self.queued = false;
         match told {
             Ok(Turn::Run) => {
-                let permit = Permit {
+                let mut permit = Permit {
                     admission: self.admission.clone(),
                     since: Instant::now(),
+                    cost: self.cost.take(),
                 };
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                let response = inner.call(request).await?;
+                let future = permit.measured(|| inner.call(request));
+                let mut future = std::pin::pin!(future);
+                let response =
+                    std::future::poll_fn(|cx| permit.measured(|| future.as_mut().poll(cx))).await?;
                 Ok(carrying(response, Some(permit)))
             }
             Ok(Turn::Evicted) | Err(_) => Ok(refused(&self.counts, grpc, expected)),
