@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The overload benchmark (opt-in; not part of scripts/test.sh): the app of
+# examples/overload on core 0, its load (examples/overload_load) on core 1.
+# For each mode (throttle: behind ThrottleLayer; none: the same app without
+# it), the load measures the app's capacity, then offers 1x that capacity
+# and steps to MULTIPLE x, critical requests at half the capacity and the
+# rest sheddable, and prints goodput, p50/p99 and rejections per
+# criticality, the CPU spent on requests that ended rejected, the time the
+# step took to settle, and the layer's prediction error.
+#
+#   bash scripts/bench-overload.sh [MULTIPLE] [PHASE_SECONDS] [CPU_MS]   (defaults 4, 10, 10)
+#
+# Everything on 127.0.0.1; every process stopped by PID.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+multiple="${1:-4}"
+phase="${2:-10}"
+cpu_ms="${3:-10}"
+cargo build --release -q --example overload --example overload_load
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+app_pid=""
+cleanup() { [ -n "$app_pid" ] && kill "$app_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+
+for mode in ${MODES:-throttle none}; do
+    port=$(free_port)
+    taskset -c 0 target/release/examples/overload --addr "127.0.0.1:$port" --mode "$mode" >/dev/null &
+    app_pid=$!
+    until curl -sf "http://127.0.0.1:$port/stats" >/dev/null; do sleep 0.1; done
+    echo "== mode $mode (app pid $app_pid on core 0; load on core 1)"
+    taskset -c 1 target/release/examples/overload_load --addr "127.0.0.1:$port" \
+        --multiple "$multiple" --phase "$phase" --cpu-ms "$cpu_ms"
+    kill "$app_pid"
+    wait "$app_pid" 2>/dev/null || true
+    app_pid=""
+done
