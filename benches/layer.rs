@@ -199,6 +199,11 @@ fn bench_layers(
         ("bare", bare()),
         // The server throttler, not overloaded: what a slot costs.
         ("throttle", bare().layer(ThrottleLayer::new(1_024))),
+        // With a CPU budget: each request measured and predicted too.
+        (
+            "throttle-cpu",
+            bare().layer(ThrottleLayer::new(1_024).cpu_budget(1e9)),
+        ),
         ("charon-embedded-memory", embedded),
         ("charon-embedded-descriptor", plain),
         ("charon-embedded-cost", costs),

@@ -80,7 +80,7 @@ pub struct ClassCost {
 /// The classes' predictions.
 #[derive(Debug, Default)]
 pub struct Predictor {
-    classes: HashMap<String, Class>,
+    classes: HashMap<String, Class, foldhash::fast::RandomState>,
     /// The moving average over every class: the guess for a new class.
     overall_ms: f64,
 }
