@@ -49,6 +49,7 @@
 //! pieces: [`key`] (domain and resource), [`reply`] (rejections and
 //! headers).
 
+mod adaptive;
 mod body;
 mod client_ip;
 mod concurrency;
@@ -66,6 +67,7 @@ mod resource;
 mod settle;
 mod throttle;
 
+pub use adaptive::{AdaptiveError, AdaptiveFuture, AdaptiveThrottle, AdaptiveThrottleLayer};
 pub use body::ResponseBody;
 pub use client_ip::{BadRange, ClientIp};
 pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};

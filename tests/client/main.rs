@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod adaptive;
 mod client;
 mod client_ip;
 mod configuration;

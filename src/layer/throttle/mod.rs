@@ -48,9 +48,37 @@ pub enum Criticality {
     CriticalPlus,
 }
 
+tokio::task_local! {
+    static CURRENT: Criticality;
+}
+
 impl Criticality {
     fn rank(self) -> usize {
         self as usize
+    }
+
+    /// The criticality of the request whose handler is running, when a
+    /// [`ThrottleLayer`] admitted it: outgoing calls through an
+    /// [`AdaptiveThrottleLayer`](crate::layer::AdaptiveThrottleLayer) carry
+    /// it on.
+    pub fn current() -> Option<Self> {
+        CURRENT.try_with(|level| *level).ok()
+    }
+
+    /// Runs `step` (a poll of a handler) as a request of this level.
+    fn scope<T>(self, step: impl FnOnce() -> T) -> T {
+        CURRENT.sync_scope(self, step)
+    }
+
+    /// The header value: `critical_plus`, `critical`, `sheddable_plus` or
+    /// `sheddable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Criticality::CriticalPlus => "critical_plus",
+            Criticality::Critical => "critical",
+            Criticality::SheddablePlus => "sheddable_plus",
+            Criticality::Sheddable => "sheddable",
+        }
     }
 
     /// A header's value: `critical_plus`, `critical`, `sheddable_plus`,

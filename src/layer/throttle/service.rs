@@ -183,16 +183,21 @@ pub struct Permit {
     admission: Arc<Mutex<Admission>>,
     since: Instant,
     cost: Option<Cost>,
+    level: Criticality,
 }
 
 impl Permit {
     /// Runs a poll of the request's handler, adding the thread CPU time
     /// it used to the request's cost. (Creating the handler's future is
     /// routing, not the handler's work: it is not measured.)
+    /// The poll runs as a request of the request's criticality
+    /// ([`Criticality::current`]).
     fn measured<T>(&mut self, step: impl FnOnce() -> T) -> T {
+        let level = self.level;
         let Some(cost) = &mut self.cost else {
-            return step();
+            return level.scope(step);
         };
+        let step = || level.scope(step);
         if cost.thread_clock {
             let before = thread_cpu_time();
             let result = step();
@@ -321,6 +326,7 @@ where
                         admission: self.admission.clone(),
                         since: now,
                         cost,
+                        level,
                     };
                     return ThrottleFuture::Running {
                         future: self.inner.call(request),
@@ -422,6 +428,7 @@ impl Waiting {
                     admission: self.admission.clone(),
                     since: Instant::now(),
                     cost: self.cost.take(),
+                    level: self.level,
                 };
                 std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                 let mut future = std::pin::pin!(inner.call(request));
