@@ -1,5 +1,6 @@
 //! An app to overload: `GET /work?cpu_ms=N` burns N ms of CPU in its
-//! handler and answers 200, behind Charon's `ThrottleLayer` (`--mode
+//! handler and answers 200 (`&jitter=J`: between N·(1−J) and N·(1+J), at
+//! random, so that costs vary as real ones do), behind Charon's `ThrottleLayer` (`--mode
 //! throttle`) or with nothing in front (`--mode none`). Requests say how
 //! much they matter in `x-criticality` (`critical_plus`, `critical`,
 //! `sheddable_plus`, `sheddable`).
@@ -76,6 +77,18 @@ struct App {
 #[derive(Deserialize)]
 struct Work {
     cpu_ms: Option<f64>,
+    jitter: Option<f64>,
+}
+
+/// A number in [0, 1), different for each call (splitmix64 of a counter).
+fn uniform() -> f64 {
+    static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut z = DRAWS
+        .fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed)
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 fn main() -> anyhow::Result<()> {
@@ -134,7 +147,9 @@ async fn work(
     uri: Uri,
     headers: HeaderMap,
 ) -> &'static str {
-    let ms = work.cpu_ms.unwrap_or(1.0).clamp(0.0, 10_000.0);
+    let jitter = work.jitter.unwrap_or(0.0).clamp(0.0, 1.0);
+    let ms =
+        work.cpu_ms.unwrap_or(1.0).clamp(0.0, 10_000.0) * (1.0 + jitter * (2.0 * uniform() - 1.0));
     let began = thread_cpu();
     let until = began + Duration::from_secs_f64(ms / 1_000.0);
     while thread_cpu() < until {

@@ -40,6 +40,10 @@ struct Args {
     /// CPU each request asks the app to burn (ms).
     #[arg(long, default_value_t = 10.0)]
     cpu_ms: f64,
+    /// How much each request's CPU varies around `--cpu-ms` (uniform, as a
+    /// fraction: 0.2 is ±20 %).
+    #[arg(long, default_value_t = 0.2)]
+    jitter: f64,
     /// How long to measure the capacity for (seconds).
     #[arg(long, default_value_t = 3.0)]
     calibrate: f64,
@@ -236,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
         addr: args.addr,
         idle: Mutex::new(Vec::new()),
     });
-    let path = format!("/work?cpu_ms={}", args.cpu_ms);
+    let path = format!("/work?cpu_ms={}&jitter={}", args.cpu_ms, args.jitter);
     let capacity = calibrate(pool.clone(), &args, &path)
         .await
         .context("calibrating (is the app listening?)")?;
@@ -244,8 +248,9 @@ async fn main() -> anyhow::Result<()> {
         bail!("the app answered {capacity:.1} requests per second while calibrating");
     }
     println!(
-        "capacity: {capacity:.1} requests/s at {} ms of CPU each",
-        args.cpu_ms
+        "capacity: {capacity:.1} requests/s at {} ms of CPU each (±{} %)",
+        args.cpu_ms,
+        args.jitter * 100.0
     );
     // Let the calibration's queue drain before the run.
     tokio::time::sleep(Duration::from_millis(500)).await;
