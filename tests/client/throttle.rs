@@ -351,3 +351,64 @@ async fn a_cpu_budget_makes_requests_wait_for_it_to_fill() {
     );
     assert_eq!(layer.costs()[0].requests, 5);
 }
+
+/// How long a request takes: 10 ms times the requests in progress when it
+/// starts (a service that slows as it is given more at once), or 10 ms.
+#[derive(Clone, Default)]
+struct Congestible {
+    in_progress: Arc<std::sync::atomic::AtomicU64>,
+    fixed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn congested(State(service): State<Congestible>) -> &'static str {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = service.in_progress.fetch_add(1, Relaxed) + 1;
+    let factor = if service.fixed.load(Relaxed) { 1 } else { now };
+    tokio::time::sleep(Duration::from_millis(10 * factor)).await;
+    service.in_progress.fetch_sub(1, Relaxed);
+    "done"
+}
+
+/// `clients` loops of requests until `until`.
+async fn closed_loop(app: &Router, clients: usize, until: tokio::time::Instant) {
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                while tokio::time::Instant::now() < until {
+                    assert_eq!(call(&app, "/").await, StatusCode::OK);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.is_ok());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_adaptive_limit_finds_the_concurrency_the_service_sustains() {
+    let service = Congestible::default();
+    let layer = ThrottleLayer::new(20)
+        .adaptive_limit(1, 20)
+        .max_queue(100)
+        .max_wait(Duration::from_secs(3_600));
+    let app = Router::new()
+        .route("/", get(congested))
+        .with_state(service.clone())
+        .layer(layer.clone());
+    assert_eq!(layer.limit(), 20);
+    // Thirty callers on a service that slows with concurrency: the limit
+    // comes down to where requests take at most twice the no-load 10 ms.
+    let now = tokio::time::Instant::now();
+    closed_loop(&app, 30, now + Duration::from_secs(10)).await;
+    let limit = layer.limit();
+    assert!((1..=3).contains(&limit), "limit {limit}");
+    // The service no longer slows: the limit goes back up to its maximum.
+    service
+        .fixed
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let now = tokio::time::Instant::now();
+    closed_loop(&app, 30, now + Duration::from_secs(2)).await;
+    assert_eq!(layer.limit(), 20);
+}

@@ -20,6 +20,7 @@
 //! measured cost settles the difference when it ends.
 
 mod cost;
+mod limit;
 mod queue;
 mod service;
 
@@ -32,6 +33,7 @@ use tower::Layer;
 
 use self::cost::Predictor;
 pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS};
+use self::limit::AdaptiveLimit;
 use self::queue::{Admission, CpuBudget};
 pub use self::service::{Permit, Throttle, ThrottleFuture};
 
@@ -125,6 +127,8 @@ struct Settings {
     /// Milliseconds of CPU per second, if the layer has a budget.
     cpu_budget: Option<f64>,
     classify: Option<Arc<Classify>>,
+    /// The adaptive limit's bounds and tolerance, if the capacity adapts.
+    adaptive: Option<(usize, usize, f64)>,
 }
 
 impl Settings {
@@ -155,18 +159,22 @@ impl ThrottleLayer {
             counts: Arc::default(),
             cpu_budget: None,
             classify: None,
+            adaptive: None,
         })
     }
 
     fn with(settings: Settings) -> Self {
-        let budget = settings
-            .cpu_budget
-            .map(|rate| CpuBudget::new(rate, tokio::time::Instant::now()));
+        let now = tokio::time::Instant::now();
+        let budget = settings.cpu_budget.map(|rate| CpuBudget::new(rate, now));
+        let limit = settings.adaptive.map(|(min, max, tolerance)| {
+            AdaptiveLimit::new(settings.capacity, min, max, tolerance, now)
+        });
         Self {
             admission: Arc::new(Mutex::new(Admission::new(
                 settings.capacity,
                 settings.max_queue,
                 budget,
+                limit,
             ))),
             predictor: Arc::default(),
             settings: Arc::new(settings),
@@ -218,6 +226,20 @@ impl ThrottleLayer {
     ) -> Self {
         let classify: Arc<Classify> = Arc::new(classify);
         self.map(move |settings| settings.classify = Some(classify))
+    }
+
+    /// Lets the concurrency limit adapt between `min` and `max`, starting
+    /// at the layer's capacity: raised while requests take at most twice
+    /// the no-load latency, cut by a tenth when one takes longer
+    /// (docs/design.md#an-adaptive-limit).
+    pub fn adaptive_limit(self, min: usize, max: usize) -> Self {
+        self.map(|settings| settings.adaptive = Some((min, max, 2.0)))
+    }
+
+    /// The concurrency limit now: the capacity, or where the adaptive limit
+    /// has moved it.
+    pub fn limit(&self) -> usize {
+        service::lock(&self.admission).capacity()
     }
 
     /// What the layer counted (shared by its services).

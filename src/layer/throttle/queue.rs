@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Criticality;
+use super::limit::AdaptiveLimit;
 
 /// What a waiting request is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,14 +107,25 @@ pub(super) struct Admission {
     /// The mean time a request held its slot (ms, moving average).
     mean_held_ms: f64,
     budget: Option<CpuBudget>,
+    /// If set, `capacity` follows it.
+    limit: Option<AdaptiveLimit>,
     /// Whether a task is waking waiters as the budget fills.
     pub draining: bool,
 }
 
 impl Admission {
-    pub fn new(capacity: usize, max_queue: usize, budget: Option<CpuBudget>) -> Self {
+    pub fn new(
+        capacity: usize,
+        max_queue: usize,
+        budget: Option<CpuBudget>,
+        limit: Option<AdaptiveLimit>,
+    ) -> Self {
         Self {
-            capacity: capacity.max(1),
+            capacity: limit
+                .as_ref()
+                .map_or(capacity, AdaptiveLimit::current)
+                .max(1),
+            limit,
             max_queue,
             in_progress: 0,
             waiting: Default::default(),
@@ -145,6 +157,11 @@ impl Admission {
         if let Some(budget) = &mut self.budget {
             budget.tokens -= cost_ms;
         }
+    }
+
+    /// The concurrency limit now (the adaptive limit's, if any).
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
 
     fn queued(&self) -> usize {
@@ -207,6 +224,9 @@ impl Admission {
         } else {
             0.9 * self.mean_held_ms + 0.1 * held_ms
         };
+        if let Some(limit) = &mut self.limit {
+            self.capacity = limit.update(held, self.in_progress, now).max(1);
+        }
         self.in_progress = self.in_progress.saturating_sub(1);
         if let Some(budget) = &mut self.budget {
             budget.tokens += predicted_ms - measured_ms;
@@ -295,7 +315,7 @@ mod tests {
 
     #[test]
     fn slots_then_queue_served_by_criticality_then_arrival() {
-        let mut admission = Admission::new(1, 10, None);
+        let mut admission = Admission::new(1, 10, None, None);
         assert!(matches!(admission.enter(Sheddable, 0.0, now()), Entry::Run));
         let (mut shed, _) = waits(admission.enter(Sheddable, 0.0, now()));
         let (mut first, _) = waits(admission.enter(Critical, 0.0, now()));
@@ -315,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_evicts_the_newest_of_the_lowest_level_below() {
-        let mut admission = Admission::new(1, 3, None);
+        let mut admission = Admission::new(1, 3, None, None);
         assert!(matches!(admission.enter(Critical, 0.0, now()), Entry::Run));
         let (mut shed_old, _) = waits(admission.enter(Sheddable, 0.0, now()));
         let (mut shed_new, _) = waits(admission.enter(Sheddable, 0.0, now()));
@@ -334,7 +354,7 @@ mod tests {
 
     #[test]
     fn a_queue_full_of_critical_requests_refuses_rather_than_grows() {
-        let mut admission = Admission::new(1, 1, None);
+        let mut admission = Admission::new(1, 1, None, None);
         assert!(matches!(admission.enter(Critical, 0.0, now()), Entry::Run));
         let _queued = waits(admission.enter(Critical, 0.0, now()));
         assert!(matches!(admission.enter(Critical, 0.0, now()), Entry::Full));
@@ -347,7 +367,7 @@ mod tests {
 
     #[test]
     fn an_abandoned_waiter_leaves_the_queue_and_takes_no_slot() {
-        let mut admission = Admission::new(1, 10, None);
+        let mut admission = Admission::new(1, 10, None, None);
         assert!(matches!(admission.enter(Critical, 0.0, now()), Entry::Run));
         let (gone, ticket) = waits(admission.enter(Critical, 0.0, now()));
         let (mut next, _) = waits(admission.enter(Sheddable, 0.0, now()));
@@ -365,7 +385,7 @@ mod tests {
 
     #[test]
     fn the_expected_wait_follows_the_time_slots_are_held() {
-        let mut admission = Admission::new(2, 10, None);
+        let mut admission = Admission::new(2, 10, None, None);
         assert_eq!(admission.expected_wait(Critical, 5, 0.0), Duration::ZERO);
         assert!(matches!(admission.enter(Critical, 0.0, now()), Entry::Run));
         admission.leave(Duration::from_millis(100), 0.0, 0.0, now());
@@ -382,7 +402,7 @@ mod tests {
         let at = |ms: u64| start + Duration::from_millis(ms);
         // 100 ms of CPU per second: bursts of 5 ms.
         let budget = CpuBudget::new(100.0, start);
-        let mut admission = Admission::new(10, 10, Some(budget));
+        let mut admission = Admission::new(10, 10, Some(budget), None);
         // The first request may start (5 ms in the bucket) and owes 5 ms.
         assert!(matches!(admission.enter(Critical, 10.0, at(0)), Entry::Run));
         let (mut second, _) = waits(admission.enter(Sheddable, 10.0, at(0)));
