@@ -74,6 +74,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod criticality;
 pub mod engine;
 pub mod limiter;
 pub mod simulate;

@@ -4,6 +4,7 @@
 //! back the same way, with the gRPC code of each error kind (the table in
 //! the proto) in one place.
 
+use crate::criticality::Criticality;
 use crate::engine::capacity::Lease;
 use crate::limiter::Descriptor;
 use crate::service::cost::{CostCall, CostOperation, CostReply};
@@ -33,7 +34,12 @@ impl TryFrom<v1::ReserveOp> for Reserve {
 
     fn try_from(op: v1::ReserveOp) -> Result<Self, Error> {
         let at = ResourceKey::new(op.namespace, op.resource, op.domain);
-        Reserve::new(at, op.copies, op.min_copies)
+        let criticality = op
+            .criticality
+            .as_deref()
+            .and_then(Criticality::parse)
+            .unwrap_or_default();
+        Reserve::new(at, op.copies, op.min_copies)?.waiting(op.max_wait_ms, criticality)
     }
 }
 
@@ -407,6 +413,7 @@ mod tests {
             domain: "d".into(),
             copies: Some(0),
             min_copies: None,
+            ..v1::ReserveOp::default()
         });
         let (name, error) = operation_from_wire(Some(op)).unwrap_err();
         assert_eq!(name, "reserve");

@@ -10,6 +10,8 @@ use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{RequestOp, ReserveOp};
 
+use crate::criticality::Criticality;
+
 use super::{Attempt, Client, ClientError, Failure, Hold, RateAnswer, RateContext, Reply};
 
 /// How many copies (or hits) a call asks for, and how long it may wait.
@@ -172,8 +174,13 @@ impl Client {
         }
     }
 
-    async fn reserve_once(&self, op: ReserveOp, min: u64) -> Result<Attempt<Hold>, ClientError> {
-        let reserved = self.call(Op::Reserve(op.clone())).await;
+    async fn reserve_once(
+        &self,
+        op: ReserveOp,
+        min: u64,
+        patience: Duration,
+    ) -> Result<Attempt<Hold>, ClientError> {
+        let reserved = self.call_patiently(Op::Reserve(op.clone()), patience).await;
         match reserved {
             Ok(Reply {
                 answer: Answer::Reserve(answer),
@@ -206,6 +213,10 @@ impl Client {
     }
 }
 
+/// The longest a server waits for copies in one reserve (the Charon API's
+/// bound on `max_wait_ms`).
+const MAX_SERVER_WAIT: Duration = Duration::from_secs(60);
+
 /// [`Client::hold`], ready to be awaited.
 #[must_use = "a hold does nothing until awaited"]
 pub struct HoldCall {
@@ -214,10 +225,19 @@ pub struct HoldCall {
     pub(super) resource: String,
     pub(super) domain: String,
     pub(super) amount: Amount,
+    pub(super) criticality: Option<Criticality>,
 }
 
 impl HoldCall {
     amount_setters!();
+
+    /// The reserve's place in the server's queue while it waits (with
+    /// `max_wait`). Default: the criticality of the request being handled
+    /// ([`Criticality::current`]), else `critical`.
+    pub fn criticality(mut self, level: Criticality) -> Self {
+        self.criticality = Some(level);
+        self
+    }
 }
 
 impl IntoFuture for HoldCall {
@@ -227,17 +247,34 @@ impl IntoFuture for HoldCall {
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
             let (copies, min_copies) = self.amount.wire()?;
+            let max_wait = self.amount.max_wait;
             let op = ReserveOp {
                 namespace: self.namespace,
                 resource: self.resource,
                 domain: self.domain,
                 copies: Some(copies),
                 min_copies: Some(min_copies),
+                max_wait_ms: None,
+                // A reserve made while handling a throttled request waits
+                // in the place of that request's criticality.
+                criticality: self
+                    .criticality
+                    .or_else(Criticality::current)
+                    .map(|level| level.as_str().to_owned()),
             };
             let client = &self.client;
             let min = self.amount.min();
+            // The server waits for copies in its queue (served in order);
+            // retries cover a server that answered sooner.
+            let started = tokio::time::Instant::now();
             let (mut hold, waited) = client
-                .retrying(self.amount.max_wait, op, |op| client.reserve_once(op, min))
+                .retrying(max_wait, op, |mut op| {
+                    let left = max_wait
+                        .saturating_sub(started.elapsed())
+                        .min(MAX_SERVER_WAIT);
+                    op.max_wait_ms = (!left.is_zero()).then_some(left.as_millis() as u64);
+                    client.reserve_once(op, min, left)
+                })
                 .await?;
             hold.set_waited(waited);
             Ok(hold)

@@ -238,6 +238,7 @@ impl Client {
             resource: resource.into(),
             domain: domain.into(),
             amount: Amount::default(),
+            criticality: None,
         }
     }
 
@@ -263,7 +264,17 @@ impl Client {
 
     /// `call` within the call deadline; past it, why not.
     async fn within_deadline<T>(&self, call: impl Future<Output = T>) -> Result<T, String> {
-        let timeout = self.shared.options.call_timeout;
+        self.within(Duration::ZERO, call).await
+    }
+
+    /// `call` within the call deadline plus `patience` (how long the server
+    /// may wait before it answers); past it, why not.
+    async fn within<T>(
+        &self,
+        patience: Duration,
+        call: impl Future<Output = T>,
+    ) -> Result<T, String> {
+        let timeout = self.shared.options.call_timeout.saturating_add(patience);
         let mut call = std::pin::pin!(call);
         // An embedded engine answers within the first poll: no timer then.
         let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await;
@@ -282,6 +293,16 @@ impl Client {
         self.call_with(|backend| backend.call(op)).await
     }
 
+    /// One call the server may hold up to `patience` before answering (a
+    /// reserve that waits for copies): the deadline is that much later.
+    async fn call_patiently(&self, op: Op, patience: Duration) -> Result<Reply, Failure> {
+        let answered = self
+            .within(patience, self.shared.backend.call(op))
+            .await
+            .map_err(Failure::Server)?;
+        sorted(answered)
+    }
+
     /// [`call`](Self::call) by any of the backend's ways.
     async fn call_with<'a>(
         &'a self,
@@ -291,14 +312,7 @@ impl Client {
             .within_deadline(send(self.shared.backend.as_ref()))
             .await
             .map_err(Failure::Server)?;
-        match answered {
-            Err(Unreachable(reason)) => Err(Failure::Server(reason)),
-            Ok(Reply {
-                answer: Answer::Error(error),
-                ..
-            }) => Err(failure(error)),
-            Ok(reply) => Ok(reply),
-        }
+        sorted(answered)
     }
 
     /// Sends an operation that needs no answer beyond success (a release).
@@ -424,6 +438,18 @@ enum Attempt<T> {
     Done(T),
     /// Rejected, with the server's retry-after (`Some(MAX)`: never).
     Rejected(T, Option<Duration>),
+}
+
+/// A backend's answer, its failures sorted.
+fn sorted(answered: Result<Reply, Unreachable>) -> Result<Reply, Failure> {
+    match answered {
+        Err(Unreachable(reason)) => Err(Failure::Server(reason)),
+        Ok(Reply {
+            answer: Answer::Error(error),
+            ..
+        }) => Err(failure(error)),
+        Ok(reply) => Ok(reply),
+    }
 }
 
 fn failure(error: WireError) -> Failure {

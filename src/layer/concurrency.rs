@@ -1,7 +1,10 @@
 //! [`ConcurrencyLayer`]: one copy of a copy-limited resource per request,
-//! held until the response body has been sent or dropped.
+//! held until the response body has been sent or dropped. With
+//! [`max_wait`](LimitLayer::max_wait), a request waits for a copy in the
+//! server's queue (by criticality then arrival) instead of being refused.
 
 use std::future::IntoFuture;
+use std::time::Duration;
 
 use crate::client::{Client, ClientError, Hold};
 
@@ -13,8 +16,9 @@ use super::resource::{Kind, PerResource};
 use super::{Fixed, Header};
 
 /// Limits requests in progress: each holds one copy of a resource for its
-/// domain until its response body ends; past the limit, 429 (gRPC
-/// `RESOURCE_EXHAUSTED`) with `Retry-After: 1`.
+/// domain until its response body ends; past the limit (after waiting up
+/// to `max_wait`, if set), 429 (gRPC `RESOURCE_EXHAUSTED`) with
+/// `Retry-After: 1`.
 pub type ConcurrencyLayer<D = Header, R = Fixed> = LimitLayer<PerResource<Copies, D, R>>;
 
 /// The service of [`ConcurrencyLayer`].
@@ -24,24 +28,41 @@ impl ConcurrencyLayer {
     /// One copy of `resource` in `namespace` per request, the domain from
     /// `x-tenant-id`.
     pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
-        Self::per_resource(client, namespace, resource, Copies)
+        Self::per_resource(client, namespace, resource, Copies::default())
     }
 }
 
-/// One copy per request, held until its response body ends.
+/// One copy per request, held until its response body ends; waited for
+/// up to `max_wait`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Copies;
+pub struct Copies {
+    max_wait: Duration,
+}
+
+impl<D, R> LimitLayer<PerResource<Copies, D, R>> {
+    /// Waits up to `max_wait` for a copy to be released (in the server's
+    /// queue for the resource and domain, served by criticality then
+    /// arrival: the criticality of the request a `ThrottleLayer` admitted)
+    /// before refusing the request. Default: no wait.
+    pub fn max_wait(self, max_wait: Duration) -> Self {
+        self.map_kind(|_| Copies { max_wait })
+    }
+}
 
 impl Kind for Copies {
     type Decided = Result<Hold, ClientError>;
 
     fn ask(
+        &self,
         client: &Client,
         namespace: &str,
         resource: String,
         domain: String,
     ) -> Deciding<Self::Decided> {
-        client.hold(namespace, resource, domain).into_future()
+        client
+            .hold(namespace, resource, domain)
+            .max_wait(self.max_wait)
+            .into_future()
     }
 
     fn verdict<B>(

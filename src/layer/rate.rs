@@ -34,6 +34,7 @@ impl Kind for Hits {
     type Decided = Result<RateAnswer, ClientError>;
 
     fn ask(
+        &self,
         client: &Client,
         namespace: &str,
         resource: String,

@@ -18,6 +18,7 @@ pub trait Kind: Clone + Send + Sync + 'static {
     type Decided: Send + 'static;
 
     fn ask(
+        &self,
         client: &Client,
         namespace: &str,
         resource: String,
@@ -64,6 +65,13 @@ impl<K: Kind> LimitLayer<PerResource<K>> {
 }
 
 impl<K, D, R> LimitLayer<PerResource<K, D, R>> {
+    pub(super) fn map_kind(self, change: impl FnOnce(K) -> K) -> Self {
+        self.map_policy(|policy| PerResource {
+            kind: change(policy.kind),
+            ..policy
+        })
+    }
+
     /// Where the domain (tenant) comes from: a [`Header`],
     /// [`PeerAddr`](super::PeerAddr), [`ClientIp`](super::ClientIp), or a
     /// closure
@@ -116,7 +124,7 @@ where
             Err(status) => return Asked::Refuse(status, "missing or invalid domain"),
         };
         let resource = self.resource.resource_of(request);
-        let deciding = K::ask(client, namespace, resource.clone(), domain);
+        let deciding = self.kind.ask(client, namespace, resource.clone(), domain);
         Asked::Decide(resource, deciding)
     }
 

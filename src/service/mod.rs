@@ -19,6 +19,7 @@ pub mod leases;
 pub mod ops;
 pub mod session;
 pub mod store;
+pub mod waiting;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,8 @@ pub struct Service {
     /// The configuration API: the files plus its objects, from its log.
     /// `None` for an engine built from a configuration value.
     pub configuration: Option<Arc<Configuration>>,
+    /// Reserves waiting for copies.
+    pub waiting: waiting::WaitQueues,
 }
 
 impl Service {
@@ -65,6 +68,7 @@ impl Service {
             leases: stores.leases,
             observer,
             configuration: None,
+            waiting: waiting::WaitQueues::default(),
         }
     }
 

@@ -4,6 +4,9 @@
 //! service never sees a wire type and every face gets the same errors.
 //! Checks that need the configuration or the store stay in the service.
 
+use std::time::Duration;
+
+use crate::criticality::Criticality;
 use crate::engine::TierOutcome;
 use crate::engine::capacity::Lease;
 use crate::engine::copies::{CopyCounts, CopyLimits, canonical_groups};
@@ -79,7 +82,14 @@ pub struct Reserve {
     pub at: ResourceKey,
     pub copies: u64,
     pub min_copies: u64,
+    /// How long it may wait for copies to be released (zero: not at all).
+    pub max_wait: Duration,
+    /// Its place in the queue of waiting reserves.
+    pub criticality: Criticality,
 }
+
+/// The longest a reserve may wait for a copy.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 impl Reserve {
     pub fn new(
@@ -93,7 +103,32 @@ impl Reserve {
             at,
             copies,
             min_copies,
+            max_wait: Duration::ZERO,
+            criticality: Criticality::default(),
         })
+    }
+
+    /// Waits up to `max_wait_ms` (at most [`MAX_WAIT`]) for copies, in the
+    /// queue's place of `criticality`.
+    pub fn waiting(
+        mut self,
+        max_wait_ms: Option<u64>,
+        criticality: Criticality,
+    ) -> Result<Self, Error> {
+        let max_wait = Duration::from_millis(max_wait_ms.unwrap_or(0));
+        if max_wait > MAX_WAIT {
+            return Err(Error::new(
+                Kind::Malformed,
+                format!(
+                    "max_wait_ms {}: at most {} ms",
+                    max_wait.as_millis(),
+                    MAX_WAIT.as_millis()
+                ),
+            ));
+        }
+        self.max_wait = max_wait;
+        self.criticality = criticality;
+        Ok(self)
     }
 }
 

@@ -14,3 +14,4 @@ mod exceed;
 mod layer;
 mod leases;
 mod throttle;
+mod waiting;

@@ -610,6 +610,7 @@ async fn bad_input_is_a_clear_client_error_and_leaks_nothing() {
             domain: domain.into(),
             copies,
             min_copies: min,
+            ..ReserveOp::default()
         })
     };
     let long = "x".repeat(5_000);
@@ -1378,4 +1379,55 @@ async fn copies_held_through_a_cluster_failover_are_kept_then_released() {
     )
     .await;
     eprintln!("failover: pools {on_victim:?} were on the killed master :{victim}");
+}
+
+/// Waiting for a copy on Redis (docs/design.md#waiting-for-a-copy): two
+/// reserves wait on sidecar B, a sheddable one then a critical one; each
+/// copy released on sidecar A goes to B's waiters, the critical first.
+#[tokio::test]
+async fn a_release_on_one_sidecar_wakes_the_waiters_on_another_in_order() {
+    use charon::criticality::Criticality;
+    use support::sidecar::sidecar_client;
+
+    let redis = RedisServer::start();
+    let (_dir, a, b) = two_sidecars(&redis).await;
+    let on_a = sidecar_client(&a).await;
+    let on_b = sidecar_client(&b).await;
+    // initech may hold 4: A holds them all.
+    let mut held = on_a
+        .hold(NS, POOL, "initech")
+        .copies(4)
+        .await
+        .expect("a hold");
+    assert_eq!(held.granted(), 4);
+    let (granted, mut order) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for (name, level) in [
+        ("sheddable", Criticality::Sheddable),
+        ("critical", Criticality::Critical),
+    ] {
+        let (client, granted) = (on_b.clone(), granted.clone());
+        waiters.push(tokio::spawn(async move {
+            let hold = client
+                .hold(NS, POOL, "initech")
+                .max_wait(Duration::from_secs(30))
+                .criticality(level)
+                .await
+                .expect("an answer");
+            assert!(hold.is_granted(), "{name} waited in vain");
+            let _ = granted.send(name);
+            hold
+        }));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for expected in ["critical", "sheddable"] {
+        assert_eq!(held.release(1).await.ok(), Some(1));
+        let next = tokio::time::timeout(Duration::from_secs(10), order.recv()).await;
+        assert_eq!(next.ok().flatten(), Some(expected));
+    }
+    for waiter in waiters {
+        let hold = waiter.await.expect("the waiter");
+        assert_eq!(hold.granted(), 1);
+    }
+    assert_eq!(count(&redis_counts(&redis), "d:initech"), 4);
 }

@@ -298,6 +298,7 @@ fn op() -> impl Strategy<Value = Op> {
                     domain,
                     copies,
                     min_copies,
+                    ..ReserveOp::default()
                 })
             ),
         (at.clone(), number(), groups.clone()).prop_map(

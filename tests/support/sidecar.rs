@@ -308,6 +308,7 @@ impl Session {
             domain: domain.into(),
             copies: Some(copies),
             min_copies: Some(min),
+            ..ReserveOp::default()
         }))
         .await
         .expect("reserve is answered")

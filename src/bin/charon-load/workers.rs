@@ -218,6 +218,7 @@ pub(crate) async fn copies_worker(
             domain: domain.clone(),
             copies: Some(1),
             min_copies: Some(1),
+            ..ReserveOp::default()
         }))
         .await;
         let outcome = match reserved {

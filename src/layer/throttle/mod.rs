@@ -31,6 +31,8 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, Uri};
 use tower::Layer;
 
+pub use crate::criticality::Criticality;
+
 use self::cost::Predictor;
 pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS};
 use self::limit::AdaptiveLimit;
@@ -39,63 +41,6 @@ pub use self::service::{Permit, Throttle, ThrottleFuture};
 
 /// Names a request's class from its URI and headers.
 pub type Classify = dyn Fn(&Uri, &HeaderMap) -> String + Send + Sync;
-
-/// How much a request matters when the server is overloaded (the levels of
-/// the SRE book's criticality, least critical first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Criticality {
-    Sheddable,
-    SheddablePlus,
-    Critical,
-    CriticalPlus,
-}
-
-tokio::task_local! {
-    static CURRENT: Criticality;
-}
-
-impl Criticality {
-    fn rank(self) -> usize {
-        self as usize
-    }
-
-    /// The criticality of the request whose handler is running, when a
-    /// [`ThrottleLayer`] admitted it: outgoing calls through an
-    /// [`AdaptiveThrottleLayer`](crate::layer::AdaptiveThrottleLayer) carry
-    /// it on.
-    pub fn current() -> Option<Self> {
-        CURRENT.try_with(|level| *level).ok()
-    }
-
-    /// Runs `step` (a poll of a handler) as a request of this level.
-    fn scope<T>(self, step: impl FnOnce() -> T) -> T {
-        CURRENT.sync_scope(self, step)
-    }
-
-    /// The header value: `critical_plus`, `critical`, `sheddable_plus` or
-    /// `sheddable`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Criticality::CriticalPlus => "critical_plus",
-            Criticality::Critical => "critical",
-            Criticality::SheddablePlus => "sheddable_plus",
-            Criticality::Sheddable => "sheddable",
-        }
-    }
-
-    /// A header's value: `critical_plus`, `critical`, `sheddable_plus`,
-    /// `sheddable`, in any case, `-` for `_`.
-    pub fn parse(value: &str) -> Option<Self> {
-        let value = value.trim().to_ascii_lowercase().replace('-', "_");
-        match value.as_str() {
-            "critical_plus" => Some(Criticality::CriticalPlus),
-            "critical" => Some(Criticality::Critical),
-            "sheddable_plus" => Some(Criticality::SheddablePlus),
-            "sheddable" => Some(Criticality::Sheddable),
-            _ => None,
-        }
-    }
-}
 
 /// Requests the layer has counted, for metrics.
 #[derive(Debug, Default)]

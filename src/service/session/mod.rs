@@ -129,7 +129,12 @@ impl Session {
                 .end_session(self.contributor(&bound), &held, &touched)
                 .await
             {
-                Ok(()) => return,
+                Ok(()) => {
+                    for (namespace, resource) in &touched {
+                        self.service.waiting.released(namespace, resource);
+                    }
+                    return;
+                }
                 Err(error) => {
                     tracing::warn!(%error, "cannot release a closed session's holds yet; retrying");
                     tokio::time::sleep(RELEASE_RETRY).await;

@@ -35,13 +35,16 @@ impl Session {
             )
             .await
         {
-            Ok(changed) => Ok(ReleaseAnswer {
-                released: copies,
-                context: CopyContext {
-                    limits,
-                    counts: changed.counts,
-                },
-            }),
+            Ok(changed) => {
+                self.service.waiting.released(&at.namespace, &at.resource);
+                Ok(ReleaseAnswer {
+                    released: copies,
+                    context: CopyContext {
+                        limits,
+                        counts: changed.counts,
+                    },
+                })
+            }
             Err(error) => {
                 self.untake(key.clone(), copies);
                 Err(self.copy_error(&membership, error))

@@ -1,16 +1,69 @@
 //! `reserve`: copies for a domain, all or the most that fit between a
-//! minimum and what was asked, added to the session's hold set.
+//! minimum and what was asked, added to the session's hold set; with a
+//! `max_wait`, in the queue of reserves waiting for copies
+//! (docs/design.md#waiting-for-a-copy) until they fit or the wait is over.
+
+use tokio::time::Instant;
 
 use crate::engine::copies::{CopyLimits, canonical_groups};
 
 use crate::service::core::Target;
 use crate::service::error::{Error, Kind};
 use crate::service::ops::{CopyContext, Held, Reserve, ReserveAnswer};
+use crate::service::waiting::{POLL, Place};
 
 use super::{MAX_HOLDS, Session};
 
 impl Session {
     pub(super) async fn reserve(&self, op: &Reserve) -> Result<ReserveAnswer, Error> {
+        if op.max_wait.is_zero() {
+            return self.reserve_now(op).await;
+        }
+        let deadline = Instant::now() + op.max_wait;
+        let waiting = &self.service.waiting;
+        let join = || {
+            waiting.join(&op.at, op.criticality).map_err(|_| {
+                Error::new(
+                    Kind::TooMany,
+                    format!(
+                        "{} reserves already wait for `{}` of domain `{}`: try later",
+                        crate::service::waiting::MAX_WAITERS,
+                        op.at.resource,
+                        op.at.domain
+                    ),
+                )
+            })
+        };
+        // Behind those already waiting, unless it is more critical.
+        let mut place: Option<Place> = None;
+        if waiting.has_waiters(&op.at) {
+            place = Some(join()?);
+        }
+        loop {
+            if place.as_ref().is_none_or(Place::is_head) {
+                let answer = self.reserve_now(op).await?;
+                if answer.granted > 0 || Instant::now() >= deadline {
+                    // Leaving the queue hands the head to the next.
+                    return Ok(answer);
+                }
+            }
+            let Some(waiter) = &place else {
+                place = Some(join()?);
+                continue;
+            };
+            tokio::select! {
+                () = waiter.woken() => {}
+                () = tokio::time::sleep(POLL) => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    drop(place);
+                    // At its deadline: one last try, answered as it comes.
+                    return self.reserve_now(op).await;
+                }
+            }
+        }
+    }
+
+    async fn reserve_now(&self, op: &Reserve) -> Result<ReserveAnswer, Error> {
         let at = &op.at;
         let (limits, decide_with) = match self.service.target(&at.namespace, &at.resource)? {
             Target::Copies(namespace, resource) => {
