@@ -412,3 +412,29 @@ async fn the_adaptive_limit_finds_the_concurrency_the_service_sustains() {
     closed_loop(&app, 30, now + Duration::from_secs(2)).await;
     assert_eq!(layer.limit(), 20);
 }
+
+async fn panics() -> &'static str {
+    panic!("the handler fails")
+}
+
+#[tokio::test]
+async fn a_handler_that_panics_frees_its_slot_and_settles_its_cost() {
+    let layer = ThrottleLayer::new(1)
+        .cpu_budget(10_000.0)
+        .max_wait(Duration::from_millis(200));
+    let app = Router::new()
+        .route("/panic", get(panics))
+        .route("/burn/{ms}", get(burn))
+        .layer(layer.clone());
+    for _ in 0..3 {
+        let app = app.clone();
+        // The panic unwinds through the layer's future: the task fails.
+        let failed = tokio::spawn(async move { call(&app, "/panic").await }).await;
+        assert!(failed.is_err_and(|e| e.is_panic()));
+    }
+    // The one slot is free: a request runs at once, not refused.
+    assert_eq!(call(&app, "/burn/1").await, StatusCode::OK);
+    let costs = layer.costs();
+    let panicked = costs.iter().find(|c| c.class == "/panic");
+    assert_eq!(panicked.map(|c| c.requests), Some(3));
+}
