@@ -189,6 +189,17 @@ async fn a_request_that_cannot_start_before_its_deadline_is_refused_at_once() {
         .unwrap_or_else(|e| match e {});
     assert_eq!(hasty.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(asked.elapsed(), Duration::ZERO);
+    // The deadline Envoy forwards counts the same.
+    let forwarded = app
+        .clone()
+        .oneshot(request(
+            "forwarded",
+            &[("x-envoy-expected-rq-timeout-ms", "50")],
+        ))
+        .await
+        .unwrap_or_else(|e| match e {});
+    assert_eq!(forwarded.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(asked.elapsed(), Duration::ZERO);
     // A deadline that does not parse is ignored (and counted): it waits.
     let patient = send(&app, request("patient", &[("grpc-timeout", "soon")]));
     settle().await;
@@ -203,7 +214,7 @@ async fn a_request_that_cannot_start_before_its_deadline_is_refused_at_once() {
             .load(std::sync::atomic::Ordering::Relaxed),
         counts.refused.load(std::sync::atomic::Ordering::Relaxed),
     );
-    assert_eq!(counts, (1, 1));
+    assert_eq!(counts, (1, 2));
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,8 +1,8 @@
 //! [`ThrottleLayer`]: the server throttler (docs/design.md#the-server-throttler).
 //! At most `capacity` requests run at once; the rest wait in a bounded queue
 //! instead of failing, served by criticality then arrival, until their
-//! deadline (the layer's `max_wait`, or the request's own `grpc-timeout`
-//! when shorter). A request that cannot start before its deadline, by the
+//! deadline (the layer's `max_wait`, or the request's own `grpc-timeout` or
+//! Envoy's `x-envoy-expected-rq-timeout-ms` when shorter). A request that cannot start before its deadline, by the
 //! time slots have been held lately, is refused at once rather than after
 //! waiting. A full queue evicts the most recently queued request of the
 //! lowest level below a newcomer's; a queue full of requests as critical as
@@ -47,7 +47,8 @@ pub type Classify = dyn Fn(&Uri, &HeaderMap) -> String + Send + Sync;
 pub struct ThrottleCounts {
     /// Criticality values it did not know (given the default level).
     pub unknown_criticality: AtomicU64,
-    /// `grpc-timeout` values it could not read (ignored).
+    /// Deadline headers (`grpc-timeout`, `x-envoy-expected-rq-timeout-ms`)
+    /// it could not read (ignored).
     pub bad_deadlines: AtomicU64,
     /// Refused: at once, after waiting, or evicted.
     pub refused: AtomicU64,

@@ -79,24 +79,43 @@ impl<S> Throttle<S> {
         }
     }
 
-    /// How long the request may wait: `max_wait`, or its `grpc-timeout` if
-    /// shorter (one that does not parse is ignored, and counted).
+    /// How long the request may wait: `max_wait`, or the request's own
+    /// deadline if shorter: its `grpc-timeout`, or the
+    /// `x-envoy-expected-rq-timeout-ms` Envoy puts on what it forwards. A
+    /// value that does not parse is ignored, and counted.
     fn patience(&self, headers: &HeaderMap) -> Duration {
-        let max_wait = self.settings.max_wait;
-        let Some(value) = headers.get("grpc-timeout") else {
-            return max_wait;
-        };
-        match value.to_str().ok().and_then(grpc_timeout) {
-            Some(timeout) => timeout.min(max_wait),
-            None => {
-                self.settings
-                    .counts
-                    .bad_deadlines
-                    .fetch_add(1, Ordering::Relaxed);
-                max_wait
+        let mut patience = self.settings.max_wait;
+        let deadlines: [(&str, ParseDeadline); 2] = [
+            ("grpc-timeout", grpc_timeout),
+            ("x-envoy-expected-rq-timeout-ms", envoy_timeout),
+        ];
+        for (name, parse) in deadlines {
+            let Some(value) = headers.get(name) else {
+                continue;
+            };
+            match value.to_str().ok().and_then(parse) {
+                Some(timeout) => patience = patience.min(timeout),
+                None => {
+                    self.settings
+                        .counts
+                        .bad_deadlines
+                        .fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
+        patience
     }
+}
+
+/// Reads a deadline header's value.
+type ParseDeadline = fn(&str) -> Option<Duration>;
+
+/// `x-envoy-expected-rq-timeout-ms`: whole milliseconds.
+fn envoy_timeout(value: &str) -> Option<Duration> {
+    if value.is_empty() || value.len() > 12 || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    value.parse().ok().map(Duration::from_millis)
 }
 
 /// `grpc-timeout`: at most 8 digits and a unit (H, M, S, m, u, n).
@@ -461,6 +480,10 @@ mod tests {
         assert_eq!(grpc_timeout("5u"), Some(Duration::from_micros(5)));
         for bad in ["", "m", "100", "100x", "123456789m", "-1m", "1.5S", "é"] {
             assert_eq!(grpc_timeout(bad), None, "{bad}");
+        }
+        assert_eq!(envoy_timeout("250"), Some(Duration::from_millis(250)));
+        for bad in ["", "-1", "1.5", "15s", "9999999999999", "é"] {
+            assert_eq!(envoy_timeout(bad), None, "{bad}");
         }
     }
 }
