@@ -26,7 +26,7 @@ pub enum FailureMode {
     /// Nothing.
     Pessimistic,
     /// The safe capacity of the last answer (or the configured one before
-    /// any answer).
+    /// any answer); a safe capacity of -1 lets everything through.
     #[default]
     Safe,
 }
@@ -46,6 +46,8 @@ struct Bucket {
     /// Asked of it since the last renewal (granted or not): the demand.
     asked: f64,
     since: Instant,
+    /// No limit (a safe capacity of -1 while the sidecar is away).
+    unlimited: bool,
 }
 
 impl Bucket {
@@ -72,6 +74,7 @@ impl LeaseLimiter {
                 refilled: now,
                 asked: 0.0,
                 since: now,
+                unlimited: false,
             }),
         }
     }
@@ -90,6 +93,9 @@ impl LeaseLimiter {
         let n = f64::from(n);
         let mut bucket = self.lock();
         bucket.asked += n;
+        if bucket.unlimited {
+            return Ok(());
+        }
         bucket.refill(now);
         if bucket.tokens >= n {
             bucket.tokens -= n;
@@ -113,8 +119,15 @@ impl LeaseLimiter {
         let now = Instant::now();
         let mut bucket = self.lock();
         bucket.refill(now);
+        bucket.unlimited = false;
         bucket.rate = sanitize(rate);
         bucket.tokens = bucket.tokens.min(capacity_of(bucket.rate));
+    }
+
+    /// Lets every request through until the next [`set_rate`](Self::set_rate)
+    /// (the safe capacity -1: no limit while the sidecar is away).
+    pub fn set_unlimited(&self) {
+        self.lock().unlimited = true;
     }
 
     /// The demand since the last call (per second), and starts again.
@@ -246,11 +259,12 @@ async fn renew(client: Client, options: LeaseOptions, limiter: Weak<LeaseLimiter
                 Duration::from_millis(lease.refresh_interval_ms.max(10))
             }
             None => {
-                strong.set_rate(match options.failure_mode {
-                    FailureMode::Optimistic => wants,
-                    FailureMode::Pessimistic => 0.0,
-                    FailureMode::Safe => safe,
-                });
+                match options.failure_mode {
+                    FailureMode::Optimistic => strong.set_rate(wants),
+                    FailureMode::Pessimistic => strong.set_rate(0.0),
+                    FailureMode::Safe if safe < 0.0 => strong.set_unlimited(),
+                    FailureMode::Safe => strong.set_rate(safe),
+                }
                 options.retry_interval
             }
         };

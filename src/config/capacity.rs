@@ -3,24 +3,42 @@
 //! apportions it (`engine::capacity`); the configuration owns what it is, so
 //! that loading a file never needs the engine.
 
-/// How a resource's capacity is divided among the clients that want it.
+/// How a resource's capacity is divided among the clients that want it:
+/// Doorman's algorithms as the Charon paper (§5.1) defines them
+/// (docs/design.md#doormans-algorithms).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Algorithm {
-    /// Each client gets what it asks for while there is room: first come,
-    /// first served.
+    /// Each client gets what it wants: no limit, and the leases may add up
+    /// to more than the capacity (the paper's no-op "pseudo-algorithm").
     None,
-    /// Each client gets at most `per_client`. If even those capped wants do
-    /// not fit the capacity, the capacity is shared fairly among them (as
-    /// [`Algorithm::FairShare`]), so the result does not depend on who asked
-    /// first.
-    Static { per_client: f64 },
-    /// Over-subscribed, each client gets `capacity × wants / Σ wants`;
-    /// otherwise what it wants.
+    /// Without `per_client` (the paper's): the capacity is each client's
+    /// maximum, not a total, and the leases may add up to more than it.
+    /// With `per_client` (Charon's own): each client gets at most
+    /// `per_client`, and if even those capped wants do not fit the capacity
+    /// it is shared fairly among them (as [`Algorithm::FairShare`]).
+    Static { per_client: Option<f64> },
+    /// An equal share each (at most what it wants); the capacity that
+    /// clients wanting less leave is divided among the others in
+    /// proportion to what they want beyond their equal share.
     ProportionalShare,
     /// Max-min fair (water-filling): equal shares, and what a client does
     /// not want of its share is divided equally among the others.
     FairShare,
 }
+
+impl Algorithm {
+    /// Whether the leases may add up to more than the capacity.
+    pub fn overcommits(self) -> bool {
+        matches!(
+            self,
+            Algorithm::None | Algorithm::Static { per_client: None }
+        )
+    }
+}
+
+/// The safe capacity that means "no limit while the server is away" (the
+/// paper's −1: rate limiting disabled). 0 forbids the resource then.
+pub const UNLIMITED_SAFE_CAPACITY: f64 = -1.0;
 
 /// The configuration of one capacity resource.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -34,8 +52,9 @@ pub struct CapacityConfig {
     /// How often a client should renew; at most `lease_ms`, so a client that
     /// renews on time never loses its lease.
     pub refresh_interval_ms: u64,
-    /// What a client may use when it cannot reach the server (safe mode).
-    /// `None`: the capacity divided by the number of live clients.
+    /// What a client may use when it cannot reach the server (safe mode):
+    /// [`UNLIMITED_SAFE_CAPACITY`] for no limit, 0 for nothing. `None`: the
+    /// capacity divided by the number of live clients.
     pub safe_capacity: Option<f64>,
     /// How long after a lease state starts (`engine::capacity::LeaseState`)
     /// clients get what they say they have (learning mode,
@@ -48,11 +67,14 @@ impl CapacityConfig {
     /// refresh interval within it.
     pub fn validate(&self) -> Result<(), CapacityError> {
         amount("capacity", self.capacity)?;
-        if let Algorithm::Static { per_client } = self.algorithm {
+        if let Algorithm::Static {
+            per_client: Some(per_client),
+        } = self.algorithm
+        {
             amount("per_client", per_client)?;
         }
         if let Some(safe) = self.safe_capacity {
-            amount("safe_capacity", safe)?;
+            safe_capacity(safe)?;
         }
         if self.lease_ms == 0 {
             return Err(CapacityError::ZeroLease);
@@ -83,6 +105,15 @@ pub enum CapacityError {
         refresh_interval_ms: u64,
         lease_ms: u64,
     },
+}
+
+/// A safe capacity: an amount, or [`UNLIMITED_SAFE_CAPACITY`].
+pub(crate) fn safe_capacity(value: f64) -> Result<f64, CapacityError> {
+    if value == UNLIMITED_SAFE_CAPACITY {
+        Ok(value)
+    } else {
+        amount("safe_capacity", value)
+    }
 }
 
 /// `value` if it is a finite, non-negative amount (-0.0 becomes 0.0).

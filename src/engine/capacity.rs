@@ -10,8 +10,10 @@
 //! # Invariants
 //!
 //! - The sum of live leases never exceeds the capacity (up to floating-point
-//!   rounding), whatever the algorithm, the order of requests, or what
-//!   clients claim.
+//!   rounding), whatever the order of requests or what clients claim —
+//!   except under the two algorithms that the paper says may overcommit:
+//!   `none` (each client gets what it wants) and `static` without
+//!   `per_client` (the capacity is each client's maximum).
 //! - No client is granted more than it wants.
 //! - A lease is live while `now_ms < expiry_ms`; an expired one is dropped
 //!   before anything else is decided, and its share goes to the others.
@@ -25,8 +27,8 @@
 //! and give back the difference. Every grant is at most its share, so once
 //! every live client has renewed, each holds at most its share; on the next
 //! renewal each gets all of it. With membership and wants stable, every
-//! client holds its share after two refresh intervals. (`Algorithm::None`
-//! has no share: first come, first served, and a holder keeps what it has.)
+//! client holds its share after two refresh intervals. (The overcommitting
+//! algorithms grant their share at once: they wait for nobody.)
 //!
 //! # Learning mode
 //!
@@ -64,7 +66,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::capacity::amount;
-pub use crate::config::capacity::{Algorithm, CapacityConfig, CapacityError};
+pub use crate::config::capacity::{
+    Algorithm, CapacityConfig, CapacityError, UNLIMITED_SAFE_CAPACITY,
+};
 
 /// One client's lease, as the server recorded it. Short serde names: the
 /// state of a resource is stored whole, one entry per client.
@@ -155,7 +159,11 @@ pub fn request(
     } else {
         share_of(config, state, client)
     };
-    let granted = target.min(wants).min(free);
+    let granted = if config.algorithm.overcommits() {
+        target.min(wants)
+    } else {
+        target.min(wants).min(free)
+    };
     if let Some(lease) = state.clients.get_mut(client) {
         lease.has = granted;
         lease.expiry_ms = expiry_ms;
@@ -194,16 +202,19 @@ pub fn live_sum(state: &LeaseState, now_ms: u64) -> f64 {
 }
 
 /// The target allocation of `capacity` among clients wanting `wants`, in
-/// the same order. Each share is at most its want and the shares sum to at
-/// most `capacity` (up to rounding). For [`Algorithm::None`] the list is
-/// taken in arrival order: each gets what it wants of what is left.
+/// the same order. Each share is at most its want; the shares sum to at
+/// most `capacity` (up to rounding) unless the algorithm
+/// [overcommits](Algorithm::overcommits).
 pub fn shares(
     algorithm: Algorithm,
     capacity: f64,
     wants: &[f64],
 ) -> Result<Vec<f64>, CapacityError> {
     amount("capacity", capacity)?;
-    if let Algorithm::Static { per_client } = algorithm {
+    if let Algorithm::Static {
+        per_client: Some(per_client),
+    } = algorithm
+    {
         amount("per_client", per_client)?;
     }
     for &want in wants {
@@ -214,9 +225,6 @@ pub fn shares(
 
 /// `client`'s target among the live clients (already validated).
 fn share_of(config: &CapacityConfig, state: &LeaseState, client: &str) -> f64 {
-    if config.algorithm == Algorithm::None {
-        return config.capacity;
-    }
     let wants: Vec<f64> = state.clients.values().map(|lease| lease.wants).collect();
     let shares = apportion(config.algorithm, config.capacity, &wants);
     state
@@ -229,26 +237,19 @@ fn share_of(config: &CapacityConfig, state: &LeaseState, client: &str) -> f64 {
 
 fn apportion(algorithm: Algorithm, capacity: f64, wants: &[f64]) -> Vec<f64> {
     match algorithm {
-        Algorithm::None => first_come(capacity, wants),
-        Algorithm::Static { per_client } => {
+        Algorithm::None => wants.to_vec(),
+        Algorithm::Static { per_client: None } => {
+            wants.iter().map(|want| want.min(capacity)).collect()
+        }
+        Algorithm::Static {
+            per_client: Some(per_client),
+        } => {
             let capped: Vec<f64> = wants.iter().map(|want| want.min(per_client)).collect();
             water_fill(capacity, &capped)
         }
         Algorithm::ProportionalShare => proportional(capacity, wants),
         Algorithm::FairShare => water_fill(capacity, wants),
     }
-}
-
-fn first_come(capacity: f64, wants: &[f64]) -> Vec<f64> {
-    let mut left = capacity;
-    wants
-        .iter()
-        .map(|want| {
-            let give = want.min(left);
-            left = (left - give).max(0.0);
-            give
-        })
-        .collect()
 }
 
 /// Max-min fairness: the smallest wants first, each getting at most an
@@ -269,19 +270,32 @@ fn water_fill(capacity: f64, wants: &[f64]) -> Vec<f64> {
     shares
 }
 
+/// The paper's ProportionalShare: an equal share each, at most its want;
+/// what that leaves is divided in proportion to each client's want beyond
+/// its equal share (never past its want).
 fn proportional(capacity: f64, wants: &[f64]) -> Vec<f64> {
-    let total: f64 = wants.iter().sum();
-    if total <= capacity {
-        return wants.to_vec();
+    if wants.is_empty() {
+        return Vec::new();
     }
-    // Over-subscribed, so the largest want is positive. Dividing by it first
-    // keeps the sum finite however large the wants.
-    let largest = wants.iter().copied().fold(0.0, f64::max);
-    let scaled: f64 = wants.iter().map(|want| want / largest).sum();
-    wants
+    let equal = capacity / wants.len() as f64;
+    let mut shares: Vec<f64> = wants.iter().map(|want| want.min(equal)).collect();
+    let left = (capacity - shares.iter().sum::<f64>()).max(0.0);
+    let excess: Vec<f64> = wants
         .iter()
-        .map(|want| (capacity * (want / largest) / scaled).min(*want))
-        .collect()
+        .zip(&shares)
+        .map(|(want, share)| want - share)
+        .collect();
+    // Dividing by the largest excess first keeps the sum finite however
+    // large the wants.
+    let largest = excess.iter().copied().fold(0.0, f64::max);
+    if left <= 0.0 || largest <= 0.0 {
+        return shares;
+    }
+    let scaled: f64 = excess.iter().map(|e| e / largest).sum();
+    for (share, more) in shares.iter_mut().zip(&excess) {
+        *share += (left * (more / largest) / scaled).min(*more);
+    }
+    shares
 }
 
 #[cfg(test)]
@@ -319,40 +333,81 @@ mod tests {
         assert_eq!(fair(100.0, &[]), Ok(vec![]));
     }
 
+    /// The Charon paper's tables (§5.1): the numbers are the test.
     #[test]
-    fn proportional_share_scales_only_when_over_subscribed() {
-        let prop = |capacity, wants: &[f64]| shares(Algorithm::ProportionalShare, capacity, wants);
-        assert_eq!(
-            prop(100.0, &[50.0, 50.0, 100.0]),
-            Ok(vec![25.0, 25.0, 50.0])
+    fn the_papers_tables() {
+        let close = |got: Result<Vec<f64>, CapacityError>, want: &[f64]| {
+            let got = got.unwrap_or_default();
+            assert_eq!(got.len(), want.len(), "{got:?}");
+            for (g, w) in got.iter().zip(want) {
+                assert!((g - w).abs() < 0.05, "{got:?} != {want:?}");
+            }
+        };
+        // ProportionalShare, capacity 90: 30 each, C leaves 20, divided
+        // 70:20 between A and B.
+        close(
+            shares(Algorithm::ProportionalShare, 90.0, &[100.0, 50.0, 10.0]),
+            &[45.6, 34.4, 10.0],
         );
-        assert_eq!(prop(100.0, &[10.0, 50.0, 40.0]), Ok(vec![10.0, 50.0, 40.0]));
-        assert_eq!(prop(0.0, &[10.0, 30.0]), Ok(vec![0.0, 0.0]));
-        assert_eq!(prop(10.0, &[f64::MAX, f64::MAX]), Ok(vec![5.0, 5.0]));
+        // FairShare, capacity 160: 40 each, then 10, 10, 5, then 5 for A.
+        close(
+            shares(Algorithm::FairShare, 160.0, &[100.0, 50.0, 45.0, 10.0]),
+            &[55.0, 50.0, 45.0, 10.0],
+        );
     }
 
     #[test]
-    fn static_caps_each_client_then_shares_fairly() {
-        let fixed = Algorithm::Static { per_client: 30.0 };
-        assert_eq!(shares(fixed, 100.0, &[10.0, 50.0]), Ok(vec![10.0, 30.0]));
+    fn proportional_share_divides_what_is_left_by_the_excess() {
+        let prop = |capacity, wants: &[f64]| shares(Algorithm::ProportionalShare, capacity, wants);
+        // Everyone wants at least an equal share: equal shares.
+        let third = 100.0 / 3.0;
+        assert_eq!(
+            prop(100.0, &[50.0, 50.0, 100.0]),
+            Ok(vec![third, third, third])
+        );
+        // Room for everyone: what each wants.
+        assert_eq!(prop(100.0, &[10.0, 50.0, 40.0]), Ok(vec![10.0, 50.0, 40.0]));
+        assert_eq!(prop(0.0, &[10.0, 30.0]), Ok(vec![0.0, 0.0]));
+        assert_eq!(prop(10.0, &[f64::MAX, f64::MAX]), Ok(vec![5.0, 5.0]));
+        assert_eq!(prop(10.0, &[]), Ok(vec![]));
+    }
+
+    #[test]
+    fn static_is_a_per_client_maximum() {
+        // The paper's: the capacity is each client's maximum.
+        let paper = Algorithm::Static { per_client: None };
+        assert_eq!(
+            shares(paper, 30.0, &[10.0, 50.0, 40.0]),
+            Ok(vec![10.0, 30.0, 30.0])
+        );
+        let config = config(30.0, paper);
+        let mut state = LeaseState::new(0);
+        assert_eq!(grant(&config, &mut state, "a", 50.0, 0), 30.0);
+        assert_eq!(grant(&config, &mut state, "b", 50.0, 1), 30.0);
+        // Charon's: each at most `per_client`, all together the capacity.
+        let capped = Algorithm::Static {
+            per_client: Some(30.0),
+        };
+        assert_eq!(shares(capped, 100.0, &[10.0, 50.0]), Ok(vec![10.0, 30.0]));
         // Capped wants [30, 30, 10] do not fit 50: water-filled.
         assert_eq!(
-            shares(fixed, 50.0, &[40.0, 40.0, 10.0]),
+            shares(capped, 50.0, &[40.0, 40.0, 10.0]),
             Ok(vec![20.0, 20.0, 10.0])
         );
     }
 
     #[test]
-    fn none_is_first_come_first_served() {
+    fn none_gives_each_client_what_it_wants() {
         assert_eq!(
             shares(Algorithm::None, 100.0, &[60.0, 60.0, 5.0]),
-            Ok(vec![60.0, 40.0, 0.0])
+            Ok(vec![60.0, 60.0, 5.0])
         );
         let config = config(100.0, Algorithm::None);
         let mut state = LeaseState::new(0);
         assert_eq!(grant(&config, &mut state, "a", 60.0, 0), 60.0);
-        assert_eq!(grant(&config, &mut state, "b", 60.0, 1), 40.0);
-        assert_eq!(grant(&config, &mut state, "a", 60.0, 2), 60.0);
+        // Over the capacity: "may overcommit".
+        assert_eq!(grant(&config, &mut state, "b", 60.0, 1), 60.0);
+        assert_eq!(live_sum(&state, 2), 120.0);
     }
 
     #[test]
@@ -369,7 +424,13 @@ mod tests {
             })
         );
         assert_eq!(
-            shares(Algorithm::Static { per_client: -1.0 }, 1.0, &[]),
+            shares(
+                Algorithm::Static {
+                    per_client: Some(-1.0)
+                },
+                1.0,
+                &[]
+            ),
             Err(CapacityError::Negative {
                 field: "per_client",
                 value: -1.0

@@ -151,3 +151,40 @@ async fn a_renewer_on_the_embedded_engine_follows_its_lease() {
     // Another client of the same engine sees that share taken.
     assert_eq!(lease(&client, "other", 100.0, 0.0).await, Ok(60.0));
 }
+
+/// The paper's safe capacity -1: with no server to answer, a client in
+/// safe mode lets everything through; 0 lets nothing through.
+#[tokio::test]
+async fn a_safe_capacity_of_minus_one_means_no_limit_while_the_server_is_away() {
+    // Nothing listens on port 1: every renewal fails.
+    let away = || {
+        charon::client::Client::with_options(
+            charon::client::Sidecar::connect("http://127.0.0.1:1").expect("a url"),
+            charon::client::ClientOptions {
+                call_timeout: Duration::from_millis(50),
+                ..Default::default()
+            },
+        )
+    };
+    let options = |safe: f64| LeaseOptions {
+        safe_capacity: safe,
+        retry_interval: Duration::from_millis(20),
+        ..LeaseOptions::new("worker", "jobs", "backend", "acme")
+    };
+    let unlimited = LeaseRenewer::spawn(away(), options(-1.0));
+    let forbidden = LeaseRenewer::spawn(away(), options(0.0));
+    // Once the first renewal has failed, a thousand at once pass: no
+    // bucket at any rate would hold them.
+    let mut all = 0;
+    for _ in 0..250 {
+        all = (0..1_000)
+            .filter(|_| unlimited.try_acquire(1).is_ok())
+            .count();
+        if all == 1_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(all, 1_000);
+    assert!(forbidden.try_acquire(1).is_err());
+}

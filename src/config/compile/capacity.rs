@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_saphyr::{Location, Spanned};
 
 use crate::config::CapacityResource;
-use crate::config::capacity::{Algorithm, CapacityConfig};
+use crate::config::capacity::{Algorithm, CapacityConfig, UNLIMITED_SAFE_CAPACITY};
 use crate::config::duration::FOREVER;
 use crate::config::raw::RawCapacity;
 
@@ -38,16 +38,7 @@ impl Ctx {
             None | Some(("fair_share", _)) => Algorithm::FairShare,
             Some(("proportional_share", _)) => Algorithm::ProportionalShare,
             Some(("none", _)) => Algorithm::None,
-            Some(("static", at)) => match per_client {
-                Some(per_client) => Algorithm::Static { per_client },
-                None => {
-                    self.error(
-                        at,
-                        format!("resource `{name}`: `static` needs `per_client`"),
-                    );
-                    Algorithm::FairShare
-                }
-            },
+            Some(("static", _)) => Algorithm::Static { per_client },
             Some((other, at)) => {
                 self.error(
                     at,
@@ -73,7 +64,7 @@ impl Ctx {
         let safe_capacity = raw
             .safe_capacity
             .as_ref()
-            .and_then(|value| self.amount(value, "safe_capacity"));
+            .and_then(|value| self.safe_capacity(value));
         let (Some(capacity), Some(lease_ms), Some(refresh_interval_ms), Some(learning_ms)) =
             (capacity, lease, refresh, learning)
         else {
@@ -104,7 +95,7 @@ impl Ctx {
                 continue;
             };
             let safe_capacity = match &entry.value.safe_capacity {
-                Some(value) => self.amount(value, "safe_capacity"),
+                Some(value) => self.safe_capacity(value),
                 None => default.safe_capacity,
             };
             domains.insert(
@@ -137,6 +128,25 @@ impl Ctx {
             );
             None
         }
+    }
+
+    /// A safe capacity: an amount, or -1 for no limit while the server is
+    /// away (docs/design.md#doormans-algorithms).
+    fn safe_capacity(&mut self, value: &Spanned<f64>) -> Option<f64> {
+        if value.value == UNLIMITED_SAFE_CAPACITY {
+            return Some(value.value);
+        }
+        if value.value.is_finite() && value.value >= 0.0 {
+            return Some(value.value);
+        }
+        self.error(
+            value.referenced,
+            format!(
+                "safe_capacity must be -1 (no limit while the server is away), 0 (nothing) or a positive number, got {}",
+                value.value
+            ),
+        );
+        None
     }
 
     fn lease_duration(
