@@ -8,6 +8,7 @@ pub mod certificate;
 pub mod listen;
 pub mod metrics;
 pub mod reload;
+pub mod rlqs;
 pub mod rls;
 pub mod runtime;
 mod session;
@@ -24,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -326,6 +328,8 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
     let copies = service.copies.clone();
+    let rlqs =
+        RateLimitQuotaServiceServer::new(rlqs::RlqsService::new(service.clone(), metrics.clone()));
     let api = ApiService::new(
         service,
         metrics.clone(),
@@ -358,6 +362,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         .add_service(reflection)
         .add_service(reflection_alpha)
         .add_service(rls)
+        .add_service(rlqs)
         .add_service(CharonServer::new(api))
         .serve_with_incoming_shutdown(
             listen::incoming(grpc_listener, grpc_tls, grpc_uds),

@@ -17,6 +17,7 @@ pub mod cost;
 pub mod error;
 pub mod leases;
 pub mod ops;
+pub mod quota;
 pub mod session;
 pub mod store;
 pub mod waiting;

@@ -11,5 +11,6 @@ mod config_api;
 mod deploy_manifests;
 mod grpc_tls;
 mod inject_webhook;
+mod rlqs;
 mod server;
 mod ui;

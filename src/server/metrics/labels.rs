@@ -177,6 +177,12 @@ pub struct CopyLogEventLabels {
     pub event: &'static str,
 }
 
+/// What an RLQS report's bucket was answered.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaLabels {
+    pub outcome: &'static str,
+}
+
 /// `--on-overload`'s policy.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {

@@ -49,6 +49,7 @@ pub struct Metrics {
     copy_serving: Gauge,
     copies_held: Family<CopyResourceLabels, Gauge>,
     overloads: Family<PolicyLabels, Counter>,
+    quota_buckets: Family<QuotaLabels, Counter>,
     copy_log_events: Family<CopyLogEventLabels, Counter>,
     copies_held_by_group: Family<CopyGroupLabels, Gauge>,
     transfers_staged: Family<CopyResourceLabels, Gauge>,
@@ -247,6 +248,12 @@ impl Metrics {
             "ShouldRateLimit calls past --max-in-flight, answered at once by --on-overload (policy: allow or deny)",
             overloads.clone(),
         );
+        let quota_buckets = Family::<QuotaLabels, Counter>::default();
+        registry.register(
+            "rlqs_buckets",
+            "Buckets of RLQS usage reports, by what they were answered (assigned, unlimited, abandoned; no_limit, unknown_domain, malformed, store_error: no assignment)",
+            quota_buckets.clone(),
+        );
         let copies_held = Family::<CopyResourceLabels, Gauge>::default();
         registry.register(
             "copies_held",
@@ -293,6 +300,7 @@ impl Metrics {
             copy_serving,
             copies_held,
             overloads,
+            quota_buckets,
             copies_held_by_group,
             transfers_staged,
             copy_log_events,
@@ -395,6 +403,13 @@ impl Metrics {
                 limited_by,
             })
             .inc_by(hits);
+    }
+
+    /// A bucket of an RLQS report, and what it was answered.
+    pub fn quota_bucket(&self, outcome: &'static str) {
+        self.quota_buckets
+            .get_or_create(&QuotaLabels { outcome })
+            .inc();
     }
 
     /// A call answered by `--on-overload` without a decision.

@@ -1,0 +1,222 @@
+//! Quota for Envoy's Rate Limit Quota Service (RLQS, docs/design.md#rlqs):
+//! a bucket reported by an Envoy is a descriptor of a namespace, and the
+//! descriptor's limit is apportioned among the Envoys that report the
+//! bucket, as a capacity lease each (fair share), on the service's lease
+//! store: in the process, or in Redis for every sidecar on it.
+//!
+//! - The report's domain is the namespace.
+//! - The bucket id's entries, sorted by key, are the descriptor: one entry
+//!   `tenant: acme` is the descriptor `[(tenant, acme)]`, matched in the
+//!   namespace's `descriptors:` tree as Envoy's `ShouldRateLimit` is.
+//! - An Envoy's demand is what it reported, allowed and denied, per second
+//!   of the report's `time_elapsed`, with a fifth more so growth shows.
+//! - Its share is a token bucket that refills at its lease per second.
+
+use std::time::Duration;
+
+use crate::config::Leaf;
+use crate::engine::capacity::{Algorithm, CapacityConfig};
+use crate::store::ResourceRef;
+
+use super::Service;
+use super::error::{Error, Kind};
+
+/// The resource name the leases of RLQS buckets are kept under.
+const BUCKETS: &str = "rlqs";
+
+/// How long an Envoy's share lasts unrenewed: a stream that stops
+/// reporting gives its share back after this.
+pub const LEASE: Duration = Duration::from_secs(10);
+
+/// How often Envoys are expected to report (the lease engine's refresh).
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// What an Envoy is asked for beyond its measured demand.
+const HEADROOM: f64 = 1.2;
+
+/// What an Envoy is told for a bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quota {
+    /// A token bucket: `tokens_per_fill` every `fill_interval`, at most
+    /// `max_tokens` saved; valid for `ttl`. Zero tokens: deny everything.
+    Assigned {
+        max_tokens: u32,
+        tokens_per_fill: u32,
+        fill_interval: Duration,
+        ttl: Duration,
+    },
+    /// The descriptor is `unlimited`: allow everything for `ttl`.
+    Unlimited { ttl: Duration },
+    /// No limit applies to the bucket: Envoy's own no-assignment behaviour.
+    NotLimited,
+}
+
+/// One bucket, as its lease is named.
+pub struct Bucket {
+    /// The bucket id's entries, sorted by key.
+    pub entries: Vec<(String, String)>,
+    /// The entries as one name: `key=value` joined by `&`, `%`-escaped.
+    pub name: String,
+}
+
+impl Bucket {
+    pub fn new(entries: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut entries: Vec<(String, String)> = entries.into_iter().collect();
+        entries.sort();
+        let name = entries
+            .iter()
+            .map(|(key, value)| format!("{}={}", escape(key), escape(value)))
+            .collect::<Vec<_>>()
+            .join("&");
+        Self { entries, name }
+    }
+}
+
+fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' | '=' | '&' => escaped.push_str(&format!("%{:02X}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+impl Service {
+    /// `client`'s share of `bucket` in `namespace`, for a demand of
+    /// `requests` (allowed and denied) over `elapsed`.
+    pub async fn quota(
+        &self,
+        namespace: &str,
+        bucket: &Bucket,
+        client: &str,
+        requests: u64,
+        elapsed: Duration,
+    ) -> Result<Quota, Error> {
+        let config = self.config();
+        let Some(space) = config.namespace(namespace) else {
+            return Err(Error::new(
+                Kind::UnknownResource,
+                format!("no namespace `{namespace}`"),
+            ));
+        };
+        if bucket.entries.is_empty() || bucket.name.is_empty() {
+            return Err(Error::malformed("a bucket id without entries"));
+        }
+        let found = space.descriptors.find(
+            bucket
+                .entries
+                .iter()
+                .map(|(key, value)| (key.as_str(), value.as_str())),
+        );
+        let limit = match found.map(|found| &found.node.leaf) {
+            Some(Leaf::Limit(limit)) => limit,
+            Some(Leaf::Unlimited { .. }) => return Ok(Quota::Unlimited { ttl: LEASE }),
+            Some(Leaf::None | Leaf::Resource(_)) | None => return Ok(Quota::NotLimited),
+        };
+        let window = Duration::from_millis(
+            limit
+                .unit
+                .millis()
+                .saturating_mul(limit.unit_multiplier.max(1)),
+        );
+        let per_second = limit.requests_per_unit as f64 / window.as_secs_f64();
+        let capacity = CapacityConfig {
+            capacity: per_second,
+            algorithm: Algorithm::FairShare,
+            lease_ms: LEASE.as_millis() as u64,
+            refresh_interval_ms: REFRESH.as_millis() as u64,
+            safe_capacity: None,
+            learning_ms: 0,
+        };
+        // A first report may come at once: count it over a second at least.
+        let seconds = elapsed.as_secs_f64().max(1.0);
+        let wants = requests as f64 / seconds * HEADROOM;
+        let at = ResourceRef {
+            namespace,
+            resource: BUCKETS,
+            domain: &bucket.name,
+        };
+        let lease = self
+            .leases
+            .get(at, &capacity, client, wants, 0.0)
+            .await
+            .map_err(Error::from)?;
+        Ok(token_bucket(lease.capacity))
+    }
+
+    /// `client` no longer reports `bucket`: its share goes to the others.
+    pub async fn quota_gone(&self, namespace: &str, bucket: &Bucket, client: &str) {
+        let at = ResourceRef {
+            namespace,
+            resource: BUCKETS,
+            domain: &bucket.name,
+        };
+        if let Err(error) = self.leases.release(at, client).await {
+            tracing::debug!(%error, "an RLQS share was not given back; it expires");
+        }
+    }
+}
+
+/// A share of `per_second` as a token bucket that never grants more: whole
+/// tokens, refilled every second, or every few seconds for a share under
+/// one per second.
+fn token_bucket(per_second: f64) -> Quota {
+    if !(per_second.is_finite() && per_second > 0.0) {
+        return Quota::Assigned {
+            max_tokens: 0,
+            tokens_per_fill: 0,
+            fill_interval: Duration::from_secs(1),
+            ttl: LEASE,
+        };
+    }
+    let interval_seconds = (1.0 / per_second).ceil().max(1.0);
+    let tokens = (per_second * interval_seconds)
+        .floor()
+        .min(f64::from(u32::MAX)) as u32;
+    Quota::Assigned {
+        max_tokens: tokens,
+        tokens_per_fill: tokens,
+        fill_interval: Duration::from_secs_f64(interval_seconds),
+        ttl: LEASE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(quota: Quota) -> (u32, u32, Duration) {
+        match quota {
+            Quota::Assigned {
+                max_tokens,
+                tokens_per_fill,
+                fill_interval,
+                ..
+            } => (max_tokens, tokens_per_fill, fill_interval),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_share_becomes_whole_tokens_never_more() {
+        let second = Duration::from_secs(1);
+        assert_eq!(bucket(token_bucket(10.0)), (10, 10, second));
+        assert_eq!(bucket(token_bucket(7.9)), (7, 7, second));
+        // Under one a second: one token every few seconds.
+        assert_eq!(bucket(token_bucket(0.4)), (1, 1, 3 * second));
+        assert_eq!(bucket(token_bucket(0.0)), (0, 0, second));
+        assert_eq!(bucket(token_bucket(f64::NAN)), (0, 0, second));
+    }
+
+    #[test]
+    fn bucket_names_are_sorted_and_escaped() {
+        let named = Bucket::new([
+            ("tenant".to_owned(), "a=b&c".to_owned()),
+            ("path".to_owned(), "/x%".to_owned()),
+        ]);
+        assert_eq!(named.name, "path=/x%25&tenant=a%3Db%26c");
+        assert_eq!(named.entries[0].0, "path");
+    }
+}

@@ -1,0 +1,200 @@
+//! Envoy's Rate Limit Quota Service on the real sidecar (memory store),
+//! spoken by a gRPC client as Envoy's `rate_limit_quota` filter speaks it:
+//! two streams reporting one bucket share its limit (fair share, within two
+//! reports each), and one that leaves gives its share back; an `unlimited`
+//! descriptor is allowed all; a bucket no limit applies to, and a domain
+//! that is no namespace, get no assignment and are counted, and the stream
+//! goes on.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::support::sidecar::{Sidecar, memory_sidecar, tempdir};
+
+const CONFIG: &str = "
+domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: internal
+    rate_limit: {unlimited: true}
+";
+
+/// What a bucket was answered: tokens per second, allow all, deny all,
+/// or abandoned.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Told {
+    Tokens(u32),
+    AllowAll,
+    DenyAll,
+    Abandoned,
+}
+
+/// One Envoy: a stream of reports and its answers.
+struct Envoy {
+    reports: mpsc::Sender<RateLimitQuotaUsageReports>,
+    answers: tonic::Streaming<RateLimitQuotaResponse>,
+    domain: String,
+}
+
+fn bucket(key: &str, value: &str) -> BucketId {
+    BucketId {
+        bucket: HashMap::from([(key.to_owned(), value.to_owned())]),
+    }
+}
+
+impl Envoy {
+    async fn connect(sidecar: &Sidecar, domain: &str) -> Envoy {
+        let mut client = RateLimitQuotaServiceClient::connect(sidecar.grpc_url())
+            .await
+            .expect("connects");
+        let (reports, receiver) = mpsc::channel(16);
+        let answers = client
+            .stream_rate_limit_quotas(ReceiverStream::new(receiver))
+            .await
+            .expect("a stream")
+            .into_inner();
+        Envoy {
+            reports,
+            answers,
+            domain: domain.to_owned(),
+        }
+    }
+
+    /// Reports `requests` of each bucket over one second.
+    async fn report(&mut self, buckets: &[BucketId], requests: u64) {
+        let usages = buckets
+            .iter()
+            .map(|id| BucketQuotaUsage {
+                bucket_id: Some(id.clone()),
+                time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                    seconds: 1,
+                    nanos: 0,
+                }),
+                num_requests_allowed: requests,
+                num_requests_denied: 0,
+            })
+            .collect();
+        let report = RateLimitQuotaUsageReports {
+            domain: self.domain.clone(),
+            bucket_quota_usages: usages,
+        };
+        self.reports.send(report).await.expect("the stream is open");
+    }
+
+    /// The next answer, per bucket's first entry value.
+    async fn told(&mut self) -> Option<HashMap<String, Told>> {
+        let next = tokio::time::timeout(Duration::from_secs(2), self.answers.message()).await;
+        let answer = next.ok()?.expect("no stream error")?;
+        Some(
+            answer
+                .bucket_action
+                .into_iter()
+                .map(|action| {
+                    let id = action.bucket_id.unwrap_or_default();
+                    let value = id.bucket.values().next().cloned().unwrap_or_default();
+                    let told = match action.bucket_action {
+                        Some(Action::AbandonAction(_)) => Told::Abandoned,
+                        Some(Action::QuotaAssignmentAction(assigned)) => {
+                            let ttl = assigned.assignment_time_to_live.unwrap_or_default();
+                            assert!(ttl.seconds > 0, "a time to live");
+                            match assigned.rate_limit_strategy.and_then(|s| s.strategy) {
+                                Some(Strategy::TokenBucket(bucket)) => {
+                                    let fill = bucket.fill_interval.unwrap_or_default();
+                                    assert_eq!(fill.seconds, 1);
+                                    let per_fill = bucket.tokens_per_fill.unwrap_or_default();
+                                    assert_eq!(per_fill.value, bucket.max_tokens);
+                                    Told::Tokens(per_fill.value)
+                                }
+                                Some(Strategy::BlanketRule(rule))
+                                    if rule == BlanketRule::DenyAll as i32 =>
+                                {
+                                    Told::DenyAll
+                                }
+                                Some(Strategy::BlanketRule(_)) => Told::AllowAll,
+                                other => panic!("{other:?}"),
+                            }
+                        }
+                        None => panic!("an action without a kind"),
+                    };
+                    (value, told)
+                })
+                .collect(),
+        )
+    }
+
+    async fn told_one(&mut self) -> Told {
+        let told = self.told().await.expect("an answer");
+        assert_eq!(told.len(), 1, "{told:?}");
+        told.into_values().next().expect("one")
+    }
+}
+
+#[tokio::test]
+async fn two_envoys_share_a_buckets_limit_and_a_leaver_gives_its_share_back() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let acme = [bucket("tenant", "acme")];
+    let mut a = Envoy::connect(&sidecar, "edge").await;
+    let mut b = Envoy::connect(&sidecar, "edge").await;
+    // A alone: the whole limit.
+    a.report(&acme, 50).await;
+    assert_eq!(a.told_one().await, Told::Tokens(10));
+    // B joins: nothing is free until A renews and gives half back.
+    b.report(&acme, 50).await;
+    assert_eq!(b.told_one().await, Told::DenyAll);
+    a.report(&acme, 50).await;
+    assert_eq!(a.told_one().await, Told::Tokens(5));
+    b.report(&acme, 50).await;
+    assert_eq!(b.told_one().await, Told::Tokens(5));
+    // Another tenant is another bucket with a limit of its own.
+    b.report(&[bucket("tenant", "globex")], 3).await;
+    assert_eq!(b.told_one().await, Told::Tokens(3));
+    // B goes away: its shares go back at once.
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.report(&acme, 50).await;
+    assert_eq!(a.told_one().await, Told::Tokens(10));
+}
+
+#[tokio::test]
+async fn buckets_without_a_limit_get_no_assignment_and_are_counted() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let mut a = Envoy::connect(&sidecar, "edge").await;
+    // An unlimited descriptor: allow all. No descriptor: nothing said.
+    a.report(&[bucket("internal", "batch"), bucket("region", "eu")], 5)
+        .await;
+    let told = a.told().await.expect("an answer");
+    assert_eq!(told, HashMap::from([("batch".to_owned(), Told::AllowAll)]));
+    assert_eq!(
+        sidecar
+            .metric("charon_rlqs_buckets_total{outcome=\"no_limit\"}")
+            .await,
+        1.0
+    );
+    // A domain that is no namespace: no answer, counted, stream open.
+    let mut stranger = Envoy::connect(&sidecar, "nowhere").await;
+    stranger.report(&[bucket("tenant", "acme")], 5).await;
+    stranger.report(&[bucket("tenant", "acme")], 5).await;
+    assert_eq!(stranger.told().await, None);
+    assert_eq!(
+        sidecar
+            .metric("charon_rlqs_buckets_total{outcome=\"unknown_domain\"}")
+            .await,
+        2.0
+    );
+    // The first stream still answers.
+    a.report(&[bucket("tenant", "acme")], 5).await;
+    assert_eq!(a.told_one().await, Told::Tokens(6));
+}
