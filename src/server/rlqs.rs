@@ -5,19 +5,24 @@
 //! Envoy then enforces without a call per request. The apportioning is the
 //! service's ([`crate::service::quota`]).
 //!
-//! Every report is answered for the buckets it names, so a share that
-//! changed (an Envoy joined, left, or its demand moved) reaches each Envoy
-//! at its next report. A bucket that no limit applies to (an unknown
-//! domain, a bucket id that selects no limited descriptor) gets no
-//! assignment: Envoy applies its configured no-assignment behaviour, the
-//! bucket is counted, and the stream goes on. A bucket that had a share
-//! and no longer selects a limit (the configuration changed) is abandoned.
-//! When the stream ends, its shares go back to the other Envoys at once.
+//! Every report is answered for the buckets it names. A share that changed
+//! is pushed at once to the other Envoys of this sidecar reporting the
+//! bucket (the one that shrank first, so that the newcomer's share is free
+//! when it is answered), and every stream asks again for all its buckets
+//! each second, which renews its leases and brings it the shares that
+//! moved on other sidecars of the same Redis: a changed share reaches an
+//! Envoy here at once, elsewhere within a second. A bucket that no limit
+//! applies to (an unknown domain, a bucket id that selects no limited
+//! descriptor) gets no assignment: Envoy applies its configured
+//! no-assignment behaviour, the bucket is counted, and the stream goes on.
+//! A bucket that had a share and no longer selects a limit (the
+//! configuration changed) is abandoned. When the stream ends, its shares go
+//! back to the other Envoys at once.
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
@@ -37,13 +42,32 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::service::Service;
 use crate::service::error::Kind;
-use crate::service::quota::{Bucket, Quota};
+use crate::service::quota::{Bucket, Demand, Quota};
 
 use super::metrics::Metrics;
 
 /// The most distinct buckets one stream may report (past it, new ones get
 /// no assignment).
 pub const MAX_BUCKETS: usize = 10_000;
+
+/// How often a stream asks again for all its buckets.
+const REFRESH: Duration = Duration::from_secs(1);
+
+type Answer = Result<RateLimitQuotaResponse, Status>;
+
+/// A stream's hold on one bucket, as the other streams see it.
+struct Holder {
+    /// What it was taken to want, to ask with again.
+    wants: f64,
+    /// What it was told last.
+    told: Quota,
+    id: BucketId,
+    answers: mpsc::Sender<Answer>,
+}
+
+/// The streams of this sidecar by bucket (namespace, bucket name), then
+/// client.
+type Holders = HashMap<(String, String), HashMap<String, Holder>>;
 
 /// The RLQS face of a sidecar.
 #[derive(Clone)]
@@ -53,6 +77,7 @@ pub struct RlqsService {
     /// Names this sidecar's streams in the shared lease state.
     prefix: String,
     streams: Arc<AtomicU64>,
+    holders: Arc<Mutex<Holders>>,
 }
 
 impl RlqsService {
@@ -66,11 +91,17 @@ impl RlqsService {
             metrics,
             prefix: format!("rlqs-{:016x}", u64::from_le_bytes(random)),
             streams: Arc::default(),
+            holders: Arc::default(),
         }
+    }
+
+    fn holders(&self) -> MutexGuard<'_, Holders> {
+        // Each change leaves the map whole.
+        self.holders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-type Answers = Pin<Box<dyn Stream<Item = Result<RateLimitQuotaResponse, Status>> + Send>>;
+type Answers = Pin<Box<dyn Stream<Item = Answer> + Send>>;
 
 #[tonic::async_trait]
 impl RateLimitQuotaService for RlqsService {
@@ -81,14 +112,15 @@ impl RateLimitQuotaService for RlqsService {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Answers>, Status> {
         let number = self.streams.fetch_add(1, Ordering::Relaxed);
+        let (answers, receiver) = mpsc::channel(64);
         let stream = EnvoyStream {
             face: self.clone(),
             client: format!("{}-{number}", self.prefix),
             namespace: None,
             assigned: HashMap::new(),
+            answers,
         };
-        let (answers, receiver) = mpsc::channel(16);
-        tokio::spawn(stream.run(request.into_inner(), answers));
+        tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 }
@@ -102,41 +134,52 @@ struct EnvoyStream {
     namespace: Option<String>,
     /// The buckets it has a share of, by name.
     assigned: HashMap<String, Bucket>,
+    answers: mpsc::Sender<Answer>,
 }
 
 impl EnvoyStream {
-    async fn run(
-        mut self,
-        mut reports: Streaming<RateLimitQuotaUsageReports>,
-        answers: mpsc::Sender<Result<RateLimitQuotaResponse, Status>>,
-    ) {
+    async fn run(mut self, mut reports: Streaming<RateLimitQuotaUsageReports>) {
+        let mut refresh = tokio::time::interval(REFRESH);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let report = tokio::select! {
-                report = reports.message() => report,
-                () = answers.closed() => break,
+            let actions = tokio::select! {
+                report = reports.message() => match report {
+                    Ok(Some(report)) => self.answer(report).await,
+                    // The Envoy closed its side, went away, or sent garbage.
+                    Ok(None) | Err(_) => break,
+                },
+                _ = refresh.tick() => self.refresh().await,
+                () = self.answers.closed() => break,
             };
-            let report = match report {
-                Ok(Some(report)) => report,
-                // The Envoy closed its side, went away, or sent garbage.
-                Ok(None) | Err(_) => break,
-            };
-            let actions = self.answer(report).await;
             if !actions.is_empty() {
                 let response = RateLimitQuotaResponse {
                     bucket_action: actions,
                 };
-                if answers.send(Ok(response)).await.is_err() {
+                if self.answers.send(Ok(response)).await.is_err() {
                     break;
                 }
             }
         }
-        if let Some(namespace) = &self.namespace {
-            for bucket in self.assigned.values() {
-                self.face
-                    .service
-                    .quota_gone(namespace, bucket, &self.client)
-                    .await;
-            }
+        self.end().await;
+    }
+
+    /// The stream is over: its shares go back, and the others of each
+    /// bucket get them now.
+    async fn end(&mut self) {
+        let Some(namespace) = self.namespace.clone() else {
+            return;
+        };
+        let buckets: Vec<Bucket> = self.assigned.drain().map(|(_, bucket)| bucket).collect();
+        for bucket in &buckets {
+            self.face
+                .holders()
+                .get_mut(&(namespace.clone(), bucket.name.clone()))
+                .map(|holders| holders.remove(&self.client));
+            self.face
+                .service
+                .quota_gone(&namespace, bucket, &self.client)
+                .await;
+            self.rebalance(&namespace, bucket).await;
         }
     }
 
@@ -144,7 +187,7 @@ impl EnvoyStream {
         if !report.domain.is_empty() && self.namespace.is_none() {
             self.namespace = Some(report.domain);
         }
-        let metrics = &self.face.metrics;
+        let metrics = self.face.metrics.clone();
         let Some(namespace) = self.namespace.clone() else {
             for _ in &report.bucket_quota_usages {
                 metrics.quota_bucket("malformed");
@@ -162,61 +205,204 @@ impl EnvoyStream {
                 metrics.quota_bucket("malformed");
                 continue;
             }
-            let requests = usage
-                .num_requests_allowed
-                .saturating_add(usage.num_requests_denied);
             let elapsed = usage.time_elapsed.map_or(Duration::ZERO, |d| {
                 // Negative or out of range: as if unset.
                 let seconds = u64::try_from(d.seconds).unwrap_or(0);
                 let nanos = u32::try_from(d.nanos).unwrap_or(0).min(999_999_999);
                 Duration::new(seconds, nanos)
             });
-            let quota = self
-                .face
-                .service
-                .quota(&namespace, &bucket, &self.client, requests, elapsed)
-                .await;
-            let action = match quota {
-                Ok(Quota::NotLimited) => {
-                    if let Some(bucket) = self.assigned.remove(&bucket.name) {
-                        // It had a share; no limit applies any more.
-                        self.face
-                            .service
-                            .quota_gone(&namespace, &bucket, &self.client)
-                            .await;
-                        metrics.quota_bucket("abandoned");
-                        Some(Action::AbandonAction(AbandonAction {}))
-                    } else {
-                        metrics.quota_bucket("no_limit");
-                        None
-                    }
-                }
-                Ok(quota) => {
-                    metrics.quota_bucket(match quota {
-                        Quota::Unlimited { .. } => "unlimited",
-                        _ => "assigned",
-                    });
-                    self.assigned.insert(bucket.name.clone(), bucket);
-                    Some(Action::QuotaAssignmentAction(assignment(quota)))
-                }
-                Err(error) => {
-                    metrics.quota_bucket(match error.kind {
-                        Kind::UnknownResource => "unknown_domain",
-                        Kind::Malformed => "malformed",
-                        _ => "store_error",
-                    });
-                    tracing::debug!(%error, "an RLQS bucket got no assignment");
-                    None
-                }
+            let demand = Demand::Measured {
+                requests: usage
+                    .num_requests_allowed
+                    .saturating_add(usage.num_requests_denied),
+                elapsed,
             };
-            if let Some(action) = action {
-                actions.push(BucketAction {
-                    bucket_id: Some(BucketId { bucket: id.bucket }),
-                    bucket_action: Some(action),
-                });
+            if let Some(action) = self.decide(&namespace, bucket, id, demand).await {
+                actions.push(action);
             }
         }
         actions
+    }
+
+    /// Asks again for every bucket, with what each was taken to want:
+    /// renews the leases, and brings the shares that moved elsewhere.
+    async fn refresh(&mut self) -> Vec<BucketAction> {
+        let Some(namespace) = self.namespace.clone() else {
+            return Vec::new();
+        };
+        let held: Vec<(String, f64, Quota, BucketId)> = {
+            let holders = self.face.holders();
+            self.assigned
+                .keys()
+                .filter_map(|name| {
+                    let holder = holders
+                        .get(&(namespace.clone(), name.clone()))?
+                        .get(&self.client)?;
+                    Some((name.clone(), holder.wants, holder.told, holder.id.clone()))
+                })
+                .collect()
+        };
+        let mut actions = Vec::new();
+        for (name, wants, told, id) in held {
+            let Some(bucket) = self.assigned.get(&name).cloned() else {
+                continue;
+            };
+            let action = self
+                .decide(&namespace, bucket, id, Demand::Wants(wants))
+                .await;
+            // Only what changed is said again.
+            if let Some(action) = action {
+                let now = self
+                    .face
+                    .holders()
+                    .get(&(namespace.clone(), name.clone()))
+                    .and_then(|holders| holders.get(&self.client))
+                    .map(|holder| holder.told);
+                if now != Some(told) {
+                    actions.push(action);
+                }
+            }
+        }
+        actions
+    }
+
+    /// Decides `bucket` for this stream, lets the others of this sidecar
+    /// that report it follow, and says what this stream is told.
+    async fn decide(
+        &mut self,
+        namespace: &str,
+        bucket: Bucket,
+        id: BucketId,
+        demand: Demand,
+    ) -> Option<BucketAction> {
+        let metrics = self.face.metrics.clone();
+        let service = self.face.service.clone();
+        let key = (namespace.to_owned(), bucket.name.clone());
+        let decided = service
+            .quota(namespace, &bucket, &self.client, demand)
+            .await;
+        tracing::debug!(
+            client = %self.client,
+            bucket = %bucket.name,
+            ?demand,
+            ?decided,
+            "RLQS bucket"
+        );
+        let action = match decided {
+            Ok((Quota::NotLimited, _)) => {
+                if let Some(bucket) = self.assigned.remove(&bucket.name) {
+                    // It had a share; no limit applies any more.
+                    self.face
+                        .holders()
+                        .get_mut(&key)
+                        .map(|holders| holders.remove(&self.client));
+                    service.quota_gone(namespace, &bucket, &self.client).await;
+                    metrics.quota_bucket("abandoned");
+                    Some(Action::AbandonAction(AbandonAction {}))
+                } else {
+                    metrics.quota_bucket("no_limit");
+                    None
+                }
+            }
+            Ok((quota, wants)) => {
+                metrics.quota_bucket(match quota {
+                    Quota::Unlimited { .. } => "unlimited",
+                    _ => "assigned",
+                });
+                self.face.holders().entry(key.clone()).or_default().insert(
+                    self.client.clone(),
+                    Holder {
+                        wants,
+                        told: quota,
+                        id: id.clone(),
+                        answers: self.answers.clone(),
+                    },
+                );
+                // The others follow; what they give back may be this one's.
+                let others = self.rebalance(namespace, &bucket).await;
+                let quota = if others > 0 {
+                    match service
+                        .quota(namespace, &bucket, &self.client, Demand::Wants(wants))
+                        .await
+                    {
+                        Ok((again, _)) => {
+                            if let Some(holder) = self
+                                .face
+                                .holders()
+                                .get_mut(&key)
+                                .and_then(|holders| holders.get_mut(&self.client))
+                            {
+                                holder.told = again;
+                            }
+                            again
+                        }
+                        Err(_) => quota,
+                    }
+                } else {
+                    quota
+                };
+                self.assigned.insert(bucket.name.clone(), bucket);
+                Some(Action::QuotaAssignmentAction(assignment(quota)))
+            }
+            Err(error) => {
+                metrics.quota_bucket(match error.kind {
+                    Kind::UnknownResource => "unknown_domain",
+                    Kind::Malformed => "malformed",
+                    _ => "store_error",
+                });
+                tracing::debug!(%error, "an RLQS bucket got no assignment");
+                None
+            }
+        };
+        action.map(|action| BucketAction {
+            bucket_id: Some(id),
+            bucket_action: Some(action),
+        })
+    }
+
+    /// The other streams of this sidecar that report `bucket` ask again
+    /// with what they wanted; those whose share changed are told now. How
+    /// many others there were.
+    async fn rebalance(&self, namespace: &str, bucket: &Bucket) -> usize {
+        let key = (namespace.to_owned(), bucket.name.clone());
+        let others: Vec<(String, f64)> = self
+            .face
+            .holders()
+            .get(&key)
+            .map(|holders| {
+                holders
+                    .iter()
+                    .filter(|(client, _)| **client != self.client)
+                    .map(|(client, holder)| (client.clone(), holder.wants))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (client, wants) in &others {
+            let Ok((quota, _)) = self
+                .face
+                .service
+                .quota(namespace, bucket, client, Demand::Wants(*wants))
+                .await
+            else {
+                continue;
+            };
+            let mut holders = self.face.holders();
+            let Some(holder) = holders.get_mut(&key).and_then(|h| h.get_mut(client)) else {
+                continue;
+            };
+            if holder.told != quota {
+                holder.told = quota;
+                let response = RateLimitQuotaResponse {
+                    bucket_action: vec![BucketAction {
+                        bucket_id: Some(holder.id.clone()),
+                        bucket_action: Some(Action::QuotaAssignmentAction(assignment(quota))),
+                    }],
+                };
+                // A stream too far behind to take it gets it at its refresh.
+                let _ = holder.answers.try_send(Ok(response));
+            }
+        }
+        others.len()
     }
 }
 

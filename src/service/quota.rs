@@ -9,7 +9,9 @@
 //!   `tenant: acme` is the descriptor `[(tenant, acme)]`, matched in the
 //!   namespace's `descriptors:` tree as Envoy's `ShouldRateLimit` is.
 //! - An Envoy's demand is what it reported, allowed and denied, per second
-//!   of the report's `time_elapsed`, with a fifth more so growth shows.
+//!   of the report's `time_elapsed`, with a fifth more so growth shows;
+//!   before it has reported over a time (its first report comes with its
+//!   first request), the whole limit.
 //! - Its share is a token bucket that refills at its lease per second.
 
 use std::time::Duration;
@@ -34,6 +36,21 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// What an Envoy is asked for beyond its measured demand.
 const HEADROOM: f64 = 1.2;
 
+/// What an Envoy wants of a bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Demand {
+    /// Not known yet: as much as the limit.
+    Unknown,
+    /// `requests` (allowed and denied) over `elapsed`.
+    Measured { requests: u64, elapsed: Duration },
+    /// A rate already worked out (per second), as [`Service::quota`]
+    /// returned it.
+    Wants(f64),
+}
+
+/// Reports over less than this say nothing of a rate.
+const SHORTEST_REPORT: Duration = Duration::from_millis(100);
+
 /// What an Envoy is told for a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Quota {
@@ -52,6 +69,7 @@ pub enum Quota {
 }
 
 /// One bucket, as its lease is named.
+#[derive(Debug, Clone)]
 pub struct Bucket {
     /// The bucket id's entries, sorted by key.
     pub entries: Vec<(String, String)>,
@@ -84,16 +102,15 @@ fn escape(text: &str) -> String {
 }
 
 impl Service {
-    /// `client`'s share of `bucket` in `namespace`, for a demand of
-    /// `requests` (allowed and denied) over `elapsed`.
+    /// `client`'s share of `bucket` in `namespace` for its `demand`, and
+    /// the rate it was taken to want (to ask with again).
     pub async fn quota(
         &self,
         namespace: &str,
         bucket: &Bucket,
         client: &str,
-        requests: u64,
-        elapsed: Duration,
-    ) -> Result<Quota, Error> {
+        demand: Demand,
+    ) -> Result<(Quota, f64), Error> {
         let config = self.config();
         let Some(space) = config.namespace(namespace) else {
             return Err(Error::new(
@@ -112,8 +129,8 @@ impl Service {
         );
         let limit = match found.map(|found| &found.node.leaf) {
             Some(Leaf::Limit(limit)) => limit,
-            Some(Leaf::Unlimited { .. }) => return Ok(Quota::Unlimited { ttl: LEASE }),
-            Some(Leaf::None | Leaf::Resource(_)) | None => return Ok(Quota::NotLimited),
+            Some(Leaf::Unlimited { .. }) => return Ok((Quota::Unlimited { ttl: LEASE }, 0.0)),
+            Some(Leaf::None | Leaf::Resource(_)) | None => return Ok((Quota::NotLimited, 0.0)),
         };
         let window = Duration::from_millis(
             limit
@@ -130,9 +147,13 @@ impl Service {
             safe_capacity: None,
             learning_ms: 0,
         };
-        // A first report may come at once: count it over a second at least.
-        let seconds = elapsed.as_secs_f64().max(1.0);
-        let wants = requests as f64 / seconds * HEADROOM;
+        let wants = match demand {
+            Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
+                requests as f64 / elapsed.as_secs_f64() * HEADROOM
+            }
+            Demand::Measured { .. } | Demand::Unknown => per_second,
+            Demand::Wants(wants) => wants,
+        };
         let at = ResourceRef {
             namespace,
             resource: BUCKETS,
@@ -143,7 +164,7 @@ impl Service {
             .get(at, &capacity, client, wants, 0.0)
             .await
             .map_err(Error::from)?;
-        Ok(token_bucket(lease.capacity))
+        Ok((token_bucket(lease.capacity), wants))
     }
 
     /// `client` no longer reports `bucket`: its share goes to the others.

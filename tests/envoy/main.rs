@@ -7,5 +7,6 @@ mod support;
 mod client_ip;
 mod envoy_dropin;
 mod envoy_e2e;
+mod rlqs;
 mod token_budget;
 mod xds;

@@ -1,7 +1,8 @@
 //! Envoy's Rate Limit Quota Service on the real sidecar (memory store),
 //! spoken by a gRPC client as Envoy's `rate_limit_quota` filter speaks it:
-//! two streams reporting one bucket share its limit (fair share, within two
-//! reports each), and one that leaves gives its share back; an `unlimited`
+//! two streams reporting one bucket share its limit (fair share), the one
+//! whose share shrank told at once, and one that leaves gives its share
+//! back at once; an `unlimited`
 //! descriptor is allowed all; a bucket no limit applies to, and a domain
 //! that is no namespace, get no assignment and are counted, and the stream
 //! goes on.
@@ -150,20 +151,17 @@ async fn two_envoys_share_a_buckets_limit_and_a_leaver_gives_its_share_back() {
     // A alone: the whole limit.
     a.report(&acme, 50).await;
     assert_eq!(a.told_one().await, Told::Tokens(10));
-    // B joins: nothing is free until A renews and gives half back.
-    b.report(&acme, 50).await;
-    assert_eq!(b.told_one().await, Told::DenyAll);
-    a.report(&acme, 50).await;
-    assert_eq!(a.told_one().await, Told::Tokens(5));
+    // B joins: A is told its smaller share at once, without reporting,
+    // and B gets the half A gave back.
     b.report(&acme, 50).await;
     assert_eq!(b.told_one().await, Told::Tokens(5));
-    // Another tenant is another bucket with a limit of its own.
+    assert_eq!(a.told_one().await, Told::Tokens(5));
+    // Another tenant is another bucket with a limit of its own; B's demand
+    // there (3 a second, and a fifth more) is all it asks for.
     b.report(&[bucket("tenant", "globex")], 3).await;
     assert_eq!(b.told_one().await, Told::Tokens(3));
-    // B goes away: its shares go back at once.
+    // B goes away: A is told the whole limit again, at once.
     drop(b);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.report(&acme, 50).await;
     assert_eq!(a.told_one().await, Told::Tokens(10));
 }
 
@@ -197,4 +195,46 @@ async fn buckets_without_a_limit_get_no_assignment_and_are_counted() {
     // The first stream still answers.
     a.report(&[bucket("tenant", "acme")], 5).await;
     assert_eq!(a.told_one().await, Told::Tokens(6));
+}
+
+/// On Redis the Envoys of every sidecar share one pool: an Envoy on
+/// sidecar 2 joins one on sidecar 1, and within a few of their one-second
+/// refreshes each holds half.
+#[tokio::test]
+async fn envoys_of_two_sidecars_share_a_bucket_on_redis() {
+    use crate::support::redis::RedisServer;
+    use crate::support::sidecar::write_config;
+
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let one = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    let two = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    one.wait_serving().await;
+    two.wait_serving().await;
+    let acme = [bucket("tenant", "acme")];
+    let mut a = Envoy::connect(&one, "edge").await;
+    a.report(&acme, 50).await;
+    assert_eq!(a.told_one().await, Told::Tokens(10));
+    let mut b = Envoy::connect(&two, "edge").await;
+    b.report(&acme, 50).await;
+    // Nothing is free until A's sidecar asks again for it.
+    assert_eq!(b.told_one().await, Told::DenyAll);
+    let settled = async {
+        let mut last = (Told::Tokens(10), Told::DenyAll);
+        while last != (Told::Tokens(5), Told::Tokens(5)) {
+            // An answer names the one bucket; a quiet stream is no answer.
+            let only = |told: Option<HashMap<String, Told>>| told?.into_values().next();
+            tokio::select! {
+                told = a.told() => last.0 = only(told).unwrap_or(last.0),
+                told = b.told() => last.1 = only(told).unwrap_or(last.1),
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_secs(10), settled)
+            .await
+            .is_ok(),
+        "the shares did not settle at half each"
+    );
 }
