@@ -238,3 +238,44 @@ async fn envoys_of_two_sidecars_share_a_bucket_on_redis() {
         "the shares did not settle at half each"
     );
 }
+
+/// A bucket whose limit leaves the configuration is abandoned: Envoy falls
+/// back to its own no-assignment behaviour (within a second of the reload).
+#[tokio::test]
+async fn a_bucket_whose_limit_is_removed_is_abandoned() {
+    use crate::support::sidecar::write_config;
+
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let mut a = Envoy::connect(&sidecar, "edge").await;
+    a.report(&[bucket("tenant", "acme")], 5).await;
+    assert_eq!(a.told_one().await, Told::Tokens(6));
+    let without_tenants = "
+domain: edge
+descriptors:
+  - key: internal
+    rate_limit: {unlimited: true}
+";
+    write_config(dir.path(), without_tenants);
+    let abandoned = async {
+        loop {
+            if let Some(told) = a.told().await
+                && told.get("acme") == Some(&Told::Abandoned)
+            {
+                return;
+            }
+        }
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_secs(15), abandoned)
+            .await
+            .is_ok(),
+        "the bucket was not abandoned"
+    );
+    assert_eq!(
+        sidecar
+            .metric("charon_rlqs_buckets_total{outcome=\"abandoned\"}")
+            .await,
+        1.0
+    );
+}
