@@ -24,7 +24,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Uri};
 use axum::routing::get;
 use axum::{Json, Router};
-use charon::layer::ThrottleLayer;
+use charon::layer::{ThrottleLayer, thread_cpu_time};
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
@@ -150,12 +150,12 @@ async fn work(
     let jitter = work.jitter.unwrap_or(0.0).clamp(0.0, 1.0);
     let ms =
         work.cpu_ms.unwrap_or(1.0).clamp(0.0, 10_000.0) * (1.0 + jitter * (2.0 * uniform() - 1.0));
-    let began = thread_cpu();
+    let began = thread_cpu_time();
     let until = began + Duration::from_secs_f64(ms / 1_000.0);
-    while thread_cpu() < until {
+    while thread_cpu_time() < until {
         std::hint::spin_loop();
     }
-    let used_ms = (thread_cpu() - began).as_secs_f64() * 1_000.0;
+    let used_ms = (thread_cpu_time() - began).as_secs_f64() * 1_000.0;
     let gave_up = headers
         .get("x-give-up-at")
         .and_then(|v| v.to_str().ok()?.parse::<u128>().ok())
@@ -211,10 +211,6 @@ async fn stats(State(app): State<App>) -> Json<Stats> {
         refused,
         classes,
     })
-}
-
-fn thread_cpu() -> Duration {
-    clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 fn process_cpu() -> Duration {

@@ -87,5 +87,5 @@ pub use resource::PerResource;
 pub use settle::{Cost, Settle, Settlement};
 pub use throttle::{
     ClassCost, Classify, Criticality, MAX_CLASSES, OTHER_CLASS, Throttle, ThrottleCounts,
-    ThrottleFuture, ThrottleLayer,
+    ThrottleFuture, ThrottleLayer, thread_cpu_time,
 };

@@ -95,6 +95,18 @@ impl RlqsService {
         }
     }
 
+    /// `client` no longer holds the bucket `key`; a bucket nobody holds
+    /// leaves the map.
+    fn forget(&self, key: &(String, String), client: &str) {
+        let mut holders = self.holders();
+        if let Some(bucket) = holders.get_mut(key) {
+            bucket.remove(client);
+            if bucket.is_empty() {
+                holders.remove(key);
+            }
+        }
+    }
+
     fn holders(&self) -> MutexGuard<'_, Holders> {
         // Each change leaves the map whole.
         self.holders.lock().unwrap_or_else(PoisonError::into_inner)
@@ -172,9 +184,7 @@ impl EnvoyStream {
         let buckets: Vec<Bucket> = self.assigned.drain().map(|(_, bucket)| bucket).collect();
         for bucket in &buckets {
             self.face
-                .holders()
-                .get_mut(&(namespace.clone(), bucket.name.clone()))
-                .map(|holders| holders.remove(&self.client));
+                .forget(&(namespace.clone(), bucket.name.clone()), &self.client);
             self.face
                 .service
                 .quota_gone(&namespace, bucket, &self.client)
@@ -292,10 +302,7 @@ impl EnvoyStream {
             Ok((Quota::NotLimited, _)) => {
                 if let Some(bucket) = self.assigned.remove(&bucket.name) {
                     // It had a share; no limit applies any more.
-                    self.face
-                        .holders()
-                        .get_mut(&key)
-                        .map(|holders| holders.remove(&self.client));
+                    self.face.forget(&key, &self.client);
                     service.quota_gone(namespace, &bucket, &self.client).await;
                     metrics.quota_bucket("abandoned");
                     Some(Action::AbandonAction(AbandonAction {}))

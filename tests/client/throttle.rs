@@ -11,7 +11,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::routing::get;
-use charon::layer::{Criticality, ThrottleLayer};
+use charon::layer::{Criticality, ThrottleLayer, thread_cpu_time};
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
@@ -270,22 +270,11 @@ async fn a_slot_is_freed_when_the_response_is_dropped_unread() {
     );
 }
 
-/// The CPU time this thread has used.
-fn thread_cpu() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to write into, a clock every Linux has.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
 /// Burns the milliseconds of CPU its path says (`/burn/N`), on the thread
 /// that polls it.
 async fn burn(axum::extract::Path(ms): axum::extract::Path<u64>) -> &'static str {
-    let until = thread_cpu() + Duration::from_millis(ms);
-    while thread_cpu() < until {
+    let until = thread_cpu_time() + Duration::from_millis(ms);
+    while thread_cpu_time() < until {
         std::hint::spin_loop();
     }
     "burnt"

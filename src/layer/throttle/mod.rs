@@ -34,7 +34,7 @@ use tower::Layer;
 pub use crate::criticality::Criticality;
 
 use self::cost::Predictor;
-pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS};
+pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS, thread_cpu_time};
 use self::limit::AdaptiveLimit;
 use self::queue::{Admission, CpuBudget};
 pub use self::service::{Permit, Throttle, ThrottleFuture};
