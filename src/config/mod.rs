@@ -108,6 +108,9 @@ pub struct CapacityResource {
     pub default: capacity::CapacityConfig,
     /// Domains with a capacity of their own.
     pub domains: HashMap<String, capacity::CapacityConfig>,
+    /// Its capacity is a lease from the parent server (`--parent`), at
+    /// most the configured one (docs/design.md#a-hierarchy-of-servers).
+    pub from_parent: bool,
 }
 
 impl CapacityResource {

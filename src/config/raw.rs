@@ -164,6 +164,9 @@ pub struct RawCapacity {
     pub safe_capacity: Option<Spanned<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning: Option<Spanned<String>>,
+    /// The capacity is leased from the parent server (`--parent`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_parent: Option<Spanned<bool>>,
     /// Per-domain capacities (the rest of the settings are the resource's).
     #[serde(
         default,

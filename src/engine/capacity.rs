@@ -191,6 +191,16 @@ pub fn expire(state: &mut LeaseState, now_ms: u64) -> usize {
     before - state.clients.len()
 }
 
+/// What the clients with leases live at `now_ms` want, in all.
+pub fn live_wants(state: &LeaseState, now_ms: u64) -> f64 {
+    state
+        .clients
+        .values()
+        .filter(|lease| now_ms < lease.expiry_ms)
+        .map(|lease| lease.wants)
+        .sum()
+}
+
 /// The capacity held by leases live at `now_ms`.
 pub fn live_sum(state: &LeaseState, now_ms: u64) -> f64 {
     state

@@ -7,6 +7,7 @@ pub mod api;
 pub mod certificate;
 pub mod listen;
 pub mod metrics;
+pub mod parent;
 pub mod reload;
 pub mod rlqs;
 pub mod rls;
@@ -66,6 +67,17 @@ pub struct ServeOptions {
     pub envoy: EnvoyOptions,
     /// Namespaces pushed by a control plane over xDS, besides the files.
     pub xds: Option<xds::XdsOptions>,
+    /// The parent server of a hierarchy, if any.
+    pub parent: Option<ParentOptions>,
+}
+
+/// `--parent` and `--level-id` (docs/design.md#a-hierarchy-of-servers).
+#[derive(Debug, Clone)]
+pub struct ParentOptions {
+    /// The parent's gRPC URL.
+    pub url: String,
+    /// Who this level is to the parent.
+    pub level_id: String,
 }
 
 /// What one gRPC connection may ask of the sidecar
@@ -325,6 +337,28 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         watcher,
         xds_applied,
     } = started;
+    if let Some(parent) = &options.parent {
+        if parent_is_self(&parent.url, options.grpc_addr) {
+            anyhow::bail!(
+                "--parent {}: that is this server's own gRPC address; a server cannot be its own ancestor",
+                parent.url
+            );
+        }
+        let client = crate::client::Client::with_options(
+            crate::client::Sidecar::connect(&parent.url)
+                .map_err(|error| anyhow::anyhow!("--parent {}: {error}", parent.url))?,
+            crate::client::ClientOptions {
+                call_timeout: Duration::from_secs(1),
+                ..Default::default()
+            },
+        );
+        tokio::spawn(parent::follow(
+            service.clone(),
+            client,
+            parent.level_id.clone(),
+            shutdown_rx.clone(),
+        ));
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
     let copies = service.copies.clone();
@@ -511,4 +545,17 @@ fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
             }
         }
     });
+}
+
+/// Whether `url` names this server's own gRPC address (a loop of one).
+fn parent_is_self(url: &str, own: SocketAddr) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    let port = uri.port_u16();
+    let local = matches!(
+        uri.host(),
+        Some("127.0.0.1" | "localhost" | "[::1]" | "0.0.0.0")
+    ) || uri.host() == Some(own.ip().to_string().as_str());
+    port == Some(own.port()) && local
 }

@@ -22,11 +22,17 @@ impl Service {
         for want in &request.wants {
             let at = want.at.at();
             let answer = match Self::capacity_of(&config, at) {
-                Ok(config) => self
-                    .leases
-                    .get(at, &config, &request.client_id, want.wants, want.has)
-                    .await
-                    .map_err(Error::from),
+                Ok((config, from_parent)) => {
+                    let config = if from_parent {
+                        self.parent.effective(at, config)
+                    } else {
+                        config
+                    };
+                    self.leases
+                        .get(at, &config, &request.client_id, want.wants, want.has)
+                        .await
+                        .map_err(Error::from)
+                }
                 Err(error) => Err(error),
             };
             answers.push(answer);
@@ -44,11 +50,14 @@ impl Service {
         Ok(released)
     }
 
-    /// The capacity configuration of `at`'s domain in `config`.
-    fn capacity_of(config: &Config, at: ResourceRef<'_>) -> Result<CapacityConfig, Error> {
+    /// The capacity configuration of `at`'s domain in `config`, and
+    /// whether it is leased from the parent.
+    fn capacity_of(config: &Config, at: ResourceRef<'_>) -> Result<(CapacityConfig, bool), Error> {
         check_names(at.namespace, at.resource, at.domain)?;
         match target_in(config, at.namespace, at.resource)? {
-            Target::Capacity(_, capacity) => Ok(*capacity.config_for(at.domain)),
+            Target::Capacity(_, capacity) => {
+                Ok((*capacity.config_for(at.domain), capacity.from_parent))
+            }
             // Leases are only handed out for a configured capacity.
             Target::Unconfigured(_) => Err(not_configured(at.namespace, at.resource)),
             Target::Rate(..) | Target::Copies(..) => Err(Error::new(

@@ -17,6 +17,7 @@ pub mod cost;
 pub mod error;
 pub mod leases;
 pub mod ops;
+pub mod parent;
 pub mod quota;
 pub mod session;
 pub mod store;
@@ -52,6 +53,8 @@ pub struct Service {
     pub configuration: Option<Arc<Configuration>>,
     /// Reserves waiting for copies.
     pub waiting: waiting::WaitQueues,
+    /// Capacities leased from a parent server.
+    pub parent: parent::ParentShares,
 }
 
 impl Service {
@@ -70,6 +73,7 @@ impl Service {
             observer,
             configuration: None,
             waiting: waiting::WaitQueues::default(),
+            parent: parent::ParentShares::default(),
         }
     }
 

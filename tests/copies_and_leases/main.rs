@@ -6,3 +6,4 @@ mod support;
 
 mod capacity_leases;
 mod copies_sidecars;
+mod hierarchy;

@@ -133,6 +133,15 @@ pub struct ServeArgs {
     /// Charon API sessions served at once; more are refused (RESOURCE_EXHAUSTED).
     #[arg(long, env = "CHARON_MAX_SESSIONS", default_value_t = 10_000)]
     pub max_sessions: usize,
+    /// The parent Charon's gRPC URL: `capacity:` resources marked
+    /// `from_parent` take their capacity from it as a lease
+    /// (docs/design.md#a-hierarchy-of-servers).
+    #[arg(long, env = "CHARON_PARENT", requires = "level_id")]
+    pub parent: Option<String>,
+    /// Who this level is to its parent: the same for the replicas of one
+    /// level, different for the levels that share a parent.
+    #[arg(long, env = "CHARON_LEVEL_ID", requires = "parent")]
+    pub level_id: Option<String>,
     /// Files naming the same domain add their descriptors to it
     /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
     #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
@@ -410,8 +419,13 @@ impl ServeArgs {
         let store_tls = store_tls(self.store_ca, self.store_tls_cert.zip(self.store_tls_key))?;
         let files_optional = self.xds.server.is_some();
         let xds = self.xds.into_options()?;
+        let parent = match (self.parent, self.level_id) {
+            (Some(url), Some(level_id)) => Some(charon::server::ParentOptions { url, level_id }),
+            _ => None,
+        };
         Ok(charon::server::ServeOptions {
             xds,
+            parent,
             config: self.config,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,

@@ -111,6 +111,7 @@ impl Ctx {
             name: name.to_owned(),
             default,
             domains,
+            from_parent: raw.from_parent.as_ref().is_some_and(|on| on.value),
         })
     }
 

@@ -63,6 +63,18 @@ impl MemoryLeases {
     /// Drops the expired leases of every resource, and the resources no
     /// client holds any more: what nobody renews does not stay in memory.
     /// The number of resources dropped.
+    /// What the live leases of `at` want, in all.
+    pub(super) fn wants(&self, at: ResourceRef<'_>) -> f64 {
+        let now = self.clock.now_ms();
+        let states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        states
+            .get(&Self::key(at))
+            .map_or(0.0, |state| capacity::live_wants(state, now))
+    }
+
     pub fn sweep(&self) -> usize {
         let now = self.clock.now_ms();
         let mut states = self

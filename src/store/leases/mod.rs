@@ -45,6 +45,15 @@ impl LeaseStore {
         }
     }
 
+    /// What the live leases of `at` want, in all: what a server asks its
+    /// parent for (docs/design.md#a-hierarchy-of-servers).
+    pub async fn wants(&self, at: ResourceRef<'_>) -> Result<f64, LeaseError> {
+        match self {
+            LeaseStore::Memory(store) => Ok(store.wants(at)),
+            LeaseStore::Redis(store) => store.wants(at).await,
+        }
+    }
+
     /// Gives `client`'s lease back; whether it had one.
     pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
         match self {

@@ -81,6 +81,20 @@ impl RedisLeases {
         Ok(released)
     }
 
+    /// What the live leases of `at` want, in all.
+    pub async fn wants(&self, at: ResourceRef<'_>) -> Result<f64, LeaseError> {
+        let mut wants = 0.0;
+        // The state goes back as it was read (with a day to live at most).
+        self.step(at, DAY_MS, |state, now| {
+            wants = state
+                .as_ref()
+                .map_or(0.0, |state| capacity::live_wants(state, now));
+            Ok(state)
+        })
+        .await?;
+        Ok(wants)
+    }
+
     /// Reads the state and Redis's time, runs `decide`, and writes its
     /// result back (`None`: delete) if nothing changed meanwhile.
     async fn step(

@@ -1,0 +1,213 @@
+//! A hierarchy of servers (docs/design.md#a-hierarchy-of-servers): a
+//! capacity resource marked `from_parent` takes its capacity as a lease
+//! from a parent Charon (`--parent`), asking for what its own clients want
+//! in all, and apportions what it is granted among them with the
+//! resource's algorithm. The parent may have a parent of its own: leaf,
+//! region, root.
+//!
+//! - The link (`server::parent`) is a background task, never on a
+//!   request's path: each round
+//!   asks the parent for every (namespace, resource, domain) its clients
+//!   have asked about, one call, as the level's one client (`--level-id`,
+//!   shared by the replicas of a level, so that the parent sees a level
+//!   once), then waits the parent's refresh interval.
+//! - Nested expiry: a lease given here never outlives the parent's lease
+//!   it is a share of.
+//! - The parent away: the current grant stands until it expires; then the
+//!   resource's safe capacity (-1: the configured capacity; unset: none).
+//! - A restart: a first round asks with what the level has (nothing), and
+//!   the parent, in its learning period, gives back what the level says it
+//!   has; leases given here meanwhile come from the safe capacity.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
+use crate::engine::capacity::CapacityConfig;
+use crate::store::ResourceRef;
+
+use super::Service;
+use super::core::{Target, target_in};
+
+/// (namespace, resource, domain).
+type Key = (String, String, String);
+
+/// What the parent granted this level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Grant {
+    capacity: f64,
+    expiry_ms: u64,
+}
+
+/// The level's leases from its parent, and what it must ask for.
+#[derive(Default)]
+pub struct ParentShares {
+    grants: Mutex<HashMap<Key, Grant>>,
+    asked: Mutex<HashSet<Key>>,
+    /// A key asked about for the first time: the link asks at once.
+    new_key: Notify,
+}
+
+fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Each change leaves the maps whole.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl ParentShares {
+    /// The configuration a lease of `at` is decided with: the parent's
+    /// grant as the capacity (at most the configured one), and leases
+    /// that end with it; once it expired, the safe capacity.
+    pub fn effective(&self, at: ResourceRef<'_>, config: CapacityConfig) -> CapacityConfig {
+        let key = (
+            at.namespace.to_owned(),
+            at.resource.to_owned(),
+            at.domain.to_owned(),
+        );
+        if lock(&self.asked).insert(key.clone()) {
+            self.new_key.notify_one();
+        }
+        let now = SystemClock.now_ms();
+        let grant = lock(&self.grants).get(&key).copied();
+        match grant {
+            Some(grant) if now < grant.expiry_ms => {
+                let lease_ms = config.lease_ms.min(grant.expiry_ms - now).max(1);
+                CapacityConfig {
+                    capacity: grant.capacity.min(config.capacity),
+                    lease_ms,
+                    refresh_interval_ms: config.refresh_interval_ms.min(lease_ms),
+                    ..config
+                }
+            }
+            _ => CapacityConfig {
+                capacity: match config.safe_capacity {
+                    Some(UNLIMITED_SAFE_CAPACITY) => config.capacity,
+                    Some(safe) => safe.min(config.capacity),
+                    None => 0.0,
+                },
+                ..config
+            },
+        }
+    }
+}
+
+/// What a level asks its parent for one (namespace, resource, domain).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentWant {
+    pub namespace: String,
+    pub resource: String,
+    pub domain: String,
+    /// What the level's clients' live leases want, in all.
+    pub wants: f64,
+    /// What the parent's live grant is (0 if none).
+    pub has: f64,
+}
+
+impl Service {
+    /// What to ask the parent for in a round: every key this level's
+    /// clients asked about whose resource is still `from_parent`.
+    pub async fn parent_wants(&self) -> Vec<ParentWant> {
+        let config = self.config();
+        let keys: Vec<Key> = lock(&self.parent.asked)
+            .iter()
+            .filter(|(namespace, resource, _)| {
+                matches!(
+                    target_in(&config, namespace, resource),
+                    Ok(Target::Capacity(_, capacity)) if capacity.from_parent
+                )
+            })
+            .cloned()
+            .collect();
+        let now = SystemClock.now_ms();
+        let mut wants = Vec::with_capacity(keys.len());
+        for (namespace, resource, domain) in keys {
+            let at = ResourceRef {
+                namespace: &namespace,
+                resource: &resource,
+                domain: &domain,
+            };
+            // A store that cannot say asks for nothing this round.
+            let wanted = self.leases.wants(at).await.unwrap_or(0.0);
+            let has = lock(&self.parent.grants)
+                .get(&(namespace.clone(), resource.clone(), domain.clone()))
+                .filter(|grant| now < grant.expiry_ms)
+                .map_or(0.0, |grant| grant.capacity);
+            wants.push(ParentWant {
+                namespace,
+                resource,
+                domain,
+                wants: wanted,
+                has,
+            });
+        }
+        wants
+    }
+
+    /// The parent granted `capacity` of `want`'s key until `expiry_ms`.
+    pub fn parent_granted(&self, want: &ParentWant, capacity: f64, expiry_ms: u64) {
+        lock(&self.parent.grants).insert(
+            (
+                want.namespace.clone(),
+                want.resource.clone(),
+                want.domain.clone(),
+            ),
+            Grant {
+                capacity,
+                expiry_ms,
+            },
+        );
+    }
+
+    /// Until a key is asked about for the first time.
+    pub async fn parent_key_added(&self) {
+        self.parent.new_key.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::capacity::Algorithm;
+
+    fn config(safe: Option<f64>) -> CapacityConfig {
+        CapacityConfig {
+            capacity: 100.0,
+            algorithm: Algorithm::FairShare,
+            lease_ms: 10_000,
+            refresh_interval_ms: 2_000,
+            safe_capacity: safe,
+            learning_ms: 0,
+        }
+    }
+
+    const AT: ResourceRef<'static> = ResourceRef {
+        namespace: "ns",
+        resource: "backend",
+        domain: "acme",
+    };
+
+    #[test]
+    fn the_grant_is_the_capacity_and_leases_end_with_it() {
+        let shares = ParentShares::default();
+        // Nothing granted yet: the safe capacity, or nothing.
+        assert_eq!(shares.effective(AT, config(Some(10.0))).capacity, 10.0);
+        assert_eq!(shares.effective(AT, config(None)).capacity, 0.0);
+        assert_eq!(shares.effective(AT, config(Some(-1.0))).capacity, 100.0);
+        let now = SystemClock.now_ms();
+        lock(&shares.grants).insert(
+            ("ns".into(), "backend".into(), "acme".into()),
+            Grant {
+                capacity: 40.0,
+                expiry_ms: now + 3_000,
+            },
+        );
+        let effective = shares.effective(AT, config(None));
+        assert_eq!(effective.capacity, 40.0);
+        assert!(effective.lease_ms <= 3_000 && effective.lease_ms > 2_000);
+        assert!(effective.refresh_interval_ms <= effective.lease_ms);
+        // Asked about: the link asks for it.
+        assert!(lock(&shares.asked).contains(&("ns".into(), "backend".into(), "acme".into())));
+    }
+}

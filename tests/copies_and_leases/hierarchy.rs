@@ -1,0 +1,173 @@
+//! A hierarchy of servers (docs/design.md#a-hierarchy-of-servers), as real
+//! processes on the memory store: a root with the capacity, a region
+//! leasing from it, two leaves leasing from the region. Clients of the
+//! leaves get shares of the root's capacity that follow their demand; with
+//! the root stopped, the leaves' grants stand until they expire, then the
+//! region's safe capacity is all there is; the root back, shares return.
+
+use std::time::{Duration, Instant};
+
+use charon::api::v1::capacity_answer::Result as Answered;
+use charon::api::v1::charon_client::CharonClient;
+use charon::api::v1::{CapacityWant, GetCapacityRequest};
+use tonic::transport::Channel;
+
+use crate::support::sidecar::{Sidecar, tempdir, write_config};
+
+const ROOT: &str = "
+domain: jobs
+resources:
+  backend:
+    capacity: {capacity: 100, lease: 2s, refresh_interval: 200ms, learning: 0s}
+";
+
+/// A level below: its capacity is the parent's lease (at most 1000); 10
+/// when the parent is away and its lease has expired.
+fn below(refresh: &str) -> String {
+    format!(
+        "
+domain: jobs
+resources:
+  backend:
+    capacity: {{capacity: 1000, from_parent: true, lease: 2s, refresh_interval: {refresh}, learning: 0s, safe_capacity: 10}}
+"
+    )
+}
+
+fn start(dir: &std::path::Path, name: &str, yaml: &str, extra: &[&str]) -> Sidecar {
+    let own = dir.join(name);
+    std::fs::create_dir_all(&own).expect("a directory per level");
+    let config = write_config(&own, yaml);
+    Sidecar::start(&own, &config, "memory", extra)
+}
+
+/// `client` of `server` asks for `wants`; what it is granted.
+async fn lease(server: &mut CharonClient<Channel>, client: &str, wants: f64) -> f64 {
+    let answer = server
+        .get_capacity(GetCapacityRequest {
+            client_id: client.to_owned(),
+            resources: vec![CapacityWant {
+                namespace: "jobs".into(),
+                resource: "backend".into(),
+                domain: "acme".into(),
+                wants,
+                has: 0.0,
+            }],
+        })
+        .await
+        .expect("GetCapacity answers")
+        .into_inner();
+    match answer.answers.first().and_then(|a| a.result.clone()) {
+        Some(Answered::Lease(lease)) => lease.capacity,
+        other => panic!("no lease: {other:?}"),
+    }
+}
+
+/// The two clients renew every 100 ms until their grants are `expected`
+/// (within 0.5); how long that took.
+async fn settle(
+    a: &mut CharonClient<Channel>,
+    b: &mut CharonClient<Channel>,
+    wants: (f64, f64),
+    expected: (f64, f64),
+    what: &str,
+) -> Duration {
+    let began = Instant::now();
+    let mut last = (f64::NAN, f64::NAN);
+    while began.elapsed() < Duration::from_secs(20) {
+        last = (
+            lease(a, "worker-a", wants.0).await,
+            lease(b, "worker-b", wants.1).await,
+        );
+        if (last.0 - expected.0).abs() < 0.5 && (last.1 - expected.1).abs() < 0.5 {
+            return began.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: the grants stayed at {last:?}, not {expected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_levels_share_the_roots_capacity_and_ride_out_its_absence() {
+    let dir = tempdir();
+    let root = start(dir.path(), "root", ROOT, &[]);
+    root.wait_serving().await;
+    let root_ports = (root.grpc, root.admin);
+    let region = start(
+        dir.path(),
+        "region",
+        &below("300ms"),
+        &["--parent", &root.grpc_url(), "--level-id", "region-eu"],
+    );
+    region.wait_serving().await;
+    let leaf_a = start(
+        dir.path(),
+        "leaf-a",
+        &below("500ms"),
+        &["--parent", &region.grpc_url(), "--level-id", "leaf-a"],
+    );
+    let leaf_b = start(
+        dir.path(),
+        "leaf-b",
+        &below("500ms"),
+        &["--parent", &region.grpc_url(), "--level-id", "leaf-b"],
+    );
+    leaf_a.wait_serving().await;
+    leaf_b.wait_serving().await;
+    let mut a = leaf_a.client().await;
+    let mut b = leaf_b.client().await;
+
+    // Both want more than there is: half of the root's 100 each.
+    let took = settle(&mut a, &mut b, (150.0, 150.0), (50.0, 50.0), "even").await;
+    eprintln!("even shares after {took:?}");
+    // B's demand falls: A gets what B leaves.
+    let took = settle(&mut a, &mut b, (150.0, 10.0), (90.0, 10.0), "a shift").await;
+    eprintln!("shares after the shift in {took:?}");
+
+    // The root goes away: the grants stand until the root's lease (2 s)
+    // expires, then the region has its safe 10 to share.
+    let mut root = root;
+    root.kill();
+    let held = (lease(&mut a, "worker-a", 150.0).await, 0.0);
+    assert!(held.0 > 10.0, "the grant stands at first: {held:?}");
+    let took = settle(&mut a, &mut b, (150.0, 10.0), (5.0, 5.0), "root away").await;
+    eprintln!("safe capacity after {took:?}");
+
+    // The root is back: shares return.
+    let root = Sidecar::start_at(
+        &dir.path().join("root"),
+        &dir.path().join("root").join("limits.yaml"),
+        "memory",
+        root_ports,
+        &[],
+    );
+    root.wait_serving().await;
+    let took = settle(&mut a, &mut b, (150.0, 10.0), (90.0, 10.0), "root back").await;
+    eprintln!("shares back after {took:?}");
+}
+
+#[tokio::test]
+async fn a_server_that_is_its_own_parent_is_refused_at_start() {
+    use crate::support::redis::free_port;
+
+    let dir = tempdir();
+    let (grpc, admin) = (free_port(), free_port());
+    let own = format!("http://127.0.0.1:{grpc}");
+    let mut looped = Sidecar::start_at(
+        dir.path(),
+        &write_config(dir.path(), &below("500ms")),
+        "memory",
+        (grpc, admin),
+        &["--parent", &own, "--level-id", "loop"],
+    );
+    let began = Instant::now();
+    while looped.is_alive() && began.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!looped.is_alive(), "it kept running");
+    assert!(
+        looped.log().contains("its own ancestor"),
+        "{}",
+        looped.log()
+    );
+}
