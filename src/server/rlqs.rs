@@ -5,13 +5,15 @@
 //! Envoy then enforces without a call per request. The apportioning is the
 //! service's ([`crate::service::quota`]).
 //!
-//! Every report is answered for the buckets it names. A share that changed
-//! is pushed at once to the other Envoys of this sidecar reporting the
-//! bucket (the one that shrank first, so that the newcomer's share is free
-//! when it is answered), and every stream asks again for all its buckets
-//! each second, which renews its leases and brings it the shares that
-//! moved on other sidecars of the same Redis: a changed share reaches an
-//! Envoy here at once, elsewhere within a second. A bucket that no limit
+//! Every report is answered for the buckets it names. When a stream is new
+//! to a bucket or its share moved, the other Envoys of this sidecar
+//! reporting the bucket are decided again and those whose share changed
+//! are told at once (before the newcomer's answer, so that what they gave
+//! back is free for it); a share that stayed costs the others nothing.
+//! Every stream asks again for all its buckets each second, which renews
+//! its leases and brings it the shares that moved on other sidecars of the
+//! same Redis: a changed share reaches an Envoy here at once, elsewhere
+//! within a second. A bucket that no limit
 //! applies to (an unknown domain, a bucket id that selects no limited
 //! descriptor) gets no assignment: Envoy applies its configured
 //! no-assignment behaviour, the bucket is counted, and the stream goes on.
@@ -316,17 +318,29 @@ impl EnvoyStream {
                     Quota::Unlimited { .. } => "unlimited",
                     _ => "assigned",
                 });
-                self.face.holders().entry(key.clone()).or_default().insert(
-                    self.client.clone(),
-                    Holder {
-                        wants,
-                        told: quota,
-                        id: id.clone(),
-                        answers: self.answers.clone(),
-                    },
-                );
-                // The others follow; what they give back may be this one's.
-                let others = self.rebalance(namespace, &bucket).await;
+                let before = self
+                    .face
+                    .holders()
+                    .entry(key.clone())
+                    .or_default()
+                    .insert(
+                        self.client.clone(),
+                        Holder {
+                            wants,
+                            told: quota,
+                            id: id.clone(),
+                            answers: self.answers.clone(),
+                        },
+                    )
+                    .map(|holder| holder.told);
+                // A newcomer, or a share that moved: the others follow, and
+                // what they give back may be this one's. A share that stayed
+                // costs the others nothing.
+                let others = if before == Some(quota) {
+                    0
+                } else {
+                    self.rebalance(namespace, &bucket).await
+                };
                 let quota = if others > 0 {
                     match service
                         .quota(namespace, &bucket, &self.client, Demand::Wants(wants))
