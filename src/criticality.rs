@@ -30,14 +30,15 @@ impl Criticality {
     /// A header's or a field's value: `critical_plus`, `critical`,
     /// `sheddable_plus`, `sheddable`, in any case, `-` for `_`.
     pub fn parse(value: &str) -> Option<Self> {
-        let value = value.trim().to_ascii_lowercase().replace('-', "_");
-        match value.as_str() {
-            "critical_plus" => Some(Criticality::CriticalPlus),
-            "critical" => Some(Criticality::Critical),
-            "sheddable_plus" => Some(Criticality::SheddablePlus),
-            "sheddable" => Some(Criticality::Sheddable),
-            _ => None,
-        }
+        let value = value.trim().as_bytes();
+        // Compared in place: a header on every request, no allocation.
+        let same = |name: &str| {
+            value.len() == name.len()
+                && value.iter().zip(name.bytes()).all(|(&got, want)| {
+                    got.to_ascii_lowercase() == want || (got == b'-' && want == b'_')
+                })
+        };
+        LEVELS.into_iter().find(|level| same(level.as_str()))
     }
 
     /// The value as headers and the Charon API carry it.

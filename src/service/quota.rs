@@ -94,7 +94,9 @@ fn escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
-            '%' | '=' | '&' => escaped.push_str(&format!("%{:02X}", c as u32)),
+            '%' => escaped.push_str("%25"),
+            '=' => escaped.push_str("%3D"),
+            '&' => escaped.push_str("%26"),
             c => escaped.push(c),
         }
     }

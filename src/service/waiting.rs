@@ -111,7 +111,8 @@ impl WaitQueues {
         self.waiting.fetch_add(1, Ordering::Relaxed);
         Ok(Place {
             queues: self.clone(),
-            at: at.clone(),
+            resource: (at.namespace.clone(), at.resource.clone()),
+            domain: at.domain.clone(),
             level,
             ticket,
             wake,
@@ -138,7 +139,9 @@ impl WaitQueues {
 /// the next.
 pub struct Place {
     queues: WaitQueues,
-    at: ResourceKey,
+    /// (namespace, resource) and domain: where its queue is.
+    resource: (String, String),
+    domain: String,
     level: Criticality,
     ticket: u64,
     wake: Arc<Notify>,
@@ -150,8 +153,8 @@ impl Place {
         let state = lock(&self.queues.state);
         state
             .queues
-            .get(&(self.at.namespace.clone(), self.at.resource.clone()))
-            .and_then(|domains| domains.get(&self.at.domain))
+            .get(&self.resource)
+            .and_then(|domains| domains.get(&self.domain))
             .and_then(Queue::head)
             .is_some_and(|head| head.ticket == self.ticket)
     }
@@ -165,11 +168,10 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         let mut state = lock(&self.queues.state);
-        let key = (self.at.namespace.clone(), self.at.resource.clone());
-        let Some(domains) = state.queues.get_mut(&key) else {
+        let Some(domains) = state.queues.get_mut(&self.resource) else {
             return;
         };
-        let Some(queue) = domains.get_mut(&self.at.domain) else {
+        let Some(queue) = domains.get_mut(&self.domain) else {
             return;
         };
         let line = &mut queue.levels[self.level.rank()];
@@ -180,9 +182,9 @@ impl Drop for Place {
         match queue.head() {
             Some(next) => next.wake.notify_one(),
             None => {
-                domains.remove(&self.at.domain);
+                domains.remove(&self.domain);
                 if domains.is_empty() {
-                    state.queues.remove(&key);
+                    state.queues.remove(&self.resource);
                 }
             }
         }

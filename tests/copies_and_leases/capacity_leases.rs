@@ -49,7 +49,11 @@ async fn lease(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> f64 
 }
 
 /// Asks for `wants` of `backend` as `client`; the lease granted.
-async fn lease_of(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> CapacityLease {
+pub(crate) async fn lease_of(
+    client: &mut CharonClient<Channel>,
+    id: &str,
+    wants: f64,
+) -> CapacityLease {
     let answer = client
         .get_capacity(GetCapacityRequest {
             client_id: id.to_owned(),

@@ -7,11 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use charon::api::v1::capacity_answer::Result as Answered;
 use charon::api::v1::charon_client::CharonClient;
-use charon::api::v1::{CapacityWant, GetCapacityRequest};
 use tonic::transport::Channel;
 
+use super::capacity_leases::lease_of;
 use crate::support::sidecar::{Sidecar, tempdir, write_config};
 
 const ROOT: &str = "
@@ -41,26 +40,10 @@ fn start(dir: &std::path::Path, name: &str, yaml: &str, extra: &[&str]) -> Sidec
     Sidecar::start(&own, &config, "memory", extra)
 }
 
-/// `client` of `server` asks for `wants`; what it is granted.
+/// `client` of `server` asks for `wants` of jobs/backend/acme; what it is
+/// granted.
 async fn lease(server: &mut CharonClient<Channel>, client: &str, wants: f64) -> f64 {
-    let answer = server
-        .get_capacity(GetCapacityRequest {
-            client_id: client.to_owned(),
-            resources: vec![CapacityWant {
-                namespace: "jobs".into(),
-                resource: "backend".into(),
-                domain: "acme".into(),
-                wants,
-                has: 0.0,
-            }],
-        })
-        .await
-        .expect("GetCapacity answers")
-        .into_inner();
-    match answer.answers.first().and_then(|a| a.result.clone()) {
-        Some(Answered::Lease(lease)) => lease.capacity,
-        other => panic!("no lease: {other:?}"),
-    }
+    lease_of(server, client, wants).await.capacity
 }
 
 /// The two clients renew every 100 ms until their grants are `expected`
