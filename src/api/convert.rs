@@ -268,6 +268,7 @@ impl TryFrom<v1::GetCapacityRequest> for GetCapacity {
                 at: ResourceKey::new(want.namespace, want.resource, want.domain),
                 wants: want.wants,
                 has: want.has,
+                held_below: want.held_below,
             })
             .collect();
         GetCapacity::new(request.client_id, wants)

@@ -232,6 +232,7 @@ async fn renew(client: Client, options: LeaseOptions, limiter: Weak<LeaseLimiter
                     domain: options.domain.clone(),
                     wants,
                     has,
+                    held_below: None,
                 }],
             })
             .await;

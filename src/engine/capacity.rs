@@ -15,6 +15,10 @@
 //!   `none` (each client gets what it wants) and `static` without
 //!   `per_client` (the capacity is each client's maximum).
 //! - No client is granted more than it wants.
+//! - A client that leases for clients of its own (a level of a hierarchy,
+//!   [`request_want`]) is counted for what they still hold of it, up to
+//!   what it was granted before: a shrunk share is given to another client
+//!   only once it has been given back.
 //! - A lease is live while `now_ms < expiry_ms`; an expired one is dropped
 //!   before anything else is decided, and its share goes to the others.
 //!
@@ -118,6 +122,18 @@ pub struct Lease {
     pub safe_capacity: f64,
 }
 
+/// What a client asks for in one request.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Want {
+    /// What it would use.
+    pub wants: f64,
+    /// What it says it holds (given back in the learning period).
+    pub has: f64,
+    /// A server leasing from this one (a level of a hierarchy): what its
+    /// own clients hold of its lease now. See [`request_want`].
+    pub held_below: Option<f64>,
+}
+
 /// Answers `client`, which wants `wants` and says it has `has`, at `now_ms`:
 /// drops expired leases, records what the client wants, grants it
 /// `min(wants, share, free)` (see the module's doc) and records the grant.
@@ -130,10 +146,39 @@ pub fn request(
     has: f64,
     now_ms: u64,
 ) -> Result<Lease, CapacityError> {
+    let want = Want {
+        wants,
+        has,
+        held_below: None,
+    };
+    request_want(config, state, client, want, now_ms)
+}
+
+/// [`request`], for a client that may be a server with clients of its own.
+///
+/// When such a client's grant shrinks, the leases it gave its own clients
+/// under the larger one stay live until they renew. So that the difference
+/// is not given to another client meanwhile, the record of what the client
+/// holds is `max(grant, min(held_below, its previous record))`: what is
+/// still held below counts as in use, but never more than this server
+/// gave. The answer is the grant: the client apportions that, and its
+/// record follows `held_below` down as its clients renew.
+pub fn request_want(
+    config: &CapacityConfig,
+    state: &mut LeaseState,
+    client: &str,
+    want: Want,
+    now_ms: u64,
+) -> Result<Lease, CapacityError> {
     config.validate()?;
-    let wants = amount("wants", wants)?;
-    let has = amount("has", has)?;
+    let wants = amount("wants", want.wants)?;
+    let has = amount("has", want.has)?;
+    let held_below = want
+        .held_below
+        .map(|held| amount("held_below", held))
+        .transpose()?;
     expire(state, now_ms);
+    let previous = state.clients.get(client).map_or(0.0, |lease| lease.has);
     let others: f64 = state
         .clients
         .iter()
@@ -164,8 +209,9 @@ pub fn request(
     } else {
         target.min(wants).min(free)
     };
+    let held = held_below.map_or(granted, |held| granted.max(held.min(previous)));
     if let Some(lease) = state.clients.get_mut(client) {
-        lease.has = granted;
+        lease.has = held;
         lease.expiry_ms = expiry_ms;
     }
     let safe_capacity = config
@@ -177,6 +223,41 @@ pub fn request(
         refresh_interval_ms: config.refresh_interval_ms,
         safe_capacity,
     })
+}
+
+/// What a parent granted a level of a hierarchy
+/// (docs/design.md#a-hierarchy-of-servers).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grant {
+    pub capacity: f64,
+    pub expiry_ms: u64,
+}
+
+/// The configuration a level apportions with at `now_ms`, given its
+/// parent's live `grant`: the grant as the capacity (at most the
+/// configured one), and leases that end no later than the grant. Without
+/// a live grant, the safe capacity (-1: the configured capacity; unset:
+/// nothing).
+pub fn under_grant(config: &CapacityConfig, grant: Option<Grant>, now_ms: u64) -> CapacityConfig {
+    match grant {
+        Some(grant) if now_ms < grant.expiry_ms => {
+            let lease_ms = config.lease_ms.min(grant.expiry_ms - now_ms).max(1);
+            CapacityConfig {
+                capacity: grant.capacity.min(config.capacity),
+                lease_ms,
+                refresh_interval_ms: config.refresh_interval_ms.min(lease_ms),
+                ..*config
+            }
+        }
+        _ => CapacityConfig {
+            capacity: match config.safe_capacity {
+                Some(UNLIMITED_SAFE_CAPACITY) => config.capacity,
+                Some(safe) => safe.min(config.capacity),
+                None => 0.0,
+            },
+            ..*config
+        },
+    }
 }
 
 /// Gives up `client`'s lease at once; whether it had one.

@@ -56,6 +56,7 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Duration {
             domain: want.domain.clone(),
             wants: want.wants,
             has: want.has,
+            held_below: Some(want.held_below),
         })
         .collect();
     let asked = parent

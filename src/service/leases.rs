@@ -5,7 +5,7 @@
 //! others their leases.
 
 use crate::config::Config;
-use crate::engine::capacity::CapacityConfig;
+use crate::engine::capacity::{CapacityConfig, Want};
 use crate::store::ResourceRef;
 
 use super::Service;
@@ -29,7 +29,16 @@ impl Service {
                         config
                     };
                     self.leases
-                        .get(at, &config, &request.client_id, want.wants, want.has)
+                        .get(
+                            at,
+                            &config,
+                            &request.client_id,
+                            Want {
+                                wants: want.wants,
+                                has: want.has,
+                                held_below: want.held_below,
+                            },
+                        )
                         .await
                         .map_err(Error::from)
                 }

@@ -339,6 +339,8 @@ pub struct CapacityWant {
     pub at: ResourceKey,
     pub wants: f64,
     pub has: f64,
+    /// From a server leasing for its own clients: what they hold of it.
+    pub held_below: Option<f64>,
 }
 
 /// `GetCapacity`: leases of several resources for one client.

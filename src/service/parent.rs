@@ -25,8 +25,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, SystemClock};
-use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::engine::capacity::CapacityConfig;
+use crate::engine::capacity::{self, CapacityConfig, Grant};
 use crate::store::ResourceRef;
 
 use super::Service;
@@ -34,13 +33,6 @@ use super::core::{Target, target_in};
 
 /// (namespace, resource, domain).
 type Key = (String, String, String);
-
-/// What the parent granted this level.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Grant {
-    capacity: f64,
-    expiry_ms: u64,
-}
 
 /// The level's leases from its parent, and what it must ask for.
 #[derive(Default)]
@@ -69,27 +61,8 @@ impl ParentShares {
         if lock(&self.asked).insert(key.clone()) {
             self.new_key.notify_one();
         }
-        let now = SystemClock.now_ms();
         let grant = lock(&self.grants).get(&key).copied();
-        match grant {
-            Some(grant) if now < grant.expiry_ms => {
-                let lease_ms = config.lease_ms.min(grant.expiry_ms - now).max(1);
-                CapacityConfig {
-                    capacity: grant.capacity.min(config.capacity),
-                    lease_ms,
-                    refresh_interval_ms: config.refresh_interval_ms.min(lease_ms),
-                    ..config
-                }
-            }
-            _ => CapacityConfig {
-                capacity: match config.safe_capacity {
-                    Some(UNLIMITED_SAFE_CAPACITY) => config.capacity,
-                    Some(safe) => safe.min(config.capacity),
-                    None => 0.0,
-                },
-                ..config
-            },
-        }
+        capacity::under_grant(&config, grant, SystemClock.now_ms())
     }
 }
 
@@ -103,6 +76,9 @@ pub struct ParentWant {
     pub wants: f64,
     /// What the parent's live grant is (0 if none).
     pub has: f64,
+    /// What the level's clients' live leases hold, in all: more than `has`
+    /// while they have not yet given back what a shrunk grant took away.
+    pub held_below: f64,
 }
 
 impl Service {
@@ -129,7 +105,7 @@ impl Service {
                 domain: &domain,
             };
             // A store that cannot say asks for nothing this round.
-            let wanted = self.leases.wants(at).await.unwrap_or(0.0);
+            let usage = self.leases.usage(at).await.unwrap_or_default();
             let has = lock(&self.parent.grants)
                 .get(&(namespace.clone(), resource.clone(), domain.clone()))
                 .filter(|grant| now < grant.expiry_ms)
@@ -138,8 +114,9 @@ impl Service {
                 namespace,
                 resource,
                 domain,
-                wants: wanted,
+                wants: usage.wants,
                 has,
+                held_below: usage.held,
             });
         }
         wants

@@ -17,7 +17,7 @@
 use std::time::Duration;
 
 use crate::config::Leaf;
-use crate::engine::capacity::{Algorithm, CapacityConfig};
+use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::store::ResourceRef;
 
 use super::Service;
@@ -163,7 +163,15 @@ impl Service {
         };
         let lease = self
             .leases
-            .get(at, &capacity, client, wants, 0.0)
+            .get(
+                at,
+                &capacity,
+                client,
+                Want {
+                    wants,
+                    ..Want::default()
+                },
+            )
             .await
             .map_err(Error::from)?;
         Ok((token_bucket(lease.capacity), wants))

@@ -35,6 +35,7 @@ async fn lease(client: &Client, id: &str, wants: f64, has: f64) -> Result<f64, S
                 domain: "acme".into(),
                 wants,
                 has,
+                held_below: None,
             }],
         })
         .await
@@ -78,6 +79,7 @@ async fn leases_as_configured(client: &Client) -> Vec<Result<f64, String>> {
                 domain: "acme".into(),
                 wants: 1.0,
                 has: 0.0,
+                held_below: None,
             }],
         })
         .await

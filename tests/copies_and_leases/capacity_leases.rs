@@ -63,6 +63,7 @@ pub(crate) async fn lease_of(
                 domain: "acme".into(),
                 wants,
                 has: 0.0,
+                held_below: None,
             }],
         })
         .await
@@ -213,6 +214,7 @@ async fn mistakes_are_typed_errors() {
         domain: "acme".into(),
         wants,
         has: 0.0,
+        held_below: None,
     };
     let answer = client
         .get_capacity(GetCapacityRequest {

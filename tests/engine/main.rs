@@ -12,6 +12,7 @@ mod cookbook;
 mod cookbook_copies;
 mod engine_properties;
 mod fuzz;
+mod hierarchy_properties;
 mod hybrid;
 mod limiter;
 mod memory_store;

@@ -72,6 +72,7 @@ async fn a_sidecar_serving_every_family_holds_at_most_two_redis_connections() {
                 domain: "acme".into(),
                 wants: 4.0,
                 has: 0.0,
+                held_below: None,
             }],
         })
         .await

@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
+use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
 use crate::store::ResourceRef;
 
-use super::LeaseError;
+use super::{LeaseError, Usage};
 
 /// Leases in this process. Its learning period starts with the process: a
 /// restarted sidecar gives clients back what they say they have.
@@ -46,8 +46,7 @@ impl MemoryLeases {
         at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
-        wants: f64,
-        has: f64,
+        want: Want,
     ) -> Result<Lease, LeaseError> {
         let now = self.clock.now_ms();
         let mut states = self
@@ -57,14 +56,14 @@ impl MemoryLeases {
         let state = states
             .entry(Self::key(at))
             .or_insert_with(|| LeaseState::new(self.started_ms));
-        Ok(capacity::request(config, state, client, wants, has, now)?)
+        Ok(capacity::request_want(config, state, client, want, now)?)
     }
 
     /// Drops the expired leases of every resource, and the resources no
     /// client holds any more: what nobody renews does not stay in memory.
     /// The number of resources dropped.
-    /// What the live leases of `at` want, in all.
-    pub(super) fn wants(&self, at: ResourceRef<'_>) -> f64 {
+    /// What the live leases of `at` want and hold, in all.
+    pub(super) fn usage(&self, at: ResourceRef<'_>) -> Usage {
         let now = self.clock.now_ms();
         let states = self
             .states
@@ -72,7 +71,7 @@ impl MemoryLeases {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         states
             .get(&Self::key(at))
-            .map_or(0.0, |state| capacity::live_wants(state, now))
+            .map_or(Usage::default(), |state| Usage::of(state, now))
     }
 
     pub fn sweep(&self) -> usize {
@@ -142,14 +141,18 @@ mod tests {
             safe_capacity: None,
             learning_ms: 0,
         };
+        let want = |wants| Want {
+            wants,
+            ..Want::default()
+        };
         let at = |domain| ResourceRef {
             namespace: "jobs",
             resource: "backend",
             domain,
         };
-        leases.get(at("a"), &config, "one", 4.0, 0.0).unwrap();
+        leases.get(at("a"), &config, "one", want(4.0)).unwrap();
         clock.set(4_000);
-        leases.get(at("b"), &config, "two", 4.0, 0.0).unwrap();
+        leases.get(at("b"), &config, "two", want(4.0)).unwrap();
         assert_eq!((leases.sweep(), leases.len()), (0, 2));
         // a's lease ends at 6 000, b's at 9 000.
         clock.set(6_000);

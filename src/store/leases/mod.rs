@@ -8,7 +8,7 @@
 mod memory;
 mod redis;
 
-use crate::engine::capacity::{CapacityConfig, CapacityError, Lease};
+use crate::engine::capacity::{self, CapacityConfig, CapacityError, Lease, Want};
 use crate::store::ResourceRef;
 
 pub use self::memory::MemoryLeases;
@@ -23,34 +23,48 @@ pub enum LeaseError {
     Unavailable(String),
 }
 
+/// What the live leases of one resource key want and hold, in all.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    pub wants: f64,
+    pub held: f64,
+}
+
+impl Usage {
+    fn of(state: &capacity::LeaseState, now_ms: u64) -> Self {
+        Self {
+            wants: capacity::live_wants(state, now_ms),
+            held: capacity::live_sum(state, now_ms),
+        }
+    }
+}
+
 pub enum LeaseStore {
     Memory(MemoryLeases),
     Redis(Box<RedisLeases>),
 }
 
 impl LeaseStore {
-    /// Asks for (or renews) `client`'s lease: what it `wants`, and what it
-    /// says it `has` (given back in the learning period).
+    /// Asks for (or renews) `client`'s lease ([`capacity::request_want`]).
     pub async fn get(
         &self,
         at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
-        wants: f64,
-        has: f64,
+        want: Want,
     ) -> Result<Lease, LeaseError> {
         match self {
-            LeaseStore::Memory(store) => store.get(at, config, client, wants, has),
-            LeaseStore::Redis(store) => store.get(at, config, client, wants, has).await,
+            LeaseStore::Memory(store) => store.get(at, config, client, want),
+            LeaseStore::Redis(store) => store.get(at, config, client, want).await,
         }
     }
 
-    /// What the live leases of `at` want, in all: what a server asks its
-    /// parent for (docs/design.md#a-hierarchy-of-servers).
-    pub async fn wants(&self, at: ResourceRef<'_>) -> Result<f64, LeaseError> {
+    /// What the live leases of `at` want and hold, in all: what a server
+    /// asks its parent for (docs/design.md#a-hierarchy-of-servers).
+    pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
         match self {
-            LeaseStore::Memory(store) => Ok(store.wants(at)),
-            LeaseStore::Redis(store) => store.wants(at).await,
+            LeaseStore::Memory(store) => Ok(store.usage(at)),
+            LeaseStore::Redis(store) => store.usage(at).await,
         }
     }
 

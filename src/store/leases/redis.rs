@@ -8,8 +8,8 @@
 
 use redis::Value;
 
-use super::LeaseError;
-use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState};
+use super::{LeaseError, Usage};
+use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
 use crate::store::ResourceRef;
 use crate::store::keys;
 use crate::store::redis::{RedisError, RedisStore};
@@ -49,14 +49,13 @@ impl RedisLeases {
         at: ResourceRef<'_>,
         config: &CapacityConfig,
         client: &str,
-        wants: f64,
-        has: f64,
+        want: Want,
     ) -> Result<Lease, LeaseError> {
         let mut answer = None;
         self.step(at, ttl(config), |state, now| {
             let mut state = state.unwrap_or_else(|| LeaseState::new(now));
-            answer = Some(capacity::request(
-                config, &mut state, client, wants, has, now,
+            answer = Some(capacity::request_want(
+                config, &mut state, client, want, now,
             )?);
             Ok(Some(state))
         })
@@ -81,18 +80,18 @@ impl RedisLeases {
         Ok(released)
     }
 
-    /// What the live leases of `at` want, in all.
-    pub async fn wants(&self, at: ResourceRef<'_>) -> Result<f64, LeaseError> {
-        let mut wants = 0.0;
+    /// What the live leases of `at` want and hold, in all.
+    pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
+        let mut usage = Usage::default();
         // The state goes back as it was read (with a day to live at most).
         self.step(at, DAY_MS, |state, now| {
-            wants = state
+            usage = state
                 .as_ref()
-                .map_or(0.0, |state| capacity::live_wants(state, now));
+                .map_or(Usage::default(), |state| Usage::of(state, now));
             Ok(state)
         })
         .await?;
-        Ok(wants)
+        Ok(usage)
     }
 
     /// Reads the state and Redis's time, runs `decide`, and writes its
