@@ -56,6 +56,9 @@ pub struct Node {
     /// With `share_threshold` on a wildcard entry, the pattern replaces the
     /// value in the counter key so that all matching values share a counter.
     pub shared_value: Option<String>,
+    /// A `global` limit's share on this server
+    /// (docs/design.md#global-limits).
+    pub global: Option<Arc<super::global::GlobalShare>>,
     pub children: Level,
 }
 

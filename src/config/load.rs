@@ -319,7 +319,34 @@ struct Compiled {
     domain_at: Location,
 }
 
+/// The stack a file is parsed and compiled on: parsing, compiling,
+/// printing and dropping a descriptor tree each recurse once per level, and
+/// at the deepest nesting allowed that is more than a runtime worker's
+/// 2 MiB in a debug build. Only the pages touched are ever resident.
+const COMPILE_STACK_BYTES: usize = 32 << 20;
+
 fn compile_file(
+    text: &str,
+    file: &Path,
+    overlay: &Overlay,
+    strict: Option<Write<'_>>,
+) -> Result<Compiled, Vec<ConfigError>> {
+    std::thread::scope(|scope| {
+        let compiled = std::thread::Builder::new()
+            .name("charon-config".into())
+            .stack_size(COMPILE_STACK_BYTES)
+            .spawn_scoped(scope, || compile_file_here(text, file, overlay, strict));
+        match compiled {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            // No thread to be had: on this one, as deep as it goes.
+            Err(_) => compile_file_here(text, file, overlay, strict),
+        }
+    })
+}
+
+fn compile_file_here(
     text: &str,
     file: &Path,
     overlay: &Overlay,

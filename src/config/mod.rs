@@ -20,6 +20,7 @@ mod compile;
 mod descriptors;
 pub mod duration;
 mod error;
+pub mod global;
 mod load;
 pub mod overlay;
 mod raw;
@@ -81,6 +82,9 @@ pub struct Namespace {
     pub settings: Settings,
     pub descriptors: Level,
     pub resources: HashMap<String, Resource>,
+    /// The descriptor limits marked `global`, by the name their leases go
+    /// by (docs/design.md#global-limits).
+    pub globals: std::collections::BTreeMap<String, global::GlobalLimit>,
 }
 
 /// Namespace switches (docs/design.md#namespace-settings).
@@ -246,6 +250,8 @@ pub struct FixedLimit {
     /// Every hit is counted, rejected or not, as envoyproxy/ratelimit
     /// counts (fixed windows only; docs/configuration.md#counting-rejected-hits).
     pub count_rejected: bool,
+    /// Shared by every server of a hierarchy (docs/design.md#global-limits).
+    pub global: bool,
 }
 
 /// A soft limit (docs/design.md#soft-limits): granted requests

@@ -109,6 +109,10 @@ pub struct RawRateLimit {
     /// envoyproxy/ratelimit does (docs/configuration.md#counting-rejected-hits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_rejected: Option<Spanned<bool>>,
+    /// Charon: one limit shared by the servers of a hierarchy, each with a
+    /// share that follows its demand (docs/design.md#global-limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<Spanned<bool>>,
     /// Charon: `after_response`, a cost charged when the response ends
     /// (docs/configuration.md#costs-known-after-the-response).
     #[serde(default, skip_serializing_if = "Option::is_none")]

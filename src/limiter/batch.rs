@@ -1,12 +1,16 @@
 //! Engine items and store keys for resolved descriptors.
 
-use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
+use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration, global};
 use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
 use crate::store::keys;
 
 use super::request::Descriptor;
 use super::resolve::Resolved;
+
+/// The key entry that makes a global limit's counter this server's own: no
+/// configured descriptor key has a control character, so none can match it.
+const INSTANCE_KEY: &str = "\u{1}instance";
 
 pub(super) fn add_item<'c>(
     batch: &mut Batch<'c>,
@@ -31,7 +35,13 @@ pub(super) fn add_item<'c>(
             ..
         } => {
             let period = limit.period();
-            let entries = keyed_entries(descriptor, shared_values);
+            // A global limit's counter is this server's own, as its share is
+            // (docs/design.md#global-limits); its demand is every hit asked.
+            let own = limit.global().map(|share| {
+                share.count(hits);
+                (INSTANCE_KEY, global::instance_id())
+            });
+            let entries = keyed_entries(descriptor, shared_values).chain(own);
             match limit.algorithm() {
                 Algorithm::FixedWindow => {
                     let key = keys::window_key(&namespace.name, entries, period);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::config::global::GlobalShare;
 use crate::config::{
     Algorithm, FixedLimit, Leaf, Namespace, Node, RateResource, Resource, ResourceLimit, SoftLimit,
     Unit,
@@ -87,10 +88,7 @@ impl<'c> Resolved<'c> {
     pub(super) fn name(&self) -> Option<&'c str> {
         match self {
             Resolved::Unlimited { name, .. } => *name,
-            Resolved::Fixed {
-                limit: FixedLimitRef::Configured(limit),
-                ..
-            } => limit.name.as_deref(),
+            Resolved::Fixed { limit, .. } => limit.configured().and_then(|l| l.name.as_deref()),
             _ => None,
         }
     }
@@ -99,10 +97,7 @@ impl<'c> Resolved<'c> {
     pub(super) fn replaces(&self) -> impl Iterator<Item = &'c str> + use<'c> {
         let replaces: &'c [String] = match self {
             Resolved::Unlimited { replaces, .. } => replaces,
-            Resolved::Fixed {
-                limit: FixedLimitRef::Configured(limit),
-                ..
-            } => &limit.replaces,
+            Resolved::Fixed { limit, .. } => limit.configured().map_or(&[], |l| &l.replaces),
             _ => &[],
         };
         replaces.iter().map(String::as_str)
@@ -112,56 +107,65 @@ impl<'c> Resolved<'c> {
 pub(super) enum FixedLimitRef<'c> {
     Configured(&'c FixedLimit),
     Override(LimitOverride),
+    /// A `global` limit: this server's share of it
+    /// (docs/design.md#global-limits).
+    Global(&'c FixedLimit, &'c GlobalShare),
 }
 
-impl FixedLimitRef<'_> {
-    pub(super) fn period(&self) -> u64 {
+impl<'c> FixedLimitRef<'c> {
+    /// The limit as configured, if it is not one sent with the request.
+    fn configured(&self) -> Option<&'c FixedLimit> {
         match self {
-            FixedLimitRef::Configured(l) => l.period(),
-            FixedLimitRef::Override(o) => o.unit.millis(),
+            FixedLimitRef::Configured(l) | FixedLimitRef::Global(l, _) => Some(l),
+            FixedLimitRef::Override(_) => None,
+        }
+    }
+    pub(super) fn period(&self) -> u64 {
+        match (self.configured(), self) {
+            (Some(l), _) => l.period(),
+            (None, FixedLimitRef::Override(o)) => o.unit.millis(),
+            (None, _) => 0,
         }
     }
     pub(super) fn requests_per_unit(&self) -> u64 {
         match self {
             FixedLimitRef::Configured(l) => l.requests_per_unit,
             FixedLimitRef::Override(o) => o.requests_per_unit,
+            FixedLimitRef::Global(_, share) => share.requests_per_unit(),
+        }
+    }
+    /// A global limit's share, which counts the hits asked of it.
+    pub(super) fn global(&self) -> Option<&'c GlobalShare> {
+        match self {
+            FixedLimitRef::Global(_, share) => Some(share),
+            _ => None,
         }
     }
     pub(super) fn unit(&self) -> Unit {
-        match self {
-            FixedLimitRef::Configured(l) => l.unit,
-            FixedLimitRef::Override(o) => o.unit,
+        match (self.configured(), self) {
+            (Some(l), _) => l.unit,
+            (None, FixedLimitRef::Override(o)) => o.unit,
+            (None, _) => Unit::Second,
         }
     }
     pub(super) fn name(&self) -> Option<&String> {
-        match self {
-            FixedLimitRef::Configured(l) => l.name.as_ref(),
-            FixedLimitRef::Override(_) => None,
-        }
+        self.configured().and_then(|l| l.name.as_ref())
     }
     /// A limit sent with the request has no soft limit.
     /// Whether rejected hits count too (an override sent with a request
     /// follows the process-wide switch alone).
     pub(super) fn count_rejected(&self) -> bool {
-        match self {
-            FixedLimitRef::Configured(l) => l.count_rejected,
-            FixedLimitRef::Override(_) => false,
-        }
+        self.configured().is_some_and(|l| l.count_rejected)
     }
 
     pub(super) fn soft_limit(&self) -> Option<SoftLimit> {
-        match self {
-            FixedLimitRef::Configured(l) => l.soft_limit,
-            FixedLimitRef::Override(_) => None,
-        }
+        self.configured().and_then(|l| l.soft_limit)
     }
     /// A limit sent with the request is a fixed window, as in
     /// envoyproxy/ratelimit.
     pub(super) fn algorithm(&self) -> Algorithm {
-        match self {
-            FixedLimitRef::Configured(l) => l.algorithm,
-            FixedLimitRef::Override(_) => Algorithm::FixedWindow,
-        }
+        self.configured()
+            .map_or(Algorithm::FixedWindow, |l| l.algorithm)
     }
 }
 
@@ -226,7 +230,10 @@ pub(super) fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> 
             stats: stats(),
         },
         Leaf::Limit(limit) => Resolved::Fixed {
-            limit: FixedLimitRef::Configured(limit),
+            limit: match &node.global {
+                Some(share) => FixedLimitRef::Global(limit, share),
+                None => FixedLimitRef::Configured(limit),
+            },
             shadow: node.shadow_mode,
             stats: stats(),
             shared_values: found.shared_values,

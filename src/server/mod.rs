@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod api;
 pub mod certificate;
+pub mod global;
 pub mod listen;
 pub mod metrics;
 pub mod parent;
@@ -352,6 +353,8 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
                 ..Default::default()
             },
         );
+        service.parent.set_linked();
+        service.close_global_shares();
         tokio::spawn(parent::follow(
             service.clone(),
             client,
@@ -359,6 +362,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             shutdown_rx.clone(),
         ));
     }
+    tokio::spawn(global::renew(service.clone(), shutdown_rx.clone()));
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
     let copies = service.copies.clone();

@@ -39,6 +39,7 @@ pub async fn follow(
             _ = shutdown.changed() => return,
         }
         wait = round(&service, &parent, &level_id).await;
+        service.parent_round_ended();
     }
 }
 

@@ -11,6 +11,7 @@ use crate::store::ResourceRef;
 use super::Service;
 use super::core::{Target, not_configured, target_in};
 use super::error::{Error, Kind};
+use super::global::global_capacity;
 use super::ops::{GetCapacity, Leases, ReleaseCapacity, check_names};
 
 impl Service {
@@ -21,7 +22,7 @@ impl Service {
         let mut answers = Vec::with_capacity(request.wants.len());
         for want in &request.wants {
             let at = want.at.at();
-            let answer = match Self::capacity_of(&config, at) {
+            let answer = match self.capacity_of(&config, at) {
                 Ok((config, from_parent)) => {
                     let config = if from_parent {
                         self.parent.effective(at, config)
@@ -61,8 +62,18 @@ impl Service {
 
     /// The capacity configuration of `at`'s domain in `config`, and
     /// whether it is leased from the parent.
-    fn capacity_of(config: &Config, at: ResourceRef<'_>) -> Result<(CapacityConfig, bool), Error> {
+    fn capacity_of(
+        &self,
+        config: &Config,
+        at: ResourceRef<'_>,
+    ) -> Result<(CapacityConfig, bool), Error> {
         check_names(at.namespace, at.resource, at.domain)?;
+        if let Some(global) = config
+            .namespace(at.namespace)
+            .and_then(|namespace| namespace.globals.get(at.resource))
+        {
+            return Ok((global_capacity(&global.limit), self.parent.is_linked()));
+        }
         match target_in(config, at.namespace, at.resource)? {
             Target::Capacity(_, capacity) => {
                 Ok((*capacity.config_for(at.domain), capacity.from_parent))

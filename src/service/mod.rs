@@ -15,6 +15,7 @@ pub mod configuration;
 pub mod core;
 pub mod cost;
 pub mod error;
+pub mod global;
 pub mod leases;
 pub mod ops;
 pub mod parent;

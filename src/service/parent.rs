@@ -20,9 +20,10 @@
 //!   has; leases given here meanwhile come from the safe capacity.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, Grant};
@@ -37,10 +38,14 @@ type Key = (String, String, String);
 /// The level's leases from its parent, and what it must ask for.
 #[derive(Default)]
 pub struct ParentShares {
+    /// Whether this server has a parent (`--parent`).
+    linked: AtomicBool,
     grants: Mutex<HashMap<Key, Grant>>,
     asked: Mutex<HashSet<Key>>,
     /// A key asked about for the first time: the link asks at once.
     new_key: Notify,
+    /// The rounds the link has ended (answered or not).
+    rounds: watch::Sender<u64>,
 }
 
 fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -49,6 +54,20 @@ fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ParentShares {
+    /// This server follows a parent from now on.
+    pub fn set_linked(&self) {
+        self.linked.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_linked(&self) -> bool {
+        self.linked.load(Ordering::Relaxed)
+    }
+
+    /// Watches the rounds the link ends: `changed()` after the next one.
+    pub fn rounds(&self) -> watch::Receiver<u64> {
+        self.rounds.subscribe()
+    }
+
     /// The configuration a lease of `at` is decided with: the parent's
     /// grant as the capacity (at most the configured one), and leases
     /// that end with it; once it expired, the safe capacity.
@@ -89,10 +108,14 @@ impl Service {
         let keys: Vec<Key> = lock(&self.parent.asked)
             .iter()
             .filter(|(namespace, resource, _)| {
-                matches!(
-                    target_in(&config, namespace, resource),
-                    Ok(Target::Capacity(_, capacity)) if capacity.from_parent
-                )
+                let global = config
+                    .namespace(namespace)
+                    .is_some_and(|namespace| namespace.globals.contains_key(resource));
+                global
+                    || matches!(
+                        target_in(&config, namespace, resource),
+                        Ok(Target::Capacity(_, capacity)) if capacity.from_parent
+                    )
             })
             .cloned()
             .collect();
@@ -140,6 +163,11 @@ impl Service {
     /// Until a key is asked about for the first time.
     pub async fn parent_key_added(&self) {
         self.parent.new_key.notified().await;
+    }
+
+    /// The link ended a round, answered or not.
+    pub fn parent_round_ended(&self) {
+        self.parent.rounds.send_modify(|rounds| *rounds += 1);
     }
 }
 

@@ -162,6 +162,7 @@ fn name_and_replaces_are_kept() {
             algorithm: Algorithm::FixedWindow,
             soft_limit: None,
             count_rejected: false,
+            global: false,
         }))
     );
     assert_eq!(
@@ -175,6 +176,7 @@ fn name_and_replaces_are_kept() {
             algorithm: Algorithm::FixedWindow,
             soft_limit: None,
             count_rejected: false,
+            global: false,
         }))
     );
 }

@@ -620,3 +620,34 @@ fn control_characters_in_names_are_refused_with_their_place() {
     // Unicode that is not a control character is a name like any other.
     assert!(load_str("domain: \"café ☕\"\n", "u.yaml").is_ok());
 }
+
+/// A `global` limit (docs/design.md#global-limits) is one limit shared by
+/// the servers of a hierarchy: it needs one counter per server, so every
+/// level of its descriptor names one value, and a window it can share.
+#[test]
+fn a_global_limit_names_one_value_at_every_level() {
+    let loaded = load(
+        "domain: api\ndescriptors:\n  - key: route\n    value: search\n    descriptors:\n      - key: path\n        value: \"/v1/*\"\n        share_threshold: true\n        rate_limit: {unit: second, requests_per_unit: 100, global: true}\n",
+    );
+    let namespace = loaded.config.namespace("api").expect("the namespace");
+    let names: Vec<&String> = namespace.globals.keys().collect();
+    assert_eq!(names, ["rate_limit:route_search.path_/v1/*"]);
+    assert_error(
+        "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 10, global: true}\n",
+        4,
+        63,
+        &["a `global` limit needs every level of its descriptor to name one value"],
+    );
+    assert_error(
+        "domain: api\ndescriptors:\n  - key: user\n    descriptors:\n      - key: route\n        value: search\n        rate_limit: {unit: second, requests_per_unit: 10, global: true}\n",
+        7,
+        67,
+        &["each value would be a limit of its own"],
+    );
+    assert_error(
+        "domain: api\ndescriptors:\n  - key: route\n    value: search\n    rate_limit: {unit: second, requests_per_unit: 10, algorithm: gcra, global: true}\n",
+        5,
+        80,
+        &["`global` applies only to fixed and sliding windows (not to `algorithm: gcra`)"],
+    );
+}

@@ -101,6 +101,7 @@ pub fn limit(requests_per_unit: u64, unit: Unit) -> Leaf {
         algorithm: Algorithm::FixedWindow,
         soft_limit: None,
         count_rejected: false,
+        global: false,
     })
 }
 

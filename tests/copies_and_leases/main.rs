@@ -6,4 +6,5 @@ mod support;
 
 mod capacity_leases;
 mod copies_sidecars;
+mod global_limits;
 mod hierarchy;

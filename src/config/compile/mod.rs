@@ -6,7 +6,7 @@
 mod capacity;
 mod resources;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use serde_saphyr::{Location, Spanned};
 use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, Millis};
 
+use super::global::{self, GlobalLimit, GlobalShare};
 use super::raw::{RawDescriptor, RawFile};
 use super::{Algorithm, ConfigError, FixedLimit, Namespace, Note, Settings, Unit, caps};
 
@@ -23,6 +24,28 @@ pub(in crate::config) struct Ctx {
     pub(in crate::config) file: PathBuf,
     pub(in crate::config) errors: Vec<ConfigError>,
     pub(in crate::config) notes: Vec<Note>,
+}
+
+/// Where a descriptor level is: its path as written (`key_value.key`), and
+/// whether a level above (or itself) counts each request value apart.
+struct Path {
+    written: String,
+    per_value: bool,
+}
+
+impl Path {
+    // Out of `level`, whose frame each level of nesting adds to the stack.
+    #[inline(never)]
+    fn child(&self, written: &str, per_value: bool) -> Path {
+        Path {
+            written: if self.written.is_empty() {
+                written.to_owned()
+            } else {
+                format!("{}.{written}", self.written)
+            },
+            per_value: self.per_value || per_value,
+        }
+    }
 }
 
 /// What kind each resource is, for checking `resource:` leaves.
@@ -192,7 +215,12 @@ impl Ctx {
                 (name.clone(), kind)
             })
             .collect();
-        let descriptors = self.level(&raw.descriptors, 1, &kinds);
+        let mut globals = BTreeMap::new();
+        let top = Path {
+            written: String::new(),
+            per_value: false,
+        };
+        let descriptors = self.level(&raw.descriptors, 1, &kinds, &top, &mut globals);
         let mut resources = HashMap::new();
         for (name, resource) in &mut raw.resources {
             if let Some(compiled) = self.resource(name, resource) {
@@ -205,6 +233,7 @@ impl Ctx {
             settings,
             descriptors,
             resources,
+            globals,
         }
     }
 
@@ -213,6 +242,8 @@ impl Ctx {
         raws: &[RawDescriptor],
         depth: usize,
         kinds: &HashMap<String, Kind>,
+        parent: &Path,
+        globals: &mut BTreeMap<String, GlobalLimit>,
     ) -> Level {
         let mut level = Level::default();
         let mut seen: HashSet<(&str, &str)> = HashSet::new();
@@ -266,6 +297,20 @@ impl Ctx {
             } else {
                 format!("{key}_{value}")
             };
+            // Each value of the request has its own counter here.
+            let per_value = value.is_empty() || (is_wildcard && shared_value.is_none());
+            let path = parent.child(&written, per_value);
+            let global = match &leaf {
+                Leaf::Limit(limit) if limit.global => {
+                    let global_at = raw
+                        .rate_limit
+                        .as_ref()
+                        .and_then(|written| written.value.global.as_ref())
+                        .map_or(at, |global| global.referenced);
+                    self.global(global_at, limit, &path, globals)
+                }
+                _ => None,
+            };
             let node = Node {
                 leaf,
                 shadow_mode: raw.shadow_mode,
@@ -280,7 +325,8 @@ impl Ctx {
                 written,
                 stats_key: Default::default(),
                 shared_value,
-                children: self.level(&raw.descriptors, depth + 1, kinds),
+                global,
+                children: self.level(&raw.descriptors, depth + 1, kinds, &path, globals),
             };
             let matchers: &mut KeyMatchers = level.by_key.entry(key.to_owned()).or_default();
             if value.is_empty() {
@@ -292,6 +338,33 @@ impl Ctx {
             }
         }
         level
+    }
+
+    /// Registers a `global` limit at `path`; its share.
+    #[inline(never)]
+    fn global(
+        &mut self,
+        at: Location,
+        limit: &FixedLimit,
+        path: &Path,
+        globals: &mut BTreeMap<String, GlobalLimit>,
+    ) -> Option<Arc<GlobalShare>> {
+        if path.per_value {
+            self.error(
+                at,
+                "a `global` limit needs every level of its descriptor to name one value (or a wildcard with share_threshold): each value would be a limit of its own",
+            );
+            return None;
+        }
+        let share = Arc::new(GlobalShare::new(limit.requests_per_unit));
+        globals.insert(
+            format!("{}{}", global::RESOURCE_PREFIX, path.written),
+            GlobalLimit {
+                limit: limit.clone(),
+                share: share.clone(),
+            },
+        );
+        Some(share)
     }
 
     fn leaf(&mut self, raw: &RawDescriptor, kinds: &HashMap<String, Kind>) -> Leaf {
@@ -528,6 +601,26 @@ impl Ctx {
                     Some(count) => count.value,
                     None => false,
                 };
+                let global = match &limit.global {
+                    Some(global)
+                        if global.value
+                            && !matches!(
+                                algorithm,
+                                Algorithm::FixedWindow | Algorithm::SlidingWindow
+                            ) =>
+                    {
+                        self.error(
+                            global.referenced,
+                            format!(
+                                "`global` applies only to fixed and sliding windows (not to `algorithm: {}`)",
+                                algorithm.name()
+                            ),
+                        );
+                        return Leaf::None;
+                    }
+                    Some(global) => global.value,
+                    None => false,
+                };
                 Leaf::Limit(FixedLimit {
                     requests_per_unit,
                     unit,
@@ -537,6 +630,7 @@ impl Ctx {
                     algorithm,
                     soft_limit,
                     count_rejected,
+                    global,
                 })
             }
         }

@@ -28,6 +28,8 @@ pub enum LeaseError {
 pub struct Usage {
     pub wants: f64,
     pub held: f64,
+    /// The clients with a live lease.
+    pub clients: usize,
 }
 
 impl Usage {
@@ -35,6 +37,11 @@ impl Usage {
         Self {
             wants: capacity::live_wants(state, now_ms),
             held: capacity::live_sum(state, now_ms),
+            clients: state
+                .clients
+                .values()
+                .filter(|lease| now_ms < lease.expiry_ms)
+                .count(),
         }
     }
 }

@@ -1,0 +1,50 @@
+//! The renewals of this server's shares of its global limits
+//! (docs/design.md#global-limits): a background task, never on a
+//! request's path, that runs [`Service::renew_global_shares`] every
+//! refresh interval until shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::config::global::REFRESH_MS;
+use crate::service::Service;
+use crate::service::global::GlobalRenewals;
+
+/// How long a server with a parent waits for the parent's first answer
+/// before it decides with what it has (the safe share: the whole limit).
+const FIRST_ANSWER: Duration = Duration::from_secs(2);
+
+/// Renews until `shutdown`.
+pub async fn renew(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
+    let mut renewals = GlobalRenewals::default();
+    if service.parent.is_linked() {
+        // Ask first, so that the link asks the parent; then decide with its
+        // answer.
+        let mut rounds = service.parent.rounds();
+        service
+            .renew_global_shares(&mut renewals, None, false)
+            .await;
+        tokio::select! {
+            _ = tokio::time::timeout(FIRST_ANSWER, rounds.changed()) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+    service.renew_global_shares(&mut renewals, None, true).await;
+    let mut last = Instant::now();
+    let period = Duration::from_millis(REFRESH_MS);
+    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let elapsed = u64::try_from(last.elapsed().as_millis()).unwrap_or(u64::MAX);
+        last = Instant::now();
+        service
+            .renew_global_shares(&mut renewals, Some(elapsed), true)
+            .await;
+    }
+}

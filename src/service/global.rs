@@ -1,0 +1,189 @@
+//! Global limits on the service (docs/design.md#global-limits): every
+//! refresh interval, this server renews its own share of each `global`
+//! descriptor limit as one client of the limit's lease state, asking for
+//! what its requests showed it wants; the decisions read the share it was
+//! granted. The server's children (other servers, through `GetCapacity`)
+//! are that state's other clients, and a server with a parent apportions
+//! the parent's grant ([`super::parent`]).
+
+use std::collections::HashMap;
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::FixedLimit;
+use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
+use crate::config::global::{self, LEASE_MS, REFRESH_MS};
+use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
+use crate::store::ResourceRef;
+
+use super::Service;
+
+/// The domain a global limit's leases are kept under: one per limit.
+pub const GLOBAL_DOMAIN: &str = "global";
+
+/// What a server asks for beyond the demand it measured: its demand grows
+/// by this much before the next renewal without a refusal.
+const HEADROOM: f64 = 1.2;
+
+/// The least a server with a parent asks for, whatever its demand: 1 % of
+/// the limit, at least one request, so that a request after a quiet
+/// interval finds a share (docs/design.md#global-limits).
+fn least_share(limit: f64) -> f64 {
+    (limit / 100.0).max(1.0).min(limit)
+}
+
+/// A global limit as a leased capacity: its `requests_per_unit`, shared
+/// fairly; with no live grant from the parent, a server admits up to the
+/// whole limit on its own (as it would without `global`).
+pub fn global_capacity(limit: &FixedLimit) -> CapacityConfig {
+    CapacityConfig {
+        capacity: limit.requests_per_unit as f64,
+        algorithm: Algorithm::FairShare,
+        lease_ms: LEASE_MS,
+        refresh_interval_ms: REFRESH_MS,
+        safe_capacity: Some(UNLIMITED_SAFE_CAPACITY),
+        learning_ms: 0,
+    }
+}
+
+/// This server's own client id in a global limit's lease state.
+fn local_client() -> String {
+    format!("(local) {}", global::instance_id())
+}
+
+/// What the renewals remember between rounds, by (namespace, limit).
+#[derive(Default)]
+pub struct GlobalRenewals {
+    limits: HashMap<(String, String), Renewed>,
+}
+
+/// One limit's renewals on this server.
+#[derive(Default)]
+struct Renewed {
+    /// When this server's own lease ends.
+    expiry_ms: u64,
+    /// The shares set, and when: the first is in force at the start of the
+    /// oldest window still counted.
+    shares: Vec<(u64, u64)>,
+}
+
+impl Renewed {
+    /// The largest share in force at any time since `since_ms`: what the
+    /// windows still counted may have admitted under.
+    fn held_since(&self, since_ms: u64) -> Option<u64> {
+        let first = self
+            .shares
+            .iter()
+            .rposition(|&(at, _)| at <= since_ms)
+            .unwrap_or(0);
+        self.shares[first..].iter().map(|&(_, share)| share).max()
+    }
+
+    fn record(&mut self, now_ms: u64, share: u64, since_ms: u64) {
+        if let Some(first) = self.shares.iter().rposition(|&(at, _)| at <= since_ms) {
+            self.shares.drain(..first);
+        }
+        self.shares.push((now_ms, share));
+    }
+}
+
+impl Service {
+    /// Renews this server's share of every global limit, `elapsed_ms` after
+    /// the previous round (`None`: the first, its demand unknown, so it
+    /// asks for the whole limit). With `apply` false, the lease is asked
+    /// for (and so the parent link asks for it) but the share stays. A
+    /// limit whose lease store cannot answer keeps its share until the next
+    /// round.
+    pub async fn renew_global_shares(
+        &self,
+        renewals: &mut GlobalRenewals,
+        elapsed_ms: Option<u64>,
+        apply: bool,
+    ) {
+        let config = self.config();
+        let linked = self.parent.is_linked();
+        let client = local_client();
+        let mut live = HashMap::new();
+        for namespace in config.namespaces() {
+            for (name, global) in &namespace.globals {
+                let key = (namespace.name.clone(), name.clone());
+                let at = ResourceRef {
+                    namespace: &namespace.name,
+                    resource: name,
+                    domain: GLOBAL_DOMAIN,
+                };
+                let limit = global_capacity(&global.limit);
+                let hits = global.share.take_hits() as f64;
+                let period = global.limit.period().max(1) as f64;
+                let demand = match elapsed_ms {
+                    Some(elapsed) => hits * period / elapsed.max(1) as f64 * HEADROOM,
+                    None => limit.capacity,
+                };
+                let now = SystemClock.now_ms();
+                let renewed = renewals.limits.remove(&key).unwrap_or_default();
+                let own_lease_live = now < renewed.expiry_ms;
+                // A share that shrinks mid-window has already admitted under
+                // the larger one: it counts as held until the windows that
+                // did are over (a sliding window counts the previous one too).
+                let period_ms = global.limit.period().max(1);
+                let counted_ms = match global.limit.algorithm {
+                    crate::config::Algorithm::SlidingWindow => 2 * period_ms,
+                    _ => period_ms,
+                };
+                let since = now - now % period_ms;
+                let since = since.saturating_sub(counted_ms - period_ms);
+                let held = renewed
+                    .held_since(since)
+                    .unwrap_or_else(|| global.share.requests_per_unit());
+                let wants = if linked {
+                    // Sporadic requests still find a share.
+                    demand.max(least_share(limit.capacity))
+                } else {
+                    // The root alone keeps the whole limit; with children it
+                    // is one client among them, by demand (a root that
+                    // serves no requests of its own wants none of it).
+                    let usage = self.leases.usage(at).await.unwrap_or_default();
+                    let others = usage.clients - usize::from(own_lease_live).min(usage.clients);
+                    if others == 0 { limit.capacity } else { demand }
+                };
+                let config = if linked {
+                    self.parent.effective(at, limit)
+                } else {
+                    limit
+                };
+                let want = Want {
+                    wants,
+                    has: global.share.requests_per_unit() as f64,
+                    held_below: Some(held as f64),
+                };
+                let mut renewed = renewed;
+                match self.leases.get(at, &config, &client, want).await {
+                    Ok(lease) => {
+                        // Whole requests: a share never rounds up past the
+                        // grant (a tiny epsilon forgives the sum's rounding).
+                        let share = (lease.capacity + 1e-9).floor() as u64;
+                        renewed.expiry_ms = lease.expiry_ms;
+                        if apply {
+                            global.share.set_requests_per_unit(share);
+                            renewed.record(now, share, since);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, limit = %name, "a global limit's share was not renewed");
+                    }
+                }
+                live.insert(key, renewed);
+            }
+        }
+        renewals.limits = live;
+    }
+
+    /// On a server with a parent, no global limit admits anything until
+    /// the parent has been asked for its share (docs/design.md#global-limits).
+    pub fn close_global_shares(&self) {
+        for namespace in self.config().namespaces() {
+            for global in namespace.globals.values() {
+                global.share.set_requests_per_unit(0);
+            }
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Global limits (docs/design.md#global-limits), as real processes on the
+//! memory store: a root holding a descriptor limit of 100 a second marked
+//! `global`, and two leaves under it (`--parent`) that answer Envoy's
+//! `ShouldRateLimit` each on its own, against its share. The shares follow
+//! the leaves' demand, and in no second do the two admit more than 100.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+use crate::support::sidecar::{Sidecar, tempdir, write_config};
+
+const LIMITS: &str = "
+domain: api
+descriptors:
+  - key: route
+    value: search
+    rate_limit: {unit: second, requests_per_unit: 100, global: true}
+";
+
+fn start(dir: &std::path::Path, name: &str, extra: &[&str]) -> Sidecar {
+    let own = dir.join(name);
+    std::fs::create_dir_all(&own).expect("a directory per server");
+    let config = write_config(&own, LIMITS);
+    Sidecar::start(&own, &config, "memory", extra)
+}
+
+/// Admitted requests by the second (since the epoch) they were answered in.
+type Admitted = Arc<Mutex<BTreeMap<u64, u64>>>;
+
+/// Sends `rate` requests a second (0: none) to `sidecar` until the test
+/// ends, counting what is admitted.
+fn load(sidecar: &Sidecar, rate: Arc<AtomicU64>, admitted: Admitted) {
+    let url = sidecar.grpc_url();
+    tokio::spawn(async move {
+        let mut client = RateLimitServiceClient::connect(url)
+            .await
+            .expect("the leaf answers");
+        let request = RateLimitRequest {
+            domain: "api".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "route".into(),
+                    value: "search".into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        };
+        loop {
+            let per_second = rate.load(Ordering::Relaxed);
+            if per_second == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            let gap = Duration::from_secs(1) / u32::try_from(per_second).unwrap_or(1);
+            let sent = tokio::time::Instant::now();
+            if let Ok(answer) = client.should_rate_limit(request.clone()).await
+                && answer.into_inner().overall_code == Code::Ok as i32
+            {
+                let second = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |now| now.as_secs());
+                *admitted
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .entry(second)
+                    .or_default() += 1;
+            }
+            tokio::time::sleep_until(sent + gap).await;
+        }
+    });
+}
+
+fn now_second() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_secs())
+}
+
+/// What each leaf admitted in each whole second of `from..to`.
+fn seconds(a: &Admitted, b: &Admitted, from: u64, to: u64) -> Vec<(u64, u64)> {
+    let a = a.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let b = b.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    (from..to)
+        .map(|second| {
+            (
+                a.get(&second).copied().unwrap_or(0),
+                b.get(&second).copied().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_leaves_share_one_global_limit_by_their_demand() {
+    let dir = tempdir();
+    let root = start(dir.path(), "root", &[]);
+    root.wait_serving().await;
+    let leaf_a = start(
+        dir.path(),
+        "leaf-a",
+        &["--parent", &root.grpc_url(), "--level-id", "leaf-a"],
+    );
+    let leaf_b = start(
+        dir.path(),
+        "leaf-b",
+        &["--parent", &root.grpc_url(), "--level-id", "leaf-b"],
+    );
+    leaf_a.wait_serving().await;
+    leaf_b.wait_serving().await;
+
+    let (rate_a, rate_b) = (Arc::new(AtomicU64::new(150)), Arc::new(AtomicU64::new(30)));
+    let (admitted_a, admitted_b): (Admitted, Admitted) = Default::default();
+    let began = now_second();
+    load(&leaf_a, rate_a.clone(), admitted_a.clone());
+    load(&leaf_b, rate_b.clone(), admitted_b.clone());
+
+    // A wants 150 a second, B 30: B gets what it asks for (its demand and
+    // a fifth more), A the rest.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let uneven = now_second();
+    let last = seconds(&admitted_a, &admitted_b, uneven - 3, uneven);
+    eprintln!("A 150/s, B 30/s: {last:?}");
+    for &(a, b) in &last {
+        assert!(b >= 25, "B is refused though it asks for little: {last:?}");
+        assert!((55..=75).contains(&a), "A does not get the rest: {last:?}");
+    }
+
+    // B's demand grows to A's: the limit is split evenly.
+    rate_b.store(150, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let even = now_second();
+    let last = seconds(&admitted_a, &admitted_b, even - 3, even);
+    eprintln!("both 150/s: {last:?}");
+    for &(a, b) in &last {
+        assert!((40..=60).contains(&a) && (40..=60).contains(&b), "{last:?}");
+    }
+
+    // In no second, not even while the shares moved, did the two admit
+    // more than the global 100 (2 for requests answered just after the
+    // second they were admitted in).
+    let all = seconds(&admitted_a, &admitted_b, began, even);
+    eprintln!("every second: {all:?}");
+    for &(a, b) in &all {
+        assert!(a + b <= 102, "{} admitted in one second: {all:?}", a + b);
+    }
+    rate_a.store(0, Ordering::Relaxed);
+    rate_b.store(0, Ordering::Relaxed);
+}
