@@ -16,13 +16,16 @@ use crate::service::global::GlobalRenewals;
 /// before it decides with what it has (the safe share: the whole limit).
 const FIRST_ANSWER: Duration = Duration::from_secs(2);
 
-/// Renews until `shutdown`.
+/// Renews until `shutdown`: every refresh interval, or on a server with a
+/// parent, right after each round of the parent link, so that a new grant
+/// is applied at once and what the renewal records is in the next round.
 pub async fn renew(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
     let mut renewals = GlobalRenewals::default();
-    if service.parent.is_linked() {
+    let linked = service.parent.is_linked();
+    let mut rounds = service.parent.rounds();
+    if linked {
         // Ask first, so that the link asks the parent; then decide with its
         // answer.
-        let mut rounds = service.parent.rounds();
         service
             .renew_global_shares(&mut renewals, None, false)
             .await;
@@ -37,9 +40,17 @@ pub async fn renew(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
     let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = every.tick() => {}
-            _ = shutdown.changed() => return,
+        if linked {
+            // The link ends a round at least every second, answered or not.
+            tokio::select! {
+                _ = tokio::time::timeout(FIRST_ANSWER, rounds.changed()) => {}
+                _ = shutdown.changed() => return,
+            }
+        } else {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = shutdown.changed() => return,
+            }
         }
         let elapsed = u64::try_from(last.elapsed().as_millis()).unwrap_or(u64::MAX);
         last = Instant::now();

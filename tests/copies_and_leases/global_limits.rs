@@ -134,12 +134,18 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
         assert!((55..=75).contains(&a), "A does not get the rest: {last:?}");
     }
 
-    // B's demand grows to A's: the limit is split evenly.
+    // B's demand grows to A's: the limit is split evenly. A share moves a
+    // level per refresh interval (1 s), and what A admitted under its
+    // larger share counts until that window ends: 4 to 6 s.
     rate_b.store(150, Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    let shifted = now_second() + 1;
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let even = now_second();
     let last = seconds(&admitted_a, &admitted_b, even - 3, even);
-    eprintln!("both 150/s: {last:?}");
+    let settled = seconds(&admitted_a, &admitted_b, shifted, even)
+        .iter()
+        .position(|&(a, b)| a >= 45 && b >= 45);
+    eprintln!("both 150/s: {last:?}, even {settled:?} s after the shift");
     for &(a, b) in &last {
         assert!((40..=60).contains(&a) && (40..=60).contains(&b), "{last:?}");
     }
