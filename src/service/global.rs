@@ -24,12 +24,15 @@ pub const GLOBAL_DOMAIN: &str = "global";
 /// by this much before the next renewal without a refusal.
 const HEADROOM: f64 = 1.2;
 
-/// The least a server with a parent asks for, whatever its demand: 1 % of
-/// the limit, at least one request, so that a request after a quiet
-/// interval finds a share (docs/design.md#global-limits).
+/// The least a server that served the limit in the last `QUIET_MS` asks
+/// for, whatever its demand: 1 % of the limit, at least one request, so
+/// that a request after a quiet second finds a share
+/// (docs/design.md#global-limits).
 fn least_share(limit: f64) -> f64 {
     (limit / 100.0).max(1.0).min(limit)
 }
+
+const QUIET_MS: u64 = 60_000;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
@@ -61,6 +64,8 @@ pub struct GlobalRenewals {
 struct Renewed {
     /// When this server's own lease ends.
     expiry_ms: u64,
+    /// When a request last asked for the limit here.
+    last_hit_ms: Option<u64>,
     /// The shares set, and when: the first is in force at the start of the
     /// oldest window still counted.
     shares: Vec<(u64, u64)>,
@@ -119,7 +124,16 @@ impl Service {
                     None => limit.capacity,
                 };
                 let now = SystemClock.now_ms();
-                let renewed = renewals.limits.remove(&key).unwrap_or_default();
+                let mut renewed = renewals.limits.remove(&key).unwrap_or_default();
+                if hits > 0.0 {
+                    renewed.last_hit_ms = Some(now);
+                }
+                // Sporadic requests still find a share; a server that serves
+                // none of them (a region, a root) wants none.
+                let least = match renewed.last_hit_ms {
+                    Some(at) if now.saturating_sub(at) < QUIET_MS => least_share(limit.capacity),
+                    _ => 0.0,
+                };
                 let own_lease_live = now < renewed.expiry_ms;
                 // A share that shrinks mid-window has already admitted under
                 // the larger one: it counts as held until the windows that
@@ -135,15 +149,17 @@ impl Service {
                     .held_since(since)
                     .unwrap_or_else(|| global.share.requests_per_unit());
                 let wants = if linked {
-                    // Sporadic requests still find a share.
-                    demand.max(least_share(limit.capacity))
+                    demand.max(least)
                 } else {
                     // The root alone keeps the whole limit; with children it
-                    // is one client among them, by demand (a root that
-                    // serves no requests of its own wants none of it).
+                    // is one client among them, by demand.
                     let usage = self.leases.usage(at).await.unwrap_or_default();
                     let others = usage.clients - usize::from(own_lease_live).min(usage.clients);
-                    if others == 0 { limit.capacity } else { demand }
+                    if others == 0 {
+                        limit.capacity
+                    } else {
+                        demand.max(least)
+                    }
                 };
                 let config = if linked {
                     self.parent.effective(at, limit)
@@ -155,7 +171,6 @@ impl Service {
                     has: global.share.requests_per_unit() as f64,
                     held_below: Some(held as f64),
                 };
-                let mut renewed = renewed;
                 match self.leases.get(at, &config, &client, want).await {
                     Ok(lease) => {
                         // Whole requests: a share never rounds up past the
