@@ -346,6 +346,9 @@ fn percent(n: u64, capacity: u64) -> f64 {
 }
 
 fn summary(name: &str, rows: &[[u64; 3]], capacity: u64) {
+    if std::env::var_os("REGIONS_ROWS").is_some() {
+        println!("{name}: {rows:?}");
+    }
     let totals: Vec<u64> = rows.iter().map(|row| row.iter().sum()).collect();
     let worst = totals.iter().copied().max().unwrap_or(0);
     let mean = totals.iter().sum::<u64>() as f64 / totals.len().max(1) as f64;
@@ -439,8 +442,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
-        "global limit {capacity}/s; delays {} ms between regions, {} ms inside; leases 10 s, refresh 1 s",
-        args.between_regions, args.inside_region
+        "global limit {capacity}/s; delays {} ms between regions, {} ms inside; leases {} ms, refresh {} ms",
+        args.between_regions,
+        args.inside_region,
+        charon::config::global::LEASE_MS,
+        charon::config::global::REFRESH_MS
     );
 
     // 1. Steady, over capacity: 50 % + 50 % + 10 % = 110 %.
@@ -476,9 +482,11 @@ async fn main() -> anyhow::Result<()> {
             .iter()
             .all(|row| row.iter().all(|&n| (n as f64 - fair).abs() <= 0.1 * fair))
     });
+    let refresh_ms = charon::config::global::REFRESH_MS;
     match settled {
         Some(seconds) => println!(
-            "converged {seconds} s after the shift ({seconds} refresh intervals): each region within 10 % of {fair:.0}/s for 3 s"
+            "converged {seconds} s after the shift ({:.0} refresh intervals of {refresh_ms} ms): each region within 10 % of {fair:.0}/s for 3 s",
+            (seconds * 1000) as f64 / refresh_ms as f64
         ),
         None => println!("did not converge within {} s", args.phase),
     }

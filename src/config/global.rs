@@ -21,7 +21,7 @@ pub const RESOURCE_PREFIX: &str = "rate_limit:";
 
 /// How often a server renews its share, and its parent's lease of the
 /// limit; a share is a lease of `LEASE_MS`.
-pub const REFRESH_MS: u64 = 1_000;
+pub const REFRESH_MS: u64 = 500;
 pub const LEASE_MS: u64 = 10_000;
 
 /// One server's share of a global limit, and the hits it counted.

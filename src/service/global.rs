@@ -22,7 +22,7 @@ pub const GLOBAL_DOMAIN: &str = "global";
 
 /// What a server asks for beyond the demand it measured: its demand grows
 /// by this much before the next renewal without a refusal.
-const HEADROOM: f64 = 1.2;
+const HEADROOM: f64 = 1.05;
 
 /// The least a server that served the limit in the last `QUIET_MS` asks
 /// for, whatever its demand: 1 % of the limit, at least one request, so
@@ -33,6 +33,13 @@ fn least_share(limit: f64) -> f64 {
 }
 
 const QUIET_MS: u64 = 60_000;
+
+/// How much of the demand's peak is kept at each renewal: a rise counts at
+/// once, a fall only as the peak decays (by half in about 7 s of 500-ms
+/// renewals). A share that shrank comes back only once others have given
+/// theirs back (seconds), so a share that followed every dip of a noisy
+/// demand would end up at its troughs.
+const PEAK_KEPT: f64 = 0.95;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
@@ -66,6 +73,11 @@ struct Renewed {
     expiry_ms: u64,
     /// When a request last asked for the limit here.
     last_hit_ms: Option<u64>,
+    /// The hits of the last interval, and its length: the demand is
+    /// measured over the last two.
+    previous: (f64, u64),
+    /// The demand's decaying peak, hits per ms.
+    peak: f64,
     /// The shares set, and when: the first is in force at the start of the
     /// oldest window still counted.
     shares: Vec<(u64, u64)>,
@@ -119,12 +131,19 @@ impl Service {
                 let limit = global_capacity(&global.limit);
                 let hits = global.share.take_hits() as f64;
                 let period = global.limit.period().max(1) as f64;
-                let demand = match elapsed_ms {
-                    Some(elapsed) => hits * period / elapsed.max(1) as f64 * HEADROOM,
-                    None => limit.capacity,
-                };
+                let interval = elapsed_ms.map(|elapsed| (hits, elapsed.max(1)));
                 let now = SystemClock.now_ms();
                 let mut renewed = renewals.limits.remove(&key).unwrap_or_default();
+                let demand = match interval {
+                    Some((hits, elapsed)) => {
+                        let (before, before_ms) = renewed.previous;
+                        renewed.previous = (hits, elapsed);
+                        let rate = (hits + before) / (elapsed + before_ms) as f64;
+                        renewed.peak = rate.max(renewed.peak * PEAK_KEPT);
+                        renewed.peak * period * HEADROOM
+                    }
+                    None => limit.capacity,
+                };
                 if hits > 0.0 {
                     renewed.last_hit_ms = Some(now);
                 }

@@ -123,8 +123,8 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     load(&leaf_a, rate_a.clone(), admitted_a.clone());
     load(&leaf_b, rate_b.clone(), admitted_b.clone());
 
-    // A wants 150 a second, B 30: B gets what it asks for (its demand and
-    // a fifth more), A the rest.
+    // A wants 150 a second, B 30: B gets what it asks for (the peak of its
+    // demand and 5 % more), A the rest.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let uneven = now_second();
     let last = seconds(&admitted_a, &admitted_b, uneven - 3, uneven);
@@ -135,8 +135,8 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     }
 
     // B's demand grows to A's: the limit is split evenly. A share moves a
-    // level per refresh interval (1 s), and what A admitted under its
-    // larger share counts until that window ends: 4 to 6 s.
+    // level per refresh interval (500 ms), and what A admitted under its
+    // larger share counts until that window ends: 1 to 3 s.
     rate_b.store(150, Ordering::Relaxed);
     let shifted = now_second() + 1;
     tokio::time::sleep(Duration::from_secs(10)).await;
