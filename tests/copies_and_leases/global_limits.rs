@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
+use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, tempdir, write_config};
 
 const LIMITS: &str = "
@@ -26,10 +27,14 @@ descriptors:
 ";
 
 fn start(dir: &std::path::Path, name: &str, extra: &[&str]) -> Sidecar {
+    start_on(dir, name, "memory", extra)
+}
+
+fn start_on(dir: &std::path::Path, name: &str, store: &str, extra: &[&str]) -> Sidecar {
     let own = dir.join(name);
     std::fs::create_dir_all(&own).expect("a directory per server");
     let config = write_config(&own, LIMITS);
-    Sidecar::start(&own, &config, "memory", extra)
+    Sidecar::start(&own, &config, store, extra)
 }
 
 /// Admitted requests by the second (since the epoch) they were answered in.
@@ -158,6 +163,46 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     for &(a, b) in &all {
         assert!(a + b <= 102, "{} admitted in one second: {all:?}", a + b);
     }
+    rate_a.store(0, Ordering::Relaxed);
+    rate_b.store(0, Ordering::Relaxed);
+}
+
+/// Two sidecars of one region on the region's Redis, with one
+/// `--level-id`: one level to the root (their leases live in that Redis),
+/// each with its own share of the level's grant and its own counter. Each
+/// is offered more than the whole limit: together they admit the limit,
+/// half each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecars_of_a_region_on_one_redis_share_its_grant() {
+    let dir = tempdir();
+    let redis = RedisServer::start();
+    let root = start(dir.path(), "root", &[]);
+    root.wait_serving().await;
+    let level = ["--parent", &root.grpc_url(), "--level-id", "region-eu"];
+    let a = start_on(dir.path(), "a", &redis.url(), &level);
+    let b = start_on(dir.path(), "b", &redis.url(), &level);
+    a.wait_serving().await;
+    b.wait_serving().await;
+
+    let (rate_a, rate_b) = (Arc::new(AtomicU64::new(150)), Arc::new(AtomicU64::new(150)));
+    let (admitted_a, admitted_b): (Admitted, Admitted) = Default::default();
+    let began = now_second();
+    load(&a, rate_a.clone(), admitted_a.clone());
+    load(&b, rate_b.clone(), admitted_b.clone());
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let end = now_second();
+    let last = seconds(&admitted_a, &admitted_b, end - 3, end);
+    let all = seconds(&admitted_a, &admitted_b, began, end);
+    eprintln!("both 150/s on one Redis: {all:?}");
+    for &(a, b) in &last {
+        assert!((40..=60).contains(&a) && (40..=60).contains(&b), "{last:?}");
+    }
+    for &(a, b) in &all {
+        assert!(a + b <= 102, "{} admitted in one second: {all:?}", a + b);
+    }
+    // Each counts on its own key, in the one Redis.
+    let keys = redis.command(&["--scan", "--pattern", "*instance*"]);
+    assert_eq!(keys.lines().count(), 2, "counters: {keys}");
     rate_a.store(0, Ordering::Relaxed);
     rate_b.store(0, Ordering::Relaxed);
 }
