@@ -116,16 +116,11 @@ async fn three_levels_share_the_roots_capacity_and_ride_out_its_absence() {
     let (took, _) = settle(&mut a, &mut b, (150.0, 150.0), (50.0, 50.0), "even", OFTEN).await;
     eprintln!("even shares after {took:?}");
     // B's demand falls: A gets what B leaves.
-    let (took, _) = settle(
-        &mut a,
-        &mut b,
-        (150.0, 10.0),
-        (90.0, 10.0),
-        "a shift",
-        OFTEN,
-    )
-    .await;
-    eprintln!("shares after the shift in {took:?}");
+    let shift = async |a: &mut CharonClient<Channel>, b: &mut CharonClient<Channel>| {
+        let (took, _) = settle(a, b, (150.0, 10.0), (90.0, 10.0), "a shift", OFTEN).await;
+        eprintln!("shares after the shift in {took:?}");
+    };
+    shift(&mut a, &mut b).await;
     // B wants more again: A must give back 40 before B may have it. A
     // renews at its leaf's refresh interval (500 ms), slower than the
     // levels' rounds: its leaf reports what A still holds, and the region
@@ -135,16 +130,7 @@ async fn three_levels_share_the_roots_capacity_and_ride_out_its_absence() {
     let (took, most) = settle(&mut a, &mut b, (150.0, 150.0), (50.0, 50.0), "back", slowly).await;
     eprintln!("even again after {took:?}, at most {most} held at once");
     assert!(most <= 100.5, "the two held {most} of 100 at once");
-    let (took, _) = settle(
-        &mut a,
-        &mut b,
-        (150.0, 10.0),
-        (90.0, 10.0),
-        "a shift",
-        OFTEN,
-    )
-    .await;
-    eprintln!("shares after the second shift in {took:?}");
+    shift(&mut a, &mut b).await;
 
     // The root goes away: the grants stand until the root's lease (2 s)
     // expires, then the region has its safe 10 to share.
