@@ -154,6 +154,12 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     for &(a, b) in &last {
         assert!((40..=60).contains(&a) && (40..=60).contains(&b), "{last:?}");
     }
+    // Each leaf says its share.
+    let share = "charon_global_limit_share{namespace=\"api\",resource=\"rate_limit:route_search\"}";
+    for leaf in [&leaf_a, &leaf_b] {
+        let share = leaf.metric(share).await;
+        assert!((45.0..=55.0).contains(&share), "a share of {share}");
+    }
 
     // In no second, not even while the shares moved, did the two admit
     // more than the global 100 (2 for requests answered just after the

@@ -31,6 +31,21 @@ impl Metrics {
 
     /// Replaces the copy-hold gauges with what the copy log says now
     /// (resources no longer configured disappear).
+    /// Each global limit's share on this server, read at each scrape.
+    pub fn set_global_shares(&self, config: &crate::config::Config) {
+        self.global_shares.clear();
+        for namespace in config.namespaces() {
+            for (name, global) in &namespace.globals {
+                self.global_shares
+                    .get_or_create(&CopyResourceLabels {
+                        namespace: namespace.name.clone(),
+                        resource: name.clone(),
+                    })
+                    .set(i64::try_from(global.share.requests_per_unit()).unwrap_or(i64::MAX));
+            }
+        }
+    }
+
     pub fn set_copy_holds(&self, holds: &[crate::server::admin::state::ResourceHolds]) {
         self.copies_held.clear();
         self.copies_held_by_group.clear();

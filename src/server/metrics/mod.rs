@@ -48,6 +48,7 @@ pub struct Metrics {
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
     copies_held: Family<CopyResourceLabels, Gauge>,
+    global_shares: Family<CopyResourceLabels, Gauge>,
     overloads: Family<PolicyLabels, Counter>,
     quota_buckets: Family<QuotaLabels, Counter>,
     copy_log_events: Family<CopyLogEventLabels, Counter>,
@@ -260,6 +261,12 @@ impl Metrics {
             "Copies held of each copy-limited resource, across its domains (read from the copy log at each scrape)",
             copies_held.clone(),
         );
+        let global_shares = Family::<CopyResourceLabels, Gauge>::default();
+        registry.register(
+            "global_limit_share",
+            "This server's share of each global limit (docs/design.md#global-limits), in requests per window; resource is rate_limit: and the descriptor path",
+            global_shares.clone(),
+        );
         let copies_held_by_group = Family::<CopyGroupLabels, Gauge>::default();
         registry.register(
             "copies_held_by_group",
@@ -299,6 +306,7 @@ impl Metrics {
             copy_operations,
             copy_serving,
             copies_held,
+            global_shares,
             overloads,
             quota_buckets,
             copies_held_by_group,
