@@ -375,43 +375,36 @@ async fn main() -> anyhow::Result<()> {
     connect(root.grpc).await?;
     let mut servers = vec![];
     let mut leaves = vec![];
+    // A server named `name` leasing from `parent` through a proxy that
+    // delays by `delay_ms` and stops moving while `cut` is set.
+    let below = async |name: String, parent: u16, delay_ms: u64, cut: &Arc<AtomicBool>| {
+        let proxy = delaying_proxy(parent, Duration::from_millis(delay_ms), cut.clone()).await?;
+        let extra = [
+            "--parent".into(),
+            format!("http://127.0.0.1:{proxy}"),
+            "--level-id".into(),
+            name.clone(),
+        ];
+        let server = serve(&args.charon, dir.path(), &name, &extra)?;
+        let client = connect(server.grpc).await?;
+        anyhow::Ok((server, client))
+    };
     for region in 0..3 {
-        let to_root = delaying_proxy(
+        let (parent, _) = below(
+            format!("region-{region}"),
             root.grpc,
-            Duration::from_millis(args.between_regions),
-            root_cut.clone(),
+            args.between_regions,
+            &root_cut,
         )
         .await?;
-        let parent = serve(
-            &args.charon,
-            dir.path(),
-            &format!("region-{region}"),
-            &[
-                "--parent".into(),
-                format!("http://127.0.0.1:{to_root}"),
-                "--level-id".into(),
-                format!("region-{region}"),
-            ],
-        )?;
-        connect(parent.grpc).await?;
-        let to_region = delaying_proxy(
+        let (leaf, client) = below(
+            format!("leaf-{region}"),
             parent.grpc,
-            Duration::from_millis(args.inside_region),
-            never.clone(),
+            args.inside_region,
+            &never,
         )
         .await?;
-        let leaf = serve(
-            &args.charon,
-            dir.path(),
-            &format!("leaf-{region}"),
-            &[
-                "--parent".into(),
-                format!("http://127.0.0.1:{to_region}"),
-                "--level-id".into(),
-                format!("leaf-{region}"),
-            ],
-        )?;
-        leaves.push(connect(leaf.grpc).await?);
+        leaves.push(client);
         servers.push(parent);
         servers.push(leaf);
     }

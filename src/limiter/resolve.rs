@@ -121,10 +121,9 @@ impl<'c> FixedLimitRef<'c> {
         }
     }
     pub(super) fn period(&self) -> u64 {
-        match (self.configured(), self) {
-            (Some(l), _) => l.period(),
-            (None, FixedLimitRef::Override(o)) => o.unit.millis(),
-            (None, _) => 0,
+        match self {
+            FixedLimitRef::Configured(l) | FixedLimitRef::Global(l, _) => l.period(),
+            FixedLimitRef::Override(o) => o.unit.millis(),
         }
     }
     pub(super) fn requests_per_unit(&self) -> u64 {
@@ -142,10 +141,9 @@ impl<'c> FixedLimitRef<'c> {
         }
     }
     pub(super) fn unit(&self) -> Unit {
-        match (self.configured(), self) {
-            (Some(l), _) => l.unit,
-            (None, FixedLimitRef::Override(o)) => o.unit,
-            (None, _) => Unit::Second,
+        match self {
+            FixedLimitRef::Configured(l) | FixedLimitRef::Global(l, _) => l.unit,
+            FixedLimitRef::Override(o) => o.unit,
         }
     }
     pub(super) fn name(&self) -> Option<&String> {

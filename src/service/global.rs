@@ -84,6 +84,21 @@ struct Renewed {
 }
 
 impl Renewed {
+    /// What to ask for, in requests per window of `period_ms`, after
+    /// `hits` in `elapsed_ms` (`None`: the first round, the demand unknown,
+    /// so the whole `limit`): the decaying peak of the rate over the last
+    /// two intervals, plus the headroom.
+    fn demand(&mut self, hits: f64, elapsed_ms: Option<u64>, period_ms: u64, limit: f64) -> f64 {
+        let Some(elapsed) = elapsed_ms.map(|elapsed| elapsed.max(1)) else {
+            return limit;
+        };
+        let (before, before_ms) = self.previous;
+        self.previous = (hits, elapsed);
+        let rate = (hits + before) / (elapsed + before_ms) as f64;
+        self.peak = rate.max(self.peak * PEAK_KEPT);
+        self.peak * period_ms as f64 * HEADROOM
+    }
+
     /// The largest share in force at any time since `since_ms`: what the
     /// windows still counted may have admitted under.
     fn held_since(&self, since_ms: u64) -> Option<u64> {
@@ -130,20 +145,10 @@ impl Service {
                 };
                 let limit = global_capacity(&global.limit);
                 let hits = global.share.take_hits() as f64;
-                let period = global.limit.period().max(1) as f64;
-                let interval = elapsed_ms.map(|elapsed| (hits, elapsed.max(1)));
+                let period_ms = global.limit.period().max(1);
                 let now = SystemClock.now_ms();
                 let mut renewed = renewals.limits.remove(&key).unwrap_or_default();
-                let demand = match interval {
-                    Some((hits, elapsed)) => {
-                        let (before, before_ms) = renewed.previous;
-                        renewed.previous = (hits, elapsed);
-                        let rate = (hits + before) / (elapsed + before_ms) as f64;
-                        renewed.peak = rate.max(renewed.peak * PEAK_KEPT);
-                        renewed.peak * period * HEADROOM
-                    }
-                    None => limit.capacity,
-                };
+                let demand = renewed.demand(hits, elapsed_ms, period_ms, limit.capacity);
                 if hits > 0.0 {
                     renewed.last_hit_ms = Some(now);
                 }
@@ -157,13 +162,13 @@ impl Service {
                 // A share that shrinks mid-window has already admitted under
                 // the larger one: it counts as held until the windows that
                 // did are over (a sliding window counts the previous one too).
-                let period_ms = global.limit.period().max(1);
-                let counted_ms = match global.limit.algorithm {
-                    crate::config::Algorithm::SlidingWindow => 2 * period_ms,
-                    _ => period_ms,
+                let window_start = now - now % period_ms;
+                let since = match global.limit.algorithm {
+                    crate::config::Algorithm::SlidingWindow => {
+                        window_start.saturating_sub(period_ms)
+                    }
+                    _ => window_start,
                 };
-                let since = now - now % period_ms;
-                let since = since.saturating_sub(counted_ms - period_ms);
                 let held = renewed
                     .held_since(since)
                     .unwrap_or_else(|| global.share.requests_per_unit());

@@ -62,7 +62,7 @@ impl Service {
 
     /// The capacity configuration of `at`'s domain in `config`, and
     /// whether it is leased from the parent.
-    fn capacity_of(
+    pub(super) fn capacity_of(
         &self,
         config: &Config,
         at: ResourceRef<'_>,

@@ -30,7 +30,6 @@ use crate::engine::capacity::{self, CapacityConfig, Grant};
 use crate::store::ResourceRef;
 
 use super::Service;
-use super::core::{Target, target_in};
 
 /// (namespace, resource, domain).
 type Key = (String, String, String);
@@ -102,20 +101,19 @@ pub struct ParentWant {
 
 impl Service {
     /// What to ask the parent for in a round: every key this level's
-    /// clients asked about whose resource is still `from_parent`.
+    /// clients asked about that is still leased from the parent.
     pub async fn parent_wants(&self) -> Vec<ParentWant> {
         let config = self.config();
         let keys: Vec<Key> = lock(&self.parent.asked)
             .iter()
-            .filter(|(namespace, resource, _)| {
-                let global = config
-                    .namespace(namespace)
-                    .is_some_and(|namespace| namespace.globals.contains_key(resource));
-                global
-                    || matches!(
-                        target_in(&config, namespace, resource),
-                        Ok(Target::Capacity(_, capacity)) if capacity.from_parent
-                    )
+            .filter(|(namespace, resource, domain)| {
+                let at = ResourceRef {
+                    namespace,
+                    resource,
+                    domain,
+                };
+                self.capacity_of(&config, at)
+                    .is_ok_and(|(_, from_parent)| from_parent)
             })
             .cloned()
             .collect();

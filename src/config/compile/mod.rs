@@ -34,8 +34,6 @@ struct Path {
 }
 
 impl Path {
-    // Out of `level`, whose frame each level of nesting adds to the stack.
-    #[inline(never)]
     fn child(&self, written: &str, per_value: bool) -> Path {
         Path {
             written: if self.written.is_empty() {
@@ -341,7 +339,6 @@ impl Ctx {
     }
 
     /// Registers a `global` limit at `path`; its share.
-    #[inline(never)]
     fn global(
         &mut self,
         at: Location,

@@ -29,8 +29,6 @@ impl Metrics {
         })
     }
 
-    /// Replaces the copy-hold gauges with what the copy log says now
-    /// (resources no longer configured disappear).
     /// Each global limit's share on this server, read at each scrape.
     pub fn set_global_shares(&self, config: &crate::config::Config) {
         self.global_shares.clear();
@@ -46,6 +44,8 @@ impl Metrics {
         }
     }
 
+    /// Replaces the copy-hold gauges with what the copy log says now
+    /// (resources no longer configured disappear).
     pub fn set_copy_holds(&self, holds: &[crate::server::admin::state::ResourceHolds]) {
         self.copies_held.clear();
         self.copies_held_by_group.clear();

@@ -59,9 +59,6 @@ impl MemoryLeases {
         Ok(capacity::request_want(config, state, client, want, now)?)
     }
 
-    /// Drops the expired leases of every resource, and the resources no
-    /// client holds any more: what nobody renews does not stay in memory.
-    /// The number of resources dropped.
     /// What the live leases of `at` want and hold, in all.
     pub(super) fn usage(&self, at: ResourceRef<'_>) -> Usage {
         let now = self.clock.now_ms();
@@ -74,6 +71,9 @@ impl MemoryLeases {
             .map_or(Usage::default(), |state| Usage::of(state, now))
     }
 
+    /// Drops the expired leases of every resource, and the resources no
+    /// client holds any more: what nobody renews does not stay in memory.
+    /// The number of resources dropped.
     pub fn sweep(&self) -> usize {
         let now = self.clock.now_ms();
         let mut states = self

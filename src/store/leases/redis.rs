@@ -80,18 +80,41 @@ impl RedisLeases {
         Ok(released)
     }
 
-    /// What the live leases of `at` want and hold, in all.
+    /// What the live leases of `at` want and hold, in all: one read,
+    /// nothing written.
     pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
-        let mut usage = Usage::default();
-        // The state goes back as it was read (with a day to live at most).
-        self.step(at, DAY_MS, |state, now| {
-            usage = state
-                .as_ref()
-                .map_or(Usage::default(), |state| Usage::of(state, now));
-            Ok(state)
-        })
-        .await?;
-        Ok(usage)
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or(Usage::default(), |state| Usage::of(&state, now)))
+    }
+
+    fn key(&self, at: ResourceRef<'_>) -> String {
+        self.redis
+            .key(&keys::lease_key(at.namespace, at.resource, at.domain))
+            .into_owned()
+    }
+
+    /// The state of `key` as read (`""` when none), parsed, and Redis's time.
+    async fn load(&self, key: &str) -> Result<(String, Option<LeaseState>, u64), LeaseError> {
+        let mut load = self.script.prepare_invoke();
+        load.key(key).arg("load");
+        let (read, now) = match self.redis.invoke("lease_load", &load).await? {
+            Value::Array(items) => match items.as_slice() {
+                [Value::BulkString(bytes), Value::Int(now)] => (
+                    String::from_utf8_lossy(bytes).into_owned(),
+                    u64::try_from(*now).unwrap_or(0),
+                ),
+                other => return Err(unexpected(other)),
+            },
+            other => return Err(unexpected(&other)),
+        };
+        let state = if read.is_empty() {
+            None
+        } else {
+            Some(serde_json::from_str(&read).map_err(|error| {
+                LeaseError::Unavailable(format!("unreadable lease state: {error}"))
+            })?)
+        };
+        Ok((read, state, now))
     }
 
     /// Reads the state and Redis's time, runs `decide`, and writes its
@@ -102,10 +125,7 @@ impl RedisLeases {
         ttl_ms: u64,
         mut decide: impl FnMut(Option<LeaseState>, u64) -> Result<Option<LeaseState>, LeaseError>,
     ) -> Result<(), LeaseError> {
-        let key = self
-            .redis
-            .key(&keys::lease_key(at.namespace, at.resource, at.domain))
-            .into_owned();
+        let key = self.key(at);
         let _turn = self.turns.lock().await;
         for attempt in 0..ATTEMPTS {
             if attempt > 0 {
@@ -117,25 +137,7 @@ impl RedisLeases {
                 ))
                 .await;
             }
-            let mut load = self.script.prepare_invoke();
-            load.key(key.as_str()).arg("load");
-            let (read, now) = match self.redis.invoke("lease_load", &load).await? {
-                Value::Array(items) => match items.as_slice() {
-                    [Value::BulkString(bytes), Value::Int(now)] => (
-                        String::from_utf8_lossy(bytes).into_owned(),
-                        u64::try_from(*now).unwrap_or(0),
-                    ),
-                    other => return Err(unexpected(other)),
-                },
-                other => return Err(unexpected(&other)),
-            };
-            let state = if read.is_empty() {
-                None
-            } else {
-                Some(serde_json::from_str(&read).map_err(|error| {
-                    LeaseError::Unavailable(format!("unreadable lease state: {error}"))
-                })?)
-            };
+            let (read, state, now) = self.load(&key).await?;
             let next = decide(state, now)?;
             let written = match &next {
                 Some(state) => serde_json::to_string(state)
