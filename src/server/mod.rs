@@ -10,6 +10,7 @@ pub mod listen;
 pub mod metrics;
 pub mod parent;
 pub mod reload;
+pub mod resident;
 pub mod rlqs;
 pub mod rls;
 pub mod runtime;
@@ -139,12 +140,26 @@ impl Default for CopyOptions {
 pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let started = start(&options).await?;
     let mut serving = serve(started, &options).await?;
+    tokio::spawn(release_startup_pages());
     shutdown::until_signal(&mut serving).await?;
     let stopped = shutdown::stop(serving).await;
     if let Some(uds) = &options.grpc.uds {
         listen::remove_uds(&uds.path);
     }
     stopped
+}
+
+/// Gives back the pages only starting ran, a moment after start
+/// (docs/performance.md#the-sidecars-resident-memory).
+async fn release_startup_pages() {
+    tokio::time::sleep(resident::AFTER_START).await;
+    if let Ok(released) = tokio::task::spawn_blocking(resident::release_startup_pages).await {
+        tracing::info!(
+            mappings = released.mappings,
+            kib = released.bytes / 1024,
+            "startup pages released"
+        );
+    }
 }
 
 /// What `start` sets up: the configuration, the stores and the limiter,

@@ -855,3 +855,70 @@ async fn tier_hits_and_unconfigured_resources_are_counted_by_limit() {
         ["charon_unconfigured_series_folded_total 0"]
     );
 }
+
+/// The resident bytes of `pid`'s mappings of its own executable's code.
+fn resident_code_kib(pid: u32) -> u64 {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    let exe = exe.to_string_lossy().into_owned();
+    let mut in_code = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.first().is_some_and(|f| f.contains('-')) && fields.len() >= 5 {
+            in_code = fields[1] == "r-xp" && line.ends_with(exe.as_str());
+        } else if in_code && fields.first() == Some(&"Rss:") {
+            kib += fields
+                .get(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    kib
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread")]
+async fn gives_back_the_code_only_starting_ran_and_keeps_serving() {
+    use crate::support::sidecar as logged;
+    let dir = logged::tempdir();
+    let sidecar = logged::memory_sidecar(dir.path(), CONFIG).await;
+    let released = logged::eventually(
+        "the startup pages are released",
+        Duration::from_secs(20),
+        async || {
+            let log = sidecar.log();
+            log.lines()
+                .find(|line| line.contains("startup pages released"))
+                .map(str::to_owned)
+                .ok_or(log)
+        },
+    )
+    .await;
+    let kib: u64 = released
+        .split("kib=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    // A debug build's start runs megabytes of code; idle runs little.
+    let code_resident = resident_code_kib(sidecar.pid());
+    assert!(
+        kib > 1024 && code_resident < kib,
+        "released {kib} KiB, {code_resident} KiB of code resident after: {released}"
+    );
+
+    // Serving runs the released code again, from the file.
+    let mut client = RateLimitServiceClient::connect(sidecar.grpc_url())
+        .await
+        .expect("connects");
+    for remaining in [2, 1, 0] {
+        let answer = ask(&mut client, request("edge", &[("tenant", "acme")])).await;
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.statuses[0].limit_remaining, remaining);
+    }
+    let over = ask(&mut client, request("edge", &[("tenant", "acme")])).await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    let answer = ask(&mut client, request("edge", &[("customer", "c1")])).await;
+    assert_eq!(answer.statuses[0].limit_remaining, 1);
+}
