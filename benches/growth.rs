@@ -11,7 +11,9 @@
 //! request built before the clock starts. Not part of the test suite:
 //!
 //! `cargo bench --bench growth` (a few minutes in release; 10⁷ keys need
-//! about 2 GiB)
+//! about 2 GiB). With `PROBE_KEYS=N` in the environment it prints only the
+//! time per decision at N fixed-window keys, three times (for A/B runs of
+//! two builds' binaries).
 
 mod support;
 
@@ -208,6 +210,13 @@ fn main() {
     } else {
         1_000
     };
+    if let Ok(keys) = std::env::var("PROBE_KEYS") {
+        let keys: usize = keys.parse().unwrap_or(10_000);
+        for _ in 0..3 {
+            println!("probe {keys}: {:.0} ns", ns_per_decision("tenant", keys, 1));
+        }
+        return;
+    }
     let million = 1_000_000 / scale;
     println!("bytes per active key, memory store, {million} keys (live heap)");
     for (kind, key) in [

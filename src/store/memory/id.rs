@@ -22,6 +22,11 @@ use crate::engine::SlotKind;
 pub(super) struct KeyId([u32; 3]);
 
 impl KeyId {
+    /// No key's identity: what an empty entry of a table holds. A key
+    /// whose hash is all zeros is given `[0, 0, 1]` instead, which makes
+    /// that one identity twice as likely as any other (still 2^-95).
+    pub const EMPTY: KeyId = KeyId([0; 3]);
+
     #[cfg(test)]
     pub const fn from_parts(parts: [u32; 3]) -> Self {
         Self(parts)
@@ -59,7 +64,10 @@ impl KeyHasher {
         hasher.write_u8(kind.letter());
         hasher.write(key.as_bytes());
         let hash = hasher.finish128().as_u128();
-        KeyId([hash as u32, (hash >> 32) as u32, (hash >> 64) as u32])
+        match KeyId([hash as u32, (hash >> 32) as u32, (hash >> 64) as u32]) {
+            KeyId::EMPTY => KeyId([0, 0, 1]),
+            id => id,
+        }
     }
 }
 

@@ -39,6 +39,7 @@
 mod id;
 mod packed;
 mod shard;
+mod table;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};

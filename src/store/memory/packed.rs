@@ -40,6 +40,29 @@ pub(super) fn table_of(kind: SlotKind) -> Option<usize> {
 const HYBRID_MODE_BITS: u32 = 2;
 
 impl Packed {
+    /// An empty entry of a table.
+    pub const EMPTY: Packed = Packed {
+        id: KeyId::EMPTY,
+        x: 0,
+        a: 0,
+        b: 0,
+    };
+
+    #[cfg(test)]
+    pub fn with_value_for_tests(id: KeyId, value: u64) -> Packed {
+        Packed {
+            id,
+            x: 0,
+            a: value,
+            b: 0,
+        }
+    }
+
+    #[cfg(test)]
+    pub fn value_for_tests(&self) -> u64 {
+        self.a
+    }
+
     /// `slot` as a compact state under `id`, if its numbers fit.
     pub fn pack(id: KeyId, slot: &Slot) -> Option<Packed> {
         let (x, a, b) = match slot {

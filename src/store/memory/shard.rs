@@ -1,7 +1,7 @@
 //! One shard of the memory store: its keys' states in open-addressing
 //! tables of fixed-size entries (docs/performance.md#footprint-and-growth).
 //!
-//! Each kind with a compact layout has its own table of 32-byte
+//! Each kind with a compact layout has its own [`Table`] of 32-byte
 //! [`Packed`] entries; every other state (tiers, logs, costs, bans, and a
 //! compact kind whose numbers do not fit) is boxed in one more table of
 //! 24-byte entries. A key is in at most one table: its kind picks the
@@ -20,6 +20,7 @@ use crate::engine::{Slot, SlotKind};
 
 use super::id::KeyId;
 use super::packed::{COMPACT_KINDS, Packed, table_of};
+use super::table::Table;
 
 /// What became of a key's entry after a decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,7 @@ pub(super) enum Kept {
 
 #[derive(Default)]
 pub(super) struct Shard {
-    compact: [HashTable<Packed>; COMPACT_KINDS.len()],
+    compact: [Table; COMPACT_KINDS.len()],
     boxed: HashTable<(KeyId, Box<Slot>)>,
     pub decisions_since_sweep: u32,
 }
@@ -52,20 +53,20 @@ impl Shard {
         decide: impl FnOnce(&mut Slot) -> R,
     ) -> (R, Kept) {
         if let Some(table) = table_of(kind)
-            && let Ok(entry) = self.compact[table].find_entry(id.table_hash(), |p| p.id == id)
+            && let Some(index) = self.compact[table].find(id)
         {
-            let held = entry.get().unpack(kind);
+            let held = self.compact[table].get(index).unpack(kind);
             let live = held.expires_at() > now;
             let mut slot = if live { held } else { Slot::new(kind) };
             let answer = decide(&mut slot);
             if slot.expires_at() <= now {
-                entry.remove();
+                self.compact[table].remove(index);
                 return (answer, Kept::Dropped);
             }
             match Packed::pack(id, &slot) {
-                Some(packed) => *entry.into_mut() = packed,
+                Some(packed) => self.compact[table].set(index, packed),
                 None => {
-                    entry.remove();
+                    self.compact[table].remove(index);
                     self.insert_boxed(id, Box::new(slot));
                 }
             }
@@ -92,13 +93,15 @@ impl Shard {
         (answer, self.keep(id, slot, false, now, room))
     }
 
-    /// Takes the state `id` holds out of the shard (with
-    /// [`keep`](Self::keep) to put it back).
+    /// The state `id` holds, for [`keep`](Self::keep) to put back: a
+    /// boxed state is taken out; a compact entry stays where it is, so
+    /// that `keep` writes it back in place rather than removing it (which
+    /// shifts the entries after it) and inserting it again.
     pub fn take(&mut self, id: KeyId, kind: SlotKind) -> Option<Slot> {
         if let Some(table) = table_of(kind)
-            && let Ok(entry) = self.compact[table].find_entry(id.table_hash(), |p| p.id == id)
+            && let Some(index) = self.compact[table].find(id)
         {
-            return Some(entry.remove().0.unpack(kind));
+            return Some(self.compact[table].get(index).unpack(kind));
         }
         if self.boxed.is_empty() {
             return None;
@@ -111,9 +114,26 @@ impl Shard {
     }
 
     /// Puts `slot` under `id` if it can still matter (and, for a key that
-    /// did not exist, if there is `room`).
+    /// did not exist, if there is `room`), after [`take`](Self::take).
     pub fn keep(&mut self, id: KeyId, slot: Slot, existed: bool, now: u64, room: bool) -> Kept {
         let keep = slot.expires_at() > now;
+        if existed
+            && let Some(table) = table_of(slot.kind())
+            && let Some(index) = self.compact[table].find(id)
+        {
+            if !keep {
+                self.compact[table].remove(index);
+                return Kept::Dropped;
+            }
+            match Packed::pack(id, &slot) {
+                Some(packed) => self.compact[table].set(index, packed),
+                None => {
+                    self.compact[table].remove(index);
+                    self.insert_boxed(id, Box::new(slot));
+                }
+            }
+            return Kept::Same;
+        }
         match (keep, existed) {
             (false, false) => return Kept::Same,
             (false, true) => return Kept::Dropped,
@@ -121,9 +141,7 @@ impl Shard {
             (true, _) => {}
         }
         match table_of(slot.kind()).and_then(|table| Some((table, Packed::pack(id, &slot)?))) {
-            Some((table, packed)) => {
-                self.compact[table].insert_unique(id.table_hash(), packed, |p| p.id.table_hash());
-            }
+            Some((table, packed)) => self.compact[table].insert(packed),
             None => self.insert_boxed(id, Box::new(slot)),
         }
         if existed { Kept::Same } else { Kept::Added }
@@ -137,9 +155,9 @@ impl Shard {
     /// A copy of the state `id` holds, if any.
     pub fn get(&self, id: KeyId, kind: SlotKind) -> Option<Slot> {
         if let Some(table) = table_of(kind)
-            && let Some(packed) = self.compact[table].find(id.table_hash(), |p| p.id == id)
+            && let Some(index) = self.compact[table].find(id)
         {
-            return Some(packed.unpack(kind));
+            return Some(self.compact[table].get(index).unpack(kind));
         }
         self.boxed
             .find(id.table_hash(), |(held, _)| *held == id)
@@ -158,7 +176,7 @@ impl Shard {
     }
 
     pub fn len(&self) -> usize {
-        self.compact.iter().map(HashTable::len).sum::<usize>() + self.boxed.len()
+        self.compact.iter().map(Table::len).sum::<usize>() + self.boxed.len()
     }
 }
 
@@ -205,6 +223,63 @@ mod tests {
         let (first, last) = (share[0] as f64, share[127] as f64);
         assert!((1.8..=2.2).contains(&(last / first)), "{first} {last}");
         assert!(map.windows(2).all(|pair| pair[0] <= pair[1]));
+    }
+
+    #[test]
+    fn a_compact_state_taken_and_kept_is_written_back_in_place() {
+        use crate::engine::WindowState;
+        let window = |count, expires_at| {
+            Slot::Window(WindowState {
+                start: 1_000,
+                count,
+                expires_at,
+            })
+        };
+        let mut shard = Shard::default();
+        let ids: Vec<KeyId> = (1..=20).map(|i| KeyId::from_parts([i % 3, i, 5])).collect();
+        for &id in &ids {
+            assert_eq!(
+                shard.keep(id, window(1, 2_000), false, 1_500, true),
+                Kept::Added
+            );
+        }
+        let first = ids[0];
+        let taken = shard.take(first, SlotKind::Window);
+        assert_eq!(taken, Some(window(1, 2_000)));
+        assert_eq!(shard.len(), 20, "a compact entry stays while taken");
+        assert_eq!(
+            shard.keep(first, window(2, 2_000), true, 1_500, true),
+            Kept::Same
+        );
+        assert_eq!(shard.get(first, SlotKind::Window), Some(window(2, 2_000)));
+        assert_eq!(shard.len(), 20);
+        // Kept past its expiry: dropped, and the others are still found.
+        assert!(shard.take(first, SlotKind::Window).is_some());
+        assert_eq!(
+            shard.keep(first, window(2, 1_400), true, 1_500, true),
+            Kept::Dropped
+        );
+        assert_eq!(shard.len(), 19);
+        assert_eq!(shard.get(first, SlotKind::Window), None);
+        for &id in &ids[1..] {
+            assert_eq!(shard.get(id, SlotKind::Window), Some(window(1, 2_000)));
+        }
+        // A state that stops fitting while taken moves to the boxed table.
+        let second = ids[1];
+        assert!(shard.take(second, SlotKind::Window).is_some());
+        let long = window(3, 1_000 + 365 * 86_400_000);
+        assert_eq!(
+            shard.keep(second, long.clone(), true, 1_500, true),
+            Kept::Same
+        );
+        assert_eq!((shard.compact[0].len(), shard.boxed.len()), (18, 1));
+        // And back: taken out of the boxed table, kept compact again.
+        assert_eq!(shard.take(second, SlotKind::Window), Some(long));
+        assert_eq!(
+            shard.keep(second, window(4, 2_000), true, 1_500, true),
+            Kept::Same
+        );
+        assert_eq!((shard.compact[0].len(), shard.boxed.len()), (19, 0));
     }
 
     #[test]
