@@ -73,15 +73,15 @@ pub fn release_startup_pages() -> Released {
 
 /// One mapping from `/proc/self/smaps` that may be released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CleanMapping {
-    pub start: u64,
-    pub end: u64,
-    pub resident_bytes: u64,
+struct CleanMapping {
+    start: u64,
+    end: u64,
+    resident_bytes: u64,
 }
 
 /// The mappings of an smaps listing that are backed by a file, not
 /// writable, hold no private page and none locked, and have pages resident.
-pub fn clean_file_mappings(smaps: &str) -> Vec<CleanMapping> {
+fn clean_file_mappings(smaps: &str) -> Vec<CleanMapping> {
     let mut found = Vec::new();
     let mut current: Option<Candidate> = None;
     for line in smaps.lines() {

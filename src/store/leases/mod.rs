@@ -34,15 +34,15 @@ pub struct Usage {
 
 impl Usage {
     fn of(state: &capacity::LeaseState, now_ms: u64) -> Self {
-        state
-            .clients
-            .values()
-            .filter(|lease| now_ms < lease.expiry_ms)
-            .fold(Self::default(), |usage, lease| Self {
-                wants: usage.wants + lease.wants,
-                held: usage.held + lease.has,
-                clients: usage.clients + 1,
-            })
+        Self {
+            wants: capacity::live_wants(state, now_ms),
+            held: capacity::live_sum(state, now_ms),
+            clients: state
+                .clients
+                .values()
+                .filter(|lease| now_ms < lease.expiry_ms)
+                .count(),
+        }
     }
 }
 

@@ -59,18 +59,7 @@ impl Shard {
             let live = held.expires_at() > now;
             let mut slot = if live { held } else { Slot::new(kind) };
             let answer = decide(&mut slot);
-            if slot.expires_at() <= now {
-                self.compact[table].remove(index);
-                return (answer, Kept::Dropped);
-            }
-            match Packed::pack(id, &slot) {
-                Some(packed) => self.compact[table].set(index, packed),
-                None => {
-                    self.compact[table].remove(index);
-                    self.insert_boxed(id, Box::new(slot));
-                }
-            }
-            return (answer, Kept::Same);
+            return (answer, self.write_back(table, index, id, slot, now));
         }
         if !self.boxed.is_empty()
             && let Ok(mut entry) = self
@@ -116,24 +105,13 @@ impl Shard {
     /// Puts `slot` under `id` if it can still matter (and, for a key that
     /// did not exist, if there is `room`), after [`take`](Self::take).
     pub fn keep(&mut self, id: KeyId, slot: Slot, existed: bool, now: u64, room: bool) -> Kept {
-        let keep = slot.expires_at() > now;
         if existed
             && let Some(table) = table_of(slot.kind())
             && let Some(index) = self.compact[table].find(id)
         {
-            if !keep {
-                self.compact[table].remove(index);
-                return Kept::Dropped;
-            }
-            match Packed::pack(id, &slot) {
-                Some(packed) => self.compact[table].set(index, packed),
-                None => {
-                    self.compact[table].remove(index);
-                    self.insert_boxed(id, Box::new(slot));
-                }
-            }
-            return Kept::Same;
+            return self.write_back(table, index, id, slot, now);
         }
+        let keep = slot.expires_at() > now;
         match (keep, existed) {
             (false, false) => return Kept::Same,
             (false, true) => return Kept::Dropped,
@@ -145,6 +123,24 @@ impl Shard {
             None => self.insert_boxed(id, Box::new(slot)),
         }
         if existed { Kept::Same } else { Kept::Added }
+    }
+
+    /// Writes `slot` over the compact entry at `index` of `table`: in
+    /// place while it fits, boxed when it stops fitting, dropped once it
+    /// can no longer change a decision.
+    fn write_back(&mut self, table: usize, index: usize, id: KeyId, slot: Slot, now: u64) -> Kept {
+        if slot.expires_at() <= now {
+            self.compact[table].remove(index);
+            return Kept::Dropped;
+        }
+        match Packed::pack(id, &slot) {
+            Some(packed) => self.compact[table].set(index, packed),
+            None => {
+                self.compact[table].remove(index);
+                self.insert_boxed(id, Box::new(slot));
+            }
+        }
+        Kept::Same
     }
 
     fn insert_boxed(&mut self, id: KeyId, slot: Box<Slot>) {
