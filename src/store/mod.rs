@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 
 #[cfg(feature = "redis")]
 pub use failover::{Failover, FailoverStats, OnStoreError};
-pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore};
+pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore, mapped_table_bytes};
 #[cfg(feature = "redis")]
 pub use redis::{RedisError, RedisOptions, RedisStore, StoreTls};
 

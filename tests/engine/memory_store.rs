@@ -68,6 +68,44 @@ fn at_the_key_cap_new_keys_are_decided_but_not_remembered() {
     assert_eq!(store.stats().keys, 1);
 }
 
+#[test]
+fn keys_that_come_and_go_are_swept_as_new_ones_come_without_a_timer() {
+    // 40 000 keys of one-minute windows, then 40 000 others after the
+    // first have expired: no timer runs here, yet the store ends holding
+    // about the second lot, since a shard adding keys sweeps its dead.
+    let store = MemoryStore::with_clock(ManualClock::new(0));
+    for tenant in 0..40_000 {
+        store.decide_at(window_batch(&format!("old{tenant}"), 5), 1_000);
+    }
+    assert_eq!(store.stats().keys, 40_000);
+    for tenant in 0..40_000 {
+        store.decide_at(window_batch(&format!("new{tenant}"), 5), 130_000);
+    }
+    let keys = store.stats().keys;
+    assert!((40_000..44_000).contains(&keys), "{keys} keys held");
+    assert_eq!(store.len(), keys);
+}
+
+#[test]
+fn a_full_store_makes_room_from_expired_keys_without_a_timer() {
+    let store = MemoryStore::with_clock(ManualClock::new(0)).with_max_keys(1_000);
+    for tenant in 0..1_000 {
+        store.decide_at(window_batch(&format!("t{tenant}"), 5), 1_000);
+    }
+    // All expired, but nothing has swept them: a new key is not kept until
+    // its shard, full, has decided a few thousand times and is swept.
+    let swept_after = (1..=10_000).find(|_| {
+        store.decide_at(window_batch("newcomer", 5), 130_000);
+        store.stats().keys < 1_000
+    });
+    let attempts = swept_after.expect("the newcomer's shard was swept");
+    assert!((3_000..=4_096).contains(&attempts), "after {attempts}");
+    assert_eq!(store.stats().unrecorded, attempts as u64);
+    let keys = store.stats().keys;
+    store.decide_at(window_batch("newcomer", 5), 130_000);
+    assert_eq!(store.stats().keys, keys + 1, "now the newcomer is kept");
+}
+
 fn window_item(slot: usize, limit: u64, period: u64) -> Item<'static> {
     Item::Window {
         slot,

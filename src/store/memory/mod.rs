@@ -14,8 +14,9 @@
 //!
 //! Memory is bounded twice: a slot is dropped once the engine says it can no
 //! longer change a decision ([`Slot::expires_at`]), on access and by sweeps
-//! (each shard's after 4 096 of its decisions, so a sweep visits a
-//! 128th of the keys); and the number of keys is capped. At the cap, a request that needs a new
+//! (a shard's, once it has added a quarter of what it held; every shard's
+//! by the service's timer; a full store's shard after 4 096 of its
+//! decisions); and the number of keys is capped. At the cap, a request that needs a new
 //! key is decided as for a fresh domain but not remembered (lenient:
 //! docs/design.md#goals), and counted in [`MemoryStats::unrecorded`].
 //!
@@ -37,6 +38,7 @@
 //! ```
 
 mod id;
+mod lines;
 mod packed;
 mod shard;
 mod table;
@@ -53,10 +55,10 @@ use self::id::{KeyHasher, KeyId};
 use self::shard::{Kept, Shard, slice_of, staggered};
 use super::{Batch, SlotKey, Store, StoreError};
 
-/// Shards: enough that two cores rarely meet on one lock.
-const SHARDS: usize = 128;
-/// Decisions on a shard between two sweeps of it.
-const SWEEP_EVERY: u32 = 4_096;
+/// Shards: enough that the cores rarely meet on one lock, few enough that
+/// a store of 10^6 keys has tables of huge-page size
+/// (docs/performance.md#huge-pages-for-large-tables).
+const SHARDS: usize = 16;
 /// The default cap on keys (under a hundred bytes each for the compact
 /// kinds, docs/performance.md#footprint-and-growth).
 pub const DEFAULT_MAX_KEYS: usize = 2_000_000;
@@ -73,6 +75,13 @@ pub struct MemoryStore<C = SystemClock> {
     keys: AtomicUsize,
     max_keys: usize,
     unrecorded: AtomicU64,
+}
+
+/// Bytes of the memory stores' large tables, which are mapped from the
+/// kernel outside the allocator (every store of this process;
+/// docs/performance.md#huge-pages-for-large-tables).
+pub fn mapped_table_bytes() -> usize {
+    lines::mapped_bytes()
 }
 
 /// What the store holds, for metrics.
@@ -229,8 +238,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     fn after_decision(&self, shard: &mut Shard, now: u64) {
-        shard.decisions_since_sweep += 1;
-        if shard.decisions_since_sweep >= SWEEP_EVERY {
+        if shard.count_decision(self.room()) {
             self.sweep_shard(shard, now);
         }
     }

@@ -37,8 +37,18 @@ pub(super) enum Kept {
 pub(super) struct Shard {
     compact: [Table; COMPACT_KINDS.len()],
     boxed: HashTable<(KeyId, Box<Slot>)>,
-    pub decisions_since_sweep: u32,
+    decisions_since_sweep: u32,
+    added_since_sweep: usize,
+    held_after_sweep: usize,
 }
+
+/// A shard is swept once it has added a quarter of what its last sweep
+/// left, and at least this many keys: sweeping costs a visit of every
+/// entry, so about five visits per key added.
+const SWEEP_AFTER_ADDED: usize = 1_024;
+/// A full store's shard is swept after this many of its decisions, so
+/// that keys past their expiry make room for new ones.
+const SWEEP_WHEN_FULL_EVERY: u32 = 4_096;
 
 impl Shard {
     /// Runs `decide` on the state `id` holds (a fresh one if it holds
@@ -122,7 +132,12 @@ impl Shard {
             Some((table, packed)) => self.compact[table].insert(packed),
             None => self.insert_boxed(id, Box::new(slot)),
         }
-        if existed { Kept::Same } else { Kept::Added }
+        if existed {
+            Kept::Same
+        } else {
+            self.added_since_sweep += 1;
+            Kept::Added
+        }
     }
 
     /// Writes `slot` over the compact entry at `index` of `table`: in
@@ -160,6 +175,20 @@ impl Shard {
             .map(|(_, slot)| (**slot).clone())
     }
 
+    /// Counts a decision; whether the shard is due a sweep, given whether
+    /// the store has `room` for new keys.
+    ///
+    /// Sweeps follow the keys a shard adds, not its decisions: a store
+    /// whose keys stay (however many decisions they take) is never swept
+    /// on the decision path, and one whose keys come and go is swept
+    /// before its tables double for keys already past their expiry
+    /// (docs/performance.md#footprint-and-growth).
+    pub fn count_decision(&mut self, room: bool) -> bool {
+        self.decisions_since_sweep = self.decisions_since_sweep.saturating_add(1);
+        self.added_since_sweep >= (self.held_after_sweep / 4).max(SWEEP_AFTER_ADDED)
+            || (!room && self.decisions_since_sweep >= SWEEP_WHEN_FULL_EVERY)
+    }
+
     /// Drops every state that can no longer change a decision; how many.
     pub fn sweep(&mut self, now: u64) -> usize {
         let before = self.len();
@@ -168,7 +197,9 @@ impl Shard {
         }
         self.boxed.retain(|(_, slot)| slot.expires_at() > now);
         self.decisions_since_sweep = 0;
-        before - self.len()
+        self.added_since_sweep = 0;
+        self.held_after_sweep = self.len();
+        before - self.held_after_sweep
     }
 
     pub fn len(&self) -> usize {
@@ -276,6 +307,61 @@ mod tests {
             Kept::Same
         );
         assert_eq!((shard.compact[0].len(), shard.boxed.len()), (19, 0));
+    }
+
+    #[test]
+    fn sweeps_follow_the_keys_a_shard_adds_not_its_decisions() {
+        use crate::engine::WindowState;
+        let window = |expires_at| {
+            Slot::Window(WindowState {
+                start: 0,
+                count: 1,
+                expires_at,
+            })
+        };
+        let id = |i: u32| KeyId::from_parts([i.wrapping_mul(2_654_435_761), i, 3]);
+        let mut shard = Shard::default();
+        // Keys that stay: any number of decisions on them sweeps nothing.
+        for i in 0..100 {
+            assert_eq!(
+                shard.keep(id(i), window(1_000), false, 10, true),
+                Kept::Added
+            );
+        }
+        for _ in 0..100_000 {
+            assert!(!shard.count_decision(true));
+        }
+        // Keys that come: a sweep is due once the shard has added
+        // `SWEEP_AFTER_ADDED` of them (it held fewer than 4 times that).
+        let mut added = 100;
+        while !shard.count_decision(true) {
+            shard.keep(id(added), window(500), false, 10, true);
+            added += 1;
+        }
+        assert_eq!(added, SWEEP_AFTER_ADDED as u32);
+        // Those past their expiry go; the sweep restarts the count.
+        assert_eq!(shard.sweep(600), SWEEP_AFTER_ADDED - 100);
+        assert_eq!(shard.len(), 100);
+        assert!(!shard.count_decision(true));
+        // A shard that held 8 192 after its sweep waits for 2 048 more.
+        for i in 0..8_092 {
+            shard.keep(id(10_000 + i), window(1_000), false, 10, true);
+        }
+        shard.sweep(600);
+        assert_eq!(shard.len(), 8_192);
+        for i in 0..2_047 {
+            shard.keep(id(20_000 + i), window(1_000), false, 10, true);
+            assert!(!shard.count_decision(true));
+        }
+        shard.keep(id(30_000), window(1_000), false, 10, true);
+        assert!(shard.count_decision(true));
+        shard.sweep(600);
+        // A full store: swept every `SWEEP_WHEN_FULL_EVERY` decisions, so
+        // that keys past their expiry make room.
+        let due = (1..=2 * SWEEP_WHEN_FULL_EVERY)
+            .find(|_| shard.count_decision(false))
+            .expect("a full store's shard is swept");
+        assert_eq!(due, SWEEP_WHEN_FULL_EVERY);
     }
 
     #[test]

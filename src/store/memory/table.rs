@@ -14,6 +14,7 @@
 //! that keys come and go in never fills with dead entries.
 
 use super::id::KeyId;
+use super::lines::Lines;
 use super::packed::Packed;
 
 /// Two entries: the unit the table is allocated in, so that an entry
@@ -33,7 +34,7 @@ const FIRST_ENTRIES: usize = 8;
 
 #[derive(Default)]
 pub(super) struct Table {
-    lines: Box<[Line]>,
+    lines: Lines<Line>,
     len: usize,
 }
 
@@ -109,10 +110,7 @@ impl Table {
 
     fn grow(&mut self) {
         let entries = (self.capacity() * 2).max(FIRST_ENTRIES);
-        let old = std::mem::replace(
-            &mut self.lines,
-            vec![EMPTY_LINE; entries / 2].into_boxed_slice(),
-        );
+        let old = std::mem::replace(&mut self.lines, Lines::filled(entries / 2, EMPTY_LINE));
         for line in old.iter() {
             for packed in line.0 {
                 if packed.id != KeyId::EMPTY {
