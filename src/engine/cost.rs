@@ -395,6 +395,10 @@ pub fn admit(state: &mut CostState, period: u64, now: u64) {
     if state.pending.len() >= MAX_PENDING {
         state.pending.remove(0);
     }
+    if state.pending.capacity() == 0 {
+        // One request in flight is the common case of a store of many keys.
+        state.pending.reserve_exact(1);
+    }
     state.pending.push(now);
     touch(state, period, now);
 }

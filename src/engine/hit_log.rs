@@ -52,7 +52,15 @@ impl HitLog {
         }
         match self.entries.back_mut() {
             Some((t, count)) if *t >= now => *count += n,
-            _ => self.entries.push_back((now, n)),
+            _ => {
+                // Most logs of a store of many keys hold one instant: room
+                // for one (16 bytes), not the four a first push would
+                // allocate (docs/performance.md#footprint-and-growth).
+                if self.entries.capacity() == 0 {
+                    self.entries.reserve_exact(1);
+                }
+                self.entries.push_back((now, n));
+            }
         }
         self.total += n;
     }
