@@ -2,8 +2,9 @@
 # The sidecar's resident memory (opt-in; not part of scripts/test.sh): idle
 # with the example configuration, then after KEYS fixed-window keys filled
 # through the gRPC face (charon-load, tenants in turn, an hour's window so
-# none expires while it runs). Prints VmRSS, RssAnon and RssFile of the
-# sidecar, and the store's key count from /metrics. Everything on
+# none expires while it runs). Prints VmRSS, RssAnon, RssFile and
+# AnonHugePages (the store's large tables on huge pages) of the sidecar,
+# and the store's key count from /metrics. Everything on
 # 127.0.0.1; every process stopped by PID.
 #
 #   bash scripts/bench-rss.sh [KEYS]    (default 1000000)
@@ -18,7 +19,11 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-rss() { grep -E '^(VmRSS|RssAnon|RssFile)' "/proc/$1/status" | awk '{ printf "%s %.1f MiB  ", $1, $2 / 1024 }'; echo; }
+rss() {
+    { grep -E '^(VmRSS|RssAnon|RssFile)' "/proc/$1/status"; grep -E '^AnonHugePages' "/proc/$1/smaps_rollup"; } |
+        awk '{ printf "%s %.1f MiB  ", $1, $2 / 1024 }'
+    echo
+}
 
 start() { # config
     grpc=$(free_port) admin=$(free_port)
