@@ -272,13 +272,25 @@ impl<C: Clock> MemoryStore<C> {
     /// Drops every slot that can no longer change a decision; returns how
     /// many were dropped.
     pub fn sweep(&self) -> usize {
+        (0..SHARDS).map(|shard| self.sweep_one(shard)).sum()
+    }
+
+    /// How many shards [`sweep_one`](Self::sweep_one) takes.
+    pub fn shards(&self) -> usize {
+        SHARDS
+    }
+
+    /// Sweeps shard `shard` (of [`shards`](Self::shards); none past them):
+    /// [`sweep`](Self::sweep) a shard at a time, for a caller that lets
+    /// other work run between shards, since one shard of a large store
+    /// takes most of a millisecond.
+    pub fn sweep_one(&self, shard: usize) -> usize {
+        if shard >= SHARDS {
+            return 0;
+        }
         let now = self.monotonic(self.clock.now_ms());
-        (0..SHARDS)
-            .map(|shard| {
-                let mut guard = self.lock(shard);
-                self.sweep_shard(&mut guard, now)
-            })
-            .sum()
+        let mut guard = self.lock(shard);
+        self.sweep_shard(&mut guard, now)
     }
 
     /// How many keys hold state.
