@@ -29,8 +29,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::clock::Clock;
 use crate::config::{Config, Resource, Running};
 use crate::limiter::{Limiter, Modes};
+use crate::store::MemoryStore;
 use crate::store::copies::CopyStore;
 use crate::store::leases::LeaseStore;
 
@@ -192,7 +194,7 @@ fn copy_resources(config: &Config) -> Vec<(String, String)> {
 /// between shards: a whole store of 10^6 keys takes about 11 ms, which
 /// would hold one of the few worker threads from the requests queued on
 /// it (docs/performance.md#huge-pages-for-large-tables).
-async fn sweep_yielding<C: crate::clock::Clock>(store: &crate::store::MemoryStore<C>) -> usize {
+async fn sweep_yielding<C: Clock>(store: &MemoryStore<C>) -> usize {
     let mut dropped = 0;
     for shard in 0..store.shards() {
         dropped += store.sweep_one(shard);

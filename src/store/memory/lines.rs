@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The size of a huge page on x86-64 and aarch64 (4 KiB base pages).
-pub(super) const HUGE_PAGE: usize = 2 << 20;
+const HUGE_PAGE: usize = 2 << 20;
 
 /// An array of `T`, at least cache-line aligned, on huge pages from
 /// [`HUGE_PAGE`] up where the kernel allows: a `Box<[T]>` with a choice of
@@ -57,7 +57,8 @@ impl<T: Copy> Default for Lines<T> {
 
 static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
-/// Bytes of this process's arrays mapped from the kernel directly.
+/// Bytes of the memory stores' large tables, which are mapped from the
+/// kernel outside the allocator (every store of this process).
 pub fn mapped_bytes() -> usize {
     MAPPED.load(Ordering::Relaxed)
 }

@@ -51,6 +51,8 @@ use smallvec::SmallVec;
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{self, Decision, Slot};
 
+pub use self::lines::mapped_bytes as mapped_table_bytes;
+
 use self::id::{KeyHasher, KeyId};
 use self::shard::{Kept, Shard, slice_of, staggered};
 use super::{Batch, SlotKey, Store, StoreError};
@@ -75,13 +77,6 @@ pub struct MemoryStore<C = SystemClock> {
     keys: AtomicUsize,
     max_keys: usize,
     unrecorded: AtomicU64,
-}
-
-/// Bytes of the memory stores' large tables, which are mapped from the
-/// kernel outside the allocator (every store of this process;
-/// docs/performance.md#huge-pages-for-large-tables).
-pub fn mapped_table_bytes() -> usize {
-    lines::mapped_bytes()
 }
 
 /// What the store holds, for metrics.
