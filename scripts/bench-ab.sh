@@ -16,7 +16,9 @@
 # variant, built by hand); NEW_BIN=PATH runs that binary in the working
 # tree's place (the floor server of examples/bench/rls_floor.rs); NEW_ARGS="--flag value ..." are given to the
 # working tree's sidecar only (a feature switched on, against it off or
-# against the base).
+# against the base). BENCH_CONFIG=PATH serves that configuration instead of
+# examples/bench/fixed.yaml, and LOAD_ARGS="..." are given to charon-load
+# (examples/bench/tiers.yaml wants LOAD_ARGS="--prefix bursty-").
 #
 # Prints one line per run, then per case the mean of each figure and the
 # ratio working tree / base. Everything on 127.0.0.1; every process stopped
@@ -65,21 +67,23 @@ run() { # rev binary store inflight connections
     local grpc admin
     grpc=$(free_port)
     admin=$(free_port)
-    taskset -c 0 "$bin" serve --config examples/bench/fixed.yaml --store "$store_arg" \
+    taskset -c 0 "$bin" serve --config "${BENCH_CONFIG:-examples/bench/fixed.yaml}" --store "$store_arg" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" "${extra[@]}" 2>"$work/charon.log" &
     local charon_pid=$!
     pids+=("$charon_pid")
     until curl -sf "127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
     # Warm up (connections, script load), then measure.
+    # shellcheck disable=SC2086 # LOAD_ARGS is a list of words.
     "$load_bin" --target "http://127.0.0.1:$grpc" --threads 1 --connections "$connections" \
-        --concurrency "$inflight" --duration 1s >/dev/null
+        --concurrency "$inflight" --duration 1s ${LOAD_ARGS:-} >/dev/null
     local cpu_before redis_before
     cpu_before=$(cpu_seconds "$charon_pid")
     redis_before=$(redis_script_usec)
     local summary
+    # shellcheck disable=SC2086 # LOAD_ARGS is a list of words.
     summary=$(taskset -c 1 "$load_bin" --target "http://127.0.0.1:$grpc" --threads 1 \
         --connections "$connections" --concurrency "$inflight" --tenants 100000 \
-        --duration "${duration}s" | grep '^summary:')
+        --duration "${duration}s" ${LOAD_ARGS:-} | grep '^summary:')
     local cpu_after redis_after
     cpu_after=$(cpu_seconds "$charon_pid")
     redis_after=$(redis_script_usec)
