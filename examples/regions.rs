@@ -89,6 +89,7 @@ descriptors:
 struct Server {
     child: Child,
     grpc: u16,
+    admin: u16,
 }
 
 impl Drop for Server {
@@ -119,7 +120,7 @@ fn serve(charon: &Path, dir: &Path, name: &str, extra: &[String]) -> anyhow::Res
         .stderr(log)
         .spawn()
         .with_context(|| format!("starting {}", charon.display()))?;
-    Ok(Server { child, grpc })
+    Ok(Server { child, grpc, admin })
 }
 
 async fn connect(port: u16) -> anyhow::Result<RateLimitServiceClient<Channel>> {
@@ -341,6 +342,39 @@ fn latencies(records: &[Arc<Mutex<Record>>], from: u64, to: u64, local: bool) ->
         .collect()
 }
 
+/// Each leaf's share of the global limit (from its `/metrics`), every
+/// 50 ms for `span`, with when it was read.
+async fn watch_shares(admins: &[u16], span: Duration) -> Vec<(Instant, Vec<u64>)> {
+    let began = Instant::now();
+    let mut rows = vec![];
+    while began.elapsed() < span {
+        let mut row = Vec::with_capacity(admins.len());
+        for &admin in admins {
+            if let Some(share) = share_of(admin).await {
+                row.push(share);
+            }
+        }
+        rows.push((Instant::now(), row));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    rows
+}
+
+/// A server's `charon_global_limit_share`, read with a bare HTTP/1.0 GET.
+async fn share_of(admin: u16) -> Option<u64> {
+    let mut stream = TcpStream::connect(("127.0.0.1", admin)).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).await.ok()?;
+    text.lines()
+        .find(|line| line.starts_with("charon_global_limit_share{"))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|value| value.trim().parse().ok())
+}
+
 fn percent(n: u64, capacity: u64) -> f64 {
     100.0 * n as f64 / capacity as f64
 }
@@ -375,6 +409,7 @@ async fn main() -> anyhow::Result<()> {
     connect(root.grpc).await?;
     let mut servers = vec![];
     let mut leaves = vec![];
+    let mut leaf_admins = vec![];
     // A server named `name` leasing from `parent` through a proxy that
     // delays by `delay_ms` and stops moving while `cut` is set.
     let below = async |name: String, parent: u16, delay_ms: u64, cut: &Arc<AtomicBool>| {
@@ -405,6 +440,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
         leaves.push(client);
+        leaf_admins.push(leaf.admin);
         servers.push(parent);
         servers.push(leaf);
     }
@@ -465,7 +501,8 @@ async fn main() -> anyhow::Result<()> {
     // 2. The third region's demand ×10: 10 % → 100 % (200 % in all).
     let shifted = epoch_second() + 1;
     rates[2].store(capacity, Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs(args.phase)).await;
+    let changed = Instant::now();
+    let shares = watch_shares(&leaf_admins, Duration::from_secs(args.phase)).await;
     let shift_end = epoch_second();
     let shift = admitted(&records, shifted, shift_end);
     summary("shift (200 % demand)", &shift, capacity);
@@ -482,6 +519,31 @@ async fn main() -> anyhow::Result<()> {
             (seconds * 1000) as f64 / refresh_ms as f64
         ),
         None => println!("did not converge within {} s", args.phase),
+    }
+    // The shares themselves, read from each leaf's metrics every 50 ms.
+    let within = |row: &[u64]| {
+        row.len() == 3
+            && row
+                .iter()
+                .all(|&share| (share as f64 - fair).abs() <= 0.1 * fair)
+    };
+    let hold = Duration::from_secs(3);
+    let last = shares.last().map_or(changed, |(at, _)| *at);
+    let settled_at = shares.iter().position(|(at, row)| {
+        within(row)
+            && *at + hold <= last
+            && shares
+                .iter()
+                .filter(|(later, _)| *later >= *at && *later < *at + hold)
+                .all(|(_, row)| within(row))
+    });
+    match settled_at.map(|index| shares[index].0.saturating_duration_since(changed)) {
+        Some(after) => println!(
+            "shares settled {} ms after the demand changed ({:.1} refresh intervals of {refresh_ms} ms): each leaf's share within 10 % of {fair:.0} for 3 s",
+            after.as_millis(),
+            after.as_millis() as f64 / refresh_ms as f64
+        ),
+        None => println!("the shares did not settle within {} s", args.phase),
     }
     let late = admitted(&records, shift_end - args.phase / 2, shift_end);
     let late_util = late.iter().map(|row| row.iter().sum::<u64>()).sum::<u64>() as f64

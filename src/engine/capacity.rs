@@ -178,7 +178,10 @@ pub fn request_want(
         .map(|held| amount("held_below", held))
         .transpose()?;
     expire(state, now_ms);
-    let previous = state.clients.get(client).map_or(0.0, |lease| lease.has);
+    let (previous, wanted) = state
+        .clients
+        .get(client)
+        .map_or((0.0, 0.0), |lease| (lease.has, lease.wants));
     let others: f64 = state
         .clients
         .iter()
@@ -217,13 +220,33 @@ pub fn request_want(
     let safe_capacity = config
         .safe_capacity
         .unwrap_or(config.capacity / state.clients.len().max(1) as f64);
+    // Whether this client's lease is still on its way to its share: then it
+    // renews sooner (see the module's doc, "Convergence").
+    let moved = MOVING * config.capacity;
+    let moving = (wants - wanted).abs() > moved
+        || (granted - previous).abs() > moved
+        || target.min(wants) - granted > moved
+        || held - granted > moved;
+    let refresh_interval_ms = if moving {
+        (config.refresh_interval_ms / FASTER).max(1)
+    } else {
+        config.refresh_interval_ms
+    };
     Ok(Lease {
         capacity: granted,
         expiry_ms,
-        refresh_interval_ms: config.refresh_interval_ms,
+        refresh_interval_ms,
         safe_capacity,
     })
 }
+
+/// The change, as a fraction of the capacity, that makes a lease *moving*:
+/// what it wants or is granted changed by more than this, or it is this
+/// far from its share, or its own clients hold this much more than it.
+pub const MOVING: f64 = 0.02;
+
+/// How much sooner a moving lease renews.
+pub const FASTER: u64 = 5;
 
 /// What a parent granted a level of a hierarchy
 /// (docs/design.md#a-hierarchy-of-servers).
@@ -231,11 +254,16 @@ pub fn request_want(
 pub struct Grant {
     pub capacity: f64,
     pub expiry_ms: u64,
+    /// How soon the parent asked to be asked again: sooner than its usual
+    /// interval while the level's grant moves.
+    pub refresh_interval_ms: u64,
 }
 
 /// The configuration a level apportions with at `now_ms`, given its
 /// parent's live `grant`: the grant as the capacity (at most the
-/// configured one), and leases that end no later than the grant. Without
+/// configured one), leases that end no later than the grant, renewed at
+/// least as often as the level renews the grant (so that while the grant
+/// moves, the level's clients follow as fast as it does). Without
 /// a live grant, the safe capacity (-1: the configured capacity; unset:
 /// nothing).
 pub fn under_grant(config: &CapacityConfig, grant: Option<Grant>, now_ms: u64) -> CapacityConfig {
@@ -245,7 +273,11 @@ pub fn under_grant(config: &CapacityConfig, grant: Option<Grant>, now_ms: u64) -
             CapacityConfig {
                 capacity: grant.capacity.min(config.capacity),
                 lease_ms,
-                refresh_interval_ms: config.refresh_interval_ms.min(lease_ms),
+                refresh_interval_ms: config
+                    .refresh_interval_ms
+                    .min(grant.refresh_interval_ms)
+                    .min(lease_ms)
+                    .max(1),
                 ..*config
             }
         }
@@ -551,5 +583,48 @@ mod tests {
             late.validate(),
             Err(CapacityError::RefreshInterval { .. })
         ));
+    }
+
+    #[test]
+    fn a_lease_renews_sooner_while_it_moves() {
+        let config = config(100.0, Algorithm::FairShare);
+        let fast = config.refresh_interval_ms / FASTER;
+        let mut state = LeaseState::new(0);
+        let interval = |state: &mut LeaseState, client: &str, wants: f64, now: u64| {
+            request(&config, state, client, wants, 0.0, now).map(|lease| lease.refresh_interval_ms)
+        };
+        // New, and granted all it wants: moving (its grant went from 0).
+        assert_eq!(interval(&mut state, "a", 80.0, 0), Ok(fast));
+        // The same again: settled.
+        assert_eq!(interval(&mut state, "a", 80.0, 1), Ok(2_500));
+        // b's share is 50 but a holds 80: b waits, moving; a must give back.
+        assert_eq!(interval(&mut state, "b", 80.0, 2), Ok(fast));
+        assert_eq!(interval(&mut state, "a", 80.0, 3), Ok(fast));
+        // b gets its 50 now (moved), then both settle.
+        assert_eq!(interval(&mut state, "b", 80.0, 4), Ok(fast));
+        assert_eq!(interval(&mut state, "a", 80.0, 5), Ok(2_500));
+        assert_eq!(interval(&mut state, "b", 80.0, 6), Ok(2_500));
+        // A change within 2 % of the capacity is noise, a larger one not.
+        assert_eq!(interval(&mut state, "a", 81.5, 7), Ok(2_500));
+        assert_eq!(interval(&mut state, "a", 30.0, 8), Ok(fast));
+    }
+
+    #[test]
+    fn a_level_renews_its_clients_as_often_as_its_parent_renews_it() {
+        let config = config(100.0, Algorithm::FairShare);
+        let grant = |refresh_interval_ms| Grant {
+            capacity: 40.0,
+            expiry_ms: 10_000,
+            refresh_interval_ms,
+        };
+        let under = |grant| under_grant(&config, Some(grant), 0).refresh_interval_ms;
+        assert_eq!(under(grant(500)), 500);
+        assert_eq!(under(grant(5_000)), 2_500);
+        // Never after the grant ends.
+        let ending = Grant {
+            expiry_ms: 300,
+            ..grant(5_000)
+        };
+        assert_eq!(under(ending), 300);
     }
 }

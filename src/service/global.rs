@@ -6,7 +6,7 @@
 //! are that state's other clients, and a server with a parent apportions
 //! the parent's grant ([`super::parent`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::FixedLimit;
@@ -34,12 +34,16 @@ fn least_share(limit: f64) -> f64 {
 
 const QUIET_MS: u64 = 60_000;
 
-/// How much of the demand's peak is kept at each renewal: a rise counts at
-/// once, a fall only as the peak decays (by half in about 7 s of 500-ms
-/// renewals). A share that shrank comes back only once others have given
-/// theirs back (seconds), so a share that followed every dip of a noisy
-/// demand would end up at its troughs.
+/// How much of the demand's peak is kept every `REFRESH_MS`: a rise counts
+/// at once, a fall only as the peak decays (by half in about 7 s). A share
+/// that shrank comes back only once others have given theirs back, so a
+/// share that followed every dip of a noisy demand would end up at its
+/// troughs.
 const PEAK_KEPT: f64 = 0.95;
+
+/// The demand is the rate of hits over at least this long (the renewals
+/// come every refresh interval, and sooner while shares move).
+const DEMAND_SPAN_MS: u64 = 2 * REFRESH_MS;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
@@ -73,9 +77,9 @@ struct Renewed {
     expiry_ms: u64,
     /// When a request last asked for the limit here.
     last_hit_ms: Option<u64>,
-    /// The hits of the last interval, and its length: the demand is
-    /// measured over the last two.
-    previous: (f64, u64),
+    /// The hits of the last intervals, and their lengths, oldest first:
+    /// the demand is measured over the last `DEMAND_SPAN_MS` or more.
+    intervals: VecDeque<(f64, u64)>,
     /// The demand's decaying peak, hits per ms.
     peak: f64,
     /// The shares set, and when: the first is in force at the start of the
@@ -87,15 +91,23 @@ impl Renewed {
     /// What to ask for, in requests per window of `period_ms`, after
     /// `hits` in `elapsed_ms` (`None`: the first round, the demand unknown,
     /// so the whole `limit`): the decaying peak of the rate over the last
-    /// two intervals, plus the headroom.
+    /// second or so, plus the headroom.
     fn demand(&mut self, hits: f64, elapsed_ms: Option<u64>, period_ms: u64, limit: f64) -> f64 {
         let Some(elapsed) = elapsed_ms.map(|elapsed| elapsed.max(1)) else {
             return limit;
         };
-        let (before, before_ms) = self.previous;
-        self.previous = (hits, elapsed);
-        let rate = (hits + before) / (elapsed + before_ms) as f64;
-        self.peak = rate.max(self.peak * PEAK_KEPT);
+        self.intervals.push_back((hits, elapsed));
+        let mut span: u64 = self.intervals.iter().map(|&(_, ms)| ms).sum();
+        while let Some(&(_, oldest)) = self.intervals.front() {
+            if span - oldest < DEMAND_SPAN_MS {
+                break;
+            }
+            span -= oldest;
+            self.intervals.pop_front();
+        }
+        let rate = self.intervals.iter().map(|&(hits, _)| hits).sum::<f64>() / span as f64;
+        let kept = PEAK_KEPT.powf(elapsed as f64 / REFRESH_MS as f64);
+        self.peak = rate.max(self.peak * kept);
         self.peak * period_ms as f64 * HEADROOM
     }
 
@@ -197,6 +209,9 @@ impl Service {
                 };
                 match self.leases.get(at, &config, &client, want).await {
                     Ok(lease) => {
+                        if linked {
+                            self.moved_below(&config, &lease);
+                        }
                         // Whole requests: a share never rounds up past the
                         // grant (a tiny epsilon forgives the sum's rounding).
                         let share = (lease.capacity + 1e-9).floor() as u64;

@@ -29,7 +29,8 @@ impl Service {
                     } else {
                         config
                     };
-                    self.leases
+                    let lease = self
+                        .leases
                         .get(
                             at,
                             &config,
@@ -40,8 +41,11 @@ impl Service {
                                 held_below: want.held_below,
                             },
                         )
-                        .await
-                        .map_err(Error::from)
+                        .await;
+                    if let (true, Ok(lease)) = (from_parent, &lease) {
+                        self.moved_below(&config, lease);
+                    }
+                    lease.map_err(Error::from)
                 }
                 Err(error) => Err(error),
             };

@@ -26,7 +26,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, watch};
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::capacity::{self, CapacityConfig, Grant};
+use crate::engine::capacity::{self, CapacityConfig, Grant, Lease};
 use crate::store::ResourceRef;
 
 use super::Service;
@@ -41,8 +41,9 @@ pub struct ParentShares {
     linked: AtomicBool,
     grants: Mutex<HashMap<Key, Grant>>,
     asked: Mutex<HashSet<Key>>,
-    /// A key asked about for the first time: the link asks at once.
-    new_key: Notify,
+    /// A key asked about for the first time, or a lease below moving: the
+    /// link asks at once.
+    ask_now: Notify,
     /// The rounds the link has ended (answered or not).
     rounds: watch::Sender<u64>,
 }
@@ -77,7 +78,7 @@ impl ParentShares {
             at.domain.to_owned(),
         );
         if lock(&self.asked).insert(key.clone()) {
-            self.new_key.notify_one();
+            self.ask_now.notify_one();
         }
         let grant = lock(&self.grants).get(&key).copied();
         capacity::under_grant(&config, grant, SystemClock.now_ms())
@@ -143,24 +144,32 @@ impl Service {
         wants
     }
 
-    /// The parent granted `capacity` of `want`'s key until `expiry_ms`.
-    pub fn parent_granted(&self, want: &ParentWant, capacity: f64, expiry_ms: u64) {
+    /// The parent granted `want`'s key `grant`.
+    pub fn parent_granted(&self, want: &ParentWant, grant: Grant) {
         lock(&self.parent.grants).insert(
             (
                 want.namespace.clone(),
                 want.resource.clone(),
                 want.domain.clone(),
             ),
-            Grant {
-                capacity,
-                expiry_ms,
-            },
+            grant,
         );
     }
 
-    /// Until a key is asked about for the first time.
-    pub async fn parent_key_added(&self) {
-        self.parent.new_key.notified().await;
+    /// Until the link should ask at once: a key was asked about for the
+    /// first time, or a lease given from a parent's grant is moving.
+    pub async fn parent_ask_now(&self) {
+        self.parent.ask_now.notified().await;
+    }
+
+    /// `lease`, given under `config` from the parent's grant, was answered
+    /// moving (sooner than `config`'s interval: what its client wants or
+    /// holds changed): the link carries the change up at once rather than
+    /// at its next round (docs/design.md#a-hierarchy-of-servers).
+    pub(super) fn moved_below(&self, config: &CapacityConfig, lease: &Lease) {
+        if lease.refresh_interval_ms < config.refresh_interval_ms {
+            self.parent.ask_now.notify_one();
+        }
     }
 
     /// The link ended a round, answered or not.
@@ -204,6 +213,7 @@ mod tests {
             Grant {
                 capacity: 40.0,
                 expiry_ms: now + 3_000,
+                refresh_interval_ms: 2_000,
             },
         );
         let effective = shares.effective(AT, config(None));

@@ -44,7 +44,12 @@ resources:
 /// Asks for `wants` of `backend` as `client`; the capacity granted.
 async fn lease(client: &mut CharonClient<Channel>, id: &str, wants: f64) -> f64 {
     let lease = lease_of(client, id, wants).await;
-    assert_eq!(lease.refresh_interval_ms, 500);
+    // The configured interval, or a fifth of it while the lease moves.
+    assert!(
+        [500, 100].contains(&lease.refresh_interval_ms),
+        "{}",
+        lease.refresh_interval_ms
+    );
     lease.capacity
 }
 

@@ -89,16 +89,22 @@ fn a_lease_says_when_to_renew_and_what_is_safe() {
     let mut state = LeaseState::new(0);
     let _ = request(&config, &mut state, "a", 10.0, 0.0, 0);
     let lease = request(&config, &mut state, "b", 10.0, 0.0, 7);
+    // A new lease is moving (granted 10 where it had nothing): renew at a
+    // fifth of the interval.
     let expected = Lease {
         capacity: 10.0,
         expiry_ms: 10_007,
-        refresh_interval_ms: 2_500,
+        refresh_interval_ms: 500,
         safe_capacity: 45.0,
     };
     assert_eq!(lease, Ok(expected));
     config.safe_capacity = Some(5.0);
     let lease = request(&config, &mut state, "b", 10.0, 0.0, 8);
-    assert_eq!(lease.map(|lease| lease.safe_capacity), Ok(5.0));
+    // Settled: the interval.
+    assert_eq!(
+        lease.map(|lease| (lease.safe_capacity, lease.refresh_interval_ms)),
+        Ok((5.0, 2_500))
+    );
 }
 
 /// The algorithm and safe capacity of a `capacity:` resource, as the paper

@@ -168,6 +168,7 @@ impl Tree {
         own.grant = Some(Grant {
             capacity: lease.capacity,
             expiry_ms: lease.expiry_ms,
+            refresh_interval_ms: lease.refresh_interval_ms,
         });
         own.next_round_ms = now + lease.refresh_interval_ms.max(FASTEST_MS);
         Ok(())
