@@ -66,6 +66,17 @@ struct Args {
     /// The delay between a leaf and its region, in ms.
     #[arg(long, default_value_t = 1)]
     inside_region: u64,
+    /// How often the regions renew their shares from the root
+    /// (`--global-refresh-interval` of the root), in ms: the root has few
+    /// clients, so it can answer them often. 0: the server's default
+    /// (500 ms), and no flag, for a `charon` from before the flag.
+    #[arg(long, default_value_t = 200)]
+    root_refresh: u64,
+    /// How often the leaves renew theirs from their region (the regions'
+    /// `--global-refresh-interval`), in ms: what convergence is counted in.
+    /// 0: as for `--root-refresh`.
+    #[arg(long, default_value_t = 500)]
+    region_refresh: u64,
     /// Local (not global) requests a second on each leaf, for the latency
     /// compared with.
     #[arg(long, default_value_t = 50)]
@@ -398,38 +409,57 @@ fn summary(name: &str, rows: &[[u64; 3]], capacity: u64) {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let capacity = args.capacity;
-    let dir = tempfile::tempdir()?;
+    let temp = tempfile::tempdir()?;
+    let dir = temp.path().to_path_buf();
+    // REGIONS_KEEP: the servers' logs stay (at debug with
+    // CHARON_LOG_LEVEL=charon=debug).
+    if std::env::var_os("REGIONS_KEEP").is_some() {
+        println!("logs in {}", temp.keep().display());
+    }
     std::fs::write(
-        dir.path().join("limits.yaml"),
+        dir.as_path().join("limits.yaml"),
         LIMITS.replace("CAPACITY", &capacity.to_string()),
     )?;
     let never = Arc::new(AtomicBool::new(false));
     let root_cut = Arc::new(AtomicBool::new(false));
-    let root = serve(&args.charon, dir.path(), "root", &[])?;
+    let refresh = |ms: u64| match ms {
+        0 => vec![],
+        ms => vec!["--global-refresh-interval".to_owned(), format!("{ms}ms")],
+    };
+    let root = serve(
+        &args.charon,
+        dir.as_path(),
+        "root",
+        &refresh(args.root_refresh),
+    )?;
     connect(root.grpc).await?;
     let mut servers = vec![];
     let mut leaves = vec![];
     let mut leaf_admins = vec![];
     // A server named `name` leasing from `parent` through a proxy that
     // delays by `delay_ms` and stops moving while `cut` is set.
-    let below = async |name: String, parent: u16, delay_ms: u64, cut: &Arc<AtomicBool>| {
-        let proxy = delaying_proxy(parent, Duration::from_millis(delay_ms), cut.clone()).await?;
-        let extra = [
-            "--parent".into(),
-            format!("http://127.0.0.1:{proxy}"),
-            "--level-id".into(),
-            name.clone(),
-        ];
-        let server = serve(&args.charon, dir.path(), &name, &extra)?;
-        let client = connect(server.grpc).await?;
-        anyhow::Ok((server, client))
-    };
+    let below =
+        async |name: String, parent: u16, delay_ms: u64, cut: &Arc<AtomicBool>, refresh_ms: u64| {
+            let proxy =
+                delaying_proxy(parent, Duration::from_millis(delay_ms), cut.clone()).await?;
+            let mut extra = vec![
+                "--parent".into(),
+                format!("http://127.0.0.1:{proxy}"),
+                "--level-id".into(),
+                name.clone(),
+            ];
+            extra.extend(refresh(refresh_ms));
+            let server = serve(&args.charon, dir.as_path(), &name, &extra)?;
+            let client = connect(server.grpc).await?;
+            anyhow::Ok((server, client))
+        };
     for region in 0..3 {
         let (parent, _) = below(
             format!("region-{region}"),
             root.grpc,
             args.between_regions,
             &root_cut,
+            args.region_refresh,
         )
         .await?;
         let (leaf, client) = below(
@@ -437,6 +467,7 @@ async fn main() -> anyhow::Result<()> {
             parent.grpc,
             args.inside_region,
             &never,
+            args.region_refresh,
         )
         .await?;
         leaves.push(client);
@@ -471,11 +502,12 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
-        "global limit {capacity}/s; delays {} ms between regions, {} ms inside; leases {} ms, refresh {} ms",
+        "global limit {capacity}/s; delays {} ms between regions, {} ms inside; leases {} ms, refresh {} ms from the root, {} ms from a region",
         args.between_regions,
         args.inside_region,
         charon::config::global::LEASE_MS,
-        charon::config::global::REFRESH_MS
+        args.root_refresh,
+        args.region_refresh
     );
 
     // 1. Steady, over capacity: 50 % + 50 % + 10 % = 110 %.
@@ -512,7 +544,10 @@ async fn main() -> anyhow::Result<()> {
             .iter()
             .all(|row| row.iter().all(|&n| (n as f64 - fair).abs() <= 0.1 * fair))
     });
-    let refresh_ms = charon::config::global::REFRESH_MS;
+    let refresh_ms = match args.region_refresh {
+        0 => charon::config::global::REFRESH_MS,
+        ms => ms,
+    };
     match settled {
         Some(seconds) => println!(
             "converged {seconds} s after the shift ({:.0} refresh intervals of {refresh_ms} ms): each region within 10 % of {fair:.0}/s for 3 s",
@@ -537,6 +572,14 @@ async fn main() -> anyhow::Result<()> {
                 .filter(|(later, _)| *later >= *at && *later < *at + hold)
                 .all(|(_, row)| within(row))
     });
+    if std::env::var_os("REGIONS_ROWS").is_some() {
+        for (at, row) in &shares {
+            println!(
+                "share {:>5} ms {row:?}",
+                at.saturating_duration_since(changed).as_millis()
+            );
+        }
+    }
     match settled_at.map(|index| shares[index].0.saturating_duration_since(changed)) {
         Some(after) => println!(
             "shares settled {} ms after the demand changed ({:.1} refresh intervals of {refresh_ms} ms): each leaf's share within 10 % of {fair:.0} for 3 s",

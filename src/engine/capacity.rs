@@ -222,11 +222,11 @@ pub fn request_want(
         .unwrap_or(config.capacity / state.clients.len().max(1) as f64);
     // Whether this client's lease is still on its way to its share: then it
     // renews sooner (see the module's doc, "Convergence").
-    let moved = MOVING * config.capacity;
-    let moving = (wants - wanted).abs() > moved
-        || (granted - previous).abs() > moved
-        || target.min(wants) - granted > moved
-        || held - granted > moved;
+    let moved = |size: f64| MOVING * config.capacity.max(MOVING_OWN / MOVING * size);
+    let moving = (wants - wanted).abs() > moved(wants.max(wanted))
+        || (granted - previous).abs() > moved(granted.max(previous))
+        || target.min(wants) - granted > moved(target.min(wants))
+        || held - granted > moved(held);
     let refresh_interval_ms = if moving {
         (config.refresh_interval_ms / FASTER).max(1)
     } else {
@@ -240,10 +240,13 @@ pub fn request_want(
     })
 }
 
-/// The change, as a fraction of the capacity, that makes a lease *moving*:
-/// what it wants or is granted changed by more than this, or it is this
-/// far from its share, or its own clients hold this much more than it.
+/// The change that makes a lease *moving*: what it wants or is granted
+/// changed by more than this fraction of the capacity and `MOVING_OWN` of
+/// itself, or it is that far from its share, or its own clients hold that
+/// much more than it. The second bound keeps a small client's noise (a
+/// demand that drifts by a few percent) from making it move all the time.
 pub const MOVING: f64 = 0.02;
+pub const MOVING_OWN: f64 = 0.1;
 
 /// How much sooner a moving lease renews.
 pub const FASTER: u64 = 5;
@@ -254,16 +257,18 @@ pub const FASTER: u64 = 5;
 pub struct Grant {
     pub capacity: f64,
     pub expiry_ms: u64,
-    /// How soon the parent asked to be asked again: sooner than its usual
-    /// interval while the level's grant moves.
+    /// How soon the parent asked to be asked again.
     pub refresh_interval_ms: u64,
+    /// Whether that was sooner than the parent's usual interval: the
+    /// level's grant is moving.
+    pub moving: bool,
 }
 
 /// The configuration a level apportions with at `now_ms`, given its
 /// parent's live `grant`: the grant as the capacity (at most the
-/// configured one), leases that end no later than the grant, renewed at
-/// least as often as the level renews the grant (so that while the grant
-/// moves, the level's clients follow as fast as it does). Without
+/// configured one), leases that end no later than the grant and, while
+/// the grant moves, renewed at least as often as the level renews it (so
+/// that its clients follow as fast as it does). Without
 /// a live grant, the safe capacity (-1: the configured capacity; unset:
 /// nothing).
 pub fn under_grant(config: &CapacityConfig, grant: Option<Grant>, now_ms: u64) -> CapacityConfig {
@@ -275,7 +280,11 @@ pub fn under_grant(config: &CapacityConfig, grant: Option<Grant>, now_ms: u64) -
                 lease_ms,
                 refresh_interval_ms: config
                     .refresh_interval_ms
-                    .min(grant.refresh_interval_ms)
+                    .min(if grant.moving {
+                        grant.refresh_interval_ms
+                    } else {
+                        u64::MAX
+                    })
                     .min(lease_ms)
                     .max(1),
                 ..*config
@@ -604,22 +613,32 @@ mod tests {
         assert_eq!(interval(&mut state, "b", 80.0, 4), Ok(fast));
         assert_eq!(interval(&mut state, "a", 80.0, 5), Ok(2_500));
         assert_eq!(interval(&mut state, "b", 80.0, 6), Ok(2_500));
-        // A change within 2 % of the capacity is noise, a larger one not.
+        // A change within 2 % of the capacity or 10 % of itself is noise,
+        // a larger one not.
         assert_eq!(interval(&mut state, "a", 81.5, 7), Ok(2_500));
-        assert_eq!(interval(&mut state, "a", 30.0, 8), Ok(fast));
+        assert_eq!(interval(&mut state, "a", 88.0, 8), Ok(2_500));
+        assert_eq!(interval(&mut state, "a", 30.0, 9), Ok(fast));
     }
 
     #[test]
-    fn a_level_renews_its_clients_as_often_as_its_parent_renews_it() {
+    fn a_level_renews_its_clients_as_often_as_its_parent_while_its_grant_moves() {
         let config = config(100.0, Algorithm::FairShare);
         let grant = |refresh_interval_ms| Grant {
             capacity: 40.0,
             expiry_ms: 10_000,
             refresh_interval_ms,
+            moving: true,
         };
         let under = |grant| under_grant(&config, Some(grant), 0).refresh_interval_ms;
         assert_eq!(under(grant(500)), 500);
         assert_eq!(under(grant(5_000)), 2_500);
+        // A parent that renews the level often when nothing moves does not
+        // make the level renew its clients as often.
+        let settled = Grant {
+            moving: false,
+            ..grant(500)
+        };
+        assert_eq!(under(settled), 2_500);
         // Never after the grant ends.
         let ending = Grant {
             expiry_ms: 300,

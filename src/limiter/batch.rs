@@ -1,5 +1,6 @@
 //! Engine items and store keys for resolved descriptors.
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration, global};
 use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
@@ -38,7 +39,7 @@ pub(super) fn add_item<'c>(
             // A global limit's counter is this server's own, as its share is
             // (docs/design.md#global-limits); its demand is every hit asked.
             let own = limit.global().map(|share| {
-                share.count(hits);
+                share.count(hits, SystemClock.now_ms(), period);
                 (INSTANCE_KEY, global::instance_id())
             });
             let entries = keyed_entries(descriptor, shared_values).chain(own);

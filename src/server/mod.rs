@@ -71,6 +71,9 @@ pub struct ServeOptions {
     pub xds: Option<xds::XdsOptions>,
     /// The parent server of a hierarchy, if any.
     pub parent: Option<ParentOptions>,
+    /// How this server leases global limits' shares
+    /// (`--global-refresh-interval`, `--global-lease`).
+    pub global_timing: crate::config::global::GlobalTiming,
 }
 
 /// `--parent` and `--level-id` (docs/design.md#a-hierarchy-of-servers).
@@ -229,12 +232,14 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     }
     metrics.set_namespaces(configuration.running().load().namespaces().count());
     let configuration = Arc::new(configuration);
-    let service = Arc::new(Service::on_configuration(
+    let mut service = Service::on_configuration(
         configuration.clone(),
         stores,
         options.envoy.modes,
         metrics.clone(),
-    ));
+    );
+    service.global_timing = options.global_timing;
+    let service = Arc::new(service);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let watcher = if options.xds.is_some() && !options.config.exists() {

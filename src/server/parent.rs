@@ -17,7 +17,6 @@ use tokio::time::Instant;
 use crate::api::v1::capacity_answer::Result as Answered;
 use crate::api::v1::{CapacityWant, GetCapacityRequest};
 use crate::client::Client;
-use crate::engine::capacity::Grant;
 use crate::service::Service;
 
 /// The fastest a link asks again, whatever the parent says.
@@ -108,11 +107,9 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
                 next = next.min(Duration::from_millis(lease.refresh_interval_ms));
                 service.parent_granted(
                     want,
-                    Grant {
-                        capacity: lease.capacity,
-                        expiry_ms: lease.expiry_ms,
-                        refresh_interval_ms: lease.refresh_interval_ms,
-                    },
+                    lease.capacity,
+                    lease.expiry_ms,
+                    lease.refresh_interval_ms,
                 );
             }
             Some(Answered::Error(error)) => {

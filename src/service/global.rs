@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::clock::{Clock, SystemClock};
 use crate::config::FixedLimit;
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::config::global::{self, LEASE_MS, REFRESH_MS};
+use crate::config::global::{self, GlobalTiming};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::store::ResourceRef;
 
@@ -34,26 +34,33 @@ fn least_share(limit: f64) -> f64 {
 
 const QUIET_MS: u64 = 60_000;
 
-/// How much of the demand's peak is kept every `REFRESH_MS`: a rise counts
-/// at once, a fall only as the peak decays (by half in about 7 s). A share
-/// that shrank comes back only once others have given theirs back, so a
-/// share that followed every dip of a noisy demand would end up at its
-/// troughs.
-const PEAK_KEPT: f64 = 0.95;
+/// How much of the demand's peak is kept every `PEAK_KEPT_MS`: a rise
+/// counts at once, a fall only as the peak decays. A share that shrank
+/// comes back only once others have given theirs back, so a share that
+/// followed every dip of a noisy demand would end up at its troughs.
+const PEAK_KEPT: f64 = 0.85;
+const PEAK_KEPT_MS: f64 = 500.0;
 
 /// The demand is the rate of hits over at least this long (the renewals
-/// come every refresh interval, and sooner while shares move).
-const DEMAND_SPAN_MS: u64 = 2 * REFRESH_MS;
+/// come every refresh interval, and sooner while shares move)...
+const DEMAND_SPAN_MS: u64 = 2_000;
+
+/// ...unless the rate over the last `RISE_SPAN_MS` or more is higher than
+/// Poisson noise around the longer rate would make it (`RISE_SIGMAS`
+/// standard deviations): then a rise counts within a renewal or two, not
+/// as it fills the longer span.
+const RISE_SPAN_MS: u64 = 500;
+const RISE_SIGMAS: f64 = 3.0;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
 /// whole limit on its own (as it would without `global`).
-pub fn global_capacity(limit: &FixedLimit) -> CapacityConfig {
+pub fn global_capacity(limit: &FixedLimit, timing: GlobalTiming) -> CapacityConfig {
     CapacityConfig {
         capacity: limit.requests_per_unit as f64,
         algorithm: Algorithm::FairShare,
-        lease_ms: LEASE_MS,
-        refresh_interval_ms: REFRESH_MS,
+        lease_ms: timing.lease_ms(),
+        refresh_interval_ms: timing.refresh_ms(),
         safe_capacity: Some(UNLIMITED_SAFE_CAPACITY),
         learning_ms: 0,
     }
@@ -106,7 +113,21 @@ impl Renewed {
             self.intervals.pop_front();
         }
         let rate = self.intervals.iter().map(|&(hits, _)| hits).sum::<f64>() / span as f64;
-        let kept = PEAK_KEPT.powf(elapsed as f64 / REFRESH_MS as f64);
+        let (mut recent, mut recent_ms) = (0.0, 0);
+        for &(hits, ms) in self.intervals.iter().rev() {
+            if recent_ms >= RISE_SPAN_MS {
+                break;
+            }
+            recent += hits;
+            recent_ms += ms;
+        }
+        let expected = rate * recent_ms as f64;
+        let rate = if recent > expected + RISE_SIGMAS * expected.sqrt() + 1.0 {
+            recent / recent_ms as f64
+        } else {
+            rate
+        };
+        let kept = PEAK_KEPT.powf(elapsed as f64 / PEAK_KEPT_MS);
         self.peak = rate.max(self.peak * kept);
         self.peak * period_ms as f64 * HEADROOM
     }
@@ -155,7 +176,7 @@ impl Service {
                     resource: name,
                     domain: GLOBAL_DOMAIN,
                 };
-                let limit = global_capacity(&global.limit);
+                let limit = global_capacity(&global.limit, self.global_timing);
                 let hits = global.share.take_hits() as f64;
                 let period_ms = global.limit.period().max(1);
                 let now = SystemClock.now_ms();
@@ -181,9 +202,20 @@ impl Service {
                     }
                     _ => window_start,
                 };
-                let held = renewed
-                    .held_since(since)
-                    .unwrap_or_else(|| global.share.requests_per_unit());
+                let now_share = global.share.requests_per_unit();
+                let held_since = |since| renewed.held_since(since).unwrap_or(now_share);
+                // A fixed window admitted no more than it was asked for, so
+                // a share that shrank early in a window is given back at
+                // once. Only once the store's clock (Redis's) may be behind
+                // this one's is surely in this window too.
+                let held = match global.limit.algorithm {
+                    crate::config::Algorithm::SlidingWindow => held_since(since),
+                    _ if now - window_start < global::CLOCK_SKEW_MS => {
+                        held_since(window_start.saturating_sub(period_ms))
+                    }
+                    _ => now_share
+                        .max(held_since(since).min(global.share.asked_in_window(now, period_ms))),
+                };
                 let wants = if linked {
                     demand.max(least)
                 } else {
@@ -216,9 +248,18 @@ impl Service {
                         // grant (a tiny epsilon forgives the sum's rounding).
                         let share = (lease.capacity + 1e-9).floor() as u64;
                         renewed.expiry_ms = lease.expiry_ms;
+                        tracing::debug!(
+                            limit = %name,
+                            wants,
+                            held,
+                            granted = lease.capacity,
+                            refresh_ms = lease.refresh_interval_ms,
+                            "global share renewed"
+                        );
                         if apply {
                             global.share.set_requests_per_unit(share);
-                            renewed.record(now, share, since);
+                            // Kept back to the previous window, for the store whose clock is behind.
+                            renewed.record(now, share, window_start.saturating_sub(period_ms));
                         }
                     }
                     Err(error) => {
@@ -239,5 +280,34 @@ impl Service {
                 global.share.set_requests_per_unit(0);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renews `renewed` every 100 ms for `ms`, with `hits(i)` hits in the
+    /// i-th interval; the last demand, in requests per 1-s window.
+    fn renew_for(renewed: &mut Renewed, ms: u64, hits: impl Fn(u64) -> f64) -> f64 {
+        let mut demand = 0.0;
+        for i in 0..ms / 100 {
+            demand = renewed.demand(hits(i), Some(100), 1_000, 1_000.0);
+        }
+        demand
+    }
+
+    #[test]
+    fn a_rise_counts_within_two_renewals_and_noise_does_not() {
+        let mut renewed = Renewed::default();
+        // 30 a second, unevenly: 2 and 4 hits a 100 ms.
+        let steady = renew_for(&mut renewed, 5_000, |i| if i % 2 == 0 { 2.0 } else { 4.0 });
+        assert!((30.0..=33.0).contains(&steady), "{steady}");
+        // Ten times that: within two renewals the demand is over 100 a
+        // second, where the rate over 2 s would say 43.
+        let risen = renew_for(&mut renewed, 200, |_| 30.0);
+        assert!(risen > 100.0, "{risen}");
+        // The first renewal of a quiet server: the whole limit.
+        assert_eq!(Renewed::default().demand(0.0, None, 1_000, 300.0), 300.0);
     }
 }

@@ -42,8 +42,20 @@ impl Service {
                             },
                         )
                         .await;
-                    if let (true, Ok(lease)) = (from_parent, &lease) {
-                        self.moved_below(&config, lease);
+                    if let Ok(lease) = &lease {
+                        tracing::debug!(
+                            client = %request.client_id,
+                            resource = %at.resource,
+                            wants = want.wants,
+                            held_below = want.held_below,
+                            capacity = config.capacity,
+                            granted = lease.capacity,
+                            refresh_ms = lease.refresh_interval_ms,
+                            "lease given"
+                        );
+                        if from_parent {
+                            self.moved_below(&config, lease);
+                        }
                     }
                     lease.map_err(Error::from)
                 }
@@ -76,7 +88,10 @@ impl Service {
             .namespace(at.namespace)
             .and_then(|namespace| namespace.globals.get(at.resource))
         {
-            return Ok((global_capacity(&global.limit), self.parent.is_linked()));
+            return Ok((
+                global_capacity(&global.limit, self.global_timing),
+                self.parent.is_linked(),
+            ));
         }
         match target_in(config, at.namespace, at.resource)? {
             Target::Capacity(_, capacity) => {

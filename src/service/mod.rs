@@ -58,6 +58,8 @@ pub struct Service {
     pub waiting: waiting::WaitQueues,
     /// Capacities leased from a parent server.
     pub parent: parent::ParentShares,
+    /// How this server leases its global limits' shares.
+    pub global_timing: crate::config::global::GlobalTiming,
 }
 
 impl Service {
@@ -77,6 +79,7 @@ impl Service {
             configuration: None,
             waiting: waiting::WaitQueues::default(),
             parent: parent::ParentShares::default(),
+            global_timing: Default::default(),
         }
     }
 

@@ -40,6 +40,8 @@ pub struct ParentShares {
     /// Whether this server has a parent (`--parent`).
     linked: AtomicBool,
     grants: Mutex<HashMap<Key, Grant>>,
+    /// The longest refresh interval the parent answered, by key.
+    usual_refresh_ms: Mutex<HashMap<Key, u64>>,
     asked: Mutex<HashSet<Key>>,
     /// A key asked about for the first time, or a lease below moving: the
     /// link asks at once.
@@ -144,15 +146,36 @@ impl Service {
         wants
     }
 
-    /// The parent granted `want`'s key `grant`.
-    pub fn parent_granted(&self, want: &ParentWant, grant: Grant) {
+    /// The parent granted `want`'s key `capacity` until `expiry_ms`, to be
+    /// renewed after `refresh_interval_ms`. The grant is moving when that
+    /// is sooner than the longest interval the parent answered for the key:
+    /// its usual one.
+    pub fn parent_granted(
+        &self,
+        want: &ParentWant,
+        capacity: f64,
+        expiry_ms: u64,
+        refresh_interval_ms: u64,
+    ) {
+        let key = (
+            want.namespace.clone(),
+            want.resource.clone(),
+            want.domain.clone(),
+        );
+        let usual = {
+            let mut usual = lock(&self.parent.usual_refresh_ms);
+            let usual = usual.entry(key.clone()).or_default();
+            *usual = (*usual).max(refresh_interval_ms);
+            *usual
+        };
         lock(&self.parent.grants).insert(
-            (
-                want.namespace.clone(),
-                want.resource.clone(),
-                want.domain.clone(),
-            ),
-            grant,
+            key,
+            Grant {
+                capacity,
+                expiry_ms,
+                refresh_interval_ms,
+                moving: refresh_interval_ms < usual,
+            },
         );
     }
 
@@ -214,6 +237,7 @@ mod tests {
                 capacity: 40.0,
                 expiry_ms: now + 3_000,
                 refresh_interval_ms: 2_000,
+                moving: false,
             },
         );
         let effective = shares.effective(AT, config(None));

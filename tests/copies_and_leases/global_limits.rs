@@ -212,3 +212,87 @@ async fn the_sidecars_of_a_region_on_one_redis_share_its_grant() {
     rate_a.store(0, Ordering::Relaxed);
     rate_b.store(0, Ordering::Relaxed);
 }
+
+/// `--global-refresh-interval` and `--global-lease` set what a server
+/// answers its children for a global limit's share; values that cannot
+/// work stop it at start with a clear error.
+#[tokio::test]
+async fn the_refresh_interval_and_lease_of_shares_are_set_per_server() {
+    use charon::api::v1::capacity_answer::Result as Answered;
+    use charon::api::v1::charon_client::CharonClient;
+    use charon::api::v1::{CapacityWant, GetCapacityRequest};
+
+    let dir = tempdir();
+    let root = start(
+        dir.path(),
+        "root",
+        &["--global-refresh-interval", "200ms", "--global-lease", "2s"],
+    );
+    root.wait_serving().await;
+    let mut client = CharonClient::connect(root.grpc_url())
+        .await
+        .expect("the root answers");
+    let ask = GetCapacityRequest {
+        client_id: "region-a".into(),
+        resources: vec![CapacityWant {
+            namespace: "api".into(),
+            resource: "rate_limit:route_search".into(),
+            domain: "global".into(),
+            wants: 40.0,
+            has: 0.0,
+            held_below: Some(0.0),
+        }],
+    };
+    // (capacity, refresh interval) of each answer until the lease settles.
+    let mut answers = vec![];
+    let began = std::time::Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        let answer = client
+            .get_capacity(ask.clone())
+            .await
+            .expect("GetCapacity answers")
+            .into_inner();
+        let Some(Answered::Lease(lease)) = answer.answers.first().and_then(|a| a.result.clone())
+        else {
+            panic!("no lease: {answer:?}");
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |now| now.as_millis() as u64);
+        assert!(
+            lease.expiry_ms > now + 1_500 && lease.expiry_ms <= now + 2_100,
+            "a 2-s lease: {} at {now}",
+            lease.expiry_ms
+        );
+        answers.push((lease.capacity, lease.refresh_interval_ms));
+        if lease.refresh_interval_ms == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A new lease moves (the root gives back what it kept for itself) and
+    // is answered with a fifth of the interval; once it holds its share,
+    // the interval.
+    assert_eq!(
+        answers.first().map(|&(_, interval)| interval),
+        Some(40),
+        "{answers:?}"
+    );
+    assert_eq!(answers.last(), Some(&(40.0, 200)), "{answers:?}");
+
+    for (flags, error) in [
+        (["--global-refresh-interval", "50ms"], "at least 100ms"),
+        (
+            ["--global-lease", "600ms"],
+            "at least twice its refresh interval",
+        ),
+    ] {
+        let mut refused = start(dir.path(), "refused", &flags);
+        let began = std::time::Instant::now();
+        while refused.is_alive() && began.elapsed() < Duration::from_secs(20) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(!refused.is_alive(), "{flags:?}: it kept running");
+        assert!(refused.log().contains(error), "{}", refused.log());
+    }
+}

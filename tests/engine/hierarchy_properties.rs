@@ -169,6 +169,7 @@ impl Tree {
             capacity: lease.capacity,
             expiry_ms: lease.expiry_ms,
             refresh_interval_ms: lease.refresh_interval_ms,
+            moving: lease.refresh_interval_ms < parent_config.refresh_interval_ms,
         });
         own.next_round_ms = now + lease.refresh_interval_ms.max(FASTEST_MS);
         Ok(())

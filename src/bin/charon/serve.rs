@@ -142,6 +142,15 @@ pub struct ServeArgs {
     /// level, different for the levels that share a parent.
     #[arg(long, env = "CHARON_LEVEL_ID", requires = "parent")]
     pub level_id: Option<String>,
+    /// How often a global limit's shares are renewed, this server's own and
+    /// its children's (docs/design.md#global-limits); at least 100ms.
+    #[arg(long, env = "CHARON_GLOBAL_REFRESH_INTERVAL", default_value = "500ms", value_parser = parse_timeout)]
+    pub global_refresh_interval: std::time::Duration,
+    /// How long a share of a global limit lasts without a renewal: how long
+    /// the shares stand when the parent is away; at least twice the refresh
+    /// interval.
+    #[arg(long, env = "CHARON_GLOBAL_LEASE", default_value = "10s", value_parser = parse_timeout)]
+    pub global_lease: std::time::Duration,
     /// Files naming the same domain add their descriptors to it
     /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
     #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
@@ -423,9 +432,14 @@ impl ServeArgs {
             (Some(url), Some(level_id)) => Some(charon::server::ParentOptions { url, level_id }),
             _ => None,
         };
+        let global_timing = charon::config::global::GlobalTiming::new(
+            u64::try_from(self.global_refresh_interval.as_millis()).unwrap_or(u64::MAX),
+            u64::try_from(self.global_lease.as_millis()).unwrap_or(u64::MAX),
+        )?;
         Ok(charon::server::ServeOptions {
             xds,
             parent,
+            global_timing,
             config: self.config,
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
