@@ -7,6 +7,7 @@
 #   without default features and with only the client and layers,
 #   cargo deny (licenses, bans, sources; deny.toml),
 #   cargo build --examples, cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
+#   cargo doc --no-deps --lib (broken links are errors),
 #   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
 set -euo pipefail
@@ -53,6 +54,9 @@ cargo test --all-targets
 
 step "cargo test --doc"
 cargo test --doc
+
+step "cargo doc --no-deps --lib (every link in the API docs resolves)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib
 
 step "scripts/validate-deploy.sh (deploy/: kustomize, schemas, yamllint, envoy --mode validate)"
 bash scripts/validate-deploy.sh

@@ -187,7 +187,7 @@ pub(super) fn parse<T: serde::de::DeserializeOwned>(
         .map_err(|error| super::yaml::parse_error(origin, &error))
 }
 
-/// A change being checked by [`check_write`].
+/// A change being checked by [`check_write`](super::load::check_write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write<'a> {
     Namespace(&'a str),

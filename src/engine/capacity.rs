@@ -34,6 +34,12 @@
 //! client holds its share after two refresh intervals. (The overcommitting
 //! algorithms grant their share at once: they wait for nobody.)
 //!
+//! Those intervals are shorter while shares move: a lease that is still on
+//! its way (what it wants or is granted changed, it waits for others to
+//! give back, or its own clients hold more than its grant; see [`MOVING`])
+//! is answered with a fifth of the refresh interval, a settled one with
+//! the interval.
+//!
 //! # Learning mode
 //!
 //! A server that starts (or loses its state) does not know the leases it

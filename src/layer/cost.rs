@@ -76,7 +76,7 @@ impl<F> CostLimitLayer<F> {
 
     /// Read the cost from the response's trailer `name` (a gRPC service's,
     /// or a streaming body's), when the body ends: it states the whole
-    /// cost, replacing what a [`Cost`] extension counted.
+    /// cost, replacing what a [`Cost`](super::Cost) extension counted.
     pub fn cost_trailer(self, name: HeaderName) -> Self {
         self.map_policy(|policy| PerCost {
             trailer: Some(name.clone()),
