@@ -129,11 +129,10 @@ impl AskedInWindow {
         }
         let follows =
             self.period_ms == period_ms && self.start_ms.saturating_add(period_ms) == start_ms;
-        self.late_before = if follows { self.late } else { 0 };
         *self = Self {
             start_ms,
             period_ms,
-            late_before: self.late_before,
+            late_before: if follows { self.late } else { 0 },
             ..Self::default()
         };
     }

@@ -228,7 +228,7 @@ pub fn request_want(
         .unwrap_or(config.capacity / state.clients.len().max(1) as f64);
     // Whether this client's lease is still on its way to its share: then it
     // renews sooner (see the module's doc, "Convergence").
-    let moved = |size: f64| MOVING * config.capacity.max(MOVING_OWN / MOVING * size);
+    let moved = |size: f64| (MOVING * config.capacity).max(MOVING_OWN * size);
     let moving = (wants - wanted).abs() > moved(wants.max(wanted))
         || (granted - previous).abs() > moved(granted.max(previous))
         || target.min(wants) - granted > moved(target.min(wants))

@@ -196,25 +196,19 @@ impl Service {
                 // the larger one: it counts as held until the windows that
                 // did are over (a sliding window counts the previous one too).
                 let window_start = now - now % period_ms;
-                let since = match global.limit.algorithm {
-                    crate::config::Algorithm::SlidingWindow => {
-                        window_start.saturating_sub(period_ms)
-                    }
-                    _ => window_start,
-                };
+                let previous_start = window_start.saturating_sub(period_ms);
                 let now_share = global.share.requests_per_unit();
                 let held_since = |since| renewed.held_since(since).unwrap_or(now_share);
-                // A fixed window admitted no more than it was asked for, so
-                // a share that shrank early in a window is given back at
-                // once. Only once the store's clock (Redis's) may be behind
-                // this one's is surely in this window too.
                 let held = match global.limit.algorithm {
-                    crate::config::Algorithm::SlidingWindow => held_since(since),
-                    _ if now - window_start < global::CLOCK_SKEW_MS => {
-                        held_since(window_start.saturating_sub(period_ms))
-                    }
-                    _ => now_share
-                        .max(held_since(since).min(global.share.asked_in_window(now, period_ms))),
+                    crate::config::Algorithm::SlidingWindow => held_since(previous_start),
+                    // In a window's first moments the store's clock (Redis's)
+                    // may still be in the previous window.
+                    _ if now - window_start < global::CLOCK_SKEW_MS => held_since(previous_start),
+                    // A fixed window admitted no more than it was asked for,
+                    // so a share that shrank early in it is given back at once.
+                    _ => now_share.max(
+                        held_since(window_start).min(global.share.asked_in_window(now, period_ms)),
+                    ),
                 };
                 let wants = if linked {
                     demand.max(least)
@@ -259,7 +253,7 @@ impl Service {
                         if apply {
                             global.share.set_requests_per_unit(share);
                             // Kept back to the previous window, for the store whose clock is behind.
-                            renewed.record(now, share, window_start.saturating_sub(period_ms));
+                            renewed.record(now, share, previous_start);
                         }
                     }
                     Err(error) => {
