@@ -174,6 +174,12 @@ impl Sidecar {
         })
     }
 
+    /// The connection's channel, for calls beside the session (a server's
+    /// link to its parent watches it for nudges).
+    pub(crate) fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     /// Whether a session is up now.
     pub fn is_connected(&self) -> bool {
         matches!(*self.shared.link.borrow(), Link::Up { .. })

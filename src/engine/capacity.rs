@@ -228,7 +228,7 @@ pub fn request_want(
         .unwrap_or(config.capacity / state.clients.len().max(1) as f64);
     // Whether this client's lease is still on its way to its share: then it
     // renews sooner (see the module's doc, "Convergence").
-    let moved = |size: f64| (MOVING * config.capacity).max(MOVING_OWN * size);
+    let moved = |size: f64| moving_bound(config, size);
     let moving = (wants - wanted).abs() > moved(wants.max(wanted))
         || (granted - previous).abs() > moved(granted.max(previous))
         || target.min(wants) - granted > moved(target.min(wants))
@@ -256,6 +256,46 @@ pub const MOVING_OWN: f64 = 0.1;
 
 /// How much sooner a moving lease renews.
 pub const FASTER: u64 = 5;
+
+/// How far a lease of `size` must move to count as moving (see [`MOVING`]).
+fn moving_bound(config: &CapacityConfig, size: f64) -> f64 {
+    (MOVING * config.capacity).max(MOVING_OWN * size)
+}
+
+/// The clients other than `except` whose live lease at `now_ms` holds more
+/// than their share (never more than they want) by more than a moving
+/// bound: shares that must shrink before another grows. A server pushes
+/// them a nudge to renew now rather than at their next refresh
+/// (docs/design.md#a-hierarchy-of-servers). None under an algorithm that
+/// overcommits (nobody waits) or in the learning period (the shares are
+/// what clients say they have).
+pub fn over_share<'a>(
+    config: &CapacityConfig,
+    state: &'a LeaseState,
+    except: &str,
+    now_ms: u64,
+) -> Vec<&'a str> {
+    if config.algorithm.overcommits()
+        || now_ms < state.started_ms.saturating_add(config.learning_ms)
+    {
+        return Vec::new();
+    }
+    let live: Vec<(&'a str, &ClientLease)> = state
+        .clients
+        .iter()
+        .filter(|(_, lease)| now_ms < lease.expiry_ms)
+        .map(|(id, lease)| (id.as_str(), lease))
+        .collect();
+    let wants: Vec<f64> = live.iter().map(|(_, lease)| lease.wants).collect();
+    let shares = apportion(config.algorithm, config.capacity, &wants);
+    live.into_iter()
+        .zip(shares)
+        .filter(|&((id, lease), share)| {
+            id != except && lease.has - share.min(lease.wants) > moving_bound(config, lease.has)
+        })
+        .map(|((id, _), _)| id)
+        .collect()
+}
 
 /// What a parent granted a level of a hierarchy
 /// (docs/design.md#a-hierarchy-of-servers).
@@ -624,6 +664,37 @@ mod tests {
         assert_eq!(interval(&mut state, "a", 81.5, 7), Ok(2_500));
         assert_eq!(interval(&mut state, "a", 88.0, 8), Ok(2_500));
         assert_eq!(interval(&mut state, "a", 30.0, 9), Ok(fast));
+    }
+
+    #[test]
+    fn the_clients_to_nudge_are_those_holding_past_their_share() {
+        let config = config(90.0, Algorithm::FairShare);
+        let mut state = LeaseState::new(0);
+        let grant = |state: &mut LeaseState, client: &str, wants: f64, now: u64| {
+            request(&config, state, client, wants, 0.0, now).map(|lease| lease.capacity)
+        };
+        assert_eq!(grant(&mut state, "a", 60.0, 0), Ok(60.0));
+        assert_eq!(grant(&mut state, "b", 30.0, 1), Ok(30.0));
+        assert!(over_share(&config, &state, "", 2).is_empty());
+        // c wants 30: each share is 30 now, a holds 60 and must give back.
+        assert_eq!(grant(&mut state, "c", 30.0, 2), Ok(0.0));
+        assert_eq!(over_share(&config, &state, "c", 3), vec!["a"]);
+        // Its requester is not nudged (it has its answer), nor a client
+        // within a moving bound of its share, nor an expired one.
+        assert!(over_share(&config, &state, "a", 3).is_empty());
+        assert_eq!(grant(&mut state, "a", 60.0, 4), Ok(30.0));
+        assert_eq!(grant(&mut state, "b", 31.0, 5), Ok(30.0));
+        assert!(over_share(&config, &state, "c", 6).is_empty());
+        assert!(over_share(&config, &state, "", config.lease_ms + 10).is_empty());
+        // Nobody waits under an algorithm that overcommits.
+        let none = CapacityConfig {
+            algorithm: Algorithm::None,
+            ..config
+        };
+        let mut state = LeaseState::new(0);
+        request(&none, &mut state, "a", 80.0, 0.0, 0).ok();
+        request(&none, &mut state, "b", 80.0, 0.0, 1).ok();
+        assert!(over_share(&none, &state, "", 2).is_empty());
     }
 
     #[test]

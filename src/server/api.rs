@@ -2,7 +2,8 @@
 //! the `Session` stream, on the same gRPC port as Envoy's service: a thin
 //! face over the [`Service`] (which decides; [`crate::service::session`]
 //! owns a session's life and its hold set), with `GetCapacity`,
-//! `ReleaseCapacity` and `Cost` (reservations on cost budgets) beside them. This file counts open sessions against
+//! `ReleaseCapacity`, `WatchCapacity` (nudges to the levels below) and
+//! `Cost` (reservations on cost budgets) beside them. This file counts open sessions against
 //! `--max-sessions` and reports them.
 
 use std::sync::Arc;
@@ -14,8 +15,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::v1::charon_server::Charon;
 use crate::api::v1::{
-    CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
-    ReleaseCapacityResponse, RequestAnswer, RequestOp, SessionRequest, SessionResponse,
+    CapacityNudge, CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse,
+    ReleaseCapacityRequest, ReleaseCapacityResponse, RequestAnswer, RequestOp, SessionRequest,
+    SessionResponse, WatchCapacityRequest,
 };
 
 use super::metrics::Metrics;
@@ -114,6 +116,39 @@ impl Charon for ApiService {
         let request = GetCapacity::try_from(request.into_inner())?;
         let leases = self.service.get_capacity(&request).await;
         Ok(Response::new(capacity_response(leases)))
+    }
+
+    type WatchCapacityStream = ReceiverStream<Result<CapacityNudge, Status>>;
+
+    async fn watch_capacity(
+        &self,
+        request: Request<WatchCapacityRequest>,
+    ) -> Result<Response<Self::WatchCapacityStream>, Status> {
+        let mut nudges = self.service.nudges.watch(&request.into_inner().client_id)?;
+        let (outbound, receiver) = mpsc::channel(1);
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = nudges.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                    // The watcher goes when its client does.
+                    () = outbound.closed() => return,
+                    _ = shutdown.changed() => return,
+                }
+                let sequence = *nudges.borrow_and_update();
+                // A nudge still unread says it all: this one may go.
+                if let Err(mpsc::error::TrySendError::Closed(_)) =
+                    outbound.try_send(Ok(CapacityNudge { sequence }))
+                {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(receiver)))
     }
 
     async fn release_capacity(

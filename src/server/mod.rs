@@ -365,9 +365,11 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
                 parent.url
             );
         }
+        let sidecar = crate::client::Sidecar::connect(&parent.url)
+            .map_err(|error| anyhow::anyhow!("--parent {}: {error}", parent.url))?;
+        let channel = sidecar.channel();
         let client = crate::client::Client::with_options(
-            crate::client::Sidecar::connect(&parent.url)
-                .map_err(|error| anyhow::anyhow!("--parent {}: {error}", parent.url))?,
+            sidecar,
             crate::client::ClientOptions {
                 call_timeout: Duration::from_secs(1),
                 ..Default::default()
@@ -378,6 +380,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         tokio::spawn(parent::follow(
             service.clone(),
             client,
+            channel,
             parent.level_id.clone(),
             shutdown_rx.clone(),
         ));

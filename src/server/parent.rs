@@ -6,7 +6,10 @@
 //! Rounds come at once when a key is first asked about or a lease given
 //! from a grant moves, then every refresh interval the parent answers
 //! (100 ms at the fastest), and every second while the parent does not
-//! answer (the grants stand until they expire).
+//! answer (the grants stand until they expire). Beside the rounds, a
+//! `WatchCapacity` stream carries the parent's nudges: a grant that must
+//! shrink is asked about at once, so a cut comes down without waiting for
+//! the round.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +17,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use tonic::transport::Channel;
+
 use crate::api::v1::capacity_answer::Result as Answered;
-use crate::api::v1::{CapacityWant, GetCapacityRequest};
+use crate::api::v1::charon_client::CharonClient;
+use crate::api::v1::{CapacityWant, GetCapacityRequest, WatchCapacityRequest};
 use crate::client::Client;
 use crate::service::Service;
 
@@ -26,13 +32,25 @@ const FASTEST: Duration = Duration::from_millis(100);
 /// with nothing to ask.
 const RETRY: Duration = Duration::from_secs(1);
 
-/// Follows the parent through `parent` as `level_id` until `shutdown`.
+/// How long a link waits before watching again a parent that does not
+/// know `WatchCapacity` (an older Charon): its cuts come with the rounds.
+const UNWATCHED: Duration = Duration::from_secs(60);
+
+/// Follows the parent through `parent` (and its nudges through `channel`,
+/// the same connection) as `level_id` until `shutdown`.
 pub async fn follow(
     service: Arc<Service>,
     parent: Client,
+    channel: Channel,
     level_id: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    tokio::spawn(watch_nudges(
+        service.clone(),
+        channel,
+        level_id.clone(),
+        shutdown.clone(),
+    ));
     let mut next = Instant::now();
     let mut soonest = next;
     loop {
@@ -105,12 +123,14 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
         match answer.result {
             Some(Answered::Lease(lease)) => {
                 next = next.min(Duration::from_millis(lease.refresh_interval_ms));
-                service.parent_granted(
+                if service.parent_granted(
                     want,
                     lease.capacity,
                     lease.expiry_ms,
                     lease.refresh_interval_ms,
-                );
+                ) {
+                    service.parent_cut(want).await;
+                }
             }
             Some(Answered::Error(error)) => {
                 tracing::warn!(message = %error.message, resource = %want.resource, "the parent refused a lease");
@@ -119,4 +139,44 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
         }
     }
     Round::Answered(next.max(FASTEST))
+}
+
+/// Keeps a `WatchCapacity` stream open to the parent as `level_id` until
+/// `shutdown`: each nudge makes the link ask at once. A broken stream is
+/// opened again after a second; the rounds go on meanwhile.
+async fn watch_nudges(
+    service: Arc<Service>,
+    channel: Channel,
+    level_id: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut parent = CharonClient::new(channel);
+    loop {
+        let watched = parent
+            .watch_capacity(WatchCapacityRequest {
+                client_id: level_id.clone(),
+            })
+            .await;
+        let wait = match watched {
+            Ok(nudges) => {
+                let mut nudges = nudges.into_inner();
+                loop {
+                    tokio::select! {
+                        nudge = nudges.message() => match nudge {
+                            Ok(Some(_)) => service.parent_nudged(),
+                            Ok(None) | Err(_) => break,
+                        },
+                        _ = shutdown.changed() => return,
+                    }
+                }
+                RETRY
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => UNWATCHED,
+            Err(_) => RETRY,
+        };
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
 }

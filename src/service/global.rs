@@ -238,6 +238,9 @@ impl Service {
                         if linked {
                             self.moved_below(&config, &lease);
                         }
+                        if lease.refresh_interval_ms < config.refresh_interval_ms {
+                            self.nudge_over_share(at, &config, &client).await;
+                        }
                         // Whole requests: a share never rounds up past the
                         // grant (a tiny epsilon forgives the sum's rounding).
                         let share = (lease.capacity + 1e-9).floor() as u64;

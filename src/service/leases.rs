@@ -56,6 +56,9 @@ impl Service {
                         if from_parent {
                             self.moved_below(&config, lease);
                         }
+                        if lease.refresh_interval_ms < config.refresh_interval_ms {
+                            self.nudge_over_share(at, &config, &request.client_id).await;
+                        }
                     }
                     lease.map_err(Error::from)
                 }

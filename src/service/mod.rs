@@ -6,7 +6,8 @@
 //! itself ([`ops`]), and what it refuses ([`error`]); rate requests and the
 //! lookup of a resource in the running configuration ([`core`]);
 //! reservations on budgets of a cost known after the response ([`cost`]); a
-//! session's hold set ([`session`]); capacity leases ([`leases`]); the
+//! session's hold set ([`session`]); capacity leases ([`leases`]), taken
+//! from a parent ([`parent`]) and pushed down as nudges ([`nudge`]); the
 //! stores `--store` selects ([`store`]); and, for an engine on configuration
 //! files, the configuration API ([`configuration`]). The faces in `server`
 //! and the embedded client parse their wire into these calls (`api`).
@@ -17,6 +18,7 @@ pub mod cost;
 pub mod error;
 pub mod global;
 pub mod leases;
+pub mod nudge;
 pub mod ops;
 pub mod parent;
 pub mod quota;
@@ -58,6 +60,8 @@ pub struct Service {
     pub waiting: waiting::WaitQueues,
     /// Capacities leased from a parent server.
     pub parent: parent::ParentShares,
+    /// The levels below this one that watch their leases.
+    pub nudges: nudge::Nudges,
     /// How this server leases its global limits' shares.
     pub global_timing: crate::config::global::GlobalTiming,
 }
@@ -79,6 +83,7 @@ impl Service {
             configuration: None,
             waiting: waiting::WaitQueues::default(),
             parent: parent::ParentShares::default(),
+            nudges: nudge::Nudges::default(),
             global_timing: Default::default(),
         }
     }

@@ -149,14 +149,14 @@ impl Service {
     /// The parent granted `want`'s key `capacity` until `expiry_ms`, to be
     /// renewed after `refresh_interval_ms`. The grant is moving when that
     /// is sooner than the longest interval the parent answered for the key:
-    /// its usual one.
+    /// its usual one. Whether the grant shrank.
     pub fn parent_granted(
         &self,
         want: &ParentWant,
         capacity: f64,
         expiry_ms: u64,
         refresh_interval_ms: u64,
-    ) {
+    ) -> bool {
         let key = (
             want.namespace.clone(),
             want.resource.clone(),
@@ -168,7 +168,7 @@ impl Service {
             *usual = (*usual).max(refresh_interval_ms);
             *usual
         };
-        lock(&self.parent.grants).insert(
+        let previous = lock(&self.parent.grants).insert(
             key,
             Grant {
                 capacity,
@@ -177,6 +177,29 @@ impl Service {
                 moving: refresh_interval_ms < usual,
             },
         );
+        previous.is_some_and(|previous| capacity < previous.capacity)
+    }
+
+    /// The parent cut `want`'s grant: the level's clients that now hold
+    /// more than their share of it are nudged to give it back at once,
+    /// rather than at their next refresh.
+    pub async fn parent_cut(&self, want: &ParentWant) {
+        let config = self.config();
+        let at = ResourceRef {
+            namespace: &want.namespace,
+            resource: &want.resource,
+            domain: &want.domain,
+        };
+        if let Ok((capacity, true)) = self.capacity_of(&config, at) {
+            let effective = self.parent.effective(at, capacity);
+            self.nudge_over_share(at, &effective, "").await;
+        }
+    }
+
+    /// The parent nudged this level (`WatchCapacity`): one of its grants
+    /// must shrink, so the link asks at once.
+    pub fn parent_nudged(&self) {
+        self.parent.ask_now.notify_one();
     }
 
     /// Until the link should ask at once: a key was asked about for the

@@ -4,6 +4,7 @@
 //! leaves get shares of the root's capacity that follow their demand; with
 //! the root stopped, the leaves' grants stand until they expire, then the
 //! region's safe capacity is all there is; the root back, shares return.
+//! A cut comes down as nudges (`WatchCapacity`), not at each level's round.
 
 use std::time::{Duration, Instant};
 
@@ -168,6 +169,104 @@ async fn three_levels_share_the_roots_capacity_and_ride_out_its_absence() {
     )
     .await;
     eprintln!("shares back after {took:?}");
+}
+
+/// Levels whose rounds are slow (every 10 s once settled): a cut that
+/// waited for them would take that long to come down.
+const SLOW_ROOT: &str = "
+domain: jobs
+resources:
+  backend:
+    capacity: {capacity: 100, lease: 60s, refresh_interval: 10s, learning: 0s}
+";
+
+const SLOW_BELOW: &str = "
+domain: jobs
+resources:
+  backend:
+    capacity: {capacity: 1000, from_parent: true, lease: 60s, refresh_interval: 10s, learning: 0s, safe_capacity: 0}
+";
+
+/// `client` of `server` asks for `wants` every 100 ms until it is granted
+/// `expected` (within 0.5), for at most `within`; the lease then.
+async fn lease_until(
+    server: &mut CharonClient<Channel>,
+    client: &str,
+    wants: f64,
+    expected: f64,
+    within: Duration,
+) -> charon::api::v1::CapacityLease {
+    let began = Instant::now();
+    loop {
+        let lease = lease_of(server, client, wants).await;
+        if (lease.capacity - expected).abs() < 0.5 {
+            return lease;
+        }
+        assert!(
+            began.elapsed() < within,
+            "{client}: granted {} after {within:?}, not {expected}",
+            lease.capacity
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_is_pushed_down_the_levels_without_waiting_for_their_rounds() {
+    let dir = tempdir();
+    let root = start(dir.path(), "root", SLOW_ROOT, &[]);
+    root.wait_serving().await;
+    let level = |name: &str| {
+        start(
+            dir.path(),
+            name,
+            SLOW_BELOW,
+            &["--parent", &root.grpc_url(), "--level-id", name],
+        )
+    };
+    let (level_a, level_b) = (level("level-a"), level("level-b"));
+    level_a.wait_serving().await;
+    level_b.wait_serving().await;
+    let mut a = level_a.client().await;
+    let mut b = level_b.client().await;
+
+    // worker-a alone: all 100, through level-a. Then both settle, so that
+    // neither level-a nor worker-a would ask again for 10 s.
+    lease_until(&mut a, "worker-a", 100.0, 100.0, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let settled = lease_until(&mut a, "worker-a", 100.0, 100.0, Duration::from_secs(1)).await;
+    assert_eq!(settled.refresh_interval_ms, 10_000, "{settled:?}");
+    let mut nudges = a
+        .watch_capacity(charon::api::v1::WatchCapacityRequest {
+            client_id: "worker-a".into(),
+        })
+        .await
+        .expect("level-a takes watchers")
+        .into_inner();
+
+    // worker-b wants 100 through level-b: the root nudges level-a, whose
+    // grant shrinks to 50, and level-a nudges worker-a, which holds 100 of
+    // it: within seconds, not the 10 s of anyone's next round.
+    let asked = Instant::now();
+    lease_of(&mut b, "worker-b", 100.0).await;
+    let nudge = tokio::time::timeout(Duration::from_secs(5), nudges.message())
+        .await
+        .expect("worker-a is nudged within 5 s")
+        .expect("the stream stays open")
+        .expect("a nudge, not the stream's end");
+    eprintln!("worker-a nudged after {:?} ({nudge:?})", asked.elapsed());
+    // worker-a gives back: its share is 50 now, and worker-b gets it.
+    lease_until(&mut a, "worker-a", 100.0, 50.0, Duration::from_secs(1)).await;
+    lease_until(&mut b, "worker-b", 100.0, 50.0, Duration::from_secs(8)).await;
+    eprintln!("even shares {:?} after worker-b asked", asked.elapsed());
+    // An empty client id is refused.
+    let refused = a
+        .watch_capacity(charon::api::v1::WatchCapacityRequest {
+            client_id: String::new(),
+        })
+        .await
+        .expect_err("an empty client id is refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
 }
 
 #[tokio::test]

@@ -59,6 +59,27 @@ impl MemoryLeases {
         Ok(capacity::request_want(config, state, client, want, now)?)
     }
 
+    /// The clients other than `except` holding more of `at` than their
+    /// share under `config` ([`capacity::over_share`]).
+    pub(super) fn over_share(
+        &self,
+        at: ResourceRef<'_>,
+        config: &CapacityConfig,
+        except: &str,
+    ) -> Vec<String> {
+        let now = self.clock.now_ms();
+        let states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        states.get(&Self::key(at)).map_or_else(Vec::new, |state| {
+            capacity::over_share(config, state, except, now)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+
     /// What the live leases of `at` want and hold, in all.
     pub(super) fn usage(&self, at: ResourceRef<'_>) -> Usage {
         let now = self.clock.now_ms();

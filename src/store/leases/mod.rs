@@ -75,6 +75,21 @@ impl LeaseStore {
         }
     }
 
+    /// The clients other than `except` that hold more of `at` than their
+    /// share under `config` ([`capacity::over_share`]): those a server
+    /// nudges (docs/design.md#a-hierarchy-of-servers).
+    pub async fn over_share(
+        &self,
+        at: ResourceRef<'_>,
+        config: &CapacityConfig,
+        except: &str,
+    ) -> Result<Vec<String>, LeaseError> {
+        match self {
+            LeaseStore::Memory(store) => Ok(store.over_share(at, config, except)),
+            LeaseStore::Redis(store) => store.over_share(at, config, except).await,
+        }
+    }
+
     /// Gives `client`'s lease back; whether it had one.
     pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
         match self {

@@ -80,6 +80,23 @@ impl RedisLeases {
         Ok(released)
     }
 
+    /// The clients other than `except` holding more of `at` than their
+    /// share under `config` ([`capacity::over_share`]): one read.
+    pub async fn over_share(
+        &self,
+        at: ResourceRef<'_>,
+        config: &CapacityConfig,
+        except: &str,
+    ) -> Result<Vec<String>, LeaseError> {
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or_else(Vec::new, |state| {
+            capacity::over_share(config, &state, except, now)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        }))
+    }
+
     /// What the live leases of `at` want and hold, in all: one read,
     /// nothing written.
     pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
