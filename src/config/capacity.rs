@@ -60,6 +60,12 @@ pub struct CapacityConfig {
     /// clients get what they say they have (learning mode,
     /// docs/design.md#capacity-leases).
     pub learning_ms: u64,
+    /// Whether shares are whole units: a global limit's shares are whole
+    /// requests, so its capacity is apportioned in whole units (what a
+    /// client wants rounded up, the shares by largest remainder) rather
+    /// than rounded down by each server, which would leave up to a unit
+    /// per server unused (docs/design.md#global-limits).
+    pub whole_units: bool,
 }
 
 impl CapacityConfig {

@@ -58,6 +58,7 @@
 //!     refresh_interval_ms: 15_000,
 //!     safe_capacity: None,
 //!     learning_ms: 0,
+//!     whole_units: false,
 //! };
 //! let mut state = LeaseState::new(0);
 //! let a = capacity::request(&config, &mut state, "a", 100.0, 0.0, 0)?;
@@ -177,12 +178,28 @@ pub fn request_want(
     now_ms: u64,
 ) -> Result<Lease, CapacityError> {
     config.validate()?;
-    let wants = amount("wants", want.wants)?;
-    let has = amount("has", want.has)?;
-    let held_below = want
+    let mut wants = amount("wants", want.wants)?;
+    let mut has = amount("has", want.has)?;
+    let mut held_below = want
         .held_below
         .map(|held| amount("held_below", held))
         .transpose()?;
+    let whole;
+    let config = if config.whole_units {
+        // Whole units: what is wanted or still held below rounds up, what
+        // a client says it has and the capacity down (a tiny epsilon
+        // forgives floating-point sums).
+        wants = (wants - UNIT_EPSILON).ceil().max(0.0);
+        has = (has + UNIT_EPSILON).floor();
+        held_below = held_below.map(|held| (held - UNIT_EPSILON).ceil().max(0.0));
+        whole = CapacityConfig {
+            capacity: (config.capacity + UNIT_EPSILON).floor(),
+            ..*config
+        };
+        &whole
+    } else {
+        config
+    };
     expire(state, now_ms);
     let (previous, wanted) = state
         .clients
@@ -287,7 +304,7 @@ pub fn over_share<'a>(
         .map(|(id, lease)| (id.as_str(), lease))
         .collect();
     let wants: Vec<f64> = live.iter().map(|(_, lease)| lease.wants).collect();
-    let shares = apportion(config.algorithm, config.capacity, &wants);
+    let shares = targets(config, &wants);
     live.into_iter()
         .zip(shares)
         .filter(|&((id, lease), share)| {
@@ -404,13 +421,54 @@ pub fn shares(
 /// `client`'s target among the live clients (already validated).
 fn share_of(config: &CapacityConfig, state: &LeaseState, client: &str) -> f64 {
     let wants: Vec<f64> = state.clients.values().map(|lease| lease.wants).collect();
-    let shares = apportion(config.algorithm, config.capacity, &wants);
+    let shares = targets(config, &wants);
     state
         .clients
         .keys()
         .position(|id| id == client)
         .and_then(|index| shares.get(index).copied())
         .unwrap_or(0.0)
+}
+
+/// What [`CapacityConfig::whole_units`] forgives of a floating-point sum.
+const UNIT_EPSILON: f64 = 1e-9;
+
+/// `config`'s target allocation among clients wanting `wants` (already
+/// validated), in whole units if it says so.
+fn targets(config: &CapacityConfig, wants: &[f64]) -> Vec<f64> {
+    let shares = apportion(config.algorithm, config.capacity, wants);
+    if config.whole_units {
+        in_whole_units(shares, wants)
+    } else {
+        shares
+    }
+}
+
+/// `shares` of whole `wants` rounded to whole units, keeping their sum:
+/// each rounded down, then the units that leaves go one each to the
+/// largest remainders (the first client on a tie). A share below its want
+/// rounds up to at most that want; the sum is the shares' own, rounded
+/// to a unit.
+fn in_whole_units(shares: Vec<f64>, wants: &[f64]) -> Vec<f64> {
+    let total = shares.iter().sum::<f64>();
+    let mut whole: Vec<f64> = shares
+        .iter()
+        .map(|share| (share + UNIT_EPSILON).floor())
+        .collect();
+    let mut left = ((total + UNIT_EPSILON).floor() - whole.iter().sum::<f64>()).max(0.0);
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| (shares[b] - whole[b]).total_cmp(&(shares[a] - whole[a])));
+    for index in order {
+        if left < 1.0 {
+            break;
+        }
+        let want = wants.get(index).copied().unwrap_or(0.0);
+        if whole[index] + 1.0 <= want + UNIT_EPSILON && shares[index] > whole[index] {
+            whole[index] += 1.0;
+            left -= 1.0;
+        }
+    }
+    whole
 }
 
 fn apportion(algorithm: Algorithm, capacity: f64, wants: &[f64]) -> Vec<f64> {
@@ -488,6 +546,7 @@ mod tests {
             refresh_interval_ms: 2_500,
             safe_capacity: None,
             learning_ms: 0,
+            whole_units: false,
         }
     }
 
@@ -695,6 +754,29 @@ mod tests {
         request(&none, &mut state, "a", 80.0, 0.0, 0).ok();
         request(&none, &mut state, "b", 80.0, 0.0, 1).ok();
         assert!(over_share(&none, &state, "", 2).is_empty());
+    }
+
+    #[test]
+    fn whole_units_leave_nothing_to_rounding() {
+        // A global limit of 300 a second among three servers that want
+        // 157.5, 157.5 and 34.6: rounded down by each server, 132.43 and
+        // 34.6 would admit 132 + 132 + 34 = 298.
+        let config = CapacityConfig {
+            whole_units: true,
+            ..config(300.0, Algorithm::FairShare)
+        };
+        let mut state = LeaseState::new(0);
+        let mut grant = |client: &str, wants: f64, now: u64| {
+            request(&config, &mut state, client, wants, 0.0, now).map(|lease| lease.capacity)
+        };
+        assert_eq!(grant("a", 157.5, 0), Ok(158.0));
+        assert_eq!(grant("b", 157.5, 1), Ok(142.0));
+        assert_eq!(grant("c", 34.6, 2), Ok(0.0));
+        // Shares 132.5, 132.5 and 35: the unit left over goes to the first.
+        assert_eq!(grant("a", 157.5, 3), Ok(133.0));
+        assert_eq!(grant("b", 157.5, 4), Ok(132.0));
+        assert_eq!(grant("c", 34.6, 5), Ok(35.0));
+        assert_eq!(live_sum(&state, 6), 300.0);
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub fn global_capacity(limit: &FixedLimit, timing: GlobalTiming) -> CapacityConf
         refresh_interval_ms: timing.refresh_ms(),
         safe_capacity: Some(UNLIMITED_SAFE_CAPACITY),
         learning_ms: 0,
+        whole_units: true,
     }
 }
 

@@ -237,6 +237,7 @@ mod tests {
             refresh_interval_ms: 2_000,
             safe_capacity: safe,
             learning_ms: 0,
+            whole_units: false,
         }
     }
 

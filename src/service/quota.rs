@@ -148,6 +148,7 @@ impl Service {
             refresh_interval_ms: REFRESH.as_millis() as u64,
             safe_capacity: None,
             learning_ms: 0,
+            whole_units: false,
         };
         let wants = match demand {
             Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {

@@ -20,6 +20,7 @@ fn config(capacity: f64, algorithm: Algorithm) -> CapacityConfig {
         refresh_interval_ms: REFRESH_MS,
         safe_capacity: None,
         learning_ms: 0,
+        whole_units: false,
     }
 }
 
@@ -292,6 +293,50 @@ proptest! {
             if !algorithm.overcommits() {
                 prop_assert!(live <= capacity + eps(capacity), "live {live} > capacity {capacity}");
             }
+        }
+    }
+
+    #[test]
+    fn whole_unit_shares_are_whole_and_lose_nothing_to_rounding(
+        capacity in 0..1_000u32,
+        algorithm in arb_sharing(),
+        wants in prop::collection::vec(arb_amount(), 1..CLIENTS),
+        ops in prop::collection::vec(arb_op(), 0..40),
+    ) {
+        let config = CapacityConfig {
+            whole_units: true,
+            ..config(f64::from(capacity) + 0.5, algorithm)
+        };
+        let capacity = f64::from(capacity);
+        let mut state = LeaseState::new(0);
+        let mut now = 0;
+        for op in ops {
+            match op {
+                Op::Request { client, wants, claims } => {
+                    let granted = request(&config, &mut state, &name(client), wants, claims, now)
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?
+                        .capacity;
+                    prop_assert_eq!(granted, granted.floor());
+                    prop_assert!(granted <= wants.ceil(), "granted {granted} > wants {wants}");
+                }
+                Op::Release { client } => {
+                    release(&mut state, &name(client));
+                }
+                Op::Advance { ms } => now += ms,
+            }
+            prop_assert!(live_sum(&state, now) <= capacity);
+        }
+        // Everyone renews twice with steady wants: under fair share the
+        // whole capacity (or all that is wanted) is granted, in whole units.
+        now += LEASE_MS;
+        let order: Vec<usize> = (0..wants.len()).collect();
+        round(&config, &mut state, &wants, &order, now);
+        round(&config, &mut state, &wants, &order, now + 1);
+        let sum = live_sum(&state, now + 1);
+        prop_assert!(sum <= capacity);
+        if algorithm == Algorithm::FairShare {
+            let wanted: f64 = wants.iter().map(|want| want.ceil()).sum();
+            prop_assert_eq!(sum, capacity.min(wanted));
         }
     }
 

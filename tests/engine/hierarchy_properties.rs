@@ -53,6 +53,7 @@ fn config(capacity: f64, algorithm: Algorithm, refresh_interval_ms: u64) -> Capa
         refresh_interval_ms,
         safe_capacity: None,
         learning_ms: 0,
+        whole_units: false,
     }
 }
 

@@ -77,6 +77,7 @@ impl Ctx {
             refresh_interval_ms,
             safe_capacity,
             learning_ms,
+            whole_units: false,
         };
         let at = raw.capacity.referenced;
         if let Err(error) = default.validate() {

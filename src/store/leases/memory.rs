@@ -161,6 +161,7 @@ mod tests {
             refresh_interval_ms: 1_000,
             safe_capacity: None,
             learning_ms: 0,
+            whole_units: false,
         };
         let want = |wants| Want {
             wants,
