@@ -213,7 +213,10 @@ async fn pipe(
 /// What one leaf's load recorded.
 #[derive(Default)]
 struct Record {
-    /// Global requests admitted, by the second they were answered in.
+    /// Global requests admitted, by the second they were decided in (the
+    /// middle of the call: the leaves' windows are seconds of the same
+    /// clock, and a request decided at a window's end may be answered in
+    /// the next second).
     admitted: BTreeMap<u64, u64>,
     /// Global requests sent, by second.
     sent: BTreeMap<u64, u64>,
@@ -224,6 +227,13 @@ struct Record {
 
 fn epoch_second() -> u64 {
     SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_secs())
+}
+
+/// The second of the middle of a call that took `took` and just ended.
+fn decided_second(took: Duration) -> u64 {
+    (SystemTime::now() - took / 2)
         .duration_since(UNIX_EPOCH)
         .map_or(0, |now| now.as_secs())
 }
@@ -275,8 +285,10 @@ fn poisson(
             tokio::spawn(async move {
                 let sent = Instant::now();
                 let answer = client.should_rate_limit(request(route)).await;
-                let micros = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX);
+                let took = sent.elapsed();
+                let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
                 let second = epoch_second();
+                let decided = decided_second(took);
                 let admitted =
                     answer.is_ok_and(|answer| answer.into_inner().overall_code == Code::Ok as i32);
                 let mut record = record
@@ -288,7 +300,7 @@ fn poisson(
                     *record.sent.entry(second).or_default() += 1;
                     record.global_us.push((second, micros));
                     if admitted {
-                        *record.admitted.entry(second).or_default() += 1;
+                        *record.admitted.entry(decided).or_default() += 1;
                     }
                 }
             });
