@@ -174,9 +174,10 @@ impl Sidecar {
         })
     }
 
-    /// The connection's channel, for calls beside the session (a server's
-    /// link to its parent watches it for nudges).
-    pub(crate) fn channel(&self) -> Channel {
+    /// The connection's gRPC channel, for calls beside the session (say,
+    /// `WatchCapacity` with the generated `CharonClient`, as a server's
+    /// link to its parent does).
+    pub fn channel(&self) -> Channel {
         self.channel.clone()
     }
 
