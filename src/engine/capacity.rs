@@ -279,14 +279,16 @@ fn moving_bound(config: &CapacityConfig, size: f64) -> f64 {
     (MOVING * config.capacity).max(MOVING_OWN * size)
 }
 
-/// The clients other than `except` whose live lease at `now_ms` holds more
-/// than their share (never more than they want) by more than a moving
-/// bound: shares that must shrink before another grows. A server pushes
-/// them a nudge to renew now rather than at their next refresh
+/// The clients other than `except` that should renew now rather than at
+/// their next refresh: those whose live lease at `now_ms` holds more than
+/// their share (never more than they want) by more than a moving bound
+/// (their share must shrink before another's grows), and those waiting
+/// for that much more of their share while it is free (it was given
+/// back). A server pushes them a nudge
 /// (docs/design.md#a-hierarchy-of-servers). None under an algorithm that
 /// overcommits (nobody waits) or in the learning period (the shares are
 /// what clients say they have).
-pub fn over_share<'a>(
+pub fn to_nudge<'a>(
     config: &CapacityConfig,
     state: &'a LeaseState,
     except: &str,
@@ -305,10 +307,14 @@ pub fn over_share<'a>(
         .collect();
     let wants: Vec<f64> = live.iter().map(|(_, lease)| lease.wants).collect();
     let shares = targets(config, &wants);
+    let free = config.capacity - live.iter().map(|(_, lease)| lease.has).sum::<f64>();
     live.into_iter()
         .zip(shares)
         .filter(|&((id, lease), share)| {
-            id != except && lease.has - share.min(lease.wants) > moving_bound(config, lease.has)
+            let target = share.min(lease.wants);
+            let over = lease.has - target > moving_bound(config, lease.has);
+            let waiting = (target - lease.has).min(free) > moving_bound(config, target);
+            id != except && (over || waiting)
         })
         .map(|((id, _), _)| id)
         .collect()
@@ -726,7 +732,7 @@ mod tests {
     }
 
     #[test]
-    fn the_clients_to_nudge_are_those_holding_past_their_share() {
+    fn the_clients_to_nudge_hold_past_their_share_or_wait_for_a_free_one() {
         let config = config(90.0, Algorithm::FairShare);
         let mut state = LeaseState::new(0);
         let grant = |state: &mut LeaseState, client: &str, wants: f64, now: u64| {
@@ -734,17 +740,20 @@ mod tests {
         };
         assert_eq!(grant(&mut state, "a", 60.0, 0), Ok(60.0));
         assert_eq!(grant(&mut state, "b", 30.0, 1), Ok(30.0));
-        assert!(over_share(&config, &state, "", 2).is_empty());
+        assert!(to_nudge(&config, &state, "", 2).is_empty());
         // c wants 30: each share is 30 now, a holds 60 and must give back.
         assert_eq!(grant(&mut state, "c", 30.0, 2), Ok(0.0));
-        assert_eq!(over_share(&config, &state, "c", 3), vec!["a"]);
+        assert_eq!(to_nudge(&config, &state, "c", 3), vec!["a"]);
         // Its requester is not nudged (it has its answer), nor a client
         // within a moving bound of its share, nor an expired one.
-        assert!(over_share(&config, &state, "a", 3).is_empty());
+        assert!(to_nudge(&config, &state, "a", 3).is_empty());
         assert_eq!(grant(&mut state, "a", 60.0, 4), Ok(30.0));
+        // a gave back: c waits for 30 that are free now.
+        assert_eq!(to_nudge(&config, &state, "a", 5), vec!["c"]);
+        assert_eq!(grant(&mut state, "c", 30.0, 5), Ok(30.0));
         assert_eq!(grant(&mut state, "b", 31.0, 5), Ok(30.0));
-        assert!(over_share(&config, &state, "c", 6).is_empty());
-        assert!(over_share(&config, &state, "", config.lease_ms + 10).is_empty());
+        assert!(to_nudge(&config, &state, "c", 6).is_empty());
+        assert!(to_nudge(&config, &state, "", config.lease_ms + 10).is_empty());
         // Nobody waits under an algorithm that overcommits.
         let none = CapacityConfig {
             algorithm: Algorithm::None,
@@ -753,7 +762,7 @@ mod tests {
         let mut state = LeaseState::new(0);
         request(&none, &mut state, "a", 80.0, 0.0, 0).ok();
         request(&none, &mut state, "b", 80.0, 0.0, 1).ok();
-        assert!(over_share(&none, &state, "", 2).is_empty());
+        assert!(to_nudge(&none, &state, "", 2).is_empty());
     }
 
     #[test]

@@ -129,7 +129,7 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
                     lease.expiry_ms,
                     lease.refresh_interval_ms,
                 ) {
-                    service.parent_cut(want).await;
+                    service.parent_moved(want).await;
                 }
             }
             Some(Answered::Error(error)) => {

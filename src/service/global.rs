@@ -240,7 +240,7 @@ impl Service {
                             self.moved_below(&config, &lease);
                         }
                         if lease.refresh_interval_ms < config.refresh_interval_ms {
-                            self.nudge_over_share(at, &config, &client).await;
+                            self.nudge_others(at, &config, &client).await;
                         }
                         // Whole requests: a share never rounds up past the
                         // grant (a tiny epsilon forgives the sum's rounding).

@@ -57,7 +57,7 @@ impl Service {
                             self.moved_below(&config, lease);
                         }
                         if lease.refresh_interval_ms < config.refresh_interval_ms {
-                            self.nudge_over_share(at, &config, &request.client_id).await;
+                            self.nudge_others(at, &config, &request.client_id).await;
                         }
                     }
                     lease.map_err(Error::from)

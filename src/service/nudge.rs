@@ -1,9 +1,10 @@
 //! Nudges (docs/design.md#a-hierarchy-of-servers): the clients of this
 //! server's leases that watch it (`WatchCapacity`, the levels of a
 //! hierarchy below this one), by client id, and the push that tells one to
-//! renew now because its lease must shrink before another client's can
-//! grow. Without it a cut waits for each level's next refresh on its way
-//! down; with it, a cut reaches the leaves in one round per level.
+//! renew now: its lease must shrink before another client's can grow, or
+//! the share it waits for was given back. Without it a cut waits for each
+//! level's next refresh on its way down; with it, a cut reaches the leaves
+//! in one round per level.
 //!
 //! A nudge says nothing but "ask again": the client's next `GetCapacity`
 //! gets the answer, so a nudge that is lost (a client watching another
@@ -80,9 +81,10 @@ impl Nudges {
 
 impl Service {
     /// After a lease of `at` moved under `config`: nudges the clients
-    /// other than `except` that now hold more than their share. A store
-    /// that cannot say nudges nobody (they renew at their refresh).
-    pub(super) async fn nudge_over_share(
+    /// other than `except` that now hold more than their share, or wait
+    /// for a share that is free ([`crate::engine::capacity::to_nudge`]). A store that
+    /// cannot say nudges nobody (they renew at their refresh).
+    pub(super) async fn nudge_others(
         &self,
         at: ResourceRef<'_>,
         config: &CapacityConfig,
@@ -91,12 +93,12 @@ impl Service {
         if !self.nudges.any() {
             return;
         }
-        let Ok(over) = self.leases.over_share(at, config, except).await else {
+        let Ok(clients) = self.leases.to_nudge(at, config, except).await else {
             return;
         };
-        for client in over {
+        for client in clients {
             if self.nudges.nudge(&client) {
-                tracing::debug!(%client, resource = %at.resource, "nudged to give back");
+                tracing::debug!(%client, resource = %at.resource, "nudged");
             }
         }
     }

@@ -149,7 +149,7 @@ impl Service {
     /// The parent granted `want`'s key `capacity` until `expiry_ms`, to be
     /// renewed after `refresh_interval_ms`. The grant is moving when that
     /// is sooner than the longest interval the parent answered for the key:
-    /// its usual one. Whether the grant shrank.
+    /// its usual one. Whether the grant changed.
     pub fn parent_granted(
         &self,
         want: &ParentWant,
@@ -177,13 +177,13 @@ impl Service {
                 moving: refresh_interval_ms < usual,
             },
         );
-        previous.is_some_and(|previous| capacity < previous.capacity)
+        previous.is_none_or(|previous| capacity != previous.capacity)
     }
 
-    /// The parent cut `want`'s grant: the level's clients that now hold
-    /// more than their share of it are nudged to give it back at once,
-    /// rather than at their next refresh.
-    pub async fn parent_cut(&self, want: &ParentWant) {
+    /// The parent changed `want`'s grant: the level's clients that now
+    /// hold more than their share of it are nudged to give it back at
+    /// once, and those waiting for a share that is free now to take it.
+    pub async fn parent_moved(&self, want: &ParentWant) {
         let config = self.config();
         let at = ResourceRef {
             namespace: &want.namespace,
@@ -192,7 +192,7 @@ impl Service {
         };
         if let Ok((capacity, true)) = self.capacity_of(&config, at) {
             let effective = self.parent.effective(at, capacity);
-            self.nudge_over_share(at, &effective, "").await;
+            self.nudge_others(at, &effective, "").await;
         }
     }
 

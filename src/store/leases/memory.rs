@@ -60,8 +60,8 @@ impl MemoryLeases {
     }
 
     /// The clients other than `except` holding more of `at` than their
-    /// share under `config` ([`capacity::over_share`]).
-    pub(super) fn over_share(
+    /// share under `config` ([`capacity::to_nudge`]).
+    pub(super) fn to_nudge(
         &self,
         at: ResourceRef<'_>,
         config: &CapacityConfig,
@@ -73,7 +73,7 @@ impl MemoryLeases {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         states.get(&Self::key(at)).map_or_else(Vec::new, |state| {
-            capacity::over_share(config, state, except, now)
+            capacity::to_nudge(config, state, except, now)
                 .into_iter()
                 .map(str::to_owned)
                 .collect()

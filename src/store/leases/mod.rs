@@ -76,17 +76,17 @@ impl LeaseStore {
     }
 
     /// The clients other than `except` that hold more of `at` than their
-    /// share under `config` ([`capacity::over_share`]): those a server
+    /// share under `config` ([`capacity::to_nudge`]): those a server
     /// nudges (docs/design.md#a-hierarchy-of-servers).
-    pub async fn over_share(
+    pub async fn to_nudge(
         &self,
         at: ResourceRef<'_>,
         config: &CapacityConfig,
         except: &str,
     ) -> Result<Vec<String>, LeaseError> {
         match self {
-            LeaseStore::Memory(store) => Ok(store.over_share(at, config, except)),
-            LeaseStore::Redis(store) => store.over_share(at, config, except).await,
+            LeaseStore::Memory(store) => Ok(store.to_nudge(at, config, except)),
+            LeaseStore::Redis(store) => store.to_nudge(at, config, except).await,
         }
     }
 

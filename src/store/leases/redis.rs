@@ -81,8 +81,8 @@ impl RedisLeases {
     }
 
     /// The clients other than `except` holding more of `at` than their
-    /// share under `config` ([`capacity::over_share`]): one read.
-    pub async fn over_share(
+    /// share under `config` ([`capacity::to_nudge`]): one read.
+    pub async fn to_nudge(
         &self,
         at: ResourceRef<'_>,
         config: &CapacityConfig,
@@ -90,7 +90,7 @@ impl RedisLeases {
     ) -> Result<Vec<String>, LeaseError> {
         let (_, state, now) = self.load(&self.key(at)).await?;
         Ok(state.map_or_else(Vec::new, |state| {
-            capacity::over_share(config, &state, except, now)
+            capacity::to_nudge(config, &state, except, now)
                 .into_iter()
                 .map(str::to_owned)
                 .collect()
