@@ -236,12 +236,8 @@ impl Service {
                 };
                 match self.leases.get(at, &config, &client, want).await {
                     Ok(lease) => {
-                        if linked {
-                            self.moved_below(&config, &lease);
-                        }
-                        if lease.refresh_interval_ms < config.refresh_interval_ms {
-                            self.nudge_others(at, &config, &client).await;
-                        }
+                        self.lease_answered(at, &config, &client, &lease, linked)
+                            .await;
                         // Whole requests: a share never rounds up past the
                         // grant (a tiny epsilon forgives the sum's rounding).
                         let share = (lease.capacity + 1e-9).floor() as u64;

@@ -53,12 +53,8 @@ impl Service {
                             refresh_ms = lease.refresh_interval_ms,
                             "lease given"
                         );
-                        if from_parent {
-                            self.moved_below(&config, lease);
-                        }
-                        if lease.refresh_interval_ms < config.refresh_interval_ms {
-                            self.nudge_others(at, &config, &request.client_id).await;
-                        }
+                        self.lease_answered(at, &config, &request.client_id, lease, from_parent)
+                            .await;
                     }
                     lease.map_err(Error::from)
                 }

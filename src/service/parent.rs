@@ -208,14 +208,27 @@ impl Service {
         self.parent.ask_now.notified().await;
     }
 
-    /// `lease`, given under `config` from the parent's grant, was answered
-    /// moving (sooner than `config`'s interval: what its client wants or
-    /// holds changed): the link carries the change up at once rather than
-    /// at its next round (docs/design.md#a-hierarchy-of-servers).
-    pub(super) fn moved_below(&self, config: &CapacityConfig, lease: &Lease) {
-        if lease.refresh_interval_ms < config.refresh_interval_ms {
+    /// `client`'s `lease` of `at` was answered under `config`. If it moved
+    /// (answered sooner than `config`'s interval: what its client wants or
+    /// holds changed), a lease given `from_parent`'s grant makes the link
+    /// carry the change up at once rather than at its next round, and the
+    /// other clients it affects are nudged
+    /// (docs/design.md#a-hierarchy-of-servers).
+    pub(super) async fn lease_answered(
+        &self,
+        at: ResourceRef<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        lease: &Lease,
+        from_parent: bool,
+    ) {
+        if lease.refresh_interval_ms >= config.refresh_interval_ms {
+            return;
+        }
+        if from_parent {
             self.parent.ask_now.notify_one();
         }
+        self.nudge_others(at, config, client).await;
     }
 
     /// The link ended a round, answered or not.
