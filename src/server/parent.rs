@@ -4,9 +4,9 @@
 //! the level's clients want of every `from_parent` key, and records the
 //! grants; the service apportions them ([`crate::service::parent`]).
 //! Rounds come at once when a key is first asked about or a lease given
-//! from a grant moves, then every refresh interval the parent answers
-//! (100 ms at the fastest), and every second while the parent does not
-//! answer (the grants stand until they expire). Beside the rounds, a
+//! from a grant moves (20 ms after the previous one at the soonest), then
+//! every refresh interval the parent answers (100 ms at the fastest), and
+//! every second while the parent does not answer (the grants stand until they expire). Beside the rounds, a
 //! `WatchCapacity` stream carries the parent's nudges: a grant that must
 //! shrink is asked about at once, so a cut comes down without waiting for
 //! the round.
@@ -25,8 +25,15 @@ use crate::api::v1::{CapacityWant, GetCapacityRequest, WatchCapacityRequest};
 use crate::client::Client;
 use crate::service::Service;
 
-/// The fastest a link asks again, whatever the parent says.
+/// The fastest a link asks again at its own pace, whatever the parent
+/// says.
 const FASTEST: Duration = Duration::from_millis(100);
+
+/// The fastest a link asks again when something changed (a lease it gave
+/// moved, a nudge): a share given back below must reach the parent before
+/// the level's next round leaves, or it waits a round trip more
+/// (docs/design.md#a-hierarchy-of-servers).
+const FASTEST_CHANGE: Duration = Duration::from_millis(20);
 
 /// How long a link waits after a round the parent did not answer, or one
 /// with nothing to ask.
@@ -57,7 +64,7 @@ pub async fn follow(
         tokio::select! {
             () = tokio::time::sleep_until(next) => {}
             () = service.parent_ask_now() => {
-                // At once, but never sooner than the fastest rounds, nor
+                // At once, but never sooner than `FASTEST_CHANGE`, nor
                 // while an unanswered parent is left alone.
                 tokio::select! {
                     () = tokio::time::sleep_until(soonest) => {}
@@ -68,7 +75,7 @@ pub async fn follow(
         }
         let began = Instant::now();
         let (wait, floor) = match round(&service, &parent, &level_id).await {
-            Round::Answered(wait) => (wait, FASTEST),
+            Round::Answered(wait) => (wait, FASTEST_CHANGE),
             Round::Unanswered => (RETRY, RETRY),
             Round::Empty => (RETRY, Duration::ZERO),
         };

@@ -45,12 +45,17 @@ const PEAK_KEPT_MS: f64 = 500.0;
 /// come every refresh interval, and sooner while shares move)...
 const DEMAND_SPAN_MS: u64 = 2_000;
 
-/// ...unless the rate over the last `RISE_SPAN_MS` or more is higher than
-/// Poisson noise around the longer rate would make it (`RISE_SIGMAS`
-/// standard deviations): then a rise counts within a renewal or two, not
-/// as it fills the longer span.
+/// ...unless the rate over a recent span is higher than Poisson noise
+/// around the longer rate would make it: then a rise counts within a
+/// renewal or two, not as it fills the longer span. Over the last
+/// `RISE_SPAN_MS` or more, by `RISE_SIGMAS` standard deviations; over the
+/// last `SUDDEN_SPAN_MS` or more, by `SUDDEN_SIGMAS`, so that a steep rise
+/// (ten times the demand) counts at the first renewal after it, while noise
+/// that far off the rate is rarer than once in millions of renewals.
 const RISE_SPAN_MS: u64 = 500;
 const RISE_SIGMAS: f64 = 3.0;
+const SUDDEN_SPAN_MS: u64 = 100;
+const SUDDEN_SIGMAS: f64 = 6.0;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
@@ -113,21 +118,22 @@ impl Renewed {
             span -= oldest;
             self.intervals.pop_front();
         }
-        let rate = self.intervals.iter().map(|&(hits, _)| hits).sum::<f64>() / span as f64;
-        let (mut recent, mut recent_ms) = (0.0, 0);
-        for &(hits, ms) in self.intervals.iter().rev() {
-            if recent_ms >= RISE_SPAN_MS {
-                break;
+        let longer = self.intervals.iter().map(|&(hits, _)| hits).sum::<f64>() / span as f64;
+        let mut rate = longer;
+        for (least_ms, sigmas) in [(SUDDEN_SPAN_MS, SUDDEN_SIGMAS), (RISE_SPAN_MS, RISE_SIGMAS)] {
+            let (mut recent, mut recent_ms) = (0.0, 0);
+            for &(hits, ms) in self.intervals.iter().rev() {
+                if recent_ms >= least_ms {
+                    break;
+                }
+                recent += hits;
+                recent_ms += ms;
             }
-            recent += hits;
-            recent_ms += ms;
+            let expected = longer * recent_ms as f64;
+            if recent > expected + sigmas * expected.sqrt() + 1.0 {
+                rate = rate.max(recent / recent_ms as f64);
+            }
         }
-        let expected = rate * recent_ms as f64;
-        let rate = if recent > expected + RISE_SIGMAS * expected.sqrt() + 1.0 {
-            recent / recent_ms as f64
-        } else {
-            rate
-        };
         let kept = PEAK_KEPT.powf(elapsed as f64 / PEAK_KEPT_MS);
         self.peak = rate.max(self.peak * kept);
         self.peak * period_ms as f64 * HEADROOM
@@ -292,15 +298,26 @@ mod tests {
     }
 
     #[test]
-    fn a_rise_counts_within_two_renewals_and_noise_does_not() {
+    fn a_steep_rise_counts_at_once_a_smaller_one_soon_and_noise_not() {
         let mut renewed = Renewed::default();
         // 30 a second, unevenly: 2 and 4 hits a 100 ms.
         let steady = renew_for(&mut renewed, 5_000, |i| if i % 2 == 0 { 2.0 } else { 4.0 });
         assert!((30.0..=33.0).contains(&steady), "{steady}");
-        // Ten times that: within two renewals the demand is over 100 a
-        // second, where the rate over 2 s would say 43.
-        let risen = renew_for(&mut renewed, 200, |_| 30.0);
-        assert!(risen > 100.0, "{risen}");
+        // Ten times that: at the first renewal the demand is the new rate,
+        // where the rate over 2 s would say 43.
+        let mut sudden = Renewed::default();
+        renew_for(&mut sudden, 5_000, |i| if i % 2 == 0 { 2.0 } else { 4.0 });
+        let risen = renew_for(&mut sudden, 100, |_| 30.0);
+        assert!(risen >= 300.0, "{risen}");
+        // At 150 a second, a blip of twice that for 100 ms is noise; twice
+        // that for good counts within three renewals, over the longer span.
+        let mut busy = Renewed::default();
+        renew_for(&mut busy, 5_000, |_| 15.0);
+        let blip = renew_for(&mut busy, 100, |_| 30.0);
+        assert!(blip <= 170.0, "{blip}");
+        renew_for(&mut busy, 1_000, |_| 15.0);
+        let doubled = renew_for(&mut busy, 300, |_| 30.0);
+        assert!(doubled > 200.0, "{doubled}");
         // The first renewal of a quiet server: the whole limit.
         assert_eq!(Renewed::default().demand(0.0, None, 1_000, 300.0), 300.0);
     }
