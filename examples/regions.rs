@@ -524,7 +524,7 @@ async fn main() -> anyhow::Result<()> {
 
     // 1. Steady, over capacity: 50 % + 50 % + 10 % = 110 %.
     let began = epoch_second() + 1;
-    tokio::time::sleep(Duration::from_secs(args.phase)).await;
+    let start_shares = watch_shares(&leaf_admins, Duration::from_secs(args.phase)).await;
     let steady_end = epoch_second();
     // The first seconds converge from the start; the last half is steady.
     let steady_from = steady_end - args.phase / 2;
@@ -539,6 +539,22 @@ async fn main() -> anyhow::Result<()> {
         "utilisation (admitted over capacity, demand above it): {:.1} %",
         100.0 * utilisation
     );
+    // What the shares add up to in the steady half: below the capacity
+    // while a share given back waits for another server's next round.
+    let steady_sums: Vec<u64> = start_shares[start_shares.len() / 2..]
+        .iter()
+        .filter(|(_, row)| row.len() == 3)
+        .map(|(_, row)| row.iter().sum())
+        .collect();
+    if let (Some(least), false) = (steady_sums.iter().min(), steady_sums.is_empty()) {
+        println!(
+            "steady shares add up to {:.1} of {capacity} on average (least {least}): {:.1} % in transit",
+            steady_sums.iter().sum::<u64>() as f64 / steady_sums.len() as f64,
+            100.0
+                - 100.0 * steady_sums.iter().sum::<u64>() as f64
+                    / (steady_sums.len() as u64 * capacity) as f64
+        );
+    }
     let startup = admitted(&records, began, steady_from);
     summary("start", &startup, capacity);
 

@@ -42,20 +42,29 @@ const PEAK_KEPT: f64 = 0.85;
 const PEAK_KEPT_MS: f64 = 500.0;
 
 /// The demand is the rate of hits over at least this long (the renewals
-/// come every refresh interval, and sooner while shares move)...
-const DEMAND_SPAN_MS: u64 = 2_000;
+/// come every refresh interval, and sooner while shares move): long enough
+/// that Poisson noise moves it by a few percent (at 30 a second, the rate
+/// over 10 s is within 6 % two times in three)...
+const DEMAND_SPAN_MS: u64 = 10_000;
 
-/// ...unless the rate over a recent span is higher than Poisson noise
-/// around the longer rate would make it: then a rise counts within a
-/// renewal or two, not as it fills the longer span. Over the last
-/// `RISE_SPAN_MS` or more, by `RISE_SIGMAS` standard deviations; over the
-/// last `SUDDEN_SPAN_MS` or more, by `SUDDEN_SIGMAS`, so that a steep rise
-/// (ten times the demand) counts at the first renewal after it, while noise
-/// that far off the rate is rarer than once in millions of renewals.
-const RISE_SPAN_MS: u64 = 500;
-const RISE_SIGMAS: f64 = 3.0;
-const SUDDEN_SPAN_MS: u64 = 100;
-const SUDDEN_SIGMAS: f64 = 6.0;
+/// ...unless the rate over a recent span of at least so many ms is higher
+/// than Poisson noise around the longer rate would make it by so many
+/// standard deviations: then a rise counts within a renewal or a few, not
+/// as it fills the longer span. A steep one (ten times the demand) counts
+/// at the first renewal after it; noise that far off the rate comes about
+/// once in ten thousand renewals.
+const RISES: [(u64, f64); 3] = [(100, 6.0), (500, 4.0), (2_000, 4.0)];
+
+/// ...or lower (a fall to a fifth counts within half a second). Either way
+/// the longer span starts again from the recent one.
+const FALLS: [(u64, f64); 1] = [(1_000, 4.0)];
+
+/// What a server asked for stays while its demand is within this fraction
+/// of it. A share that moves is capacity in transit: what one server gives
+/// back is unused until another server's next round takes it, so shares
+/// that followed the noise of a steady demand lost 1 % of the limit
+/// (docs/performance.md).
+const STEADY: f64 = 0.1;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
 /// fairly; with no live grant from the parent, a server admits up to the
@@ -95,6 +104,8 @@ struct Renewed {
     intervals: VecDeque<(f64, u64)>,
     /// The demand's decaying peak, hits per ms.
     peak: f64,
+    /// What was last asked for, per window.
+    asked: Option<f64>,
     /// The shares set, and when: the first is in force at the start of the
     /// oldest window still counted.
     shares: Vec<(u64, u64)>,
@@ -104,7 +115,8 @@ impl Renewed {
     /// What to ask for, in requests per window of `period_ms`, after
     /// `hits` in `elapsed_ms` (`None`: the first round, the demand unknown,
     /// so the whole `limit`): the decaying peak of the rate over the last
-    /// second or so, plus the headroom.
+    /// few seconds, or a recent span if the rate moved, plus the headroom;
+    /// what was asked before while that is within `STEADY` of it.
     fn demand(&mut self, hits: f64, elapsed_ms: Option<u64>, period_ms: u64, limit: f64) -> f64 {
         let Some(elapsed) = elapsed_ms.map(|elapsed| elapsed.max(1)) else {
             return limit;
@@ -120,23 +132,55 @@ impl Renewed {
         }
         let longer = self.intervals.iter().map(|&(hits, _)| hits).sum::<f64>() / span as f64;
         let mut rate = longer;
-        for (least_ms, sigmas) in [(SUDDEN_SPAN_MS, SUDDEN_SIGMAS), (RISE_SPAN_MS, RISE_SIGMAS)] {
-            let (mut recent, mut recent_ms) = (0.0, 0);
-            for &(hits, ms) in self.intervals.iter().rev() {
-                if recent_ms >= least_ms {
-                    break;
-                }
-                recent += hits;
-                recent_ms += ms;
-            }
+        // How many of the newest intervals to keep when the rate moved.
+        let mut moved = None;
+        for (least_ms, sigmas) in RISES {
+            let (recent, recent_ms, count) = self.recent(least_ms);
             let expected = longer * recent_ms as f64;
-            if recent > expected + sigmas * expected.sqrt() + 1.0 {
-                rate = rate.max(recent / recent_ms as f64);
+            if recent > expected + sigmas * expected.sqrt() + 1.0
+                && recent / recent_ms as f64 > rate
+            {
+                rate = recent / recent_ms as f64;
+                moved = Some(count);
             }
+        }
+        for (least_ms, sigmas) in FALLS {
+            let (recent, recent_ms, count) = self.recent(least_ms);
+            let expected = longer * recent_ms as f64;
+            if moved.is_none() && recent < expected - sigmas * expected.sqrt() - 1.0 {
+                rate = recent / recent_ms as f64;
+                moved = Some(count);
+            }
+        }
+        if let Some(count) = moved {
+            let older = self.intervals.len().saturating_sub(count);
+            self.intervals.drain(..older);
         }
         let kept = PEAK_KEPT.powf(elapsed as f64 / PEAK_KEPT_MS);
         self.peak = rate.max(self.peak * kept);
-        self.peak * period_ms as f64 * HEADROOM
+        let demand = self.peak * period_ms as f64 * HEADROOM;
+        match self.asked {
+            Some(asked) if (demand - asked).abs() <= STEADY * asked => asked,
+            _ => {
+                self.asked = Some(demand);
+                demand
+            }
+        }
+    }
+
+    /// The hits of the newest intervals that span `least_ms` or more (or
+    /// all of them), their length, and how many they are.
+    fn recent(&self, least_ms: u64) -> (f64, u64, usize) {
+        let (mut hits, mut ms, mut count) = (0.0, 0, 0);
+        for &(interval_hits, interval_ms) in self.intervals.iter().rev() {
+            if ms >= least_ms {
+                break;
+            }
+            hits += interval_hits;
+            ms += interval_ms;
+            count += 1;
+        }
+        (hits, ms.max(1), count)
     }
 
     /// The largest share in force at any time since `since_ms`: what the
@@ -297,6 +341,48 @@ mod tests {
         demand
     }
 
+    /// Poisson-distributed hits with mean `mean`, from a fixed seed.
+    fn poisson_hits(mean: f64) -> impl FnMut() -> f64 {
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        move || {
+            // Knuth's method over a xorshift generator.
+            let limit = (-mean).exp();
+            let (mut count, mut product) = (0.0, 1.0);
+            loop {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                product *= (state >> 11) as f64 / (1u64 << 53) as f64;
+                if product <= limit {
+                    return count;
+                }
+                count += 1.0;
+            }
+        }
+    }
+
+    #[test]
+    fn a_steady_demand_moves_its_share_seldom_whatever_its_noise() {
+        for per_second in [30.0, 150.0] {
+            let mut renewed = Renewed::default();
+            let mut hits = poisson_hits(per_second / 10.0);
+            let mut asked = vec![];
+            for _ in 0..600 {
+                asked.push(renewed.demand(hits(), Some(100), 1_000, 1_000.0));
+            }
+            // After the first 10 s, 50 s of renewals change what they ask
+            // for at most four times (once every 10 s or so), each time
+            // within 15 % of the demand plus headroom.
+            let mut distinct: Vec<f64> = asked[100..].to_vec();
+            distinct.dedup();
+            assert!(distinct.len() <= 5, "{per_second}/s: {distinct:?}");
+            for amount in distinct {
+                let ratio = amount / (per_second * HEADROOM);
+                assert!((0.85..=1.15).contains(&ratio), "{per_second}/s: {amount}");
+            }
+        }
+    }
+
     #[test]
     fn a_steep_rise_counts_at_once_a_smaller_one_soon_and_noise_not() {
         let mut renewed = Renewed::default();
@@ -318,6 +404,11 @@ mod tests {
         renew_for(&mut busy, 1_000, |_| 15.0);
         let doubled = renew_for(&mut busy, 300, |_| 30.0);
         assert!(doubled > 200.0, "{doubled}");
+        // A fall to a fifth counts within a few seconds (as the peak
+        // decays), not as it fills the longer span.
+        renew_for(&mut busy, 10_000, |_| 15.0);
+        let fallen = renew_for(&mut busy, 4_000, |_| 3.0);
+        assert!(fallen < 50.0, "{fallen}");
         // The first renewal of a quiet server: the whole limit.
         assert_eq!(Renewed::default().demand(0.0, None, 1_000, 300.0), 300.0);
     }
