@@ -16,7 +16,9 @@
 //!
 //! It prints, per phase, what was admitted in each second as a share of the
 //! capacity (the steady state's worst and the shift's), the utilisation
-//! (admitted over what could be, `min(demand, capacity)`), the seconds the
+//! (admitted over what could be, `min(demand, capacity)`) and what the
+//! leaves' shares add up to meanwhile (below the capacity while a share
+//! given back waits for another server's round), the seconds the
 //! shares took to settle after the shift (each region within 10 % of its
 //! fair share), the p99 of a global decision against a local one on the
 //! same leaf (what the global limit adds on the request path), and with the
