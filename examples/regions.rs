@@ -9,8 +9,10 @@
 //!
 //! Poisson load on each leaf, on this machine only, in phases:
 //!
-//! 1. steady over capacity: demands 50 %, 50 % and 10 % of the capacity;
-//! 2. a 10× shift: the third region's demand goes to 100 %;
+//! 1. steady over capacity: demands 50 %, 50 % and 10 % of the capacity
+//!    (`--demands`; below 100 % in all, what is refused while the limit
+//!    has room);
+//! 2. a shift: the third region's demand goes to 100 % (10× by default);
 //! 3. the root cut off (its proxy stalls every connection) for `--cut`;
 //! 4. healed.
 //!
@@ -85,6 +87,11 @@ struct Args {
     local_rate: u64,
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// The three regions' demands in the steady phase, in percent of the
+    /// capacity (the shift takes the third to 100 %). Below 100 in all,
+    /// the steady phase shows what is refused while the limit has room.
+    #[arg(long, value_delimiter = ',', default_values_t = [50, 50, 10])]
+    demands: Vec<u64>,
 }
 
 const LIMITS: &str = "
@@ -422,6 +429,11 @@ fn summary(name: &str, rows: &[[u64; 3]], capacity: u64) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        args.demands.len() == 3,
+        "--demands takes three percentages, one per region: {:?}",
+        args.demands
+    );
     let capacity = args.capacity;
     let temp = tempfile::tempdir()?;
     let dir = temp.path().to_path_buf();
@@ -492,7 +504,8 @@ async fn main() -> anyhow::Result<()> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let records: Vec<Arc<Mutex<Record>>> = (0..3).map(|_| Arc::default()).collect();
-    let rates: Vec<Arc<AtomicU64>> = [50, 50, 10]
+    let rates: Vec<Arc<AtomicU64>> = args
+        .demands
         .iter()
         .map(|percent| Arc::new(AtomicU64::new(capacity * percent / 100)))
         .collect();
@@ -524,21 +537,33 @@ async fn main() -> anyhow::Result<()> {
         args.region_refresh
     );
 
-    // 1. Steady, over capacity: 50 % + 50 % + 10 % = 110 %.
+    // 1. Steady: by default over capacity, 50 % + 50 % + 10 % = 110 %.
     let began = epoch_second() + 1;
     let start_shares = watch_shares(&leaf_admins, Duration::from_secs(args.phase)).await;
     let steady_end = epoch_second();
     // The first seconds converge from the start; the last half is steady.
     let steady_from = steady_end - args.phase / 2;
     let steady = admitted(&records, steady_from, steady_end);
-    summary("steady (110 % demand)", &steady, capacity);
-    let utilisation = steady
+    let demand: u64 = args.demands.iter().sum();
+    summary(&format!("steady ({demand} % demand)"), &steady, capacity);
+    let admitted_steady = steady
         .iter()
         .map(|row| row.iter().sum::<u64>())
-        .sum::<u64>() as f64
-        / (capacity * steady.len() as u64) as f64;
+        .sum::<u64>();
+    let utilisation = admitted_steady as f64 / (capacity * steady.len() as u64) as f64;
+    if demand >= 100 {
+        println!(
+            "utilisation (admitted over capacity, demand above it): {:.1} %",
+            100.0 * utilisation
+        );
+    }
+    // Admitted by the second decided, sent by the second sent: a request
+    // or two at the edges may fall on either side.
+    let sent_steady = sent(&records, steady_from, steady_end);
     println!(
-        "utilisation (admitted over capacity, demand above it): {:.1} %",
+        "refused in the steady phase: {} of {sent_steady} sent ({:.1} %), {:.1} % of the capacity admitted",
+        sent_steady.saturating_sub(admitted_steady),
+        100.0 * sent_steady.saturating_sub(admitted_steady) as f64 / sent_steady.max(1) as f64,
         100.0 * utilisation
     );
     // What the shares add up to in the steady half: below the capacity
@@ -548,7 +573,11 @@ async fn main() -> anyhow::Result<()> {
         .filter(|(_, row)| row.len() == 3)
         .map(|(_, row)| row.iter().sum())
         .collect();
-    if let (Some(least), false) = (steady_sums.iter().min(), steady_sums.is_empty()) {
+    if let (Some(least), false, true) = (
+        steady_sums.iter().min(),
+        steady_sums.is_empty(),
+        demand >= 100,
+    ) {
         println!(
             "steady shares add up to {:.1} of {capacity} on average (least {least}): {:.1} % in transit",
             steady_sums.iter().sum::<u64>() as f64 / steady_sums.len() as f64,
@@ -560,14 +589,19 @@ async fn main() -> anyhow::Result<()> {
     let startup = admitted(&records, began, steady_from);
     summary("start", &startup, capacity);
 
-    // 2. The third region's demand ×10: 10 % → 100 % (200 % in all).
+    // 2. The third region's demand to 100 % (×10 by default: 200 % in all).
     let shifted = epoch_second() + 1;
     rates[2].store(capacity, Ordering::Relaxed);
     let changed = Instant::now();
     let shares = watch_shares(&leaf_admins, Duration::from_secs(args.phase)).await;
     let shift_end = epoch_second();
     let shift = admitted(&records, shifted, shift_end);
-    summary("shift (200 % demand)", &shift, capacity);
+    let shifted_demand = demand - args.demands[2] + 100;
+    summary(
+        &format!("shift ({shifted_demand} % demand)"),
+        &shift,
+        capacity,
+    );
     let fair = capacity as f64 / 3.0;
     let settled = shift.windows(3).position(|three| {
         three
