@@ -6,8 +6,8 @@
 //! Rounds come at once when a key is first asked about or a lease given
 //! from a grant moves (20 ms after the previous one at the soonest), then
 //! every refresh interval the parent answers (100 ms at the fastest), and
-//! every second while the parent does not answer (the grants stand until they expire). Beside the rounds, a
-//! `WatchCapacity` stream carries the parent's nudges: a grant that must
+//! every second while the parent does not answer (the grants stand until
+//! they expire). Beside the rounds, a `WatchCapacity` stream carries the parent's nudges: a grant that must
 //! shrink is asked about at once, so a cut comes down without waiting for
 //! the round.
 

@@ -135,20 +135,18 @@ impl Renewed {
         // How many of the newest intervals to keep when the rate moved.
         let mut moved = None;
         for (least_ms, sigmas) in RISES {
-            let (recent, recent_ms, count) = self.recent(least_ms);
-            let expected = longer * recent_ms as f64;
-            if recent > expected + sigmas * expected.sqrt() + 1.0
-                && recent / recent_ms as f64 > rate
+            if let Some((recent, count)) = self.beyond_noise(longer, least_ms, sigmas)
+                && recent > rate
             {
-                rate = recent / recent_ms as f64;
+                rate = recent;
                 moved = Some(count);
             }
         }
         for (least_ms, sigmas) in FALLS {
-            let (recent, recent_ms, count) = self.recent(least_ms);
-            let expected = longer * recent_ms as f64;
-            if moved.is_none() && recent < expected - sigmas * expected.sqrt() - 1.0 {
-                rate = recent / recent_ms as f64;
+            if moved.is_none()
+                && let Some((recent, count)) = self.beyond_noise(longer, least_ms, -sigmas)
+            {
+                rate = recent;
                 moved = Some(count);
             }
         }
@@ -168,9 +166,11 @@ impl Renewed {
         }
     }
 
-    /// The hits of the newest intervals that span `least_ms` or more (or
-    /// all of them), their length, and how many they are.
-    fn recent(&self, least_ms: u64) -> (f64, u64, usize) {
+    /// The rate over the newest intervals that span `least_ms` or more (or
+    /// all of them), and how many they are, if it is further from `longer`
+    /// than Poisson noise would make it by `sigmas` standard deviations:
+    /// above it for positive `sigmas`, below it for negative ones.
+    fn beyond_noise(&self, longer: f64, least_ms: u64, sigmas: f64) -> Option<(f64, usize)> {
         let (mut hits, mut ms, mut count) = (0.0, 0, 0);
         for &(interval_hits, interval_ms) in self.intervals.iter().rev() {
             if ms >= least_ms {
@@ -180,7 +180,14 @@ impl Renewed {
             ms += interval_ms;
             count += 1;
         }
-        (hits, ms.max(1), count)
+        let expected = longer * ms as f64;
+        let bound = expected + sigmas * expected.sqrt() + sigmas.signum();
+        let beyond = if sigmas > 0.0 {
+            hits > bound
+        } else {
+            hits < bound
+        };
+        beyond.then(|| (hits / ms.max(1) as f64, count))
     }
 
     /// The largest share in force at any time since `since_ms`: what the

@@ -82,8 +82,8 @@ impl Nudges {
 impl Service {
     /// After a lease of `at` moved under `config`: nudges the clients
     /// other than `except` that now hold more than their share, or wait
-    /// for a share that is free ([`crate::engine::capacity::to_nudge`]). A store that
-    /// cannot say nudges nobody (they renew at their refresh).
+    /// for a share that is free ([`crate::engine::capacity::to_nudge`]).
+    /// A store that cannot say nudges nobody (they renew at their refresh).
     pub(super) async fn nudge_others(
         &self,
         at: ResourceRef<'_>,

@@ -59,8 +59,8 @@ impl MemoryLeases {
         Ok(capacity::request_want(config, state, client, want, now)?)
     }
 
-    /// The clients other than `except` holding more of `at` than their
-    /// share under `config` ([`capacity::to_nudge`]).
+    /// The clients other than `except` to nudge about `at` under `config`
+    /// ([`capacity::to_nudge`]).
     pub(super) fn to_nudge(
         &self,
         at: ResourceRef<'_>,

@@ -75,9 +75,9 @@ impl LeaseStore {
         }
     }
 
-    /// The clients other than `except` that hold more of `at` than their
-    /// share under `config` ([`capacity::to_nudge`]): those a server
-    /// nudges (docs/design.md#a-hierarchy-of-servers).
+    /// The clients other than `except` that a server nudges about `at`
+    /// under `config`: past their share, or waiting for a free one
+    /// ([`capacity::to_nudge`], docs/design.md#a-hierarchy-of-servers).
     pub async fn to_nudge(
         &self,
         at: ResourceRef<'_>,

@@ -80,8 +80,8 @@ impl RedisLeases {
         Ok(released)
     }
 
-    /// The clients other than `except` holding more of `at` than their
-    /// share under `config` ([`capacity::to_nudge`]): one read.
+    /// The clients other than `except` to nudge about `at` under `config`
+    /// ([`capacity::to_nudge`]): one read.
     pub async fn to_nudge(
         &self,
         at: ResourceRef<'_>,
