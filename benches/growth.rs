@@ -1,8 +1,9 @@
 //! How the memory store grows and what a decision costs as it grows: bytes
 //! per active key (a fixed window, a GCRA bucket, a sliding window counter,
-//! a sliding log, a hybrid limiter, a cost budget, a 3-tier resource), and
-//! the limiter's time per decision at 1, 10⁴, 10⁶ and 10⁷ keys, at 1, 4 and 16
-//! descriptors per request, and at 1, 3 and 8 tiers.
+//! a sliding log of 1, 8 and 32 instants, a hybrid limiter, a cost budget,
+//! a 3-tier resource), and the limiter's time per decision at 1, 10⁴, 10⁶
+//! and 10⁷ keys, at 1, 4 and 16 descriptors per request, at 1, 3 and 8
+//! tiers, and on a sliding log.
 //!
 //! Bytes are counted by a global allocator that keeps a running total of
 //! live heap bytes, plus the large tables the store maps outside it
@@ -15,7 +16,8 @@
 //! `cargo bench --bench growth` (a few minutes in release; 10⁷ keys need
 //! about 2 GiB). With `PROBE_KEYS=N` in the environment it prints only the
 //! time per decision at N fixed-window keys, three times (for A/B runs of
-//! two builds' binaries).
+//! two builds' binaries); `PROBE_KEY=tiers3` (or another key of the
+//! bench's configuration) probes that key instead.
 
 mod support;
 
@@ -93,6 +95,8 @@ descriptors:
     rate_limit: {{algorithm: sliding_window, unit: hour, requests_per_unit: 1000000000}}
   - key: log
     rate_limit: {{algorithm: sliding_log, unit: hour, requests_per_unit: 10000}}
+  - key: log1s
+    rate_limit: {{algorithm: sliding_log, unit: second, requests_per_unit: 10000}}
   - key: hybrid
     rate_limit: {{algorithm: hybrid, unit: hour, requests_per_unit: 1000000}}
   - key: cost
@@ -166,13 +170,24 @@ fn decide_now(limiter: &Bench, request: RateLimitRequest) {
 /// (a GCRA bucket or a tier's log would expire within the seconds that
 /// 10^6 decisions a millisecond apart span, and be swept).
 fn bytes_per_key(key: &str, keys: usize) -> f64 {
+    bytes_per_key_of(key, keys, 1)
+}
+
+/// Live heap bytes per key after `keys` tenants of `key` were each seen
+/// at `instants` instants a millisecond apart.
+fn bytes_per_key_of(key: &str, keys: usize, instants: u64) -> f64 {
     let clock = ManualClock::new(START_MS);
     let limiter = limiter(&clock);
     decide_now(&limiter, request(key, 0, 1));
     let live = || LIVE.load(Ordering::Relaxed) + mapped_table_bytes() as isize;
     let before = live();
-    for tenant in 1..=keys {
-        decide_now(&limiter, request(key, tenant, 1));
+    for instant in 0..instants {
+        if instant > 0 {
+            clock.advance(1);
+        }
+        for tenant in 1..=keys {
+            decide_now(&limiter, request(key, tenant, 1));
+        }
     }
     let after = live();
     (after - before) as f64 / keys as f64
@@ -224,8 +239,12 @@ fn main() {
     };
     if let Ok(keys) = std::env::var("PROBE_KEYS") {
         let keys: usize = keys.parse().unwrap_or(10_000);
+        let key = std::env::var("PROBE_KEY").unwrap_or_else(|_| "tenant".to_owned());
         for _ in 0..3 {
-            println!("probe {keys}: {:.0} ns", ns_per_decision("tenant", keys, 1));
+            println!(
+                "probe {key} {keys}: {:.0} ns",
+                ns_per_decision(&key, keys, 1)
+            );
         }
         return;
     }
@@ -241,6 +260,16 @@ fn main() {
         ("3-tier resource, hard + global", "tiers3"),
     ] {
         println!("  {kind:32} {:8.0} B", bytes_per_key(key, million));
+    }
+    // Flat while a key logs at most 16 instants, boxed past that.
+    for (kind, keys, instants) in [
+        ("sliding log, 8 instants", million, 8),
+        ("sliding log, 32 instants", million / 10, 32),
+    ] {
+        println!(
+            "  {kind:32} {:8.0} B",
+            bytes_per_key_of("log", keys, instants)
+        );
     }
     if scale > 1 {
         println!("(a smoke run: `cargo bench --bench growth` measures)");
@@ -266,5 +295,12 @@ fn main() {
             "  {tiers} tiers {:10.0} ns",
             ns_per_decision(key, 10_000, 1)
         );
+    }
+    println!("limiter ns per decision, sliding log, 10^4 keys");
+    for (kind, key) in [
+        ("1 s window (one instant)", "log1s"),
+        ("1 h window (up to 140)", "log"),
+    ] {
+        println!("  {kind:26} {:10.0} ns", ns_per_decision(key, 10_000, 1));
     }
 }

@@ -139,6 +139,27 @@ impl HitLog {
     pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.entries.iter().copied()
     }
+
+    /// How many entries (distinct instants) the log holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The log of `entries` as [`entries`](Self::entries) gave them (for
+    /// stores that serialize state), with room for exactly those when the
+    /// iterator knows its length.
+    pub fn from_entries(entries: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        let entries = entries.into_iter();
+        let mut log = HitLog {
+            entries: VecDeque::with_capacity(entries.size_hint().0),
+            total: 0,
+        };
+        for (t, n) in entries {
+            log.entries.push_back((t, n));
+            log.total = log.total.wrapping_add(n);
+        }
+        log
+    }
 }
 
 #[cfg(test)]

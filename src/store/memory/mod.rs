@@ -37,6 +37,7 @@
 //! assert!(decide(1_000)); // the next window
 //! ```
 
+mod flat;
 mod id;
 mod lines;
 mod packed;

@@ -2,11 +2,13 @@
 //! tables of fixed-size entries (docs/performance.md#footprint-and-growth).
 //!
 //! Each kind with a compact layout has its own [`Table`] of 32-byte
-//! [`Packed`] entries; every other state (tiers, logs, costs, bans, and a
-//! compact kind whose numbers do not fit) is boxed in one more table of
-//! 24-byte entries. A key is in at most one table: its kind picks the
-//! compact table, and a state moves to the boxed one only when it stops
-//! fitting.
+//! [`Packed`] entries; sliding logs and tier resources are held as
+//! [`flat`](super::flat) bytes in a table of their own; every other state
+//! (costs, bans, resource-wide logs, and a compact kind whose numbers do
+//! not fit) is boxed in one more table of 24-byte entries. A key is in at
+//! most one table: its kind picks the compact or the flat table, and a
+//! state moves to the boxed one only when it stops fitting (and back
+//! when it fits again).
 //!
 //! The shards differ in size on purpose ([`staggered`]): a table doubles
 //! its capacity when it fills, and equal shards would all double at once,
@@ -18,6 +20,7 @@ use hashbrown::HashTable;
 
 use crate::engine::{Slot, SlotKind};
 
+use super::flat;
 use super::id::KeyId;
 use super::packed::{COMPACT_KINDS, Packed, table_of};
 use super::table::Table;
@@ -36,6 +39,7 @@ pub(super) enum Kept {
 #[derive(Default)]
 pub(super) struct Shard {
     compact: [Table; COMPACT_KINDS.len()],
+    flat: HashTable<(KeyId, Box<[u8]>)>,
     boxed: HashTable<(KeyId, Box<Slot>)>,
     decisions_since_sweep: u32,
     added_since_sweep: usize,
@@ -71,6 +75,35 @@ impl Shard {
             let answer = decide(&mut slot);
             return (answer, self.write_back(table, index, id, slot, now));
         }
+        if flat::is_flat(kind)
+            && let Ok(mut entry) = self
+                .flat
+                .find_entry(id.table_hash(), |(held, _)| *held == id)
+        {
+            let mut slot = match flat::decode(&entry.get().1, kind) {
+                Some(held) if held.expires_at() > now => held,
+                _ => Slot::new(kind),
+            };
+            let answer = decide(&mut slot);
+            if slot.expires_at() <= now {
+                entry.remove();
+                return (answer, Kept::Dropped);
+            }
+            match flat::write(&slot) {
+                Some(bytes) => {
+                    let held = &mut entry.get_mut().1;
+                    if **held != bytes[..] {
+                        *held = Box::from(&bytes[..]);
+                    }
+                }
+                // Too many instants to be flat any more.
+                None => {
+                    entry.remove();
+                    self.insert_boxed(id, Box::new(slot));
+                }
+            }
+            return (answer, Kept::Same);
+        }
         if !self.boxed.is_empty()
             && let Ok(mut entry) = self
                 .boxed
@@ -84,6 +117,11 @@ impl Shard {
             if slot.expires_at() <= now {
                 entry.remove();
                 return (answer, Kept::Dropped);
+            }
+            // A log too long to be flat that has become short enough.
+            if let Some(bytes) = flat::encode(slot) {
+                entry.remove();
+                self.insert_flat(id, bytes);
             }
             return (answer, Kept::Same);
         }
@@ -101,6 +139,14 @@ impl Shard {
             && let Some(index) = self.compact[table].find(id)
         {
             return Some(self.compact[table].get(index).unpack(kind));
+        }
+        if flat::is_flat(kind)
+            && let Ok(entry) = self
+                .flat
+                .find_entry(id.table_hash(), |(held, _)| *held == id)
+        {
+            let (_, bytes) = entry.remove().0;
+            return flat::decode(&bytes, kind);
         }
         if self.boxed.is_empty() {
             return None;
@@ -128,9 +174,14 @@ impl Shard {
             (true, false) if !room => return Kept::Unrecorded,
             (true, _) => {}
         }
-        match table_of(slot.kind()).and_then(|table| Some((table, Packed::pack(id, &slot)?))) {
-            Some((table, packed)) => self.compact[table].insert(packed),
-            None => self.insert_boxed(id, Box::new(slot)),
+        if let Some((table, packed)) =
+            table_of(slot.kind()).and_then(|table| Some((table, Packed::pack(id, &slot)?)))
+        {
+            self.compact[table].insert(packed);
+        } else if let Some(bytes) = flat::encode(&slot) {
+            self.insert_flat(id, bytes);
+        } else {
+            self.insert_boxed(id, Box::new(slot));
         }
         if existed {
             Kept::Same
@@ -158,6 +209,11 @@ impl Shard {
         Kept::Same
     }
 
+    fn insert_flat(&mut self, id: KeyId, bytes: Box<[u8]>) {
+        self.flat
+            .insert_unique(id.table_hash(), (id, bytes), |(id, _)| id.table_hash());
+    }
+
     fn insert_boxed(&mut self, id: KeyId, slot: Box<Slot>) {
         self.boxed
             .insert_unique(id.table_hash(), (id, slot), |(id, _)| id.table_hash());
@@ -169,6 +225,11 @@ impl Shard {
             && let Some(index) = self.compact[table].find(id)
         {
             return Some(self.compact[table].get(index).unpack(kind));
+        }
+        if flat::is_flat(kind)
+            && let Some((_, bytes)) = self.flat.find(id.table_hash(), |(held, _)| *held == id)
+        {
+            return flat::decode(bytes, kind);
         }
         self.boxed
             .find(id.table_hash(), |(held, _)| *held == id)
@@ -195,6 +256,7 @@ impl Shard {
         for (table, kind) in self.compact.iter_mut().zip(COMPACT_KINDS) {
             table.retain(|packed| packed.expires_at(kind) > now);
         }
+        self.flat.retain(|(_, bytes)| flat::expires_at(bytes) > now);
         self.boxed.retain(|(_, slot)| slot.expires_at() > now);
         self.decisions_since_sweep = 0;
         self.added_since_sweep = 0;
@@ -203,7 +265,7 @@ impl Shard {
     }
 
     pub fn len(&self) -> usize {
-        self.compact.iter().map(Table::len).sum::<usize>() + self.boxed.len()
+        self.compact.iter().map(Table::len).sum::<usize>() + self.flat.len() + self.boxed.len()
     }
 }
 
@@ -404,6 +466,60 @@ mod tests {
             shard.keep(id, window(3), false, 1_500, false),
             Kept::Unrecorded
         );
+        assert_eq!(shard.len(), 0);
+    }
+
+    #[test]
+    fn a_log_is_flat_while_short_boxed_while_long_and_flat_again() {
+        use crate::engine::{HitLog, LogState};
+        use crate::store::memory::flat::MAX_INSTANTS;
+        let id = KeyId::from_parts([4, 5, 6]);
+        let mut shard = Shard::default();
+        let kind = SlotKind::SlidingLog;
+        let record = |shard: &mut Shard, now: u64| {
+            shard.decide(id, kind, now, true, |slot| {
+                if let Slot::SlidingLog(state) = slot {
+                    crate::engine::sliding_log::record(state, 1_000, 100, 1, now);
+                }
+            })
+        };
+        assert_eq!(record(&mut shard, 1_000).1, Kept::Added);
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (1, 0));
+        for now in 1_001..1_000 + MAX_INSTANTS as u64 {
+            assert_eq!(record(&mut shard, now).1, Kept::Same);
+        }
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (1, 0));
+        // One instant more than a flat state holds: boxed, nothing lost.
+        let last = 1_000 + MAX_INSTANTS as u64;
+        assert_eq!(record(&mut shard, last).1, Kept::Same);
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (0, 1));
+        let expected = HitLog::from_entries((1_000..=last).map(|t| (t, 1)));
+        assert_eq!(
+            shard.get(id, kind),
+            Some(Slot::SlidingLog(LogState {
+                log: expected.clone(),
+                expires_at: last + 101,
+            }))
+        );
+        // Taken and kept (a request of several keys) stays boxed.
+        let taken = shard.take(id, kind);
+        assert_eq!(shard.len(), 0);
+        assert_eq!(
+            shard.keep(id, taken.clone().expect("held"), true, last, true),
+            Kept::Same
+        );
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (0, 1));
+        assert_eq!(shard.get(id, kind), taken);
+        // Once the oldest hits leave the window, flat again.
+        assert_eq!(record(&mut shard, 1_110).1, Kept::Same);
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (1, 0));
+        let Some(Slot::SlidingLog(state)) = shard.get(id, kind) else {
+            panic!("the log is held");
+        };
+        assert_eq!(state.log.entries().next(), Some((1_010, 1)));
+        // And swept once its last hit has left.
+        assert_eq!(shard.sweep(1_110 + 100), 0);
+        assert_eq!(shard.sweep(1_110 + 101), 1);
         assert_eq!(shard.len(), 0);
     }
 }

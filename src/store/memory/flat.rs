@@ -1,0 +1,342 @@
+//! The memory store's flat states (docs/performance.md#footprint-and-growth):
+//! a sliding log's or a tier resource's state as a few bytes of its own,
+//! instead of the engine's structures (a boxed [`Slot`] as large as its
+//! largest kind, a `Vec` of tiers, a `VecDeque` per log).
+//!
+//! Every number is a LEB128 varint, and every instant is written against
+//! another: the state's expiry (written first, so that a sweep reads it
+//! without decoding the rest) is the base of each log's first instant,
+//! and each later instant follows the one before it. A log's instant is
+//! then one to three bytes, its count one: a sliding log of one hit is
+//! about a dozen bytes, a tier resource after one request about thirty.
+//! Differences wrap, so any state comes back exactly, however odd its
+//! numbers: decoding what [`encode`] wrote gives the same state.
+//!
+//! The store decodes a state into the engine's structures for each
+//! decision on it and encodes what the decision leaves, which costs a
+//! decision time in proportion to the instants logged. So only states of
+//! at most [`MAX_INSTANTS`] instants are held flat, the many small keys
+//! of a flood; a larger one is boxed, where a decision on it stays
+//! independent of its length.
+
+use smallvec::SmallVec;
+
+use crate::engine::tiers::TierLog;
+use crate::engine::{GcraState, HitLog, LogState, Slot, SlotKind, TierState};
+
+/// The most instants (over all of a state's logs) a flat state holds.
+pub(super) const MAX_INSTANTS: usize = 16;
+
+/// Whether `kind`'s states are held flat.
+pub(super) fn is_flat(kind: SlotKind) -> bool {
+    matches!(kind, SlotKind::SlidingLog | SlotKind::Tiers)
+}
+
+/// `slot`'s bytes, if its kind is held flat and it logs at most
+/// [`MAX_INSTANTS`] instants.
+pub(super) fn encode(slot: &Slot) -> Option<Box<[u8]>> {
+    write(slot).map(|bytes| Box::from(&bytes[..]))
+}
+
+/// [`encode`] on the stack: a decision whose state comes out as it went
+/// in need not allocate.
+pub(super) fn write(slot: &Slot) -> Option<Bytes> {
+    let instants = match slot {
+        Slot::SlidingLog(state) => state.log.len(),
+        Slot::Tiers(state) => {
+            state.recent.len()
+                + state
+                    .tiers
+                    .iter()
+                    .map(|tier| tier.hits.len())
+                    .sum::<usize>()
+        }
+        _ => return None,
+    };
+    if instants > MAX_INSTANTS {
+        return None;
+    }
+    let mut out = Bytes::new();
+    match slot {
+        Slot::SlidingLog(state) => {
+            put(&mut out, state.expires_at.into());
+            put_log(&mut out, &state.log, state.expires_at);
+        }
+        Slot::Tiers(state) => {
+            let base = state.expires_at;
+            put(&mut out, base.into());
+            put(&mut out, state.bucket.tat);
+            put(&mut out, state.bucket.count.into());
+            put(&mut out, state.tiers.len() as u128);
+            for tier in &state.tiers {
+                // 0: never entered; else one more than the instant's offset.
+                put(
+                    &mut out,
+                    tier.entered_at
+                        .map_or(0, |at| u128::from(offset(at, base)) + 1),
+                );
+                put_log(&mut out, &tier.hits, base);
+            }
+            put_log(&mut out, &state.recent, base);
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// A state's bytes as they are written (on the stack up to 64).
+pub(super) type Bytes = SmallVec<[u8; 64]>;
+
+/// The state `bytes` hold, as the engine reads it (`kind`: the kind they
+/// were encoded from). `None` only for bytes [`encode`] did not write.
+pub(super) fn decode(bytes: &[u8], kind: SlotKind) -> Option<Slot> {
+    let mut reader = Reader { bytes };
+    let base = reader.u64()?;
+    let slot = match kind {
+        SlotKind::SlidingLog => Slot::SlidingLog(LogState {
+            log: reader.log(base)?,
+            expires_at: base,
+        }),
+        SlotKind::Tiers => {
+            let bucket = GcraState {
+                tat: reader.u128()?,
+                count: reader.u64()?,
+            };
+            let count = usize::try_from(reader.u64()?).ok()?;
+            // Each tier takes at least two bytes: a corrupt count cannot
+            // make this reserve more than the bytes could hold.
+            let mut tiers = Vec::with_capacity(count.min(reader.bytes.len() / 2));
+            for _ in 0..count {
+                let entered_at = match reader.u128()? {
+                    0 => None,
+                    n => Some(from_offset(base, u64::try_from(n - 1).ok()?)),
+                };
+                tiers.push(TierLog {
+                    entered_at,
+                    hits: reader.log(base)?,
+                });
+            }
+            Slot::Tiers(TierState {
+                tiers,
+                recent: reader.log(base)?,
+                expires_at: base,
+                bucket,
+            })
+        }
+        _ => return None,
+    };
+    reader.bytes.is_empty().then_some(slot)
+}
+
+/// When the state `bytes` hold stops mattering, without decoding the rest.
+pub(super) fn expires_at(bytes: &[u8]) -> u64 {
+    // What `encode` wrote always starts with the expiry; anything else is
+    // taken as expired, so that a sweep drops it.
+    Reader { bytes }.u64().unwrap_or(0)
+}
+
+/// `at` against `base`, zigzagged so that an instant on either side of
+/// the base is small.
+fn offset(at: u64, base: u64) -> u64 {
+    let delta = at.wrapping_sub(base) as i64;
+    ((delta << 1) ^ (delta >> 63)) as u64
+}
+
+fn from_offset(base: u64, offset: u64) -> u64 {
+    let delta = (offset >> 1) as i64 ^ -((offset & 1) as i64);
+    base.wrapping_add(delta as u64)
+}
+
+fn put_log(out: &mut Bytes, log: &HitLog, base: u64) {
+    put(out, log.len() as u128);
+    let mut previous = None;
+    for (at, hits) in log.entries() {
+        let step = match previous {
+            None => offset(at, base),
+            // Instants only grow in a log: the step is what they grew by.
+            Some(before) => at.wrapping_sub(before),
+        };
+        put(out, step.into());
+        put(out, hits.into());
+        previous = Some(at);
+    }
+}
+
+/// `value` as an LEB128 varint: seven bits a byte, the high bit set on
+/// every byte but the last.
+fn put(out: &mut Bytes, mut value: u128) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn u128(&mut self) -> Option<u128> {
+        let mut value = 0u128;
+        for (index, &byte) in self.bytes.iter().enumerate() {
+            let shift = 7 * index as u32;
+            if shift >= 128 {
+                return None;
+            }
+            value |= u128::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                self.bytes = &self.bytes[index + 1..];
+                return Some(value);
+            }
+        }
+        None
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        u64::try_from(self.u128()?).ok()
+    }
+
+    fn log(&mut self, base: u64) -> Option<HitLog> {
+        let count = usize::try_from(self.u64()?).ok()?;
+        // Each entry takes at least two bytes.
+        if count > self.bytes.len() / 2 {
+            return None;
+        }
+        let mut entries = SmallVec::<[(u64, u64); MAX_INSTANTS]>::with_capacity(count);
+        let mut previous = None;
+        for _ in 0..count {
+            let step = self.u64()?;
+            let at = match previous {
+                None => from_offset(base, step),
+                Some(before) => u64::wrapping_add(before, step),
+            };
+            entries.push((at, self.u64()?));
+            previous = Some(at);
+        }
+        Some(HitLog::from_entries(entries.into_iter()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn log(entries: &[(u64, u64)]) -> HitLog {
+        HitLog::from_entries(entries.iter().copied())
+    }
+
+    fn round_trip(slot: &Slot) -> Option<Slot> {
+        let bytes = encode(slot)?;
+        assert_eq!(expires_at(&bytes), slot.expires_at());
+        decode(&bytes, slot.kind())
+    }
+
+    #[test]
+    fn a_sliding_log_of_one_hit_is_a_dozen_bytes() {
+        let now = 1_764_000_000_000;
+        let slot = Slot::SlidingLog(LogState {
+            log: log(&[(now, 1)]),
+            expires_at: now + 60_001,
+        });
+        let bytes = encode(&slot).expect("a sliding log is flat");
+        assert!(bytes.len() <= 12, "{} bytes", bytes.len());
+        assert_eq!(decode(&bytes, SlotKind::SlidingLog), Some(slot));
+    }
+
+    #[test]
+    fn a_tier_resource_after_one_request_is_about_thirty_bytes() {
+        let now = 1_764_000_000_000;
+        let mut tiers = vec![TierLog::default(); 3];
+        tiers[0] = TierLog {
+            entered_at: Some(now),
+            hits: log(&[(now, 1)]),
+        };
+        let slot = Slot::Tiers(TierState {
+            tiers,
+            recent: log(&[(now, 1)]),
+            expires_at: now + 3_600_000,
+            bucket: GcraState::default(),
+        });
+        let bytes = encode(&slot).expect("tiers are flat");
+        assert!(bytes.len() <= 32, "{} bytes", bytes.len());
+        assert_eq!(decode(&bytes, SlotKind::Tiers), Some(slot));
+    }
+
+    #[test]
+    fn a_state_of_more_instants_is_not_flat() {
+        let entries: Vec<(u64, u64)> = (0..=MAX_INSTANTS as u64).map(|t| (t, 1)).collect();
+        let long = Slot::SlidingLog(LogState {
+            log: log(&entries),
+            expires_at: 1_000,
+        });
+        assert_eq!(encode(&long), None);
+        let just = Slot::SlidingLog(LogState {
+            log: log(&entries[1..]),
+            expires_at: 1_000,
+        });
+        assert_eq!(round_trip(&just), Some(just));
+        let mut tiers = TierState {
+            tiers: vec![TierLog::default(); 2],
+            ..TierState::default()
+        };
+        tiers.tiers[1].hits = log(&entries[..MAX_INSTANTS / 2]);
+        tiers.recent = log(&entries[MAX_INSTANTS / 2..]);
+        assert_eq!(encode(&Slot::Tiers(tiers)), None);
+    }
+
+    #[test]
+    fn other_kinds_are_not_flat_and_garbage_is_no_state() {
+        assert_eq!(encode(&Slot::new(SlotKind::Window)), None);
+        assert_eq!(encode(&Slot::new(SlotKind::Log)), None);
+        assert!(!is_flat(SlotKind::Cost));
+        let bytes = encode(&Slot::new(SlotKind::SlidingLog)).expect("flat");
+        assert_eq!(decode(&bytes, SlotKind::Cost), None);
+        for garbage in [&[][..], &[0x80], &[0, 5, 1], &[0xff; 40], &[1, 0, 9]] {
+            assert_eq!(decode(garbage, SlotKind::SlidingLog), None, "{garbage:?}");
+            assert_eq!(decode(garbage, SlotKind::Tiers), None, "{garbage:?}");
+        }
+        assert_eq!(expires_at(&[]), 0);
+    }
+
+    fn any_log() -> impl Strategy<Value = HitLog> {
+        prop::collection::vec((any::<u64>(), any::<u64>()), 0..4)
+            .prop_map(|entries| HitLog::from_entries(entries.into_iter()))
+    }
+
+    proptest! {
+        #[test]
+        fn every_flat_state_comes_back_exactly(
+            expires_at in any::<u64>(),
+            tat in any::<u128>(),
+            count in any::<u64>(),
+            tiers in prop::collection::vec((any::<Option<u64>>(), any_log()), 0..4),
+            recent in any_log(),
+            one in any_log(),
+        ) {
+            let sliding = Slot::SlidingLog(LogState { log: one, expires_at });
+            prop_assert_eq!(round_trip(&sliding), Some(sliding));
+            let tiers = Slot::Tiers(TierState {
+                tiers: tiers
+                    .into_iter()
+                    .map(|(entered_at, hits)| TierLog { entered_at, hits })
+                    .collect(),
+                recent,
+                expires_at,
+                bucket: GcraState { tat, count },
+            });
+            prop_assert_eq!(round_trip(&tiers), Some(tiers));
+        }
+
+        #[test]
+        fn any_bytes_decode_to_a_state_or_to_none_without_panicking(
+            bytes in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let _ = decode(&bytes, SlotKind::SlidingLog);
+            let _ = decode(&bytes, SlotKind::Tiers);
+            let _ = expires_at(&bytes);
+        }
+    }
+}
