@@ -155,10 +155,17 @@ impl HitLog {
             total: 0,
         };
         for (t, n) in entries {
-            log.entries.push_back((t, n));
-            log.total = log.total.wrapping_add(n);
+            log.push_entry(t, n);
         }
         log
+    }
+
+    /// Appends an entry as [`entries`](Self::entries) gave it, unmerged
+    /// (for stores that serialize state: after [`clear`](Self::clear), a
+    /// log refilled in the room it already has).
+    pub fn push_entry(&mut self, t: u64, n: u64) {
+        self.entries.push_back((t, n));
+        self.total = self.total.wrapping_add(n);
     }
 }
 

@@ -22,7 +22,7 @@
 use smallvec::SmallVec;
 
 use crate::engine::tiers::TierLog;
-use crate::engine::{GcraState, HitLog, LogState, Slot, SlotKind, TierState};
+use crate::engine::{GcraState, HitLog, Slot, SlotKind};
 
 /// The most instants (over all of a state's logs) a flat state holds.
 pub(super) const MAX_INSTANTS: usize = 16;
@@ -90,42 +90,80 @@ pub(super) type Bytes = SmallVec<[u8; 64]>;
 /// The state `bytes` hold, as the engine reads it (`kind`: the kind they
 /// were encoded from). `None` only for bytes [`encode`] did not write.
 pub(super) fn decode(bytes: &[u8], kind: SlotKind) -> Option<Slot> {
-    let mut reader = Reader { bytes };
+    let mut slot = Slot::new(kind);
+    decode_into(bytes, &mut slot).then_some(slot)
+}
+
+/// Makes `slot` hold what `bytes` hold, in the room its logs already have.
+/// `false` (and `slot` holding anything) for bytes [`encode`] did not
+/// write or a slot of another kind than theirs.
+pub(super) fn decode_into(bytes: &[u8], slot: &mut Slot) -> bool {
+    read_into(&mut Reader { bytes }, slot).is_some()
+}
+
+fn read_into(reader: &mut Reader<'_>, slot: &mut Slot) -> Option<()> {
     let base = reader.u64()?;
-    let slot = match kind {
-        SlotKind::SlidingLog => Slot::SlidingLog(LogState {
-            log: reader.log(base)?,
-            expires_at: base,
-        }),
-        SlotKind::Tiers => {
-            let bucket = GcraState {
+    match slot {
+        Slot::SlidingLog(state) => {
+            state.expires_at = base;
+            reader.log_into(base, &mut state.log)?;
+        }
+        Slot::Tiers(state) => {
+            state.expires_at = base;
+            state.bucket = GcraState {
                 tat: reader.u128()?,
                 count: reader.u64()?,
             };
             let count = usize::try_from(reader.u64()?).ok()?;
             // Each tier takes at least two bytes: a corrupt count cannot
-            // make this reserve more than the bytes could hold.
-            let mut tiers = Vec::with_capacity(count.min(reader.bytes.len() / 2));
-            for _ in 0..count {
-                let entered_at = match reader.u128()? {
+            // make this grow past what the bytes could hold.
+            if count > reader.bytes.len() / 2 {
+                return None;
+            }
+            state.tiers.resize_with(count, TierLog::default);
+            for tier in &mut state.tiers {
+                tier.entered_at = match reader.u128()? {
                     0 => None,
                     n => Some(from_offset(base, u64::try_from(n - 1).ok()?)),
                 };
-                tiers.push(TierLog {
-                    entered_at,
-                    hits: reader.log(base)?,
-                });
+                reader.log_into(base, &mut tier.hits)?;
             }
-            Slot::Tiers(TierState {
-                tiers,
-                recent: reader.log(base)?,
-                expires_at: base,
-                bucket,
-            })
+            reader.log_into(base, &mut state.recent)?;
         }
         _ => return None,
-    };
-    reader.bytes.is_empty().then_some(slot)
+    }
+    reader.bytes.is_empty().then_some(())
+}
+
+/// A slot per flat kind that decisions decode into, so that the room its
+/// logs grew stays for the next decision and decoding does not allocate.
+pub(super) struct Scratch {
+    log: Slot,
+    tiers: Slot,
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch {
+            log: Slot::new(SlotKind::SlidingLog),
+            tiers: Slot::new(SlotKind::Tiers),
+        }
+    }
+}
+
+impl Scratch {
+    /// The slot for `kind` (a flat kind), holding what `bytes` hold, or a
+    /// fresh state if they hold none that matters at `now`.
+    pub fn read(&mut self, kind: SlotKind, bytes: &[u8], now: u64) -> &mut Slot {
+        let slot = match kind {
+            SlotKind::Tiers => &mut self.tiers,
+            _ => &mut self.log,
+        };
+        if slot.kind() != kind || !decode_into(bytes, slot) || slot.expires_at() <= now {
+            *slot = Slot::new(kind);
+        }
+        slot
+    }
 }
 
 /// When the state `bytes` hold stops mattering, without decoding the rest.
@@ -194,16 +232,31 @@ impl Reader<'_> {
     }
 
     fn u64(&mut self) -> Option<u64> {
-        u64::try_from(self.u128()?).ok()
+        let mut value = 0u64;
+        for (index, &byte) in self.bytes.iter().enumerate() {
+            let shift = 7 * index as u32;
+            let bits = u64::from(byte & 0x7f);
+            // The tenth byte holds the 64th bit only.
+            if shift >= 64 || (shift == 63 && bits > 1) {
+                return None;
+            }
+            value |= bits << shift;
+            if byte & 0x80 == 0 {
+                self.bytes = &self.bytes[index + 1..];
+                return Some(value);
+            }
+        }
+        None
     }
 
-    fn log(&mut self, base: u64) -> Option<HitLog> {
+    /// Refills `log` with the entries that follow.
+    fn log_into(&mut self, base: u64, log: &mut HitLog) -> Option<()> {
         let count = usize::try_from(self.u64()?).ok()?;
         // Each entry takes at least two bytes.
         if count > self.bytes.len() / 2 {
             return None;
         }
-        let mut entries = SmallVec::<[(u64, u64); MAX_INSTANTS]>::with_capacity(count);
+        log.clear();
         let mut previous = None;
         for _ in 0..count {
             let step = self.u64()?;
@@ -211,10 +264,10 @@ impl Reader<'_> {
                 None => from_offset(base, step),
                 Some(before) => u64::wrapping_add(before, step),
             };
-            entries.push((at, self.u64()?));
+            log.push_entry(at, self.u64()?);
             previous = Some(at);
         }
-        Some(HitLog::from_entries(entries.into_iter()))
+        Some(())
     }
 }
 
@@ -223,6 +276,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::engine::{LogState, TierState};
 
     fn log(entries: &[(u64, u64)]) -> HitLog {
         HitLog::from_entries(entries.iter().copied())
@@ -309,7 +363,7 @@ mod tests {
     proptest! {
         #[test]
         fn every_flat_state_comes_back_exactly(
-            expires_at in any::<u64>(),
+            expires_at in 1..=u64::MAX,
             tat in any::<u128>(),
             count in any::<u64>(),
             tiers in prop::collection::vec((any::<Option<u64>>(), any_log()), 0..4),
@@ -317,7 +371,7 @@ mod tests {
             one in any_log(),
         ) {
             let sliding = Slot::SlidingLog(LogState { log: one, expires_at });
-            prop_assert_eq!(round_trip(&sliding), Some(sliding));
+            prop_assert_eq!(round_trip(&sliding), Some(sliding.clone()));
             let tiers = Slot::Tiers(TierState {
                 tiers: tiers
                     .into_iter()
@@ -327,7 +381,17 @@ mod tests {
                 expires_at,
                 bucket: GcraState { tat, count },
             });
-            prop_assert_eq!(round_trip(&tiers), Some(tiers));
+            prop_assert_eq!(round_trip(&tiers), Some(tiers.clone()));
+            // Decoded into a scratch slot that held another state: only
+            // what the bytes hold.
+            let mut scratch = Scratch::default();
+            let bytes = encode(&tiers).expect("flat");
+            let fresh = Slot::new(SlotKind::Tiers);
+            prop_assert_eq!(&*scratch.read(SlotKind::Tiers, &bytes, 0), &tiers);
+            prop_assert_eq!(&*scratch.read(SlotKind::Tiers, &encode(&fresh).expect("flat"), 0), &fresh);
+            prop_assert_eq!(&*scratch.read(SlotKind::Tiers, &bytes, 0), &tiers);
+            let sliding_bytes = encode(&sliding).expect("flat");
+            prop_assert_eq!(&*scratch.read(SlotKind::SlidingLog, &sliding_bytes, 0), &sliding);
         }
 
         #[test]
@@ -337,6 +401,9 @@ mod tests {
             let _ = decode(&bytes, SlotKind::SlidingLog);
             let _ = decode(&bytes, SlotKind::Tiers);
             let _ = expires_at(&bytes);
+            let mut scratch = Scratch::default();
+            let _ = scratch.read(SlotKind::Tiers, &bytes, 0);
+            let _ = scratch.read(SlotKind::SlidingLog, &bytes, 0);
         }
     }
 }

@@ -40,6 +40,7 @@ pub(super) enum Kept {
 pub(super) struct Shard {
     compact: [Table; COMPACT_KINDS.len()],
     flat: HashTable<(KeyId, Box<[u8]>)>,
+    scratch: flat::Scratch,
     boxed: HashTable<(KeyId, Box<Slot>)>,
     decisions_since_sweep: u32,
     added_since_sweep: usize,
@@ -80,24 +81,24 @@ impl Shard {
                 .flat
                 .find_entry(id.table_hash(), |(held, _)| *held == id)
         {
-            let mut slot = match flat::decode(&entry.get().1, kind) {
-                Some(held) if held.expires_at() > now => held,
-                _ => Slot::new(kind),
-            };
-            let answer = decide(&mut slot);
+            let slot = self.scratch.read(kind, &entry.get().1, now);
+            let answer = decide(slot);
             if slot.expires_at() <= now {
                 entry.remove();
                 return (answer, Kept::Dropped);
             }
-            match flat::write(&slot) {
+            match flat::write(slot) {
                 Some(bytes) => {
                     let held = &mut entry.get_mut().1;
-                    if **held != bytes[..] {
+                    if held.len() == bytes.len() {
+                        held.copy_from_slice(&bytes);
+                    } else {
                         *held = Box::from(&bytes[..]);
                     }
                 }
                 // Too many instants to be flat any more.
                 None => {
+                    let slot = std::mem::replace(slot, Slot::new(kind));
                     entry.remove();
                     self.insert_boxed(id, Box::new(slot));
                 }
