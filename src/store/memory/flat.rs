@@ -59,15 +59,15 @@ pub(super) fn write(slot: &Slot) -> Option<Bytes> {
     let mut out = Bytes::new();
     match slot {
         Slot::SlidingLog(state) => {
-            put(&mut out, state.expires_at.into());
+            put_u64(&mut out, state.expires_at);
             put_log(&mut out, &state.log, state.expires_at);
         }
         Slot::Tiers(state) => {
             let base = state.expires_at;
-            put(&mut out, base.into());
+            put_u64(&mut out, base);
             put(&mut out, state.bucket.tat);
-            put(&mut out, state.bucket.count.into());
-            put(&mut out, state.tiers.len() as u128);
+            put_u64(&mut out, state.bucket.count);
+            put_u64(&mut out, state.tiers.len() as u64);
             for tier in &state.tiers {
                 // 0: never entered; else one more than the instant's offset.
                 put(
@@ -159,7 +159,8 @@ impl Scratch {
             SlotKind::Tiers => &mut self.tiers,
             _ => &mut self.log,
         };
-        if slot.kind() != kind || !decode_into(bytes, slot) || slot.expires_at() <= now {
+        // An expired state is not decoded: the decision starts afresh.
+        if expires_at(bytes) <= now || slot.kind() != kind || !decode_into(bytes, slot) {
             *slot = Slot::new(kind);
         }
         slot
@@ -186,7 +187,7 @@ fn from_offset(base: u64, offset: u64) -> u64 {
 }
 
 fn put_log(out: &mut Bytes, log: &HitLog, base: u64) {
-    put(out, log.len() as u128);
+    put_u64(out, log.len() as u64);
     let mut previous = None;
     for (at, hits) in log.entries() {
         let step = match previous {
@@ -194,20 +195,39 @@ fn put_log(out: &mut Bytes, log: &HitLog, base: u64) {
             // Instants only grow in a log: the step is what they grew by.
             Some(before) => at.wrapping_sub(before),
         };
-        put(out, step.into());
-        put(out, hits.into());
+        put_u64(out, step);
+        put_u64(out, hits);
         previous = Some(at);
     }
 }
 
 /// `value` as an LEB128 varint: seven bits a byte, the high bit set on
 /// every byte but the last.
-fn put(out: &mut Bytes, mut value: u128) {
-    while value >= 0x80 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
+fn put(out: &mut Bytes, value: u128) {
+    match u64::try_from(value) {
+        Ok(value) => put_u64(out, value),
+        Err(_) => {
+            let mut value = value;
+            while value >= 0x80 {
+                out.push(value as u8 | 0x80);
+                value >>= 7;
+            }
+            out.push(value as u8);
+        }
     }
-    out.push(value as u8);
+}
+
+/// [`put`] of the common width, written in one go.
+fn put_u64(out: &mut Bytes, mut value: u64) {
+    let mut bytes = [0u8; 10];
+    let mut length = 0;
+    while value >= 0x80 {
+        bytes[length] = value as u8 | 0x80;
+        value >>= 7;
+        length += 1;
+    }
+    bytes[length] = value as u8;
+    out.extend_from_slice(&bytes[..=length]);
 }
 
 struct Reader<'a> {
