@@ -19,8 +19,6 @@
 //! of a flood; a larger one is boxed, where a decision on it stays
 //! independent of its length.
 
-use smallvec::SmallVec;
-
 use crate::engine::tiers::TierLog;
 use crate::engine::{GcraState, HitLog, Slot, SlotKind};
 
@@ -32,8 +30,8 @@ pub(super) fn is_flat(kind: SlotKind) -> bool {
     matches!(kind, SlotKind::SlidingLog | SlotKind::Tiers)
 }
 
-/// `slot`'s bytes, if its kind is held flat and it logs at most
-/// [`MAX_INSTANTS`] instants.
+/// `slot`'s bytes, if its kind is held flat, it logs at most
+/// [`MAX_INSTANTS`] instants and its bytes are at most [`MAX_BYTES`].
 pub(super) fn encode(slot: &Slot) -> Option<Box<[u8]>> {
     write(slot).map(|bytes| Box::from(&bytes[..]))
 }
@@ -56,7 +54,7 @@ pub(super) fn write(slot: &Slot) -> Option<Bytes> {
     if instants > MAX_INSTANTS {
         return None;
     }
-    let mut out = Bytes::new();
+    let mut out = Bytes::default();
     match slot {
         Slot::SlidingLog(state) => {
             put_u64(&mut out, state.expires_at);
@@ -81,11 +79,45 @@ pub(super) fn write(slot: &Slot) -> Option<Bytes> {
         }
         _ => return None,
     }
-    Some(out)
+    // A state too large to write (many tiers) is not flat either.
+    (out.length <= MAX_BYTES).then_some(out)
 }
 
-/// A state's bytes as they are written (on the stack up to 64).
-pub(super) type Bytes = SmallVec<[u8; 64]>;
+/// The most bytes a flat state takes.
+pub(super) const MAX_BYTES: usize = 256;
+
+/// A state's bytes as they are written, on the stack.
+pub(super) struct Bytes {
+    bytes: [u8; MAX_BYTES],
+    /// Past `MAX_BYTES` once the state did not fit.
+    length: usize,
+}
+
+impl Default for Bytes {
+    fn default() -> Self {
+        Bytes {
+            bytes: [0; MAX_BYTES],
+            length: 0,
+        }
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.length.min(MAX_BYTES)]
+    }
+}
+
+impl Bytes {
+    fn push(&mut self, byte: u8) {
+        if let Some(slot) = self.bytes.get_mut(self.length) {
+            *slot = byte;
+        }
+        self.length += 1;
+    }
+}
 
 /// The state `bytes` hold, as the engine reads it (`kind`: the kind they
 /// were encoded from). `None` only for bytes [`encode`] did not write.
@@ -217,17 +249,13 @@ fn put(out: &mut Bytes, value: u128) {
     }
 }
 
-/// [`put`] of the common width, written in one go.
+/// [`put`] in the common width's arithmetic.
 fn put_u64(out: &mut Bytes, mut value: u64) {
-    let mut bytes = [0u8; 10];
-    let mut length = 0;
     while value >= 0x80 {
-        bytes[length] = value as u8 | 0x80;
+        out.push(value as u8 | 0x80);
         value >>= 7;
-        length += 1;
     }
-    bytes[length] = value as u8;
-    out.extend_from_slice(&bytes[..=length]);
+    out.push(value as u8);
 }
 
 struct Reader<'a> {
