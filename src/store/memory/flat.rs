@@ -387,6 +387,21 @@ mod tests {
         tiers.tiers[1].hits = log(&entries[..MAX_INSTANTS / 2]);
         tiers.recent = log(&entries[MAX_INSTANTS / 2..]);
         assert_eq!(encode(&Slot::Tiers(tiers)), None);
+        // Nor one of more bytes: here a resource of many tiers.
+        let many = |count: usize| {
+            Slot::Tiers(TierState {
+                tiers: vec![
+                    TierLog {
+                        entered_at: Some(u64::MAX / 3),
+                        hits: HitLog::default(),
+                    };
+                    count
+                ],
+                ..TierState::default()
+            })
+        };
+        assert!(encode(&many(20)).is_some_and(|bytes| bytes.len() <= MAX_BYTES));
+        assert_eq!(encode(&many(30)), None);
     }
 
     #[test]
@@ -414,7 +429,7 @@ mod tests {
             expires_at in 1..=u64::MAX,
             tat in any::<u128>(),
             count in any::<u64>(),
-            tiers in prop::collection::vec((any::<Option<u64>>(), any_log()), 0..4),
+            tiers in prop::collection::vec((any::<Option<u64>>(), any_log()), 0..3),
             recent in any_log(),
             one in any_log(),
         ) {
