@@ -184,18 +184,41 @@ impl Default for Scratch {
 }
 
 impl Scratch {
+    fn slot(&mut self, kind: SlotKind) -> &mut Slot {
+        match kind {
+            SlotKind::Tiers => &mut self.tiers,
+            _ => &mut self.log,
+        }
+    }
+
     /// The slot for `kind` (a flat kind), holding what `bytes` hold, or a
     /// fresh state if they hold none that matters at `now`.
     pub fn read(&mut self, kind: SlotKind, bytes: &[u8], now: u64) -> &mut Slot {
-        let slot = match kind {
-            SlotKind::Tiers => &mut self.tiers,
-            _ => &mut self.log,
-        };
+        let slot = self.slot(kind);
         // An expired state is not decoded: the decision starts afresh.
         if expires_at(bytes) <= now || slot.kind() != kind || !decode_into(bytes, slot) {
             *slot = Slot::new(kind);
         }
         slot
+    }
+
+    /// [`read`](Self::read) as an owned slot (a decision on several keys
+    /// holds them all at once), with the room of the kept one; the room
+    /// comes back with [`give_back`](Self::give_back).
+    pub fn take(&mut self, kind: SlotKind, bytes: &[u8]) -> Slot {
+        let mut slot = std::mem::replace(self.slot(kind), Slot::new(kind));
+        if slot.kind() != kind || !decode_into(bytes, &mut slot) {
+            slot = Slot::new(kind);
+        }
+        slot
+    }
+
+    /// Keeps `slot`'s room for the next decision on its kind.
+    pub fn give_back(&mut self, slot: Slot) {
+        let kind = slot.kind();
+        if is_flat(kind) {
+            *self.slot(kind) = slot;
+        }
     }
 }
 

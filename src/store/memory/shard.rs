@@ -88,14 +88,7 @@ impl Shard {
                 return (answer, Kept::Dropped);
             }
             match flat::write(slot) {
-                Some(bytes) => {
-                    let held = &mut entry.get_mut().1;
-                    if held.len() == bytes.len() {
-                        held.copy_from_slice(&bytes);
-                    } else {
-                        *held = Box::from(&bytes[..]);
-                    }
-                }
+                Some(bytes) => overwrite(&mut entry.get_mut().1, &bytes),
                 // Too many instants to be flat any more.
                 None => {
                     let slot = std::mem::replace(slot, Slot::new(kind));
@@ -132,9 +125,10 @@ impl Shard {
     }
 
     /// The state `id` holds, for [`keep`](Self::keep) to put back: a
-    /// boxed state is taken out; a compact entry stays where it is, so
-    /// that `keep` writes it back in place rather than removing it (which
-    /// shifts the entries after it) and inserting it again.
+    /// boxed state is taken out; a compact or flat entry stays where it
+    /// is, so that `keep` writes it back in place rather than removing it
+    /// (which shifts a compact table's entries after it) and inserting it
+    /// again.
     pub fn take(&mut self, id: KeyId, kind: SlotKind) -> Option<Slot> {
         if let Some(table) = table_of(kind)
             && let Some(index) = self.compact[table].find(id)
@@ -142,12 +136,9 @@ impl Shard {
             return Some(self.compact[table].get(index).unpack(kind));
         }
         if flat::is_flat(kind)
-            && let Ok(entry) = self
-                .flat
-                .find_entry(id.table_hash(), |(held, _)| *held == id)
+            && let Some((_, bytes)) = self.flat.find(id.table_hash(), |(held, _)| *held == id)
         {
-            let (_, bytes) = entry.remove().0;
-            return flat::decode(&bytes, kind);
+            return Some(self.scratch.take(kind, bytes));
         }
         if self.boxed.is_empty() {
             return None;
@@ -167,6 +158,29 @@ impl Shard {
             && let Some(index) = self.compact[table].find(id)
         {
             return self.write_back(table, index, id, slot, now);
+        }
+        if existed
+            && flat::is_flat(slot.kind())
+            && let Ok(mut entry) = self
+                .flat
+                .find_entry(id.table_hash(), |(held, _)| *held == id)
+        {
+            if slot.expires_at() <= now {
+                entry.remove();
+                self.scratch.give_back(slot);
+                return Kept::Dropped;
+            }
+            match flat::write(&slot) {
+                Some(bytes) => {
+                    overwrite(&mut entry.get_mut().1, &bytes);
+                    self.scratch.give_back(slot);
+                }
+                None => {
+                    entry.remove();
+                    self.insert_boxed(id, Box::new(slot));
+                }
+            }
+            return Kept::Same;
         }
         let keep = slot.expires_at() > now;
         match (keep, existed) {
@@ -267,6 +281,16 @@ impl Shard {
 
     pub fn len(&self) -> usize {
         self.compact.iter().map(Table::len).sum::<usize>() + self.flat.len() + self.boxed.len()
+    }
+}
+
+/// Writes a flat state's new `bytes` over its `held` ones: in place
+/// when their length has not changed.
+fn overwrite(held: &mut Box<[u8]>, bytes: &[u8]) {
+    if held.len() == bytes.len() {
+        held.copy_from_slice(bytes);
+    } else {
+        *held = Box::from(bytes);
     }
 }
 
@@ -522,5 +546,42 @@ mod tests {
         assert_eq!(shard.sweep(1_110 + 100), 0);
         assert_eq!(shard.sweep(1_110 + 101), 1);
         assert_eq!(shard.len(), 0);
+    }
+
+    #[test]
+    fn a_flat_state_taken_and_kept_is_written_back_in_place() {
+        use crate::engine::{HitLog, LogState};
+        let kind = SlotKind::SlidingLog;
+        let log = |hits: &[(u64, u64)], expires_at| {
+            Slot::SlidingLog(LogState {
+                log: HitLog::from_entries(hits.iter().copied()),
+                expires_at,
+            })
+        };
+        let (id, other) = (KeyId::from_parts([1, 1, 1]), KeyId::from_parts([2, 2, 2]));
+        let mut shard = Shard::default();
+        assert_eq!(
+            shard.keep(id, log(&[(10, 1)], 111), false, 10, true),
+            Kept::Added
+        );
+        assert_eq!(
+            shard.keep(other, log(&[(10, 2)], 111), false, 10, true),
+            Kept::Added
+        );
+        // Taken, the entry stays; kept, it holds the new state.
+        assert_eq!(shard.take(id, kind), Some(log(&[(10, 1)], 111)));
+        assert_eq!(shard.len(), 2);
+        let longer = log(&[(10, 1), (20, 3)], 121);
+        assert_eq!(shard.keep(id, longer.clone(), true, 20, true), Kept::Same);
+        assert_eq!(shard.get(id, kind), Some(longer));
+        // The room the scratch slot kept does not leak into another key.
+        assert_eq!(shard.take(other, kind), Some(log(&[(10, 2)], 111)));
+        assert_eq!(
+            shard.keep(other, log(&[], 0), true, 20, true),
+            Kept::Dropped
+        );
+        assert_eq!(shard.len(), 1);
+        assert_eq!(shard.get(other, kind), None);
+        assert_eq!(shard.get(id, kind), Some(log(&[(10, 1), (20, 3)], 121)));
     }
 }
