@@ -442,8 +442,7 @@ mod tests {
     }
 
     fn any_log() -> impl Strategy<Value = HitLog> {
-        prop::collection::vec((any::<u64>(), any::<u64>()), 0..4)
-            .prop_map(|entries| HitLog::from_entries(entries))
+        prop::collection::vec((any::<u64>(), any::<u64>()), 0..4).prop_map(HitLog::from_entries)
     }
 
     proptest! {
