@@ -205,11 +205,14 @@ async fn two_envoys_share_a_buckets_limit_through_rlqs() {
     let per_second = rig.run([30, 30], SECONDS).await;
     // Each new assignment starts with a full bucket in Envoy, so the first
     // second admits more (measured: 10 + 10, then 5 + 5 every second).
-    // From the second on, any five seconds: the limit, within 5 %, half
-    // each.
+    // The later Envoy's first report may find the whole limit leased to
+    // the other, and its own assignment (and full bucket) then comes with
+    // the next second's refresh (measured on a slow machine: 10 + 1, then
+    // 5 + 9). From the third second on, any five seconds: the limit,
+    // within 5 %, half each.
     let context = format!("admitted per second: {per_second:?}");
     eprintln!("{context}");
-    for from in 1..=(SECONDS as usize - 5) {
+    for from in 2..=(SECONDS as usize - 5) {
         let span = |envoy: usize| per_second[envoy][from..from + 5].iter().sum::<u64>();
         let (a, b) = (span(0), span(1));
         assert!(
