@@ -1,4 +1,4 @@
-//! The memory store's flat states (docs/performance.md#footprint-and-growth):
+//! The memory store's flat states (docs/performance.md#flat-logs-and-tiers):
 //! a sliding log's or a tier resource's state as a few bytes of its own,
 //! instead of the engine's structures (a boxed [`Slot`] as large as its
 //! largest kind, a `Vec` of tiers, a `VecDeque` per log).
@@ -15,9 +15,9 @@
 //! The store decodes a state into the engine's structures for each
 //! decision on it and encodes what the decision leaves, which costs a
 //! decision time in proportion to the instants logged. So only states of
-//! at most [`MAX_INSTANTS`] instants are held flat, the many small keys
-//! of a flood; a larger one is boxed, where a decision on it stays
-//! independent of its length.
+//! at most [`MAX_INSTANTS`] instants (and [`MAX_BYTES`]) are held flat,
+//! the many small keys of a flood; a larger one is boxed, where a
+//! decision on it stays independent of its length.
 
 use crate::engine::tiers::TierLog;
 use crate::engine::{GcraState, HitLog, Slot, SlotKind};
