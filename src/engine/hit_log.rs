@@ -145,9 +145,10 @@ impl HitLog {
         self.entries.len()
     }
 
-    /// The log of `entries` as [`entries`](Self::entries) gave them (for
-    /// stores that serialize state), with room for exactly those when the
-    /// iterator knows its length.
+    /// The log of `entries` as [`entries`](Self::entries) gave them, with
+    /// room for exactly those when the iterator knows its length (stores
+    /// refill a log in place with [`push_entry`](Self::push_entry)).
+    #[cfg(test)]
     pub fn from_entries(entries: impl IntoIterator<Item = (u64, u64)>) -> Self {
         let entries = entries.into_iter();
         let mut log = HitLog {
