@@ -801,6 +801,102 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
     assert_eq!(scripts_loaded(&redis), [true, true, true]);
 }
 
+/// The arguments of every `EVALSHA` Redis ran, oldest first, from its slow
+/// log (which records every command once its threshold is 0).
+fn script_calls(redis: &RedisServer) -> Vec<Vec<String>> {
+    let client = redis::Client::open(redis.url()).expect("a valid URL");
+    let mut connection = client.get_connection().expect("Redis answers");
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(1000)
+        .query(&mut connection)
+        .expect("the slow log");
+    let text = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        other => format!("{other:?}"),
+    };
+    let mut calls: Vec<Vec<String>> = entries
+        .iter()
+        .filter_map(|entry| match entry {
+            redis::Value::Array(fields) => match fields.get(3) {
+                Some(redis::Value::Array(args)) => Some(args.iter().map(text).collect()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .filter(|args: &Vec<String>| {
+            args.first()
+                .is_some_and(|a| a.eq_ignore_ascii_case("evalsha"))
+        })
+        .collect();
+    calls.reverse();
+    calls
+}
+
+/// A request of one fixed window or one bucket, the usual one, sends Redis
+/// the item's numbers only (the clock is Redis's), and its script answers
+/// with one string: Redis spends more on each argument and on turning a
+/// table into a reply than on the script's own lines
+/// (docs/performance.md#redis-work-per-decision).
+#[test]
+fn one_window_or_bucket_sends_its_numbers_only() {
+    let redis = RedisServer::start();
+    redis.command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    redis.command(&["CONFIG", "SET", "slowlog-max-len", "1000"]);
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = patient_store(&redis.url());
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let window = Ask::Window {
+        key: 0,
+        limit: 2,
+        period: 60_000,
+        hits: 1,
+        shadow: false,
+        count_rejected: true,
+    };
+    let bucket = Ask::Gcra {
+        key: 0,
+        count: 5,
+        period: 60_000,
+        burst: 1,
+        hits: 1,
+        shadow: true,
+    };
+    let decide = |asks: &[Ask]| {
+        runtime
+            .block_on(store.decide_batch(&batch(asks, &resources, 0)))
+            .expect("Redis answers")
+    };
+    let grants: Vec<bool> = (0..3)
+        .map(|_| decide(std::slice::from_ref(&window)).granted)
+        .collect();
+    assert_eq!(grants, [true, true, false]);
+    // Over its burst, in shadow mode: granted, and reported over.
+    assert!(decide(std::slice::from_ref(&bucket)).granted);
+    let second = decide(std::slice::from_ref(&bucket));
+    assert!(second.granted);
+    assert!(second.outcomes[0].over(), "{second:?}");
+    redis.command(&["CONFIG", "SET", "slowlog-log-slower-than", "10000"]);
+    // EVALSHA sha numkeys key, then the numbers: limit period hits flags
+    // (2: count rejected hits), or count period burst hits shadow. (A first
+    // call of each script is sent twice: Redis answered NOSCRIPT.)
+    let calls = script_calls(&redis);
+    let window_call = ["2", "60000", "1", "2"];
+    let bucket_call = ["5", "60000", "1", "1", "1"];
+    assert!(calls.len() >= 5, "{calls:?}");
+    for call in &calls {
+        assert!(
+            call[4..] == window_call || call[4..] == bucket_call,
+            "{calls:?}"
+        );
+    }
+    assert!(
+        calls.iter().any(|call| call[4..] == bucket_call),
+        "{calls:?}"
+    );
+}
+
 #[test]
 fn a_key_known_to_be_over_is_rejected_without_redis() {
     let mut redis = RedisServer::start();

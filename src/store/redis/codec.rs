@@ -2,6 +2,11 @@
 //! script's arguments, and the script's reply (the time it decided at, the
 //! verdict, and the state it decided on) becomes engine slots again.
 //!
+//! A request of one fixed window or one GCRA bucket, the usual one, travels
+//! in a shorter form of its own ([`one_item_arguments`]): its numbers only,
+//! answered by one string instead of a table, which is what Redis spends
+//! the most on around a small script (docs/performance.md#redis-work-per-decision).
+//!
 //! Numbers travel as decimal text; `-1` stands for "none" (a limit) and
 //! "forever" (a duration), because Lua numbers are doubles and `u64::MAX`
 //! is not one of them. Every other number Charon sends fits in 53 bits: counts
@@ -38,6 +43,51 @@ fn bounded(n: Option<u64>) -> i64 {
 
 fn flag(flag: bool) -> &'static str {
     if flag { "1" } else { "0" }
+}
+
+/// Adds the ARGV of the one-item form of `window.lua` or `gcra.lua` for
+/// `item`, which must be the only item, on the only key; `false` (nothing
+/// added) for any other kind. `injected_now` 0 means Redis `TIME`, and is
+/// then not sent.
+pub fn one_item_arguments(
+    invocation: &mut ScriptInvocation<'_>,
+    injected_now: u64,
+    item: &Item<'_>,
+) -> bool {
+    match *item {
+        Item::Window {
+            limit,
+            period,
+            hits,
+            shadow,
+            count_rejected,
+            ..
+        } => {
+            invocation
+                .arg(limit)
+                .arg(period)
+                .arg(hits)
+                .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+        }
+        Item::Gcra {
+            limit,
+            hits,
+            shadow,
+            ..
+        } => {
+            invocation
+                .arg(limit.count)
+                .arg(limit.period)
+                .arg(limit.burst)
+                .arg(hits)
+                .arg(flag(shadow));
+        }
+        _ => return false,
+    }
+    if injected_now != 0 {
+        invocation.arg(injected_now);
+    }
+    true
 }
 
 /// Adds the script's ARGV for `items` over slots of `kinds` to `invocation`
@@ -233,8 +283,14 @@ fn integer(value: &Value) -> Result<i64, RedisError> {
     }
 }
 
-/// Parses `{now, granted, before...}`.
+/// Parses `{now, granted, before...}`, or the one-item form's
+/// `"granted clock value"`.
 pub fn reply(value: Value, keys: usize) -> Result<Reply, RedisError> {
+    if let Value::BulkString(text) = &value
+        && keys == 1
+    {
+        return one_item_reply(text);
+    }
     let Value::Array(values) = value else {
         return Err(RedisError::Reply(format!(
             "expected an array, got {value:?}"
@@ -266,6 +322,46 @@ pub fn reply(value: Value, keys: usize) -> Result<Reply, RedisError> {
         now,
         granted,
         before,
+    })
+}
+
+/// `"granted clock value"`: granted `1` or `0`; the clock Redis `TIME`'s
+/// `seconds.micros` (now is its millisecond, as the script counts it) or an
+/// injected time in ms; the value the key held, empty for none.
+fn one_item_reply(text: &[u8]) -> Result<Reply, RedisError> {
+    let malformed = || {
+        RedisError::Reply(format!(
+            "expected \"granted clock value\", got {:?}",
+            String::from_utf8_lossy(text)
+        ))
+    };
+    let mut fields = text.splitn(3, |&byte| byte == b' ');
+    let (Some(granted), Some(clock), Some(value)) = (fields.next(), fields.next(), fields.next())
+    else {
+        return Err(malformed());
+    };
+    let granted = match granted {
+        b"1" => true,
+        b"0" => false,
+        _ => return Err(malformed()),
+    };
+    let clock = std::str::from_utf8(clock).map_err(|_| malformed())?;
+    let now = match clock.split_once('.') {
+        Some((seconds, micros)) => {
+            let seconds: u64 = seconds.parse().map_err(|_| malformed())?;
+            let micros: u64 = micros.parse().map_err(|_| malformed())?;
+            seconds
+                .checked_mul(1000)
+                .and_then(|ms| ms.checked_add(micros / 1000))
+                .ok_or_else(malformed)?
+        }
+        None => clock.parse().map_err(|_| malformed())?,
+    };
+    let before = (!value.is_empty()).then(|| value.to_vec());
+    Ok(Reply {
+        now,
+        granted,
+        before: vec![before],
     })
 }
 
@@ -537,6 +633,15 @@ mod tests {
                     prop_assert_eq!(decoded.before.len(), keys);
                 }
             }
+
+            #[test]
+            fn one_item_replies_decode_or_err(
+                text in "[01 ]{0,2}[0-9.]{0,25}( [0-9,]{0,30})?|\\PC{0,40}",
+            ) {
+                if let Ok(decoded) = reply(Value::BulkString(text.into_bytes()), 1) {
+                    prop_assert_eq!(decoded.before.len(), 1);
+                }
+            }
         }
     }
 
@@ -566,5 +671,41 @@ mod tests {
         let without = slot(SlotKind::Log, Some(b"1000:2,1500:1"), 1_600).expect("valid");
         assert_eq!(with_total, without);
         assert!(slot(SlotKind::Log, Some(b"x~1000:2"), 0).is_err());
+    }
+
+    #[test]
+    fn a_one_item_reply_is_the_verdict_redis_time_and_the_value() {
+        let reply = reply(
+            Value::BulkString(b"1 1764265123.456789 1764265080000,3,1764265140000".to_vec()),
+            1,
+        )
+        .expect("valid");
+        assert!(reply.granted);
+        assert_eq!(reply.now, 1_764_265_123_456);
+        assert_eq!(
+            reply.before,
+            [Some(b"1764265080000,3,1764265140000".to_vec())]
+        );
+
+        // An injected time is milliseconds; an empty value is no value.
+        let reply = super::reply(Value::BulkString(b"0 5000 ".to_vec()), 1).expect("valid");
+        assert!(!reply.granted);
+        assert_eq!(reply.now, 5_000);
+        assert_eq!(reply.before, [None]);
+
+        for malformed in [
+            &b""[..],
+            b"1 5000",
+            b"2 5000 ",
+            b"1 x ",
+            b"1 5.x ",
+            b"1 18446744073709551615.0 ",
+        ] {
+            assert!(
+                super::reply(Value::BulkString(malformed.to_vec()), 1).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(malformed)
+            );
+        }
     }
 }

@@ -2,21 +2,69 @@
 --
 -- Like window.lua, a script of its own for one common kind: the same wire,
 -- state encoding and verdict as the GCRA branch of decide.lua (which
--- documents them, and why time is counted in ticks of 1/count ms).
+-- documents them, and why time is counted in ticks of 1/count ms), and the
+-- same two call shapes (window.lua says why):
 --
--- KEYS: the bucket keys. ARGV[1]: "0" for Redis TIME, or an injected time in
--- ms (tests only). ARGV[2]: kind letters (all "a"). ARGV[3]: number of items,
--- then per item: a slot count period burst hits shadow.
--- State: "tat_ms,ticks,count". Returns {now, granted, value before...}.
+-- * One item on one key: ARGV count period burst hits shadow, and a sixth,
+--   the injected time in ms, in tests only. Returns "granted clock value",
+--   as window.lua does.
+-- * Any batch: KEYS the bucket keys. ARGV[1]: "0" for Redis TIME, or an
+--   injected time in ms (tests only). ARGV[2]: kind letters (all "a").
+--   ARGV[3]: number of items, then per item: a slot count period burst hits
+--   shadow. Returns {now, granted, value before...}.
+--
+-- State: "tat_ms,ticks,count".
 
-local now, slack
-local injected = tonumber(ARGV[1])
-if injected ~= 0 then
+local one = #ARGV < 7
+local now, slack, clock
+local injected = ARGV[one and 6 or 1]
+if injected and injected ~= '0' then
   -- Virtual time: keys outlive their virtual relevance by a day.
-  now, slack = injected, 86400000
+  now, slack, clock = tonumber(injected), 86400000, injected
 else
   local time = redis.call('TIME')
   now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
+  if one then
+    clock = time[1] .. '.' .. time[2]
+  end
+end
+
+-- One item on one key: the decision of the batch below, without its tables.
+if one then
+  local count, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  local hits = tonumber(ARGV[4])
+  local value = redis.call('GET', KEYS[1])
+  local tat, ticks, stored = 0, 0, -1
+  if value then
+    local ms, t, c = string.match(value, '^(%d+),(%d+),(%d+)$')
+    if c == nil then
+      error('charon: not a bucket state: ' .. value)
+    end
+    tat, ticks, stored = tonumber(ms), tonumber(t), tonumber(c)
+  end
+  local over = true
+  if count ~= 0 and period ~= 0 then
+    local ahead = 0
+    if stored == count then
+      ahead = math.max(0, (tat - now) * count + ticks)
+    end
+    local next = ahead + math.max(hits, 1) * period
+    over = next > burst * period
+    if not over and hits > 0 then
+      local rest = math.fmod(next, count)
+      tat = now + (next - rest) / count
+      local until_ms = tat - now
+      if rest > 0 then
+        until_ms = until_ms + 1
+      end
+      redis.call('SET', KEYS[1], string.format('%.0f,%.0f,%.0f', tat, rest, count), 'PX', math.max(until_ms, 1) + slack)
+    end
+  end
+  local granted = '1 '
+  if over and ARGV[5] ~= '1' then
+    granted = '0 '
+  end
+  return granted .. clock .. ' ' .. (value or '')
 end
 
 local reply = { now, 1 }

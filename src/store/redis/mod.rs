@@ -336,12 +336,20 @@ impl RedisStore {
         for slot in slots {
             invocation.key(self.key(&slot.key).as_ref());
         }
-        codec::arguments(
-            &mut invocation,
-            injected,
-            slots.iter().map(|s| s.kind),
-            items,
-        );
+        let one_item = match (slots, items) {
+            ([_], [item]) if item.slot() == 0 => {
+                codec::one_item_arguments(&mut invocation, injected, item)
+            }
+            _ => false,
+        };
+        if !one_item {
+            codec::arguments(
+                &mut invocation,
+                injected,
+                slots.iter().map(|s| s.kind),
+                items,
+            );
+        }
         let value = self.connection.invoke(&invocation).await?;
         let reply = codec::reply(value, slots.len())?;
         let mut state: SmallVec<[Slot; 2]> = slots

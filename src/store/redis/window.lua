@@ -5,18 +5,30 @@
 -- window branch of decide.lua (which documents them), without the tier,
 -- log and bucket machinery Redis would otherwise set up on every call.
 --
--- KEYS: the window keys. ARGV[1]: "0" for Redis TIME, or an injected time in
--- ms (tests only). ARGV[2]: kind letters (all "w"). ARGV[3]: number of items,
--- then per item: w slot limit period hits flags ("-1": no limit; flags: 1
--- shadow, 2 count rejected hits: recorded even when the item or the batch
--- is rejected, as envoyproxy/ratelimit counts).
--- State: "start,count,expires_at". Returns {now, granted, value before...}.
+-- Two call shapes (docs/performance.md#redis-work-per-decision says what
+-- each part of a call costs Redis):
+--
+-- * One item on one key, the usual request: ARGV limit period hits flags,
+--   and a fifth, the injected time in ms, in tests only. Returns one string,
+--   "granted seconds.micros value" (Redis TIME as it read it; with an
+--   injected time, "granted ms value"), the value empty when the key held
+--   none: Redis turns a table into a reply at several times the cost of a
+--   string, and every argument costs as much as a line of Lua.
+-- * Any batch: KEYS the window keys. ARGV[1]: "0" for Redis TIME, or an
+--   injected time in ms (tests only). ARGV[2]: kind letters (all "w").
+--   ARGV[3]: number of items, then per item: w slot limit period hits flags.
+--   Returns {now, granted, value before...}.
+--
+-- A limit of "-1" is no limit; flags: 1 shadow, 2 count rejected hits
+-- (recorded even when the item or the batch is rejected, as
+-- envoyproxy/ratelimit counts). State: "start,count,expires_at".
 
-local now, slack, spread
-local injected = tonumber(ARGV[1])
-if injected ~= 0 then
+local one = #ARGV < 6
+local now, slack, spread, clock
+local injected = ARGV[one and 5 or 1]
+if injected and injected ~= '0' then
   -- Virtual time: keys outlive their virtual relevance by a day.
-  now, slack, spread = injected, 86400000, 0
+  now, slack, spread, clock = tonumber(injected), 86400000, 0, injected
 else
   local time = redis.call('TIME')
   local micros = tonumber(time[2])
@@ -27,17 +39,17 @@ else
   -- taken from the clock's microseconds, which spreads their expiry; the
   -- state itself says when its window ends, so a late key changes nothing.
   spread = math.fmod(micros, 1000) / 1000
+  if one then
+    clock = time[1] .. '.' .. time[2]
+  end
 end
 
--- The TTL of a window key written now.
-local function window_ttl(ends, period)
-  return ends - now + slack + math.floor(spread * math.min(period, 60000))
-end
-
--- One item on one key, the usual request: the same decision as the loop
--- below, without its tables (a sixth of the script's time).
-if ARGV[3] == '1' then
-  local limit, period, hits = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+-- One item on one key: the decision of the batch below, without its tables.
+-- (The expiry is window_ttl's, below, written out: a function made on every
+-- call costs more than the line.)
+if one then
+  local limit, period, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+  local flags = tonumber(ARGV[4])
   local value = redis.call('GET', KEYS[1])
   local start = now - math.fmod(now, math.max(period, 1))
   local count, same = 0, false
@@ -51,23 +63,25 @@ if ARGV[3] == '1' then
       count = tonumber(c)
     end
   end
-  local flags = tonumber(ARGV[9])
   local over = limit ~= -1 and count + math.max(hits, 1) > limit
-  if over and flags < 2 then
-    return { now, flags % 2, value }
-  end
-  if hits > 0 then
+  if hits > 0 and (flags >= 2 or not over) then
     local state = string.format('%.0f,%.0f,%.0f', start, count + hits, start + period)
     if same then
       redis.call('SET', KEYS[1], state, 'KEEPTTL')
     else
-      redis.call('SET', KEYS[1], state, 'PX', window_ttl(start + period, period))
+      redis.call('SET', KEYS[1], state, 'PX', start + period - now + slack + math.floor(spread * math.min(period, 60000)))
     end
   end
-  if over then
-    return { now, flags % 2, value }
+  local granted = '1 '
+  if over and flags % 2 == 0 then
+    granted = '0 '
   end
-  return { now, 1, value }
+  return granted .. clock .. ' ' .. (value or '')
+end
+
+-- The TTL of a window key written now.
+local function window_ttl(ends, period)
+  return ends - now + slack + math.floor(spread * math.min(period, 60000))
 end
 
 local reply = { now, 1 }
