@@ -13,7 +13,8 @@
 --   ARGV[3]: number of items, then per item: a slot count period burst hits
 --   shadow. Returns {now, granted, value before...}.
 --
--- State: "tat_ms,ticks,count".
+-- State: "tat_ms,ticks,count". Numbers are read and written as window.lua
+-- reads and writes them (which says why).
 
 local one = #ARGV < 7
 local now, slack, clock
@@ -23,7 +24,7 @@ if injected and injected ~= '0' then
   now, slack, clock = tonumber(injected), 86400000, injected
 else
   local time = redis.call('TIME')
-  now, slack = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000), 0
+  now, slack = time[1] * 1000 + math.floor(time[2] / 1000), 0
   if one then
     clock = time[1] .. '.' .. time[2]
   end
@@ -31,8 +32,8 @@ end
 
 -- One item on one key: the decision of the batch below, without its tables.
 if one then
-  local count, period, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-  local hits = tonumber(ARGV[4])
+  local count, period, burst = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+  local hits = ARGV[4] + 0
   local value = redis.call('GET', KEYS[1])
   local tat, ticks, stored = 0, 0, -1
   if value then
@@ -40,7 +41,7 @@ if one then
     if c == nil then
       error('charon: not a bucket state: ' .. value)
     end
-    tat, ticks, stored = tonumber(ms), tonumber(t), tonumber(c)
+    tat, ticks, stored = ms + 0, t + 0, c + 0
   end
   local over = true
   if count ~= 0 and period ~= 0 then
@@ -57,7 +58,7 @@ if one then
       if rest > 0 then
         until_ms = until_ms + 1
       end
-      redis.call('SET', KEYS[1], string.format('%.0f,%.0f,%.0f', tat, rest, count), 'PX', math.max(until_ms, 1) + slack)
+      redis.call('SET', KEYS[1], string.format('%d,%d,%d', tat, rest, count), 'PX', math.max(until_ms, 1) + slack)
     end
   end
   local granted = '1 '
@@ -117,7 +118,7 @@ if reply[2] == 1 then
       if ticks[i] > 0 then
         until_ms = until_ms + 1
       end
-      redis.call('SET', KEYS[i], string.format('%.0f,%.0f,%.0f', tats[i], ticks[i], counts[i]), 'PX', math.max(until_ms, 1) + slack)
+      redis.call('SET', KEYS[i], string.format('%d,%d,%d', tats[i], ticks[i], counts[i]), 'PX', math.max(until_ms, 1) + slack)
     end
   end
 end

@@ -22,6 +22,11 @@
 -- A limit of "-1" is no limit; flags: 1 shadow, 2 count rejected hits
 -- (recorded even when the item or the batch is rejected, as
 -- envoyproxy/ratelimit counts). State: "start,count,expires_at".
+--
+-- Numbers are read with "+ 0" (tonumber parses a string twice) and written
+-- with %d (every one here is a whole number below 2^53, which Lua's %d, a C
+-- long, writes exactly, at a fraction of what %.0f costs): each saved a
+-- tenth of the one-item call.
 
 local one = #ARGV < 6
 local now, slack, spread, clock
@@ -31,8 +36,8 @@ if injected and injected ~= '0' then
   now, slack, spread, clock = tonumber(injected), 86400000, 0, injected
 else
   local time = redis.call('TIME')
-  local micros = tonumber(time[2])
-  now, slack = tonumber(time[1]) * 1000 + math.floor(micros / 1000), 0
+  local micros = time[2] + 0
+  now, slack = time[1] * 1000 + math.floor(micros / 1000), 0
   -- Every tenant's window ends at the same instant: keys that all expired
   -- then would stall Redis while it deletes them (tens of ms for 10^5
   -- keys). A window's key lives on for a fraction of min(period, 1 min)
@@ -48,8 +53,8 @@ end
 -- (The expiry is window_ttl's, below, written out: a function made on every
 -- call costs more than the line.)
 if one then
-  local limit, period, hits = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-  local flags = tonumber(ARGV[4])
+  local limit, period, hits = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
+  local flags = ARGV[4] + 0
   local value = redis.call('GET', KEYS[1])
   local start = now - math.fmod(now, math.max(period, 1))
   local count, same = 0, false
@@ -58,14 +63,14 @@ if one then
     if c == nil then
       error('charon: not a window state: ' .. value)
     end
-    same = tonumber(s) == start
+    same = s + 0 == start
     if same then
-      count = tonumber(c)
+      count = c + 0
     end
   end
   local over = limit ~= -1 and count + math.max(hits, 1) > limit
   if hits > 0 and (flags >= 2 or not over) then
-    local state = string.format('%.0f,%.0f,%.0f', start, count + hits, start + period)
+    local state = string.format('%d,%d,%d', start, count + hits, start + period)
     if same then
       redis.call('SET', KEYS[1], state, 'KEEPTTL')
     else
@@ -163,7 +168,7 @@ end
 do
   for i = 1, #KEYS do
     if dirty[i] then
-      local value = string.format('%.0f,%.0f,%.0f', starts[i], counts[i], expires[i])
+      local value = string.format('%d,%d,%d', starts[i], counts[i], expires[i])
       if fresh[i] then
         redis.call('SET', KEYS[i], value, 'PX', window_ttl(expires[i], periods[i]))
       else
