@@ -1,6 +1,15 @@
 //! A time-ordered log of granted hits, grouped by millisecond.
+//!
+//! Held in 8 bytes an instant (its offset from the log's oldest instant and
+//! its hits, 32 bits each) while both fit, which they do unless the log spans
+//! more than 49 days or an instant holds more than 4 billion hits; then in 16
+//! (docs/performance.md#footprint-and-growth: a long log's memory is its
+//! entries). Its room grows by a quarter, not by doubling, for the same reason.
 
 use std::collections::VecDeque;
+
+/// An entry of the narrow form: the instant's offset above, its hits below.
+const NARROW: u64 = 1 << 32;
 
 /// Granted hits as `(time, count)` pairs in time order; a bulk grant at one
 /// instant is one pair, so memory is bounded by distinct instants, not hits.
@@ -8,23 +17,132 @@ use std::collections::VecDeque;
 /// Window rule (docs/design.md#window-rule): a hit at `t` counts in a
 /// window of span `w` while `now <= t + w`; it leaves the window at
 /// `t + w + 1`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct HitLog {
-    entries: VecDeque<(u64, u64)>,
+    entries: Entries,
     total: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Entries {
+    /// `(t - base) << 32 | n`, every offset and count below 2^32, and
+    /// `base` at or below every instant.
+    Narrow { base: u64, packed: VecDeque<u64> },
+    /// `(t, n)`: a log that did not fit the narrow form (it stays wide
+    /// until cleared).
+    Wide(VecDeque<(u64, u64)>),
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries::Narrow {
+            base: 0,
+            packed: VecDeque::new(),
+        }
+    }
+}
+
+/// Two logs are equal when they hold the same entries, whatever the form.
+impl PartialEq for HitLog {
+    fn eq(&self, other: &Self) -> bool {
+        self.total == other.total && self.entries().eq(other.entries())
+    }
+}
+
+impl Eq for HitLog {}
+
+/// Room for one more entry: one for a first entry (most logs of a store of
+/// many keys hold one instant), then a quarter more, so a long log wastes at
+/// most a fifth of its room (pushes stay amortized constant time).
+fn make_room<T>(entries: &mut VecDeque<T>) {
+    if entries.len() == entries.capacity() {
+        entries.reserve_exact((entries.len() / 4).max(1));
+    }
+}
+
+/// The entries of either form, oldest first.
+enum Iter<'a> {
+    Narrow(u64, std::collections::vec_deque::Iter<'a, u64>),
+    Wide(std::collections::vec_deque::Iter<'a, (u64, u64)>),
+}
+
+impl Iterator for Iter<'_> {
+    type Item = (u64, u64);
+
+    fn next(&mut self) -> Option<(u64, u64)> {
+        match self {
+            Iter::Narrow(base, packed) => packed
+                .next()
+                .map(|&entry| (*base + (entry >> 32), entry & (NARROW - 1))),
+            Iter::Wide(entries) => entries.next().copied(),
+        }
+    }
 }
 
 impl HitLog {
     /// A log with no hits (for a `const`).
     pub const EMPTY: HitLog = HitLog {
-        entries: VecDeque::new(),
+        entries: Entries::Narrow {
+            base: 0,
+            packed: VecDeque::new(),
+        },
         total: 0,
     };
+
+    fn iter(&self) -> Iter<'_> {
+        match &self.entries {
+            Entries::Narrow { base, packed } => Iter::Narrow(*base, packed.iter()),
+            Entries::Wide(entries) => Iter::Wide(entries.iter()),
+        }
+    }
+
+    /// The log in the wide form, from now on.
+    fn widen(&mut self) -> &mut VecDeque<(u64, u64)> {
+        if let Entries::Narrow { .. } = self.entries {
+            let mut wide = VecDeque::with_capacity(self.len() + 1);
+            wide.extend(self.iter());
+            self.entries = Entries::Wide(wide);
+        }
+        match &mut self.entries {
+            Entries::Wide(entries) => entries,
+            Entries::Narrow { .. } => unreachable!("widened above"),
+        }
+    }
+
+    /// Appends `(t, n)` as a new entry, in whichever form holds it.
+    fn append(&mut self, t: u64, n: u64) {
+        if let Entries::Narrow { base, packed } = &mut self.entries {
+            if packed.is_empty() {
+                *base = t;
+            }
+            if t >= *base && n < NARROW {
+                if t - *base >= NARROW
+                    && let Some(shift) = packed.iter().map(|&entry| entry >> 32).min()
+                {
+                    // Offsets count from the first instant pushed: move
+                    // them down to the oldest left (once per 49 days of a
+                    // long window).
+                    *base += shift;
+                    for entry in packed.iter_mut() {
+                        *entry -= shift << 32;
+                    }
+                }
+                if t - *base < NARROW {
+                    make_room(packed);
+                    packed.push_back(((t - *base) << 32) | n);
+                    return;
+                }
+            }
+        }
+        let entries = self.widen();
+        make_room(entries);
+        entries.push_back((t, n));
+    }
 
     /// Hits that count in a window of span `window` at `now`.
     pub fn count(&self, now: u64, window: u64) -> u64 {
         let mut expired = 0;
-        for &(t, n) in &self.entries {
+        for (t, n) in self.iter() {
             if t.saturating_add(window) >= now {
                 break;
             }
@@ -35,11 +153,18 @@ impl HitLog {
 
     /// Drops what no longer counts at `now`.
     pub fn prune(&mut self, now: u64, window: u64) {
-        while let Some(&(t, n)) = self.entries.front() {
+        while let Some((t, n)) = self.iter().next() {
             if t.saturating_add(window) >= now {
                 break;
             }
-            self.entries.pop_front();
+            match &mut self.entries {
+                Entries::Narrow { packed, .. } => {
+                    packed.pop_front();
+                }
+                Entries::Wide(entries) => {
+                    entries.pop_front();
+                }
+            }
             self.total -= n;
         }
     }
@@ -50,16 +175,36 @@ impl HitLog {
         if n == 0 {
             return;
         }
-        match self.entries.back_mut() {
-            Some((t, count)) if *t >= now => *count += n,
-            _ => {
-                // Most logs of a store of many keys hold one instant: room
-                // for one (16 bytes), not the four a first push would
-                // allocate (docs/performance.md#footprint-and-growth).
-                if self.entries.capacity() == 0 {
-                    self.entries.reserve_exact(1);
+        let merged = match &mut self.entries {
+            Entries::Narrow { base, packed } => match packed.back_mut() {
+                Some(entry) if *base + (*entry >> 32) >= now => {
+                    let fits = (*entry & (NARROW - 1))
+                        .checked_add(n)
+                        .is_some_and(|sum| sum < NARROW);
+                    if fits {
+                        *entry += n;
+                    }
+                    fits
                 }
-                self.entries.push_back((now, n));
+                _ => false,
+            },
+            Entries::Wide(entries) => match entries.back_mut() {
+                Some((t, count)) if *t >= now => {
+                    *count += n;
+                    true
+                }
+                _ => false,
+            },
+        };
+        if !merged {
+            match self.last() {
+                // An instant past 4 billion hits: the wide form merges it.
+                Some(last) if last >= now => {
+                    if let Some((_, count)) = self.widen().back_mut() {
+                        *count += n;
+                    }
+                }
+                _ => self.append(now, n),
             }
         }
         self.total += n;
@@ -69,32 +214,58 @@ impl HitLog {
     /// of an instant's if need be).
     pub fn truncate(&mut self, limit: u64) {
         while self.total > limit {
-            let Some(front) = self.entries.front_mut() else {
+            let Some((_, front)) = self.iter().next() else {
                 break;
             };
             let excess = self.total - limit;
-            if front.1 <= excess {
-                self.total -= front.1;
-                self.entries.pop_front();
+            if front <= excess {
+                self.total -= front;
+                match &mut self.entries {
+                    Entries::Narrow { packed, .. } => {
+                        packed.pop_front();
+                    }
+                    Entries::Wide(entries) => {
+                        entries.pop_front();
+                    }
+                }
             } else {
-                front.1 -= excess;
+                match &mut self.entries {
+                    Entries::Narrow { packed, .. } => {
+                        if let Some(entry) = packed.front_mut() {
+                            *entry -= excess;
+                        }
+                    }
+                    Entries::Wide(entries) => {
+                        if let Some((_, count)) = entries.front_mut() {
+                            *count -= excess;
+                        }
+                    }
+                }
                 self.total = limit;
             }
         }
     }
 
+    /// Empties the log, keeping its room (in the narrow form, which a
+    /// wide log leaves here).
     pub fn clear(&mut self) {
-        self.entries.clear();
+        match &mut self.entries {
+            Entries::Narrow { packed, .. } => packed.clear(),
+            Entries::Wide(_) => self.entries = Entries::default(),
+        }
         self.total = 0;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len() == 0
     }
 
     /// The time of the most recent hit.
     pub fn last(&self) -> Option<u64> {
-        self.entries.back().map(|&(t, _)| t)
+        match &self.entries {
+            Entries::Narrow { base, packed } => packed.back().map(|&entry| base + (entry >> 32)),
+            Entries::Wide(entries) => entries.back().map(|&(t, _)| t),
+        }
     }
 
     /// The first instant at which no hit counts any more in a window of
@@ -106,9 +277,8 @@ impl HitLog {
 
     /// The oldest hit that still counts at `now`.
     pub fn oldest_counting(&self, now: u64, window: u64) -> Option<u64> {
-        self.entries
-            .iter()
-            .map(|&(t, _)| t)
+        self.iter()
+            .map(|(t, _)| t)
             .find(|t| t.saturating_add(window) >= now)
     }
 
@@ -122,7 +292,7 @@ impl HitLog {
         if counting < limit {
             return Some(now);
         }
-        for &(t, n) in &self.entries {
+        for (t, n) in self.iter() {
             if t.saturating_add(window) < now {
                 continue;
             }
@@ -137,12 +307,15 @@ impl HitLog {
 
     /// The entries, oldest first (for stores that serialize state).
     pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.entries.iter().copied()
+        self.iter()
     }
 
     /// How many entries (distinct instants) the log holds.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        match &self.entries {
+            Entries::Narrow { packed, .. } => packed.len(),
+            Entries::Wide(entries) => entries.len(),
+        }
     }
 
     /// The log of `entries` as [`entries`](Self::entries) gave them, with
@@ -150,11 +323,7 @@ impl HitLog {
     /// refill a log in place with [`push_entry`](Self::push_entry)).
     #[cfg(test)]
     pub fn from_entries(entries: impl IntoIterator<Item = (u64, u64)>) -> Self {
-        let entries = entries.into_iter();
-        let mut log = HitLog {
-            entries: VecDeque::with_capacity(entries.size_hint().0),
-            total: 0,
-        };
+        let mut log = HitLog::default();
         for (t, n) in entries {
             log.push_entry(t, n);
         }
@@ -165,7 +334,7 @@ impl HitLog {
     /// (for stores that serialize state: after [`clear`](Self::clear), a
     /// log refilled in the room it already has).
     pub fn push_entry(&mut self, t: u64, n: u64) {
-        self.entries.push_back((t, n));
+        self.append(t, n);
         self.total = self.total.wrapping_add(n);
     }
 }
@@ -196,5 +365,200 @@ mod tests {
         log.push(6, 1);
         assert_eq!(log.entries().collect::<Vec<_>>(), vec![(5, 7), (6, 1)]);
         assert_eq!(log.below_limit_at(6, 10, 2), Some(16));
+    }
+
+    #[test]
+    fn a_long_log_takes_eight_bytes_an_instant_and_a_fifth_more_room() {
+        let mut log = HitLog::default();
+        for t in 0..1_000 {
+            log.push(t * 3, 2);
+            let Entries::Narrow { packed, .. } = &log.entries else {
+                panic!("narrow");
+            };
+            assert!(
+                packed.capacity() <= packed.len() * 5 / 4 + 1,
+                "{}",
+                packed.capacity()
+            );
+        }
+        assert_eq!(log.count(2_997, 3_000), 2_000);
+    }
+
+    #[test]
+    fn a_log_past_the_narrow_form_goes_wide_and_back_when_cleared() {
+        let mut log = HitLog::default();
+        log.push(10, 1);
+        log.push(10, u64::from(u32::MAX));
+        assert!(matches!(log.entries, Entries::Wide(_)));
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            [(10, u64::from(u32::MAX) + 1)]
+        );
+        log.clear();
+        assert!(matches!(log.entries, Entries::Narrow { .. }));
+
+        // A span of more than 49 days: narrow again once the old ones go.
+        let day = 86_400_000;
+        log.push(0, 1);
+        log.push(60 * day, 1);
+        assert!(matches!(log.entries, Entries::Wide(_)));
+        log.clear();
+        log.push(0, 1);
+        log.push(40 * day, 1);
+        log.prune(45 * day, 10 * day);
+        log.push(60 * day, 1);
+        assert!(matches!(log.entries, Entries::Narrow { .. }));
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            [(40 * day, 1), (60 * day, 1)]
+        );
+    }
+
+    mod against_a_plain_log {
+        //! The log against the plain `(time, count)` deque it replaced,
+        //! operation by operation, with instants and counts on both sides
+        //! of 2^32.
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Default)]
+        struct Plain {
+            entries: VecDeque<(u64, u64)>,
+            total: u64,
+        }
+
+        impl Plain {
+            fn count(&self, now: u64, window: u64) -> u64 {
+                let expired: u64 = self
+                    .entries
+                    .iter()
+                    .take_while(|(t, _)| t.saturating_add(window) < now)
+                    .map(|(_, n)| n)
+                    .sum();
+                self.total - expired
+            }
+
+            fn prune(&mut self, now: u64, window: u64) {
+                while let Some(&(t, n)) = self.entries.front() {
+                    if t.saturating_add(window) >= now {
+                        break;
+                    }
+                    self.entries.pop_front();
+                    self.total -= n;
+                }
+            }
+
+            fn push(&mut self, now: u64, n: u64) {
+                if n == 0 {
+                    return;
+                }
+                match self.entries.back_mut() {
+                    Some((t, count)) if *t >= now => *count += n,
+                    _ => self.entries.push_back((now, n)),
+                }
+                self.total += n;
+            }
+
+            fn truncate(&mut self, limit: u64) {
+                while self.total > limit {
+                    let Some(front) = self.entries.front_mut() else {
+                        break;
+                    };
+                    let excess = self.total - limit;
+                    if front.1 <= excess {
+                        self.total -= front.1;
+                        self.entries.pop_front();
+                    } else {
+                        front.1 -= excess;
+                        self.total = limit;
+                    }
+                }
+            }
+        }
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Push(u64, u64),
+            Prune(u64),
+            Truncate(u64),
+            Clear,
+        }
+
+        fn step() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                4 => 0u64..5,
+                2 => 0u64..100_000,
+                1 => (1u64 << 32) - 3..(1u64 << 32) + 3,
+                1 => 1u64 << 40..1u64 << 41,
+            ]
+        }
+
+        fn hits() -> impl Strategy<Value = u64> {
+            prop_oneof![
+                6 => 0u64..10,
+                1 => (1u64 << 32) - 3..(1u64 << 32) + 3,
+                1 => 1u64 << 33..1u64 << 40,
+            ]
+        }
+
+        fn ops() -> impl Strategy<Value = Vec<Op>> {
+            prop::collection::vec(
+                prop_oneof![
+                    8 => (step(), hits()).prop_map(|(dt, n)| Op::Push(dt, n)),
+                    2 => step().prop_map(Op::Prune),
+                    1 => (0u64..50).prop_map(Op::Truncate),
+                    1 => Just(Op::Clear),
+                ],
+                0..60,
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn decides_as_the_plain_log(ops in ops(), window in step(), back in 0u64..3) {
+                let (mut log, mut plain) = (HitLog::default(), Plain::default());
+                let mut now = 0u64;
+                for op in ops {
+                    match op {
+                        Op::Push(dt, n) => {
+                            now += dt;
+                            // Now and then a clock that stepped back.
+                            let at = now.saturating_sub(back * dt.min(2));
+                            log.push(at, n);
+                            plain.push(at, n);
+                        }
+                        Op::Prune(dt) => {
+                            log.prune(now + dt, window);
+                            plain.prune(now + dt, window);
+                        }
+                        Op::Truncate(limit) => {
+                            log.truncate(limit);
+                            plain.truncate(limit);
+                        }
+                        Op::Clear => {
+                            log.clear();
+                            plain = Plain::default();
+                        }
+                    }
+                    let expected: Vec<_> = plain.entries.iter().copied().collect();
+                    prop_assert_eq!(log.entries().collect::<Vec<_>>(), expected);
+                    prop_assert_eq!(log.len(), plain.entries.len());
+                    prop_assert_eq!(log.last(), plain.entries.back().map(|e| e.0));
+                    for at in [now, now + window / 2, now.saturating_add(window)] {
+                        prop_assert_eq!(log.count(at, window), plain.count(at, window));
+                    }
+                }
+                let copy = HitLog::from_entries(log.entries());
+                prop_assert_eq!(copy, log);
+            }
+
+            #[test]
+            fn any_entries_come_back_as_they_went_in(
+                entries in prop::collection::vec((any::<u64>(), any::<u64>()), 0..20),
+            ) {
+                let log = HitLog::from_entries(entries.iter().copied());
+                prop_assert_eq!(log.entries().collect::<Vec<_>>(), entries);
+            }
+        }
     }
 }
