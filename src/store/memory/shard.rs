@@ -93,7 +93,7 @@ impl Shard {
                 None => {
                     let slot = std::mem::replace(slot, Slot::new(kind));
                     entry.remove();
-                    self.insert_boxed(id, Box::new(slot));
+                    self.unflatten(id, slot);
                 }
             }
             return (answer, Kept::Same);
@@ -116,6 +116,7 @@ impl Shard {
             if let Some(bytes) = flat::encode(slot) {
                 entry.remove();
                 self.insert_flat(id, bytes);
+                shrink_if_sparse(&mut self.boxed);
             }
             return (answer, Kept::Same);
         }
@@ -177,7 +178,7 @@ impl Shard {
                 }
                 None => {
                     entry.remove();
-                    self.insert_boxed(id, Box::new(slot));
+                    self.unflatten(id, slot);
                 }
             }
             return Kept::Same;
@@ -229,6 +230,12 @@ impl Shard {
             .insert_unique(id.table_hash(), (id, bytes), |(id, _)| id.table_hash());
     }
 
+    /// A flat state grown past the flat form, into the boxed table.
+    fn unflatten(&mut self, id: KeyId, slot: Slot) {
+        self.insert_boxed(id, Box::new(slot));
+        shrink_if_sparse(&mut self.flat);
+    }
+
     fn insert_boxed(&mut self, id: KeyId, slot: Box<Slot>) {
         self.boxed
             .insert_unique(id.table_hash(), (id, slot), |(id, _)| id.table_hash());
@@ -273,6 +280,8 @@ impl Shard {
         }
         self.flat.retain(|(_, bytes)| flat::expires_at(bytes) > now);
         self.boxed.retain(|(_, slot)| slot.expires_at() > now);
+        shrink_if_sparse(&mut self.flat);
+        shrink_if_sparse(&mut self.boxed);
         self.decisions_since_sweep = 0;
         self.added_since_sweep = 0;
         self.held_after_sweep = self.len();
@@ -281,6 +290,22 @@ impl Shard {
 
     pub fn len(&self) -> usize {
         self.compact.iter().map(Table::len).sum::<usize>() + self.flat.len() + self.boxed.len()
+    }
+}
+
+/// Tables of at least this many places give back their room when
+/// mostly empty (smaller ones are not worth the rehash).
+const SHRINK_FROM: usize = 1_024;
+
+/// Gives back most of `table`'s room once it holds less than an eighth
+/// of it: keys that moved to another table (a log grown past the flat
+/// form) or expired leave no room behind (hashbrown tables never shrink
+/// by themselves). It keeps twice what it holds, so it shrinks again only
+/// after losing most of that, and grows only after quadrupling: both stay
+/// amortized over the keys that came and went.
+fn shrink_if_sparse<T>(table: &mut HashTable<(KeyId, T)>) {
+    if table.capacity() >= SHRINK_FROM && table.len() < table.capacity() / 8 {
+        table.shrink_to(table.len() * 2, |(id, _)| id.table_hash());
     }
 }
 
@@ -492,6 +517,45 @@ mod tests {
             Kept::Unrecorded
         );
         assert_eq!(shard.len(), 0);
+    }
+
+    #[test]
+    fn logs_that_grew_past_the_flat_form_leave_no_room_behind() {
+        use crate::store::memory::flat::MAX_INSTANTS;
+        let mut shard = Shard::default();
+        let kind = SlotKind::SlidingLog;
+        let keys = 4_096u32;
+        let record = |shard: &mut Shard, key: u32, now: u64| {
+            shard.decide(KeyId::from_parts([key, 0, 0]), kind, now, true, |slot| {
+                if let Slot::SlidingLog(state) = slot {
+                    crate::engine::sliding_log::record(state, 1_000, 60_000, 1, now);
+                }
+            })
+        };
+        for now in 0..MAX_INSTANTS as u64 {
+            for key in 0..keys {
+                record(&mut shard, key, now);
+            }
+        }
+        let flat_room = shard.flat.capacity();
+        assert!(flat_room >= keys as usize, "{flat_room}");
+        // One instant more: every log moves to the boxed table.
+        for key in 0..keys {
+            record(&mut shard, key, MAX_INSTANTS as u64);
+        }
+        assert_eq!((shard.flat.len(), shard.boxed.len()), (0, keys as usize));
+        assert!(
+            shard.flat.capacity() < SHRINK_FROM,
+            "{}",
+            shard.flat.capacity()
+        );
+        // And the boxed table's room follows them back when they expire.
+        assert_eq!(shard.sweep(60_000 + MAX_INSTANTS as u64 + 1), keys as usize);
+        assert!(
+            shard.boxed.capacity() < SHRINK_FROM,
+            "{}",
+            shard.boxed.capacity()
+        );
     }
 
     #[test]
