@@ -1,6 +1,6 @@
 //! How the memory store grows and what a decision costs as it grows: bytes
 //! per active key (a fixed window, a GCRA bucket, a sliding window counter,
-//! a sliding log of 1, 8 and 32 instants, a hybrid limiter, a cost budget,
+//! a sliding log of 1, 8, 17, 32 and 128 instants, a hybrid limiter, a cost budget,
 //! a 3-tier resource), and the limiter's time per decision at 1, 10⁴, 10⁶
 //! and 10⁷ keys, at 1, 4 and 16 descriptors per request, at 1, 3 and 8
 //! tiers, and on a sliding log.
@@ -264,7 +264,9 @@ fn main() {
     // Flat while a key logs at most 16 instants, boxed past that.
     for (kind, keys, instants) in [
         ("sliding log, 8 instants", million, 8),
+        ("sliding log, 17 instants", million / 10, 17),
         ("sliding log, 32 instants", million / 10, 32),
+        ("sliding log, 128 instants", million / 100, 128),
     ] {
         println!(
             "  {kind:32} {:8.0} B",

@@ -141,32 +141,47 @@ impl HitLog {
 
     /// Hits that count in a window of span `window` at `now`.
     pub fn count(&self, now: u64, window: u64) -> u64 {
-        let mut expired = 0;
-        for (t, n) in self.iter() {
-            if t.saturating_add(window) >= now {
-                break;
+        self.total - self.expired(now, window).1
+    }
+
+    /// How many entries have left a window of span `window` at `now`, and
+    /// their hits (the oldest entries; one pass over them, not the log).
+    fn expired(&self, now: u64, window: u64) -> (usize, u64) {
+        let (mut entries, mut hits) = (0, 0);
+        match &self.entries {
+            Entries::Narrow { base, packed } => {
+                for &entry in packed {
+                    if (base + (entry >> 32)).saturating_add(window) >= now {
+                        break;
+                    }
+                    entries += 1;
+                    hits += entry & (NARROW - 1);
+                }
             }
-            expired += n;
+            Entries::Wide(wide) => {
+                for &(t, n) in wide {
+                    if t.saturating_add(window) >= now {
+                        break;
+                    }
+                    entries += 1;
+                    hits += n;
+                }
+            }
         }
-        self.total - expired
+        (entries, hits)
     }
 
     /// Drops what no longer counts at `now`.
     pub fn prune(&mut self, now: u64, window: u64) {
-        while let Some((t, n)) = self.iter().next() {
-            if t.saturating_add(window) >= now {
-                break;
-            }
-            match &mut self.entries {
-                Entries::Narrow { packed, .. } => {
-                    packed.pop_front();
-                }
-                Entries::Wide(entries) => {
-                    entries.pop_front();
-                }
-            }
-            self.total -= n;
+        let (entries, hits) = self.expired(now, window);
+        if entries == 0 {
+            return;
         }
+        match &mut self.entries {
+            Entries::Narrow { packed, .. } => packed.drain(..entries).for_each(drop),
+            Entries::Wide(wide) => wide.drain(..entries).for_each(drop),
+        }
+        self.total -= hits;
     }
 
     /// Records `n` hits at `now` (`now` never goes below the last entry's time
