@@ -1,10 +1,11 @@
 //! A time-ordered log of granted hits, grouped by millisecond.
 //!
-//! Held in 8 bytes an instant (its offset from the log's oldest instant and
-//! its hits, 32 bits each) while both fit, which they do unless the log spans
-//! more than 49 days or an instant holds more than 4 billion hits; then in 16
-//! (docs/performance.md#footprint-and-growth: a long log's memory is its
-//! entries). Its room grows by a quarter, not by doubling, for the same reason.
+//! Held in 8 bytes an instant (its offset from an instant at or before the
+//! log's oldest, and its hits, 32 bits each) while both fit, which they do
+//! unless the log spans more than 49 days or an instant holds more than 4
+//! billion hits; then in 16 (docs/performance.md#flat-logs-and-tiers: a long
+//! log's memory is its entries). Its room grows by a quarter, not by
+//! doubling, for the same reason.
 
 use std::collections::VecDeque;
 

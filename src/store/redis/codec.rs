@@ -45,6 +45,45 @@ fn flag(flag: bool) -> &'static str {
     if flag { "1" } else { "0" }
 }
 
+/// A fixed window's numbers, as both forms send them: `limit period hits
+/// flags`, the flags one argument (1 shadow, 2 count rejected hits).
+fn window_numbers(invocation: &mut ScriptInvocation<'_>, item: &Item<'_>) {
+    if let Item::Window {
+        limit,
+        period,
+        hits,
+        shadow,
+        count_rejected,
+        ..
+    } = *item
+    {
+        invocation
+            .arg(limit)
+            .arg(period)
+            .arg(hits)
+            .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+    }
+}
+
+/// A GCRA bucket's numbers, as both forms send them: `count period burst
+/// hits shadow`.
+fn bucket_numbers(invocation: &mut ScriptInvocation<'_>, item: &Item<'_>) {
+    if let Item::Gcra {
+        limit,
+        hits,
+        shadow,
+        ..
+    } = *item
+    {
+        invocation
+            .arg(limit.count)
+            .arg(limit.period)
+            .arg(limit.burst)
+            .arg(hits)
+            .arg(flag(shadow));
+    }
+}
+
 /// Adds the ARGV of the one-item form of `window.lua` or `gcra.lua` for
 /// `item`, which must be the only item, on the only key; `false` (nothing
 /// added) for any other kind. `injected_now` 0 means Redis `TIME`, and is
@@ -54,34 +93,9 @@ pub fn one_item_arguments(
     injected_now: u64,
     item: &Item<'_>,
 ) -> bool {
-    match *item {
-        Item::Window {
-            limit,
-            period,
-            hits,
-            shadow,
-            count_rejected,
-            ..
-        } => {
-            invocation
-                .arg(limit)
-                .arg(period)
-                .arg(hits)
-                .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
-        }
-        Item::Gcra {
-            limit,
-            hits,
-            shadow,
-            ..
-        } => {
-            invocation
-                .arg(limit.count)
-                .arg(limit.period)
-                .arg(limit.burst)
-                .arg(hits)
-                .arg(flag(shadow));
-        }
+    match item {
+        Item::Window { .. } => window_numbers(invocation, item),
+        Item::Gcra { .. } => bucket_numbers(invocation, item),
         _ => return false,
     }
     if injected_now != 0 {
@@ -106,22 +120,9 @@ pub fn arguments(
         .arg(items.len());
     for item in items {
         match *item {
-            Item::Window {
-                slot,
-                limit,
-                period,
-                hits,
-                shadow,
-                count_rejected,
-            } => {
-                // One argument, two flags: 1 shadow, 2 count rejected hits.
-                invocation
-                    .arg("w")
-                    .arg(slot + 1)
-                    .arg(limit)
-                    .arg(period)
-                    .arg(hits)
-                    .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+            Item::Window { slot, .. } => {
+                invocation.arg("w").arg(slot + 1);
+                window_numbers(invocation, item);
             }
             Item::Ban {
                 slot,
@@ -221,20 +222,9 @@ pub fn arguments(
                     .arg(extra)
                     .arg(flag(on_expiry));
             }
-            Item::Gcra {
-                slot,
-                limit,
-                hits,
-                shadow,
-            } => {
-                invocation
-                    .arg("a")
-                    .arg(slot + 1)
-                    .arg(limit.count)
-                    .arg(limit.period)
-                    .arg(limit.burst)
-                    .arg(hits)
-                    .arg(flag(shadow));
+            Item::Gcra { slot, .. } => {
+                invocation.arg("a").arg(slot + 1);
+                bucket_numbers(invocation, item);
             }
             Item::Tiers {
                 slot,
