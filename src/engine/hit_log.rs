@@ -175,14 +175,7 @@ impl HitLog {
     /// Drops what no longer counts at `now`.
     pub fn prune(&mut self, now: u64, window: u64) {
         let (entries, hits) = self.expired(now, window);
-        if entries == 0 {
-            return;
-        }
-        match &mut self.entries {
-            Entries::Narrow { packed, .. } => packed.drain(..entries).for_each(drop),
-            Entries::Wide(wide) => wide.drain(..entries).for_each(drop),
-        }
-        self.total -= hits;
+        self.drop_oldest(entries, hits);
     }
 
     /// Records `n` hits at `now` (`now` never goes below the last entry's time
@@ -191,75 +184,68 @@ impl HitLog {
         if n == 0 {
             return;
         }
-        let merged = match &mut self.entries {
-            Entries::Narrow { base, packed } => match packed.back_mut() {
-                Some(entry) if *base + (*entry >> 32) >= now => {
-                    let fits = (*entry & (NARROW - 1))
-                        .checked_add(n)
-                        .is_some_and(|sum| sum < NARROW);
-                    if fits {
-                        *entry += n;
-                    }
-                    fits
-                }
-                _ => false,
-            },
-            Entries::Wide(entries) => match entries.back_mut() {
-                Some((t, count)) if *t >= now => {
-                    *count += n;
-                    true
-                }
-                _ => false,
-            },
-        };
-        if !merged {
-            match self.last() {
-                // An instant past 4 billion hits: the wide form merges it.
-                Some(last) if last >= now => {
-                    if let Some((_, count)) = self.widen().back_mut() {
-                        *count += n;
-                    }
-                }
-                _ => self.append(now, n),
-            }
+        if self.last().is_some_and(|last| last >= now) {
+            self.add_to_newest(n);
+        } else {
+            self.append(now, n);
         }
         self.total += n;
+    }
+
+    /// Adds `n` hits to the newest entry, in the wide form if they take its
+    /// count past 32 bits.
+    fn add_to_newest(&mut self, n: u64) {
+        if let Entries::Narrow { packed, .. } = &mut self.entries
+            && let Some(entry) = packed.back_mut()
+            && (*entry & (NARROW - 1))
+                .checked_add(n)
+                .is_some_and(|sum| sum < NARROW)
+        {
+            *entry += n;
+            return;
+        }
+        if let Some((_, count)) = self.widen().back_mut() {
+            *count += n;
+        }
     }
 
     /// Keeps only the `limit` most recent hits (the oldest go first, part
     /// of an instant's if need be).
     pub fn truncate(&mut self, limit: u64) {
-        while self.total > limit {
-            let Some((_, front)) = self.iter().next() else {
+        let mut excess = self.total.saturating_sub(limit);
+        let (mut whole, mut hits) = (0, 0);
+        for (_, n) in self.iter() {
+            if excess == 0 || n > excess {
                 break;
-            };
-            let excess = self.total - limit;
-            if front <= excess {
-                self.total -= front;
-                match &mut self.entries {
-                    Entries::Narrow { packed, .. } => {
-                        packed.pop_front();
-                    }
-                    Entries::Wide(entries) => {
-                        entries.pop_front();
-                    }
-                }
-            } else {
-                match &mut self.entries {
-                    Entries::Narrow { packed, .. } => {
-                        if let Some(entry) = packed.front_mut() {
-                            *entry -= excess;
-                        }
-                    }
-                    Entries::Wide(entries) => {
-                        if let Some((_, count)) = entries.front_mut() {
-                            *count -= excess;
-                        }
-                    }
-                }
-                self.total = limit;
             }
+            excess -= n;
+            whole += 1;
+            hits += n;
         }
+        self.drop_oldest(whole, hits);
+        // What is left of the excess is part of the oldest entry, if any.
+        let oldest = match &mut self.entries {
+            Entries::Narrow { packed, .. } => packed.front_mut(),
+            Entries::Wide(entries) => entries.front_mut().map(|(_, count)| count),
+        };
+        if excess > 0
+            && let Some(count) = oldest
+        {
+            *count -= excess;
+            self.total -= excess;
+        }
+    }
+
+    /// Drops the oldest `entries`, which hold `hits`.
+    fn drop_oldest(&mut self, entries: usize, hits: u64) {
+        if entries == 0 {
+            return;
+        }
+        match &mut self.entries {
+            Entries::Narrow { packed, .. } => packed.drain(..entries).for_each(drop),
+            Entries::Wide(wide) => wide.drain(..entries).for_each(drop),
+        }
+        self.total -= hits;
     }
 
     /// Empties the log, keeping its room (in the narrow form, which a
