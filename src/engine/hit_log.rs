@@ -12,6 +12,29 @@ use std::collections::VecDeque;
 /// An entry of the narrow form: the instant's offset above, its hits below.
 const NARROW: u64 = 1 << 32;
 
+/// A narrow entry as `(t, n)`, its offset counted from `base`.
+fn unpack(base: u64, entry: u64) -> (u64, u64) {
+    (base + (entry >> 32), entry & (NARROW - 1))
+}
+
+/// How many of the oldest `entries` have left a window of span `window` at
+/// `now`, and their hits (one pass over them, not the log).
+fn leading_expired(
+    entries: impl Iterator<Item = (u64, u64)>,
+    now: u64,
+    window: u64,
+) -> (usize, u64) {
+    let (mut expired, mut hits) = (0, 0);
+    for (t, n) in entries {
+        if t.saturating_add(window) >= now {
+            break;
+        }
+        expired += 1;
+        hits += n;
+    }
+    (expired, hits)
+}
+
 /// Granted hits as `(time, count)` pairs in time order; a bulk grant at one
 /// instant is one pair, so memory is bounded by distinct instants, not hits.
 ///
@@ -72,9 +95,7 @@ impl Iterator for Iter<'_> {
 
     fn next(&mut self) -> Option<(u64, u64)> {
         match self {
-            Iter::Narrow(base, packed) => packed
-                .next()
-                .map(|&entry| (*base + (entry >> 32), entry & (NARROW - 1))),
+            Iter::Narrow(base, packed) => packed.next().map(|&entry| unpack(*base, entry)),
             Iter::Wide(entries) => entries.next().copied(),
         }
     }
@@ -146,30 +167,17 @@ impl HitLog {
     }
 
     /// How many entries have left a window of span `window` at `now`, and
-    /// their hits (the oldest entries; one pass over them, not the log).
+    /// their hits. Each form is scanned by its own loop, not through
+    /// [`Iter`], whose `next` would ask for the form at every entry.
     fn expired(&self, now: u64, window: u64) -> (usize, u64) {
-        let (mut entries, mut hits) = (0, 0);
         match &self.entries {
-            Entries::Narrow { base, packed } => {
-                for &entry in packed {
-                    if (base + (entry >> 32)).saturating_add(window) >= now {
-                        break;
-                    }
-                    entries += 1;
-                    hits += entry & (NARROW - 1);
-                }
-            }
-            Entries::Wide(wide) => {
-                for &(t, n) in wide {
-                    if t.saturating_add(window) >= now {
-                        break;
-                    }
-                    entries += 1;
-                    hits += n;
-                }
-            }
+            Entries::Narrow { base, packed } => leading_expired(
+                packed.iter().map(|&entry| unpack(*base, entry)),
+                now,
+                window,
+            ),
+            Entries::Wide(wide) => leading_expired(wide.iter().copied(), now, window),
         }
-        (entries, hits)
     }
 
     /// Drops what no longer counts at `now`.
@@ -265,7 +273,7 @@ impl HitLog {
     /// The time of the most recent hit.
     pub fn last(&self) -> Option<u64> {
         match &self.entries {
-            Entries::Narrow { base, packed } => packed.back().map(|&entry| base + (entry >> 32)),
+            Entries::Narrow { base, packed } => packed.back().map(|&entry| unpack(*base, entry).0),
             Entries::Wide(entries) => entries.back().map(|&(t, _)| t),
         }
     }

@@ -45,43 +45,42 @@ fn flag(flag: bool) -> &'static str {
     if flag { "1" } else { "0" }
 }
 
-/// A fixed window's numbers, as both forms send them: `limit period hits
-/// flags`, the flags one argument (1 shadow, 2 count rejected hits).
-fn window_numbers(invocation: &mut ScriptInvocation<'_>, item: &Item<'_>) {
-    if let Item::Window {
-        limit,
-        period,
-        hits,
-        shadow,
-        count_rejected,
-        ..
-    } = *item
-    {
-        invocation
-            .arg(limit)
-            .arg(period)
-            .arg(hits)
-            .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+/// The numbers of a fixed window (`limit period hits flags`, the flags one
+/// argument: 1 shadow, 2 count rejected hits) or of a GCRA bucket (`count
+/// period burst hits shadow`), as both forms send them; `false` (nothing
+/// added) for any other kind.
+fn numbers(invocation: &mut ScriptInvocation<'_>, item: &Item<'_>) -> bool {
+    match *item {
+        Item::Window {
+            limit,
+            period,
+            hits,
+            shadow,
+            count_rejected,
+            ..
+        } => {
+            invocation
+                .arg(limit)
+                .arg(period)
+                .arg(hits)
+                .arg(u8::from(shadow) | (u8::from(count_rejected) << 1));
+        }
+        Item::Gcra {
+            limit,
+            hits,
+            shadow,
+            ..
+        } => {
+            invocation
+                .arg(limit.count)
+                .arg(limit.period)
+                .arg(limit.burst)
+                .arg(hits)
+                .arg(flag(shadow));
+        }
+        _ => return false,
     }
-}
-
-/// A GCRA bucket's numbers, as both forms send them: `count period burst
-/// hits shadow`.
-fn bucket_numbers(invocation: &mut ScriptInvocation<'_>, item: &Item<'_>) {
-    if let Item::Gcra {
-        limit,
-        hits,
-        shadow,
-        ..
-    } = *item
-    {
-        invocation
-            .arg(limit.count)
-            .arg(limit.period)
-            .arg(limit.burst)
-            .arg(hits)
-            .arg(flag(shadow));
-    }
+    true
 }
 
 /// Adds the ARGV of the one-item form of `window.lua` or `gcra.lua` for
@@ -93,10 +92,8 @@ pub fn one_item_arguments(
     injected_now: u64,
     item: &Item<'_>,
 ) -> bool {
-    match item {
-        Item::Window { .. } => window_numbers(invocation, item),
-        Item::Gcra { .. } => bucket_numbers(invocation, item),
-        _ => return false,
+    if !numbers(invocation, item) {
+        return false;
     }
     if injected_now != 0 {
         invocation.arg(injected_now);
@@ -122,7 +119,7 @@ pub fn arguments(
         match *item {
             Item::Window { slot, .. } => {
                 invocation.arg("w").arg(slot + 1);
-                window_numbers(invocation, item);
+                numbers(invocation, item);
             }
             Item::Ban {
                 slot,
@@ -224,7 +221,7 @@ pub fn arguments(
             }
             Item::Gcra { slot, .. } => {
                 invocation.arg("a").arg(slot + 1);
-                bucket_numbers(invocation, item);
+                numbers(invocation, item);
             }
             Item::Tiers {
                 slot,
