@@ -21,6 +21,7 @@ use crate::api::v1::{
     ReleaseCapacityResponse, RequestOp,
 };
 use crate::api::{answer_to_wire, capacity_response, operation_from_wire};
+use crate::clock::SystemClock;
 use crate::service::cost::CostOperation;
 
 use crate::config::{Config, ConfigErrors, LoadOptions};
@@ -116,6 +117,7 @@ impl Embedded {
             stores,
             Modes::default(),
             Arc::new(Unobserved),
+            Arc::new(SystemClock),
         );
         Ok(Self::run(service))
     }
@@ -126,6 +128,7 @@ impl Embedded {
             stores,
             Modes::default(),
             Arc::new(Unobserved),
+            Arc::new(SystemClock),
         ))
     }
 

@@ -1,6 +1,5 @@
 //! Engine items and store keys for resolved descriptors.
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration, global};
 use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
@@ -37,11 +36,10 @@ pub(super) fn add_item<'c>(
         } => {
             let period = limit.period();
             // A global limit's counter is this server's own, as its share is
-            // (docs/design.md#global-limits); its demand is every hit asked.
-            let own = limit.global().map(|share| {
-                share.count(hits, SystemClock.now_ms(), period);
-                (INSTANCE_KEY, global::instance_id())
-            });
+            // (docs/design.md#global-limits).
+            let own = limit
+                .global()
+                .map(|_| (INSTANCE_KEY, global::instance_id()));
             let entries = keyed_entries(descriptor, shared_values).chain(own);
             match limit.algorithm() {
                 Algorithm::FixedWindow => {

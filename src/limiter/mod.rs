@@ -256,6 +256,13 @@ impl<S: Store> Limiter<S> {
                     "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
                 )));
             }
+            // A global limit's demand is every hit asked of it, admitted or
+            // not, by this process's clock (docs/design.md#global-limits).
+            if let Resolved::Fixed { limit, .. } = resolved
+                && let Some(share) = limit.global()
+            {
+                share.count(hits, self.store.local_now_ms(), limit.period());
+            }
             item_of.push(add_item(
                 &mut batch,
                 namespace,

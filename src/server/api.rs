@@ -124,7 +124,11 @@ impl Charon for ApiService {
         &self,
         request: Request<WatchCapacityRequest>,
     ) -> Result<Response<Self::WatchCapacityStream>, Status> {
-        let mut nudges = self.service.nudges.watch(&request.into_inner().client_id)?;
+        let mut nudges = self
+            .service
+            .leases
+            .nudges
+            .watch(&request.into_inner().client_id)?;
         let (outbound, receiver) = mpsc::channel(1);
         let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {

@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod api;
 pub mod certificate;
-pub mod global;
 pub mod listen;
 pub mod metrics;
 pub mod parent;
@@ -237,8 +236,16 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         stores,
         options.envoy.modes,
         metrics.clone(),
+        Arc::new(crate::clock::SystemClock),
     );
-    service.global_timing = options.global_timing;
+    service.leases.global_timing = options.global_timing;
+    if options.parent.is_some() {
+        // Before the housekeeping starts renewing global shares: on a
+        // server with a parent, no global limit admits anything until the
+        // parent has been asked for its share.
+        service.leases.parent.set_linked();
+        service.close_global_shares();
+    }
     let service = Arc::new(service);
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -375,8 +382,6 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
                 ..Default::default()
             },
         );
-        service.parent.set_linked();
-        service.close_global_shares();
         tokio::spawn(parent::follow(
             service.clone(),
             client,
@@ -385,7 +390,6 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
             shutdown_rx.clone(),
         ));
     }
-    tokio::spawn(global::renew(service.clone(), shutdown_rx.clone()));
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
     let copies = service.copies.clone();

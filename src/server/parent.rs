@@ -2,7 +2,7 @@
 //! docs/design.md#a-hierarchy-of-servers): each round asks the parent, in
 //! one `GetCapacity` call as the level's one client (`--level-id`), for what
 //! the level's clients want of every `from_parent` key, and records the
-//! grants; the service apportions them ([`crate::service::parent`]).
+//! grants; the service apportions them ([`crate::service::leases::parent`]).
 //! Rounds come at once when a key is first asked about or a lease given
 //! from a grant moves (20 ms after the previous one at the soonest), then
 //! every refresh interval the parent answers (100 ms at the fastest), and

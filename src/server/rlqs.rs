@@ -3,7 +3,7 @@
 //! docs/design.md#rlqs): each Envoy's stream of usage reports is answered
 //! with a token bucket per bucket, its share of the bucket's limit, which
 //! Envoy then enforces without a call per request. The apportioning is the
-//! service's ([`crate::service::quota`]).
+//! service's ([`crate::service::leases::quota`]).
 //!
 //! Every report is answered for the buckets it names. When a stream is new
 //! to a bucket or its share moved, the other Envoys of this sidecar
@@ -44,7 +44,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::service::Service;
 use crate::service::error::Kind;
-use crate::service::quota::{Bucket, Demand, Quota};
+use crate::service::leases::quota::{Bucket, Demand, Quota};
 
 use super::metrics::Metrics;
 
@@ -460,7 +460,7 @@ fn assignment(quota: Quota) -> QuotaAssignmentAction {
         // Answered by abandoning the bucket, not with an assignment.
         Quota::NotLimited => (
             Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-            crate::service::quota::LEASE,
+            crate::service::leases::quota::LEASE,
         ),
     };
     QuotaAssignmentAction {

@@ -16,12 +16,8 @@ pub mod configuration;
 pub mod core;
 pub mod cost;
 pub mod error;
-pub mod global;
 pub mod leases;
-pub mod nudge;
 pub mod ops;
-pub mod parent;
-pub mod quota;
 pub mod session;
 pub mod store;
 pub mod waiting;
@@ -49,42 +45,53 @@ pub struct Service {
     pub limiter: Arc<Limiter<SidecarStore>>,
     /// Copy holds and staged transfers.
     pub copies: Arc<CopyStore>,
-    /// Capacity leases.
-    pub leases: LeaseStore,
+    /// Every kind of lease state, each with its one owner: capacity
+    /// leases, global limits' shares, RLQS buckets, a parent's grants and
+    /// the nudges pushed down ([`leases::LeaseStates`]).
+    pub leases: leases::LeaseStates,
     /// Where operations are reported (the sidecar's metrics, or nowhere).
     pub observer: Arc<dyn Observer>,
+    /// This server's time, for what it decides by its own clock rather
+    /// than the store's: lease renewals, a parent's grants, recent
+    /// operations. Whoever builds the service chooses it.
+    pub clock: Arc<dyn Clock>,
     /// The configuration API: the files plus its objects, from its log.
     /// `None` for an engine built from a configuration value.
     pub configuration: Option<Arc<Configuration>>,
     /// Reserves waiting for copies.
     pub waiting: waiting::WaitQueues,
-    /// Capacities leased from a parent server.
-    pub parent: parent::ParentShares,
-    /// The levels below this one that watch their leases.
-    pub nudges: nudge::Nudges,
-    /// How this server leases its global limits' shares.
-    pub global_timing: crate::config::global::GlobalTiming,
 }
 
 impl Service {
-    /// Over `stores` (see [`Stores::open`]), deciding with `config`.
-    pub fn new(config: Config, stores: Stores, modes: Modes, observer: Arc<dyn Observer>) -> Self {
-        Self::on(Running::new(config), stores, modes, observer)
+    /// Over `stores` (see [`Stores::open`]), deciding with `config`, on
+    /// `clock`.
+    pub fn new(
+        config: Config,
+        stores: Stores,
+        modes: Modes,
+        observer: Arc<dyn Observer>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self::on(Running::new(config), stores, modes, observer, clock)
     }
 
     /// Deciding with `running`, a configuration others may swap (a reload,
     /// the configuration API).
-    pub fn on(running: Running, stores: Stores, modes: Modes, observer: Arc<dyn Observer>) -> Self {
+    pub fn on(
+        running: Running,
+        stores: Stores,
+        modes: Modes,
+        observer: Arc<dyn Observer>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         Self {
+            clock,
             limiter: Arc::new(Limiter::on(running, stores.rate).with_modes(modes)),
             copies: Arc::new(stores.copies),
-            leases: stores.leases,
+            leases: leases::LeaseStates::new(stores.leases),
             observer,
             configuration: None,
             waiting: waiting::WaitQueues::default(),
-            parent: parent::ParentShares::default(),
-            nudges: nudge::Nudges::default(),
-            global_timing: Default::default(),
         }
     }
 
@@ -95,8 +102,15 @@ impl Service {
         stores: Stores,
         modes: Modes,
         observer: Arc<dyn Observer>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
-        let mut service = Self::on(configuration.running().clone(), stores, modes, observer);
+        let mut service = Self::on(
+            configuration.running().clone(),
+            stores,
+            modes,
+            observer,
+            clock,
+        );
         service.configuration = Some(configuration);
         service
     }
@@ -118,10 +132,14 @@ impl Service {
 
     /// Starts every background task the service needs, until `shutdown`:
     /// sweeping the memory stores (rate state, expired transfers, leases
-    /// nobody renews) and, on Redis, the copy log's heartbeat and reaper and
-    /// the configuration log's sync. Call it once, inside a Tokio runtime.
+    /// nobody renews), renewing this server's shares of its global limits,
+    /// and, on Redis, the copy log's heartbeat and reaper and the
+    /// configuration log's sync. Call it once, inside a Tokio runtime, after
+    /// [`leases::parent::ParentShares::set_linked`] if the server has a
+    /// parent.
     pub fn spawn_housekeeping(self: &Arc<Self>, shutdown: watch::Receiver<bool>) {
         spawn_sweeper(self.clone(), shutdown.clone());
+        tokio::spawn(self.clone().renew_global_shares_until(shutdown.clone()));
         if let Some(configuration) = &self.configuration
             && matches!(configuration.log(), ConfigLog::Redis(_))
         {
@@ -221,7 +239,7 @@ fn spawn_sweeper(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
                 _ = ticks.tick() => {
                     let dropped = sweep_yielding(service.limiter.store().memory()).await;
                     tracing::trace!(dropped, "swept the memory store");
-                    if let LeaseStore::Memory(leases) = &service.leases {
+                    if let LeaseStore::Memory(leases) = &service.leases.store {
                         let dropped = leases.sweep();
                         tracing::trace!(dropped, "swept the capacity leases");
                     }

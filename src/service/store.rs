@@ -271,6 +271,13 @@ impl Store for SidecarStore {
         }
     }
 
+    fn local_now_ms(&self) -> u64 {
+        match self {
+            SidecarStore::Memory(memory) => memory.local_now_ms(),
+            SidecarStore::Redis(failover) => failover.local_now_ms(),
+        }
+    }
+
     fn decides_now(&self) -> bool {
         matches!(self, SidecarStore::Memory(_))
     }

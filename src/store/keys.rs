@@ -316,12 +316,22 @@ pub fn copy_index_key() -> String {
 }
 
 /// The lease state of one leased capacity of one domain (every client's
-/// lease, one value).
-pub fn lease_key(namespace: &str, resource: &str, domain: &str) -> String {
+/// lease, one value), in the key space `space` names: `'l'` for a
+/// configured capacity resource, another letter for each kind of lease the
+/// server keeps for itself (`crate::store::leases::LeaseSpace`), so that no
+/// name a user writes reaches one of those.
+pub fn lease_key(space: char, namespace: &str, resource: &str, domain: &str) -> String {
     let mut key =
         String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
-    push_tag(&mut key, ["lease", namespace, resource, domain]);
-    key.push('l');
+    if space == 'l' {
+        // The tag a capacity's lease had before there were spaces.
+        push_tag(&mut key, ["lease", namespace, resource, domain]);
+    } else {
+        let mut utf8 = [0u8; 4];
+        let space_tag: &str = space.encode_utf8(&mut utf8);
+        push_tag(&mut key, ["lease", space_tag, namespace, resource, domain]);
+    }
+    key.push(space);
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
     push_part(&mut key, domain);

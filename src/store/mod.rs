@@ -86,6 +86,15 @@ pub trait Store: Send + Sync + 'static {
     /// A short name for logs and metrics (`memory`, `redis`).
     fn name(&self) -> &'static str;
 
+    /// This process's time, not the store's: what a server counts its own
+    /// demand by (a global limit's hits asked). A store in this process
+    /// reads the clock it decides with, so a test's manual clock moves both;
+    /// a store across the network leaves it to the machine's clock.
+    fn local_now_ms(&self) -> u64 {
+        use crate::clock::Clock;
+        crate::clock::SystemClock.now_ms()
+    }
+
     /// Whether [`decide_now`](Store::decide_now) decides (a store in this
     /// process does; one across the network cannot).
     fn decides_now(&self) -> bool {

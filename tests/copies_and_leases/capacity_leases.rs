@@ -171,7 +171,7 @@ async fn clients_of_two_sidecars_share_one_pool_on_redis() {
     two.wait_readyz(200, "ready: store reachable").await;
     let mut clients = vec![client(&one).await, client(&two).await];
     fair_shares_converge(&mut clients, [0, 1, 1]).await;
-    let key = charon::store::keys::lease_key("jobs", "backend", "acme");
+    let key = charon::store::keys::lease_key('l', "jobs", "backend", "acme");
     assert!(
         !redis.command(&["GET", &key]).trim().is_empty(),
         "the leases live in Redis"

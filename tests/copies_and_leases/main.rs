@@ -8,3 +8,4 @@ mod capacity_leases;
 mod copies_sidecars;
 mod global_limits;
 mod hierarchy;
+mod lease_spaces;

@@ -30,6 +30,17 @@ impl Ctx {
         if self.control_character(at, "resource name", name) {
             return None;
         }
+        if name.starts_with(crate::config::global::RESOURCE_PREFIX) {
+            // A global limit's shares are asked for under this prefix.
+            self.error(
+                at,
+                format!(
+                    "resource `{name}`: names starting with `{}` are kept for global limits",
+                    crate::config::global::RESOURCE_PREFIX
+                ),
+            );
+            return None;
+        }
         if let Some(capacity) = &mut resource.value.capacity {
             if resource.value.rate.is_some() || resource.value.copies.is_some() {
                 self.error(

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::CopyLimits;
 use crate::state_view::Recent;
 use crate::store::ResourceRef;
@@ -190,7 +189,7 @@ impl Session {
         let watch = self.service.limiter.watch();
         let recent = |op: &'static str, granted: bool, copies: u64| {
             move || Recent {
-                at_ms: SystemClock.now_ms(),
+                at_ms: self.service.clock.now_ms(),
                 op,
                 granted,
                 copies,

@@ -7,16 +7,18 @@ use std::sync::{Arc, Mutex};
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
-use crate::store::ResourceRef;
 
-use super::{LeaseError, Usage};
+use super::{LeaseError, LeaseKey, LeaseSpace, Usage};
+
+/// A lease state's space, namespace, resource and domain.
+type StateKey = (LeaseSpace, String, String, String);
 
 /// Leases in this process. Its learning period starts with the process: a
 /// restarted sidecar gives clients back what they say they have.
 pub struct MemoryLeases {
     clock: Arc<dyn Clock>,
     started_ms: u64,
-    states: Mutex<HashMap<(String, String, String), LeaseState>>,
+    states: Mutex<HashMap<StateKey, LeaseState>>,
 }
 
 impl MemoryLeases {
@@ -33,17 +35,18 @@ impl MemoryLeases {
         }
     }
 
-    fn key(at: ResourceRef<'_>) -> (String, String, String) {
+    fn key(key: LeaseKey<'_>) -> StateKey {
         (
-            at.namespace.to_owned(),
-            at.resource.to_owned(),
-            at.domain.to_owned(),
+            key.space,
+            key.at.namespace.to_owned(),
+            key.at.resource.to_owned(),
+            key.at.domain.to_owned(),
         )
     }
 
     pub(super) fn get(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         client: &str,
         want: Want,
@@ -63,7 +66,7 @@ impl MemoryLeases {
     /// ([`capacity::to_nudge`]).
     pub(super) fn to_nudge(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         except: &str,
     ) -> Vec<String> {
@@ -81,7 +84,7 @@ impl MemoryLeases {
     }
 
     /// What the live leases of `at` want and hold, in all.
-    pub(super) fn usage(&self, at: ResourceRef<'_>) -> Usage {
+    pub(super) fn usage(&self, at: LeaseKey<'_>) -> Usage {
         let now = self.clock.now_ms();
         let states = self
             .states
@@ -121,7 +124,7 @@ impl MemoryLeases {
         self.len() == 0
     }
 
-    pub(super) fn release(&self, at: ResourceRef<'_>, client: &str) -> bool {
+    pub(super) fn release(&self, at: LeaseKey<'_>, client: &str) -> bool {
         let mut states = self
             .states
             .lock()
@@ -167,10 +170,12 @@ mod tests {
             wants,
             ..Want::default()
         };
-        let at = |domain| ResourceRef {
-            namespace: "jobs",
-            resource: "backend",
-            domain,
+        let at = |domain| {
+            LeaseKey::capacity(crate::store::ResourceRef {
+                namespace: "jobs",
+                resource: "backend",
+                domain,
+            })
         };
         leases.get(at("a"), &config, "one", want(4.0)).unwrap();
         clock.set(4_000);

@@ -9,10 +9,66 @@ mod memory;
 mod redis;
 
 use crate::engine::capacity::{self, CapacityConfig, CapacityError, Lease, Want};
-use crate::store::ResourceRef;
+use crate::store::{ResourceRef, keys};
 
 pub use self::memory::MemoryLeases;
 pub use self::redis::RedisLeases;
+
+/// The kinds of lease state a server keeps, each a key space of its own:
+/// a name in one can never meet the same name in another, so a user's
+/// resource called `rlqs` or a domain called `global` shares nothing with
+/// an RLQS bucket or a global limit's shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseSpace {
+    /// A `capacity:` resource of the configuration, asked for through
+    /// `GetCapacity`.
+    Capacity,
+    /// The shares of a `global: true` descriptor limit among the servers of
+    /// a hierarchy (docs/design.md#global-limits).
+    GlobalLimit,
+    /// The shares of an RLQS bucket among the Envoys that report it
+    /// (docs/design.md#rlqs).
+    RlqsBucket,
+}
+
+impl LeaseSpace {
+    /// The letter a Redis key of this space is typed by. A capacity's is
+    /// the one every lease had before there were spaces, so that its state
+    /// on Redis survives an upgrade.
+    fn letter(self) -> char {
+        match self {
+            LeaseSpace::Capacity => 'l',
+            LeaseSpace::GlobalLimit => 'G',
+            LeaseSpace::RlqsBucket => 'Q',
+        }
+    }
+}
+
+/// One lease state: its space and its (namespace, resource, domain).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseKey<'a> {
+    pub space: LeaseSpace,
+    pub at: ResourceRef<'a>,
+}
+
+impl<'a> LeaseKey<'a> {
+    pub fn capacity(at: ResourceRef<'a>) -> Self {
+        Self {
+            space: LeaseSpace::Capacity,
+            at,
+        }
+    }
+
+    /// The Redis key of this lease state (before the store's prefix).
+    fn redis_key(&self) -> String {
+        keys::lease_key(
+            self.space.letter(),
+            self.at.namespace,
+            self.at.resource,
+            self.at.domain,
+        )
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LeaseError {
@@ -55,7 +111,7 @@ impl LeaseStore {
     /// Asks for (or renews) `client`'s lease ([`capacity::request_want`]).
     pub async fn get(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         client: &str,
         want: Want,
@@ -68,7 +124,7 @@ impl LeaseStore {
 
     /// What the live leases of `at` want and hold, in all: what a server
     /// asks its parent for (docs/design.md#a-hierarchy-of-servers).
-    pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
+    pub async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
         match self {
             LeaseStore::Memory(store) => Ok(store.usage(at)),
             LeaseStore::Redis(store) => store.usage(at).await,
@@ -80,7 +136,7 @@ impl LeaseStore {
     /// ([`capacity::to_nudge`], docs/design.md#a-hierarchy-of-servers).
     pub async fn to_nudge(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         except: &str,
     ) -> Result<Vec<String>, LeaseError> {
@@ -91,7 +147,7 @@ impl LeaseStore {
     }
 
     /// Gives `client`'s lease back; whether it had one.
-    pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
+    pub async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
         match self {
             LeaseStore::Memory(store) => Ok(store.release(at, client)),
             LeaseStore::Redis(store) => store.release(at, client).await,

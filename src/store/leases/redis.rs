@@ -8,10 +8,8 @@
 
 use redis::Value;
 
-use super::{LeaseError, Usage};
+use super::{LeaseError, LeaseKey, Usage};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
-use crate::store::ResourceRef;
-use crate::store::keys;
 use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("leases.lua");
@@ -46,7 +44,7 @@ impl RedisLeases {
 
     pub async fn get(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         client: &str,
         want: Want,
@@ -63,7 +61,7 @@ impl RedisLeases {
         answer.ok_or_else(|| LeaseError::Unavailable("no lease was decided".into()))
     }
 
-    pub async fn release(&self, at: ResourceRef<'_>, client: &str) -> Result<bool, LeaseError> {
+    pub async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
         let mut released = false;
         // What is left keeps the time to live it had been given (a day at
         // most is plenty: leases expire long before).
@@ -84,7 +82,7 @@ impl RedisLeases {
     /// ([`capacity::to_nudge`]): one read.
     pub async fn to_nudge(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         config: &CapacityConfig,
         except: &str,
     ) -> Result<Vec<String>, LeaseError> {
@@ -99,15 +97,13 @@ impl RedisLeases {
 
     /// What the live leases of `at` want and hold, in all: one read,
     /// nothing written.
-    pub async fn usage(&self, at: ResourceRef<'_>) -> Result<Usage, LeaseError> {
+    pub async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
         let (_, state, now) = self.load(&self.key(at)).await?;
         Ok(state.map_or(Usage::default(), |state| Usage::of(&state, now)))
     }
 
-    fn key(&self, at: ResourceRef<'_>) -> String {
-        self.redis
-            .key(&keys::lease_key(at.namespace, at.resource, at.domain))
-            .into_owned()
+    fn key(&self, at: LeaseKey<'_>) -> String {
+        self.redis.key(&at.redis_key()).into_owned()
     }
 
     /// The state of `key` as read (`""` when none), parsed, and Redis's time.
@@ -138,7 +134,7 @@ impl RedisLeases {
     /// result back (`None`: delete) if nothing changed meanwhile.
     async fn step(
         &self,
-        at: ResourceRef<'_>,
+        at: LeaseKey<'_>,
         ttl_ms: u64,
         mut decide: impl FnMut(Option<LeaseState>, u64) -> Result<Option<LeaseState>, LeaseError>,
     ) -> Result<(), LeaseError> {

@@ -319,6 +319,10 @@ impl<C: Clock> Store for MemoryStore<C> {
         "memory"
     }
 
+    fn local_now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
     fn decides_now(&self) -> bool {
         true
     }

@@ -16,11 +16,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 use crate::engine::capacity::CapacityConfig;
-use crate::store::ResourceRef;
+use crate::store::leases::LeaseKey;
 
-use super::Service;
-use super::error::{Error, Kind};
-use super::ops::check_name;
+use crate::service::Service;
+use crate::service::error::{Error, Kind};
+use crate::service::ops::check_name;
 
 /// The most client ids watched at once: a level has a handful of children,
 /// and an id costs memory for as long as it is watched.
@@ -80,25 +80,25 @@ impl Nudges {
 }
 
 impl Service {
-    /// After a lease of `at` moved under `config`: nudges the clients
+    /// After a lease of `key` moved under `config`: nudges the clients
     /// other than `except` that now hold more than their share, or wait
     /// for a share that is free ([`crate::engine::capacity::to_nudge`]).
     /// A store that cannot say nudges nobody (they renew at their refresh).
     pub(super) async fn nudge_others(
         &self,
-        at: ResourceRef<'_>,
+        key: LeaseKey<'_>,
         config: &CapacityConfig,
         except: &str,
     ) {
-        if !self.nudges.any() {
+        if !self.leases.nudges.any() {
             return;
         }
-        let Ok(clients) = self.leases.to_nudge(at, config, except).await else {
+        let Ok(clients) = self.leases.store.to_nudge(key, config, except).await else {
             return;
         };
         for client in clients {
-            if self.nudges.nudge(&client) {
-                tracing::debug!(%client, resource = %at.resource, "nudged");
+            if self.leases.nudges.nudge(&client) {
+                tracing::debug!(%client, resource = %key.at.resource, "nudged");
             }
         }
     }

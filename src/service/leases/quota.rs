@@ -19,12 +19,26 @@ use std::time::Duration;
 use crate::config::Leaf;
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::store::ResourceRef;
+use crate::store::leases::{LeaseKey, LeaseSpace};
 
-use super::Service;
-use super::error::{Error, Kind};
+use crate::service::Service;
+use crate::service::error::{Error, Kind};
 
-/// The resource name the leases of RLQS buckets are kept under.
+/// The resource name the leases of RLQS buckets are kept under, in their
+/// own key space.
 const BUCKETS: &str = "rlqs";
+
+/// The lease state of `bucket` in `namespace`.
+fn bucket_key<'a>(namespace: &'a str, bucket: &'a Bucket) -> LeaseKey<'a> {
+    LeaseKey {
+        space: LeaseSpace::RlqsBucket,
+        at: ResourceRef {
+            namespace,
+            resource: BUCKETS,
+            domain: &bucket.name,
+        },
+    }
+}
 
 /// How long an Envoy's share lasts unrenewed: a stream that stops
 /// reporting gives its share back after this.
@@ -157,15 +171,11 @@ impl Service {
             Demand::Measured { .. } | Demand::Unknown => per_second,
             Demand::Wants(wants) => wants,
         };
-        let at = ResourceRef {
-            namespace,
-            resource: BUCKETS,
-            domain: &bucket.name,
-        };
         let lease = self
             .leases
+            .store
             .get(
-                at,
+                bucket_key(namespace, bucket),
                 &capacity,
                 client,
                 Want {
@@ -180,12 +190,12 @@ impl Service {
 
     /// `client` no longer reports `bucket`: its share goes to the others.
     pub async fn quota_gone(&self, namespace: &str, bucket: &Bucket, client: &str) {
-        let at = ResourceRef {
-            namespace,
-            resource: BUCKETS,
-            domain: &bucket.name,
-        };
-        if let Err(error) = self.leases.release(at, client).await {
+        if let Err(error) = self
+            .leases
+            .store
+            .release(bucket_key(namespace, bucket), client)
+            .await
+        {
             tracing::debug!(%error, "an RLQS share was not given back; it expires");
         }
     }

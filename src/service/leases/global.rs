@@ -4,18 +4,24 @@
 //! what its requests showed it wants; the decisions read the share it was
 //! granted. The server's children (other servers, through `GetCapacity`)
 //! are that state's other clients, and a server with a parent apportions
-//! the parent's grant ([`super::parent`]).
+//! the parent's grant ([`super::parent`]). The renewals run in the
+//! service's housekeeping, never on a request's path, so a sidecar and an
+//! engine embedded in a process renew alike.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use tokio::sync::watch;
+
 use crate::config::FixedLimit;
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::config::global::{self, GlobalTiming};
+use crate::config::global::{self, FASTEST_REFRESH_MS, GlobalTiming};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::store::ResourceRef;
+use crate::store::leases::{LeaseKey, LeaseSpace};
 
-use super::Service;
+use crate::service::Service;
 
 /// The domain a global limit's leases are kept under: one per limit.
 pub const GLOBAL_DOMAIN: &str = "global";
@@ -209,35 +215,95 @@ impl Renewed {
     }
 }
 
+/// How often a server with a parent renews between the link's rounds.
+const BETWEEN_ROUNDS: Duration = Duration::from_millis(FASTEST_REFRESH_MS);
+
+/// How long a server with a parent waits for the parent's first answer
+/// before it decides with what it has (the safe share: the whole limit).
+const FIRST_ANSWER: Duration = Duration::from_secs(2);
+
 impl Service {
+    /// Renews this server's global shares until `shutdown`: every refresh
+    /// interval, or on a server with a parent, right after each round of
+    /// the parent link (so that a new grant is applied at once) and every
+    /// 100 ms between them.
+    pub(in crate::service) async fn renew_global_shares_until(
+        self: Arc<Self>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut renewals = GlobalRenewals::default();
+        let linked = self.leases.parent.is_linked();
+        let mut rounds = self.leases.parent.rounds();
+        if linked {
+            // Ask first, so that the link asks the parent; then decide with
+            // its answer.
+            self.renew_global_shares(&mut renewals, None, false).await;
+            tokio::select! {
+                _ = tokio::time::timeout(FIRST_ANSWER, rounds.changed()) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+        self.renew_global_shares(&mut renewals, None, true).await;
+        let mut last = self.clock.now_ms();
+        let period = Duration::from_millis(self.leases.global_timing.refresh_ms());
+        let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if linked {
+                // Right after each round of the link, and every 100 ms
+                // between them, so that a change of demand is seen (and
+                // climbs, the lease moving) at once rather than at the next
+                // round.
+                tokio::select! {
+                    _ = rounds.changed() => {}
+                    () = tokio::time::sleep(BETWEEN_ROUNDS) => {}
+                    _ = shutdown.changed() => return,
+                }
+            } else {
+                tokio::select! {
+                    _ = every.tick() => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+            let now = self.clock.now_ms();
+            let elapsed = now.saturating_sub(last);
+            last = now;
+            self.renew_global_shares(&mut renewals, Some(elapsed), true)
+                .await;
+        }
+    }
+
     /// Renews this server's share of every global limit, `elapsed_ms` after
     /// the previous round (`None`: the first, its demand unknown, so it
     /// asks for the whole limit). With `apply` false, the lease is asked
     /// for (and so the parent link asks for it) but the share stays. A
     /// limit whose lease store cannot answer keeps its share until the next
     /// round.
-    pub async fn renew_global_shares(
+    async fn renew_global_shares(
         &self,
         renewals: &mut GlobalRenewals,
         elapsed_ms: Option<u64>,
         apply: bool,
     ) {
         let config = self.config();
-        let linked = self.parent.is_linked();
+        let linked = self.leases.parent.is_linked();
         let client = local_client();
         let mut live = HashMap::new();
         for namespace in config.namespaces() {
             for (name, global) in &namespace.globals {
                 let key = (namespace.name.clone(), name.clone());
-                let at = ResourceRef {
-                    namespace: &namespace.name,
-                    resource: name,
-                    domain: GLOBAL_DOMAIN,
+                let at = LeaseKey {
+                    space: LeaseSpace::GlobalLimit,
+                    at: ResourceRef {
+                        namespace: &namespace.name,
+                        resource: name,
+                        domain: GLOBAL_DOMAIN,
+                    },
                 };
-                let limit = global_capacity(&global.limit, self.global_timing);
+                let limit = global_capacity(&global.limit, self.leases.global_timing);
                 let hits = global.share.take_hits() as f64;
                 let period_ms = global.limit.period().max(1);
-                let now = SystemClock.now_ms();
+                let now = self.clock.now_ms();
                 let mut renewed = renewals.limits.remove(&key).unwrap_or_default();
                 let demand = renewed.demand(hits, elapsed_ms, period_ms, limit.capacity);
                 if hits > 0.0 {
@@ -273,7 +339,7 @@ impl Service {
                 } else {
                     // The root alone keeps the whole limit; with children it
                     // is one client among them, by demand.
-                    let usage = self.leases.usage(at).await.unwrap_or_default();
+                    let usage = self.leases.store.usage(at).await.unwrap_or_default();
                     let others = usage.clients - usize::from(own_lease_live).min(usage.clients);
                     if others == 0 {
                         limit.capacity
@@ -282,7 +348,7 @@ impl Service {
                     }
                 };
                 let config = if linked {
-                    self.parent.effective(at, limit)
+                    self.leases.parent.effective(at, limit, now)
                 } else {
                     limit
                 };
@@ -291,7 +357,7 @@ impl Service {
                     has: global.share.requests_per_unit() as f64,
                     held_below: Some(held as f64),
                 };
-                match self.leases.get(at, &config, &client, want).await {
+                match self.leases.store.get(at, &config, &client, want).await {
                     Ok(lease) => {
                         self.lease_answered(at, &config, &client, &lease, linked)
                             .await;

@@ -25,11 +25,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::{Notify, watch};
 
-use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, Grant, Lease};
 use crate::store::ResourceRef;
+use crate::store::leases::LeaseKey;
 
-use super::Service;
+use super::Leased;
+
+use crate::service::Service;
 
 /// (namespace, resource, domain).
 type Key = (String, String, String);
@@ -73,7 +75,13 @@ impl ParentShares {
     /// The configuration a lease of `at` is decided with: the parent's
     /// grant as the capacity (at most the configured one), and leases
     /// that end with it; once it expired, the safe capacity.
-    pub fn effective(&self, at: ResourceRef<'_>, config: CapacityConfig) -> CapacityConfig {
+    pub fn effective(
+        &self,
+        lease: LeaseKey<'_>,
+        config: CapacityConfig,
+        now_ms: u64,
+    ) -> CapacityConfig {
+        let at = lease.at;
         let key = (
             at.namespace.to_owned(),
             at.resource.to_owned(),
@@ -83,7 +91,7 @@ impl ParentShares {
             self.ask_now.notify_one();
         }
         let grant = lock(&self.grants).get(&key).copied();
-        capacity::under_grant(&config, grant, SystemClock.now_ms())
+        capacity::under_grant(&config, grant, now_ms)
     }
 }
 
@@ -107,7 +115,7 @@ impl Service {
     /// clients asked about that is still leased from the parent.
     pub async fn parent_wants(&self) -> Vec<ParentWant> {
         let config = self.config();
-        let keys: Vec<Key> = lock(&self.parent.asked)
+        let keys: Vec<Key> = lock(&self.leases.parent.asked)
             .iter()
             .filter(|(namespace, resource, domain)| {
                 let at = ResourceRef {
@@ -116,11 +124,11 @@ impl Service {
                     domain,
                 };
                 self.capacity_of(&config, at)
-                    .is_ok_and(|(_, from_parent)| from_parent)
+                    .is_ok_and(|leased| leased.from_parent)
             })
             .cloned()
             .collect();
-        let now = SystemClock.now_ms();
+        let now = self.clock.now_ms();
         let mut wants = Vec::with_capacity(keys.len());
         for (namespace, resource, domain) in keys {
             let at = ResourceRef {
@@ -128,9 +136,12 @@ impl Service {
                 resource: &resource,
                 domain: &domain,
             };
+            let Ok(Leased { key, .. }) = self.capacity_of(&config, at) else {
+                continue;
+            };
             // A store that cannot say asks for nothing this round.
-            let usage = self.leases.usage(at).await.unwrap_or_default();
-            let has = lock(&self.parent.grants)
+            let usage = self.leases.store.usage(key).await.unwrap_or_default();
+            let has = lock(&self.leases.parent.grants)
                 .get(&(namespace.clone(), resource.clone(), domain.clone()))
                 .filter(|grant| now < grant.expiry_ms)
                 .map_or(0.0, |grant| grant.capacity);
@@ -163,12 +174,12 @@ impl Service {
             want.domain.clone(),
         );
         let usual = {
-            let mut usual = lock(&self.parent.usual_refresh_ms);
+            let mut usual = lock(&self.leases.parent.usual_refresh_ms);
             let usual = usual.entry(key.clone()).or_default();
             *usual = (*usual).max(refresh_interval_ms);
             *usual
         };
-        let previous = lock(&self.parent.grants).insert(
+        let previous = lock(&self.leases.parent.grants).insert(
             key,
             Grant {
                 capacity,
@@ -190,25 +201,33 @@ impl Service {
             resource: &want.resource,
             domain: &want.domain,
         };
-        if let Ok((capacity, true)) = self.capacity_of(&config, at) {
-            let effective = self.parent.effective(at, capacity);
-            self.nudge_others(at, &effective, "").await;
+        if let Ok(Leased {
+            key,
+            config,
+            from_parent: true,
+        }) = self.capacity_of(&config, at)
+        {
+            let effective = self
+                .leases
+                .parent
+                .effective(key, config, self.clock.now_ms());
+            self.nudge_others(key, &effective, "").await;
         }
     }
 
     /// The parent nudged this level (`WatchCapacity`): one of its grants
     /// must shrink, so the link asks at once.
     pub fn parent_nudged(&self) {
-        self.parent.ask_now.notify_one();
+        self.leases.parent.ask_now.notify_one();
     }
 
     /// Until the link should ask at once: a key was asked about for the
     /// first time, or a lease given from a parent's grant is moving.
     pub async fn parent_ask_now(&self) {
-        self.parent.ask_now.notified().await;
+        self.leases.parent.ask_now.notified().await;
     }
 
-    /// `client`'s `lease` of `at` was answered under `config`. If it moved
+    /// `client`'s `lease` of `key` was answered under `config`. If it moved
     /// (answered sooner than `config`'s interval: what its client wants or
     /// holds changed), a lease given `from_parent`'s grant makes the link
     /// carry the change up at once rather than at its next round, and the
@@ -216,7 +235,7 @@ impl Service {
     /// (docs/design.md#a-hierarchy-of-servers).
     pub(super) async fn lease_answered(
         &self,
-        at: ResourceRef<'_>,
+        key: LeaseKey<'_>,
         config: &CapacityConfig,
         client: &str,
         lease: &Lease,
@@ -226,14 +245,14 @@ impl Service {
             return;
         }
         if from_parent {
-            self.parent.ask_now.notify_one();
+            self.leases.parent.ask_now.notify_one();
         }
-        self.nudge_others(at, config, client).await;
+        self.nudge_others(key, config, client).await;
     }
 
     /// The link ended a round, answered or not.
     pub fn parent_round_ended(&self) {
-        self.parent.rounds.send_modify(|rounds| *rounds += 1);
+        self.leases.parent.rounds.send_modify(|rounds| *rounds += 1);
     }
 }
 
@@ -254,20 +273,26 @@ mod tests {
         }
     }
 
-    const AT: ResourceRef<'static> = ResourceRef {
-        namespace: "ns",
-        resource: "backend",
-        domain: "acme",
+    const AT: LeaseKey<'static> = LeaseKey {
+        space: crate::store::leases::LeaseSpace::Capacity,
+        at: ResourceRef {
+            namespace: "ns",
+            resource: "backend",
+            domain: "acme",
+        },
     };
 
     #[test]
     fn the_grant_is_the_capacity_and_leases_end_with_it() {
         let shares = ParentShares::default();
         // Nothing granted yet: the safe capacity, or nothing.
-        assert_eq!(shares.effective(AT, config(Some(10.0))).capacity, 10.0);
-        assert_eq!(shares.effective(AT, config(None)).capacity, 0.0);
-        assert_eq!(shares.effective(AT, config(Some(-1.0))).capacity, 100.0);
-        let now = SystemClock.now_ms();
+        let now = 1_000_000;
+        assert_eq!(shares.effective(AT, config(Some(10.0)), now).capacity, 10.0);
+        assert_eq!(shares.effective(AT, config(None), now).capacity, 0.0);
+        assert_eq!(
+            shares.effective(AT, config(Some(-1.0)), now).capacity,
+            100.0
+        );
         lock(&shares.grants).insert(
             ("ns".into(), "backend".into(), "acme".into()),
             Grant {
@@ -277,9 +302,9 @@ mod tests {
                 moving: false,
             },
         );
-        let effective = shares.effective(AT, config(None));
+        let effective = shares.effective(AT, config(None), now);
         assert_eq!(effective.capacity, 40.0);
-        assert!(effective.lease_ms <= 3_000 && effective.lease_ms > 2_000);
+        assert_eq!(effective.lease_ms, 3_000);
         assert!(effective.refresh_interval_ms <= effective.lease_ms);
         // Asked about: the link asks for it.
         assert!(lock(&shares.asked).contains(&("ns".into(), "backend".into(), "acme".into())));
