@@ -14,18 +14,28 @@
 //! a lease store runs the [`engine`]'s apportioning on the resource's leases.
 //! A configuration API write: runtime overrides are checked as a file is,
 //! committed to the config log in the [`store`], and the whole configuration
-//! is rebuilt and swapped into the [`limiter`]. ARCHITECTURE.md walks each
-//! path step by step ("An Envoy `ShouldRateLimit` call", "A copy `reserve`
-//! through the Charon API", "A capacity lease: `GetCapacity`", "A
-//! configuration write through the configuration API").
+//! is rebuilt and swapped into the [`limiter`]. Servers can also form a
+//! hierarchy: a leaf leases its capacity from a region and the region from
+//! the root, with the same `GetCapacity`, each apportioning what it is
+//! granted among those below it.
+//! ARCHITECTURE.md walks each path step by step ("An Envoy `ShouldRateLimit`
+//! call", "A copy `reserve` through the Charon API", "A capacity lease:
+//! `GetCapacity`", "A configuration write through the configuration API",
+//! "A lease through a hierarchy (leaf → region → root)").
 //!
 //! - [`clock`]: time as milliseconds from an injected clock.
+//! - [`criticality`]: how much a request matters under overload, the four
+//!   levels of the SRE book, and the level of the request being handled;
+//!   the server throttler and the queue of reserves waiting for a copy both
+//!   serve by it.
 //! - [`config`]: the YAML format, validation, normalization, compiled limits;
 //!   the configuration API's overlay (namespaces and per-domain overrides
 //!   written into the YAML before it is compiled).
-//! - [`engine`]: pure decisions — fixed windows, GCRA buckets and burst tiers
-//!   with hard and global limits, copy limits, and the apportioning of a
-//!   leased capacity among clients — over explicit state and an explicit
+//! - [`engine`]: pure decisions — fixed windows, sliding window counters,
+//!   sliding window logs, GCRA buckets, the hybrid quota-linear limiter,
+//!   Cloud Armor's bans, burst tiers with hard and global limits, budgets of
+//!   a cost known after the response, copy limits, and the apportioning of
+//!   a leased capacity among clients — over explicit state and an explicit
 //!   `now`. No I/O.
 //! - [`store`]: where state lives ([`store::MemoryStore`] by default) and the
 //!   atomic step that runs the engine on it; with feature `redis`, the copy
@@ -40,17 +50,22 @@
 //!   and `ReleaseCapacity`, housekeeping; for an engine on configuration
 //!   files (a sidecar's, or `Embedded::open_files`), the configuration API's
 //!   core (its view of the config log, checking a write, rebuilding and
-//!   swapping the configuration). Domain operations and errors in and
-//!   out (`service::ops`, `service::error`): no wire type.
+//!   swapping the configuration); capacities leased from a parent server
+//!   and the nudges pushed to the levels below. Domain operations and
+//!   errors in and out (`service::ops`, `service::error`): no wire type.
 //! - `api` (feature `client`): the Charon API's generated code; with feature
 //!   `embedded`, the conversions between its messages and the service's
 //!   operations.
 //! - `server` (feature `server`): the faces over the service: the Envoy
-//!   RateLimitService and the Charon API over gRPC, the admin HTTP endpoints
-//!   (with the configuration API, the simulator and state pages), metrics,
-//!   config reload and shutdown.
+//!   RateLimitService, Envoy's Rate Limit Quota Service and the Charon API
+//!   over gRPC, the admin HTTP endpoints (with the configuration API, the
+//!   simulator and state pages), metrics, traces, configuration over xDS,
+//!   the link to a parent server, config reload and shutdown.
 //! - [`state_view`]: the recent decisions of what the state view looks at,
 //!   recorded only while someone looks.
+//! - [`spans`]: the spans made where the trace exporter is not visible (a
+//!   Redis call's span, the degraded mark): real only inside a request the
+//!   server chose to trace, a thread-local look-up anywhere else.
 //! - [`simulate`]: `charon simulate`, the engine on a virtual clock fed a
 //!   request pattern, summarized per tick; and capacity leases of clients
 //!   whose demand changes over time.
@@ -58,15 +73,26 @@
 //!   engine embedded in the process: requests, hold guards, transfers,
 //!   retries and fail-open (docs/design.md#client); capacity leases, a local
 //!   lease limiter renewed in the background (docs/design.md#capacity-leases).
-//! - `layer` (feature `layer`): Tower middleware on the client — a rate
-//!   limit per request, a copy held for the life of the response, or a
-//!   lease limiter's rate with no call per request.
+//! - `layer` (feature `layer`): Tower middleware — on the client, a rate
+//!   limit per request, a copy held for the life of the response,
+//!   Envoy-style descriptors, a budget charged the response's cost, or a
+//!   lease limiter's rate with no call per request; and, asking no one, the
+//!   server throttler and client-side adaptive throttling.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
 //!
-//! The binaries are thin: `src/bin/charon/` (`charon serve`, `charon check`)
-//! parses flags and calls [`config`] or `server::run`; `src/bin/charon-load/`
-//! is the load tool.
+//! The binaries hold no decision, but they are not thin. `src/bin/charon/`
+//! is the `charon` command: `serve` (over sixty flags, each with its
+//! environment variable, turned into `server::ServeOptions`; secrets and
+//! certificates read from files or the environment, never the command
+//! line; text or JSON logs and the OTLP exporter; the runtime; then
+//! `server::run`), `check`, `simulate` and `inject` (each a library call),
+//! `config` (an HTTP client of the configuration API: a dry run and a diff
+//! first, then a commit with `If-Match`), and, started as `ratelimit`,
+//! `serve` configured from envoyproxy/ratelimit's environment variables.
+//! `src/bin/charon-load/` is the load tool of the benchmarks (loopback
+//! only): Envoy requests, copy sessions, or token budgets under concurrent
+//! streams, with counts and percentiles.
 
 // The session future nests the limiter, the failover and a Redis call: the
 // compiler's Send and Sync proofs of its type go deeper than the default.

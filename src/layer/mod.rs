@@ -10,15 +10,28 @@
 //! - [`CostLimitLayer`]: budgets of a cost known when the response ends
 //!   (`cost: after_response` descriptors): checked before the request,
 //!   charged the response's [`Cost`] when its body ends.
+//! - [`LeaseLimitLayer`]: the rate of a capacity lease, decided in the
+//!   process by the lease's local limiter and renewed in the background: no
+//!   call per request; 429 with `Retry-After` over the rate.
+//! - [`ThrottleLayer`]: the server throttler, which asks no one: at most
+//!   `capacity` requests at once (and, with a CPU budget, so many ms of CPU
+//!   a second), the rest queued by [`Criticality`] then arrival until their
+//!   deadline; a refusal is 503 (gRPC `UNAVAILABLE`) with `Retry-After`.
+//! - [`AdaptiveThrottleLayer`]: client-side adaptive throttling of a
+//!   service's outgoing calls: a backend that has been refusing is sent
+//!   about `K` times what it accepts, the rest refused before they leave
+//!   ([`AdaptiveError::Throttled`]).
 //!
-//! All ask a [`Client`](crate::client::Client) — a remote sidecar or the
-//! engine embedded in the process, switched in one line. The first two map
-//! each request to a domain ([`Header`] `x-tenant-id` by default,
-//! [`PeerAddr`], [`ClientIp`] behind trusted proxies, a [`Cookie`], a
-//! [`Region`] header, or any closure) and a resource ([`Fixed`],
-//! [`MethodAndRoute`], or any closure); the third to descriptors
-//! ([`Actions`], as Envoy's route actions make them, or any closure). Each
-//! turns a rejection into an `Ok` response: 429 with `Retry-After`,
+//! The first four are one [`LimitLayer`] each and ask a
+//! [`Client`](crate::client::Client) — a remote sidecar or the engine
+//! embedded in the process, switched in one line. The first two map each
+//! request to a domain ([`Header`] `x-tenant-id` by default, [`PeerAddr`],
+//! [`ClientIp`] behind trusted proxies, a [`Cookie`], a [`Region`] header,
+//! or any closure) and a resource ([`Fixed`], [`MethodAndRoute`], or any
+//! closure); the third and the fourth to descriptors ([`Actions`], as
+//! Envoy's route actions make them, or any closure). Each turns a
+//! rejection into an `Ok` response ([`Exceed`]: refused by default, or
+//! redirected, or let through degraded): 429 with `Retry-After`,
 //! `RateLimit-Policy`, `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11)
 //! and a JSON body, or for gRPC requests a `RESOURCE_EXHAUSTED` status.
 //! When Charon cannot answer, requests go through (fail open: logged, and
@@ -43,11 +56,13 @@
 //! `t=11`.
 //!
 //! Layout, as in tower-http: one generic [`LimitLayer`] and its service
-//! [`Limit`] (`limit`), the policies that make each middleware (`resource`
-//! with its kinds `rate` and `concurrency`; `descriptors`), the
-//! [`ResponseBody`] they return, the [`ResponseFuture`], and the shared
-//! pieces: [`key`] (domain and resource), [`reply`] (rejections and
-//! headers).
+//! [`Limit`] (`limit`) over a policy (`policy`), the policies that make
+//! each middleware (`resource` with its kinds `rate` and `concurrency`;
+//! `descriptors`; `cost`, settled by `settle`), the [`ResponseBody`] they
+//! return, the [`ResponseFuture`], and the shared pieces: [`key`] (domain
+//! and resource), `client_ip`, `exceed`, [`reply`] (rejections and
+//! headers). The other three stand alone: `lease`, `throttle` and
+//! `adaptive`.
 
 mod adaptive;
 mod body;

@@ -1,5 +1,7 @@
 //! ARCHITECTURE.md is the map of the tree: every path it names exists, and
-//! every file under `src/` is on it, so the map cannot drift from the house.
+//! every file under `src/`, `scripts/` and `examples/` is on it, so the map
+//! cannot drift from the house. `src/lib.rs`'s doc comment is the map of the
+//! library: it names every public module.
 //!
 //! A file counts as named when its path is written out, or when a line of
 //! the map names a path in its folder and, on the same line, the file's
@@ -98,11 +100,11 @@ fn every_path_on_the_map_exists() {
     );
 }
 
-#[test]
-fn every_file_under_src_is_on_the_map() {
-    let map = map();
+/// Every file the map names: a path written out, or a bare name beside a
+/// path of its folder on one line.
+fn named_on_the_map() -> BTreeSet<PathBuf> {
     let mut named: BTreeSet<PathBuf> = BTreeSet::new();
-    for line in map.lines() {
+    for line in map().lines() {
         let folders = folders_of(line);
         for text in quoted(line) {
             if is_path(text) {
@@ -114,8 +116,16 @@ fn every_file_under_src_is_on_the_map() {
             }
         }
     }
+    named
+}
+
+/// The files under `top` (a folder of the root) that the map does not
+/// name, sorted.
+fn unnamed_under(top: &str) -> Vec<String> {
+    let named = named_on_the_map();
     let mut files = Vec::new();
-    files_under(&root().join("src"), &mut files);
+    files_under(&root().join(top), &mut files);
+    assert!(!files.is_empty(), "no file under `{top}`");
     let mut missing: Vec<String> = files
         .iter()
         .map(|file| {
@@ -127,10 +137,70 @@ fn every_file_under_src_is_on_the_map() {
         .map(|file| file.display().to_string())
         .collect();
     missing.sort();
+    missing
+}
+
+#[test]
+fn every_file_under_src_is_on_the_map() {
+    let missing = unnamed_under("src");
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md does not name these files (add them to the floor plan):\n{}",
         missing.join("\n")
+    );
+}
+
+#[test]
+fn every_file_under_scripts_is_on_the_map() {
+    let missing = unnamed_under("scripts");
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these scripts (add them to the `scripts/` row):\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_file_under_examples_is_on_the_map() {
+    let missing = unnamed_under("examples");
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md does not name these examples (add them to an `examples/` row):\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The modules `src/lib.rs` declares `pub mod`, whatever their `cfg`.
+fn public_modules(lib: &str) -> Vec<&str> {
+    lib.lines()
+        .filter_map(|line| line.trim().strip_prefix("pub mod "))
+        .filter_map(|rest| rest.strip_suffix(';'))
+        .map(str::trim)
+        .collect()
+}
+
+/// The text of `src/lib.rs`'s inner doc comment (`//!` lines).
+fn crate_doc(lib: &str) -> String {
+    lib.lines()
+        .filter_map(|line| line.trim_start().strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_crate_doc_names_every_public_module() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).expect("src/lib.rs");
+    let modules = public_modules(&lib);
+    assert!(!modules.is_empty(), "src/lib.rs declares no `pub mod`");
+    let doc = crate_doc(&lib);
+    // `[`name`]` (a link) contains `` `name` `` (a module behind a feature).
+    let missing: Vec<&str> = modules
+        .into_iter()
+        .filter(|name| !doc.contains(&format!("`{name}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "src/lib.rs's doc comment does not name these modules (a line each, as [`name`] or `name`): {missing:?}"
     );
 }
 
@@ -152,11 +222,13 @@ fn folders_of(line: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// A bare file name such as `url.rs` or `decide.lua`.
+/// A bare file name such as `url.rs`, `decide.lua`, `soak.sh` or
+/// `simple.yaml`.
 fn is_file_name(text: &str) -> bool {
     !text.contains('/')
         && !text.contains(char::is_whitespace)
-        && [".rs", ".lua", ".html", ".js", ".css"]
+        && !text.contains(['<', '*', '{'])
+        && [".rs", ".lua", ".html", ".js", ".css", ".sh", ".yaml"]
             .iter()
             .any(|ext| text.ends_with(ext) && text.len() > ext.len())
 }
@@ -170,8 +242,25 @@ fn the_map_reader_finds_bare_names_in_a_rows_folder() {
         .filter(|t| is_file_name(t))
         .collect();
     assert_eq!(names, ["url.rs"]);
+    let line = "| `scripts/` | `test.sh` (the one test command), `*.yaml` files, `cargo test` |";
+    assert_eq!(folders_of(line), vec![PathBuf::from("scripts/")]);
+    let names: Vec<&str> = quoted(line)
+        .into_iter()
+        .filter(|t| is_file_name(t))
+        .collect();
+    assert_eq!(names, ["test.sh"]);
     assert_eq!(
         links("see [the design](docs/design.md#stores) and [x](https://e.org)"),
         ["docs/design.md"]
+    );
+}
+
+#[test]
+fn the_crate_doc_reader_finds_public_modules_and_the_doc() {
+    let lib = "//! - [`clock`]: time.\n//! - `server` (feature `server`).\n\npub mod clock;\n#[cfg(feature = \"server\")]\npub mod server;\nmod private;\n";
+    assert_eq!(public_modules(lib), ["clock", "server"]);
+    assert_eq!(
+        crate_doc(lib),
+        " - [`clock`]: time.\n - `server` (feature `server`)."
     );
 }
