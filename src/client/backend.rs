@@ -49,6 +49,11 @@ pub type LimitsFuture<'a> =
 /// [`Backend::release_capacity`]: the answer, or why there is none.
 pub type CapacityFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ClientError>> + Send + 'a>>;
 
+/// The nudges of [`Backend::watch_capacity`]: an item each time the server
+/// asks this client id to renew its leases now; the stream ends (or fails)
+/// when the watch does.
+pub type NudgeStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<(), ClientError>> + Send>>;
+
 /// One Charon API session: the remote [`Sidecar`](super::Sidecar), the
 /// in-process [`Embedded`](super::Embedded) engine, or your own.
 pub trait Backend: Send + Sync + 'static {
@@ -124,6 +129,16 @@ pub trait Backend: Send + Sync + 'static {
         let _ = request;
         Box::pin(std::future::ready(Err(ClientError::Unavailable(
             "this backend does not lease capacity".into(),
+        ))))
+    }
+
+    /// Watches `client_id`'s leases (docs/design.md#a-hierarchy-of-servers):
+    /// the server nudges it when one must shrink, or a share it waits for
+    /// is free. A backend that cannot says so.
+    fn watch_capacity(&self, client_id: String) -> CapacityFuture<'_, NudgeStream> {
+        let _ = client_id;
+        Box::pin(std::future::ready(Err(ClientError::Unavailable(
+            "this backend does not push nudges".into(),
         ))))
     }
 

@@ -37,7 +37,8 @@ use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
 
 use super::backend::{
-    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo,
+    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, NudgeStream, Reply, Unreachable,
+    undo,
 };
 use super::{ClientError, LimitsAnswer};
 use crate::limiter::{LimitError, RateLimitRequest};
@@ -300,6 +301,23 @@ impl Backend for Embedded {
             let request = GetCapacity::try_from(request).map_err(client_error)?;
             Ok(capacity_response(self.service.get_capacity(&request).await))
         })
+    }
+
+    fn watch_capacity(&self, client_id: String) -> CapacityFuture<'_, NudgeStream> {
+        let watched = self
+            .service
+            .leases
+            .nudges
+            .watch(&client_id)
+            .map_err(client_error)
+            .map(|nudges| {
+                let nudges = futures_util::stream::unfold(nudges, |mut nudges| async move {
+                    nudges.changed().await.ok()?;
+                    Some((Ok(()), nudges))
+                });
+                Box::pin(nudges) as NudgeStream
+            });
+        Box::pin(std::future::ready(watched))
     }
 
     fn release_capacity(

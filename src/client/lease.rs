@@ -5,7 +5,9 @@
 //! is the demand the bottom half reports. The bottom half, [`LeaseRenewer`],
 //! renews the lease in the background every refresh interval, asking for the
 //! measured demand (with headroom), and sets the bucket's rate to what the
-//! sidecar grants; when no sidecar answers it follows the [`FailureMode`].
+//! sidecar grants, through the one renewer a server's link to its parent
+//! also uses ([`super::renewal`]); when no sidecar answers it follows the
+//! [`FailureMode`].
 //!
 //! Time is Tokio's clock, so tests can pause and advance it.
 
@@ -15,8 +17,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Client;
-use crate::api::v1::capacity_answer::Result as Answered;
-use crate::api::v1::{CapacityRef, CapacityWant, GetCapacityRequest, ReleaseCapacityRequest};
+use super::renewal::{self, LeaseWant, Renewed};
+use crate::api::v1::{CapacityRef, ReleaseCapacityRequest};
 
 /// What the limiter allows when the sidecar cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -223,27 +225,22 @@ async fn renew(client: Client, options: LeaseOptions, limiter: Weak<LeaseLimiter
         measured = true;
         let has = strong.rate();
         drop(strong);
-        let asked = client
-            .get_capacity(GetCapacityRequest {
-                client_id: options.client_id.clone(),
-                resources: vec![CapacityWant {
-                    namespace: options.namespace.clone(),
-                    resource: options.resource.clone(),
-                    domain: options.domain.clone(),
-                    wants,
-                    has,
-                    held_below: None,
-                }],
-            })
-            .await;
-        let lease = match asked {
-            Ok(mut answer) => match answer.answers.pop().and_then(|a| a.result) {
-                Some(Answered::Lease(lease)) => Some(lease),
-                Some(Answered::Error(error)) => {
-                    tracing::warn!(message = %error.message, "capacity lease refused");
+        let want = LeaseWant {
+            namespace: options.namespace.clone(),
+            resource: options.resource.clone(),
+            domain: options.domain.clone(),
+            wants,
+            has,
+            held_below: None,
+        };
+        let lease = match renewal::renew(&client, &options.client_id, &[want]).await {
+            Ok(mut answers) => match answers.pop() {
+                Some(Renewed::Lease(lease)) => Some(lease),
+                Some(Renewed::Refused(message)) => {
+                    tracing::warn!(%message, "capacity lease refused");
                     None
                 }
-                None => None,
+                Some(Renewed::Unanswered) | None => None,
             },
             Err(error) => {
                 tracing::debug!(%error, "capacity lease not renewed");

@@ -36,6 +36,7 @@ mod embedded;
 mod hold;
 pub mod lease;
 mod limits;
+pub mod renewal;
 pub mod retry;
 mod sidecar;
 
@@ -45,7 +46,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-pub use backend::{Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo};
+pub use backend::{
+    Backend, BackendFuture, CapacityFuture, LimitsFuture, NudgeStream, Reply, Unreachable, undo,
+};
 use call::Amount;
 pub use call::{HoldCall, RequestCall};
 pub use cost::{Committed, CostReservation, ReserveCost};
@@ -97,6 +100,10 @@ pub enum ClientError {
     /// Bad arguments, caught before sending.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// The server does not know the call (an older Charon): asking again
+    /// soon will not help.
+    #[error("unsupported by the server: {0}")]
+    Unsupported(String),
 }
 
 /// What the client did, for metrics and logs.
@@ -347,6 +354,16 @@ impl Client {
         request: crate::api::v1::GetCapacityRequest,
     ) -> Result<crate::api::v1::GetCapacityResponse, ClientError> {
         self.shared.backend.get_capacity(request).await
+    }
+
+    /// Watches `client_id`'s leases: an item each time the server asks for
+    /// a renewal now (docs/design.md#a-hierarchy-of-servers).
+    /// [`ClientError::Unsupported`] from a server that does not push them.
+    pub async fn watch_capacity(&self, client_id: &str) -> Result<NudgeStream, ClientError> {
+        self.shared
+            .backend
+            .watch_capacity(client_id.to_owned())
+            .await
     }
 
     /// Gives leases back before they expire, so their share goes to the

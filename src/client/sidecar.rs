@@ -26,13 +26,14 @@ use crate::api::v1::session_request::Op;
 use crate::api::v1::session_response::Result as Answer;
 use crate::api::v1::{
     CostAnswer, CostRequest, GetCapacityRequest, GetCapacityResponse, ReleaseCapacityRequest,
-    ReleaseCapacityResponse, ReserveOp, SessionRequest,
+    ReleaseCapacityResponse, ReserveOp, SessionRequest, WatchCapacityRequest,
 };
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
 use super::backend::{
-    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, Reply, Unreachable, undo,
+    Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, NudgeStream, Reply, Unreachable,
+    undo,
 };
 use super::{ClientError, limits};
 use crate::limiter::RateLimitRequest;
@@ -174,13 +175,6 @@ impl Sidecar {
         })
     }
 
-    /// The connection's gRPC channel, for calls beside the session (say,
-    /// `WatchCapacity` with the generated `CharonClient`, as a server's
-    /// link to its parent does).
-    pub fn channel(&self) -> Channel {
-        self.channel.clone()
-    }
-
     /// Whether a session is up now.
     pub fn is_connected(&self) -> bool {
         matches!(*self.shared.link.borrow(), Link::Up { .. })
@@ -275,6 +269,28 @@ impl Backend for Sidecar {
                 .await
                 .map(tonic::Response::into_inner)
                 .map_err(|status| unary_error("GetCapacity", &status))
+        })
+    }
+
+    fn watch_capacity(&self, client_id: String) -> CapacityFuture<'_, NudgeStream> {
+        let mut client = CharonClient::new(self.channel.clone());
+        Box::pin(async move {
+            let nudges = client
+                .watch_capacity(WatchCapacityRequest { client_id })
+                .await
+                .map_err(|status| match status.code() {
+                    tonic::Code::Unimplemented => {
+                        ClientError::Unsupported(format!("WatchCapacity: {}", status.message()))
+                    }
+                    _ => unary_error("WatchCapacity", &status),
+                })?
+                .into_inner();
+            let nudges = tokio_stream::StreamExt::map(nudges, |nudge| {
+                nudge
+                    .map(drop)
+                    .map_err(|status| unary_error("WatchCapacity", &status))
+            });
+            Ok(Box::pin(nudges) as NudgeStream)
         })
     }
 

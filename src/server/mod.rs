@@ -374,7 +374,6 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         }
         let sidecar = crate::client::Sidecar::connect(&parent.url)
             .map_err(|error| anyhow::anyhow!("--parent {}: {error}", parent.url))?;
-        let channel = sidecar.channel();
         let client = crate::client::Client::with_options(
             sidecar,
             crate::client::ClientOptions {
@@ -385,7 +384,6 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         tokio::spawn(parent::follow(
             service.clone(),
             client,
-            channel,
             parent.level_id.clone(),
             shutdown_rx.clone(),
         ));

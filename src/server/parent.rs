@@ -7,9 +7,10 @@
 //! from a grant moves (20 ms after the previous one at the soonest), then
 //! every refresh interval the parent answers (100 ms at the fastest), and
 //! every second while the parent does not answer (the grants stand until
-//! they expire). Beside the rounds, a `WatchCapacity` stream carries the parent's nudges: a grant that must
-//! shrink is asked about at once, so a cut comes down without waiting for
-//! the round.
+//! they expire). Beside the rounds, a `WatchCapacity` stream carries the
+//! parent's nudges: a grant that must shrink is asked about at once, so a
+//! cut comes down without waiting for the round. Both go through the one
+//! renewer a leaf's client uses ([`crate::client::renewal`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,12 +18,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use tonic::transport::Channel;
+use tokio_stream::StreamExt;
 
-use crate::api::v1::capacity_answer::Result as Answered;
-use crate::api::v1::charon_client::CharonClient;
-use crate::api::v1::{CapacityWant, GetCapacityRequest, WatchCapacityRequest};
-use crate::client::Client;
+use crate::client::renewal::{self, LeaseWant, Renewed};
+use crate::client::{Client, ClientError};
 use crate::service::Service;
 
 /// The fastest a link asks again at its own pace, whatever the parent
@@ -43,18 +42,17 @@ const RETRY: Duration = Duration::from_secs(1);
 /// know `WatchCapacity` (an older Charon): its cuts come with the rounds.
 const UNWATCHED: Duration = Duration::from_secs(60);
 
-/// Follows the parent through `parent` (and its nudges through `channel`,
-/// the same connection) as `level_id` until `shutdown`.
+/// Follows the parent through `parent` (its rounds and its nudges) as
+/// `level_id` until `shutdown`.
 pub async fn follow(
     service: Arc<Service>,
     parent: Client,
-    channel: Channel,
     level_id: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
     tokio::spawn(watch_nudges(
         service.clone(),
-        channel,
+        parent.clone(),
         level_id.clone(),
         shutdown.clone(),
     ));
@@ -101,9 +99,9 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
     if wants.is_empty() {
         return Round::Empty;
     }
-    let resources = wants
+    let asked: Vec<LeaseWant> = wants
         .iter()
-        .map(|want| CapacityWant {
+        .map(|want| LeaseWant {
             namespace: want.namespace.clone(),
             resource: want.resource.clone(),
             domain: want.domain.clone(),
@@ -112,14 +110,8 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
             held_below: Some(want.held_below),
         })
         .collect();
-    let asked = parent
-        .get_capacity(GetCapacityRequest {
-            client_id: level_id.to_owned(),
-            resources,
-        })
-        .await;
-    let answers = match asked {
-        Ok(answer) => answer.answers,
+    let answers = match renewal::renew(parent, level_id, &asked).await {
+        Ok(answers) => answers,
         Err(error) => {
             tracing::warn!(%error, "the parent did not answer; the current grants stand until they expire");
             return Round::Unanswered;
@@ -127,8 +119,8 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
     };
     let mut next = RETRY;
     for (want, answer) in wants.iter().zip(answers) {
-        match answer.result {
-            Some(Answered::Lease(lease)) => {
+        match answer {
+            Renewed::Lease(lease) => {
                 next = next.min(Duration::from_millis(lease.refresh_interval_ms));
                 if service.parent_granted(
                     want,
@@ -139,10 +131,10 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
                     service.parent_moved(want).await;
                 }
             }
-            Some(Answered::Error(error)) => {
-                tracing::warn!(message = %error.message, resource = %want.resource, "the parent refused a lease");
+            Renewed::Refused(message) => {
+                tracing::warn!(%message, resource = %want.resource, "the parent refused a lease");
             }
-            None => {}
+            Renewed::Unanswered => {}
         }
     }
     Round::Answered(next.max(FASTEST))
@@ -153,32 +145,25 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
 /// opened again after a second; the rounds go on meanwhile.
 async fn watch_nudges(
     service: Arc<Service>,
-    channel: Channel,
+    parent: Client,
     level_id: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut parent = CharonClient::new(channel);
     loop {
-        let watched = parent
-            .watch_capacity(WatchCapacityRequest {
-                client_id: level_id.clone(),
-            })
-            .await;
-        let wait = match watched {
-            Ok(nudges) => {
-                let mut nudges = nudges.into_inner();
+        let wait = match parent.watch_capacity(&level_id).await {
+            Ok(mut nudges) => {
                 loop {
                     tokio::select! {
-                        nudge = nudges.message() => match nudge {
-                            Ok(Some(_)) => service.parent_nudged(),
-                            Ok(None) | Err(_) => break,
+                        nudge = nudges.next() => match nudge {
+                            Some(Ok(())) => service.parent_nudged(),
+                            Some(Err(_)) | None => break,
                         },
                         _ = shutdown.changed() => return,
                     }
                 }
                 RETRY
             }
-            Err(status) if status.code() == tonic::Code::Unimplemented => UNWATCHED,
+            Err(ClientError::Unsupported(_)) => UNWATCHED,
             Err(_) => RETRY,
         };
         tokio::select! {

@@ -191,3 +191,18 @@ async fn an_embedded_engine_and_a_sidecar_on_one_redis_split_a_global_limit() {
     load.abort();
     assert!(share < 100, "{share}");
 }
+
+#[tokio::test]
+async fn an_embedded_engine_pushes_nudges_through_the_client() {
+    use tokio_stream::StreamExt;
+    let engine = Embedded::memory(config());
+    let service = engine.service().clone();
+    let client = charon::client::Client::new(engine);
+    let Ok(mut nudges) = client.watch_capacity("region-a").await else {
+        panic!("an embedded engine refused a watch");
+    };
+    assert!(service.leases.nudges.nudge("region-a"));
+    let nudged = tokio::time::timeout(Duration::from_secs(5), nudges.next()).await;
+    assert!(matches!(nudged, Ok(Some(Ok(())))));
+    assert!(client.watch_capacity("").await.is_err());
+}
