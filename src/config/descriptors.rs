@@ -56,9 +56,9 @@ pub struct Node {
     /// With `share_threshold` on a wildcard entry, the pattern replaces the
     /// value in the counter key so that all matching values share a counter.
     pub shared_value: Option<String>,
-    /// A `global` limit's share on this server
+    /// A `global` limit: the name its shares go by
     /// (docs/design.md#global-limits).
-    pub global: Option<Arc<super::global::GlobalShare>>,
+    pub global: Option<Arc<str>>,
     pub children: Level,
 }
 

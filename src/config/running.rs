@@ -25,26 +25,9 @@ impl Running {
     }
 
     /// Swaps `config` in; requests in flight finish on the one they loaded.
-    /// A global limit that stays (the same limit at the same place) keeps
-    /// this server's current share (docs/design.md#global-limits).
+    /// The configuration is data only: what runs beside it (a global
+    /// limit's share) is kept by its owner, by name.
     pub fn replace(&self, config: Config) {
-        let old = self.load();
-        for namespace in config.namespaces() {
-            let Some(before) = old.namespace(&namespace.name) else {
-                continue;
-            };
-            for (name, global) in &namespace.globals {
-                if let Some(kept) = before
-                    .globals
-                    .get(name)
-                    .filter(|kept| kept.limit == global.limit)
-                {
-                    global
-                        .share
-                        .set_requests_per_unit(kept.share.requests_per_unit());
-                }
-            }
-        }
         self.0.store(Arc::new(config));
     }
 }

@@ -1,6 +1,6 @@
 //! Engine items and store keys for resolved descriptors.
 
-use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration, global};
+use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
 use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
 use crate::store::Batch;
 use crate::store::keys;
@@ -39,7 +39,7 @@ pub(super) fn add_item<'c>(
             // (docs/design.md#global-limits).
             let own = limit
                 .global()
-                .map(|_| (INSTANCE_KEY, global::instance_id()));
+                .map(|share| (INSTANCE_KEY, share.instance_id()));
             let entries = keyed_entries(descriptor, shared_values).chain(own);
             match limit.algorithm() {
                 Algorithm::FixedWindow => {

@@ -74,7 +74,7 @@ impl<S: Store> Limiter<S> {
         let Some(namespace) = config.namespace(&checked.domain) else {
             return invalid(format!("namespace `{}` is not configured", checked.domain));
         };
-        let resolved = resolve_all(namespace, &checked);
+        let resolved = resolve_all(namespace, &checked, &self.shares);
         let mut batch = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         for (index, (descriptor, resolved)) in checked.descriptors.iter().zip(&resolved).enumerate()

@@ -7,7 +7,8 @@
 //! `request` holds what comes in and goes out, and its validation;
 //! `resolve` matches descriptors to the configuration; `batch` turns the
 //! matches into engine items and keys; `status` turns outcomes into
-//! statuses.
+//! statuses; [`global`] keeps this server's shares of its global limits,
+//! the runtime state the configuration does not carry.
 //!
 //! ```rust
 //! # tokio_test_block_on(async {
@@ -29,6 +30,7 @@
 
 mod batch;
 mod cost;
+pub mod global;
 mod request;
 mod resolve;
 mod status;
@@ -43,6 +45,7 @@ use crate::state_view::{Recent, Watch};
 use crate::store::{Batch, Store, StoreError};
 
 use self::batch::{add_item, tiers_item};
+use self::global::GlobalShares;
 use self::request::validate;
 use self::resolve::{Resolved, resolve_all};
 use self::status::status;
@@ -56,6 +59,9 @@ pub use self::request::{
 /// Decides requests against the current configuration and a store.
 pub struct Limiter<S> {
     config: Running,
+    /// This server's shares of the global limits: runtime state beside the
+    /// configuration, found by name.
+    shares: Arc<GlobalShares>,
     store: S,
     watch: Watch,
     modes: Modes,
@@ -70,10 +76,16 @@ impl<S: Store> Limiter<S> {
     pub fn on(config: Running, store: S) -> Self {
         Self {
             config,
+            shares: Arc::default(),
             store,
             watch: Watch::default(),
             modes: Modes::default(),
         }
+    }
+
+    /// This server's shares of its global limits.
+    pub fn global_shares(&self) -> &Arc<GlobalShares> {
+        &self.shares
     }
 
     /// The same limiter with process-wide `modes`.
@@ -237,7 +249,7 @@ impl<S: Store> Limiter<S> {
         request: &RateLimitRequest,
         hits_of: Hits,
     ) -> Result<Prepared<'c>, LimitError> {
-        let resolved = resolve_all(namespace, request);
+        let resolved = resolve_all(namespace, request, &self.shares);
         let mut batch = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();

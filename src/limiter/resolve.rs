@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::config::global::GlobalShare;
+use super::global::{GlobalShare, GlobalShares};
 use crate::config::{
     Algorithm, FixedLimit, Leaf, Namespace, Node, RateResource, Resource, ResourceLimit, SoftLimit,
     Unit,
@@ -109,7 +109,7 @@ pub(super) enum FixedLimitRef<'c> {
     Override(LimitOverride),
     /// A `global` limit: this server's share of it
     /// (docs/design.md#global-limits).
-    Global(&'c FixedLimit, &'c GlobalShare),
+    Global(&'c FixedLimit, Arc<GlobalShare>),
 }
 
 impl<'c> FixedLimitRef<'c> {
@@ -134,7 +134,7 @@ impl<'c> FixedLimitRef<'c> {
         }
     }
     /// A global limit's share, which counts the hits asked of it.
-    pub(super) fn global(&self) -> Option<&'c GlobalShare> {
+    pub(super) fn global(&self) -> Option<&GlobalShare> {
         match self {
             FixedLimitRef::Global(_, share) => Some(share),
             _ => None,
@@ -170,11 +170,12 @@ impl<'c> FixedLimitRef<'c> {
 pub(super) fn resolve_all<'c>(
     namespace: &'c Namespace,
     request: &RateLimitRequest,
+    shares: &GlobalShares,
 ) -> SmallVec<[Resolved<'c>; 2]> {
     let mut resolved: SmallVec<[Resolved<'c>; 2]> = request
         .descriptors
         .iter()
-        .map(|descriptor| resolve(namespace, descriptor))
+        .map(|descriptor| resolve(namespace, descriptor, shares))
         .collect();
     // envoyproxy/ratelimit: a limit whose name another matched limit
     // `replaces` does not apply.
@@ -189,7 +190,11 @@ pub(super) fn resolve_all<'c>(
     resolved
 }
 
-pub(super) fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> Resolved<'c> {
+pub(super) fn resolve<'c>(
+    namespace: &'c Namespace,
+    descriptor: &Descriptor,
+    shares: &GlobalShares,
+) -> Resolved<'c> {
     if let Some(limit) = descriptor.limit {
         // As in envoyproxy/ratelimit: a limit sent with the request wins
         // over the configuration, and is never in shadow mode.
@@ -229,7 +234,9 @@ pub(super) fn resolve<'c>(namespace: &'c Namespace, descriptor: &Descriptor) -> 
         },
         Leaf::Limit(limit) => Resolved::Fixed {
             limit: match &node.global {
-                Some(share) => FixedLimitRef::Global(limit, share),
+                Some(name) => {
+                    FixedLimitRef::Global(limit, shares.share(&namespace.name, name, limit))
+                }
                 None => FixedLimitRef::Configured(limit),
             },
             shadow: node.shadow_mode,

@@ -144,8 +144,13 @@ resources:
 
 /// This engine's share of the global limit now.
 fn share(engine: &Embedded) -> u64 {
-    engine.service().config().namespace("edge").unwrap().globals[GLOBAL]
-        .share
+    let config = engine.service().config();
+    let global = &config.namespace("edge").unwrap().globals[GLOBAL];
+    engine
+        .service()
+        .limiter
+        .global_shares()
+        .share("edge", GLOBAL, &global.limit)
         .requests_per_unit()
 }
 

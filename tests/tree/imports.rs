@@ -372,6 +372,41 @@ fn no_two_top_level_modules_import_each_other() {
     assert!(graph["service"].contains("engine"), "{graph:#?}");
 }
 
+/// The descent of the layers, top first: a module may import those below
+/// it, never one above (the binaries, above them all, are crates of their
+/// own).
+const DESCENT: &[&str] = &[
+    "server", "layer", "client", "api", "service", "limiter", "store", "engine", "config",
+];
+
+#[test]
+fn no_layer_imports_one_above_it() {
+    let library = Library::read();
+    let rank = |module: &str| DESCENT.iter().position(|layer| *layer == module);
+    let mut upward = Vec::new();
+    for (from, targets) in library.edges() {
+        let Some(from_rank) = from.first().and_then(|top| rank(top)) else {
+            continue;
+        };
+        for target in targets {
+            if let Some(to_rank) = target.first().and_then(|top| rank(top))
+                && to_rank < from_rank
+            {
+                upward.push(format!(
+                    "{} names crate::{}",
+                    library.file(&from),
+                    target.join("::")
+                ));
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "imports up the descent {DESCENT:?}:\n{}",
+        upward.join("\n")
+    );
+}
+
 #[test]
 fn no_two_files_import_each_other() {
     let library = Library::read();

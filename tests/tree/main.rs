@@ -1,6 +1,9 @@
 //! The tree keeps its own rules: modules import each other in one direction
-//! (`imports`), and ARCHITECTURE.md's map names every file under `src/` and
-//! nothing that does not exist (`map`).
+//! and down the descent of the layers (`imports`); ARCHITECTURE.md's map
+//! names every file under `src/`, `scripts/` and `examples/`, nothing that
+//! does not exist, and the crate doc every public module (`map`); file
+//! sizes, gRPC clients, runtime state and clocks stay where they belong
+//! (`rules`).
 
 mod imports;
 mod map;

@@ -15,7 +15,7 @@ use serde_saphyr::{Location, Spanned};
 use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, Millis};
 
-use super::global::{self, GlobalLimit, GlobalShare};
+use super::global::{self, GlobalLimit};
 use super::raw::{RawDescriptor, RawFile};
 use super::{Algorithm, ConfigError, FixedLimit, Namespace, Note, Settings, Unit, caps};
 
@@ -338,14 +338,14 @@ impl Ctx {
         level
     }
 
-    /// Registers a `global` limit at `path`; its share.
+    /// Registers a `global` limit at `path`; the name its shares go by.
     fn global(
         &mut self,
         at: Location,
         limit: &FixedLimit,
         path: &Path,
         globals: &mut BTreeMap<String, GlobalLimit>,
-    ) -> Option<Arc<GlobalShare>> {
+    ) -> Option<Arc<str>> {
         if path.per_value {
             self.error(
                 at,
@@ -353,15 +353,14 @@ impl Ctx {
             );
             return None;
         }
-        let share = Arc::new(GlobalShare::new(limit.requests_per_unit));
+        let name = format!("{}{}", global::RESOURCE_PREFIX, path.written);
         globals.insert(
-            format!("{}{}", global::RESOURCE_PREFIX, path.written),
+            name.clone(),
             GlobalLimit {
                 limit: limit.clone(),
-                share: share.clone(),
             },
         );
-        Some(share)
+        Some(Arc::from(name))
     }
 
     fn leaf(&mut self, raw: &RawDescriptor, kinds: &HashMap<String, Kind>) -> Leaf {

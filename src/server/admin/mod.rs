@@ -231,7 +231,9 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
 
 async fn metrics(state: AdminState, sources: StateSources) -> impl IntoResponse {
     state.metrics.set_store((state.store_status)());
-    state.metrics.set_global_shares(&sources.limiter.config());
+    state
+        .metrics
+        .set_global_shares(&sources.limiter.config(), sources.limiter.global_shares());
     state
         .metrics
         .set_copy_holds(&state::copy_holds(&sources).await);

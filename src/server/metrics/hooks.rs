@@ -30,7 +30,11 @@ impl Metrics {
     }
 
     /// Each global limit's share on this server, read at each scrape.
-    pub fn set_global_shares(&self, config: &crate::config::Config) {
+    pub fn set_global_shares(
+        &self,
+        config: &crate::config::Config,
+        shares: &crate::limiter::global::GlobalShares,
+    ) {
         self.global_shares.clear();
         for namespace in config.namespaces() {
             for (name, global) in &namespace.globals {
@@ -39,7 +43,14 @@ impl Metrics {
                         namespace: namespace.name.clone(),
                         resource: name.clone(),
                     })
-                    .set(i64::try_from(global.share.requests_per_unit()).unwrap_or(i64::MAX));
+                    .set(
+                        i64::try_from(
+                            shares
+                                .share(&namespace.name, name, &global.limit)
+                                .requests_per_unit(),
+                        )
+                        .unwrap_or(i64::MAX),
+                    );
             }
         }
     }

@@ -16,8 +16,9 @@ use tokio::sync::watch;
 
 use crate::config::FixedLimit;
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::config::global::{self, FASTEST_REFRESH_MS, GlobalTiming};
+use crate::config::global::{FASTEST_REFRESH_MS, GlobalTiming};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
+use crate::limiter::global::{CLOCK_SKEW_MS, GlobalShares};
 use crate::store::ResourceRef;
 use crate::store::leases::{LeaseKey, LeaseSpace};
 
@@ -88,8 +89,8 @@ pub fn global_capacity(limit: &FixedLimit, timing: GlobalTiming) -> CapacityConf
 }
 
 /// This server's own client id in a global limit's lease state.
-fn local_client() -> String {
-    format!("(local) {}", global::instance_id())
+fn local_client(shares: &GlobalShares) -> String {
+    format!("(local) {}", shares.instance_id())
 }
 
 /// What the renewals remember between rounds, by (namespace, limit).
@@ -287,10 +288,13 @@ impl Service {
     ) {
         let config = self.config();
         let linked = self.leases.parent.is_linked();
-        let client = local_client();
+        let shares = self.limiter.global_shares();
+        shares.retain(&config);
+        let client = local_client(shares);
         let mut live = HashMap::new();
         for namespace in config.namespaces() {
             for (name, global) in &namespace.globals {
+                let share = shares.share(&namespace.name, name, &global.limit);
                 let key = (namespace.name.clone(), name.clone());
                 let at = LeaseKey {
                     space: LeaseSpace::GlobalLimit,
@@ -301,7 +305,7 @@ impl Service {
                     },
                 };
                 let limit = global_capacity(&global.limit, self.leases.global_timing);
-                let hits = global.share.take_hits() as f64;
+                let hits = share.take_hits() as f64;
                 let period_ms = global.limit.period().max(1);
                 let now = self.clock.now_ms();
                 let mut renewed = renewals.limits.remove(&key).unwrap_or_default();
@@ -321,18 +325,17 @@ impl Service {
                 // did are over (a sliding window counts the previous one too).
                 let window_start = now - now % period_ms;
                 let previous_start = window_start.saturating_sub(period_ms);
-                let now_share = global.share.requests_per_unit();
+                let now_share = share.requests_per_unit();
                 let held_since = |since| renewed.held_since(since).unwrap_or(now_share);
                 let held = match global.limit.algorithm {
                     crate::config::Algorithm::SlidingWindow => held_since(previous_start),
                     // In a window's first moments the store's clock (Redis's)
                     // may still be in the previous window.
-                    _ if now - window_start < global::CLOCK_SKEW_MS => held_since(previous_start),
+                    _ if now - window_start < CLOCK_SKEW_MS => held_since(previous_start),
                     // A fixed window admitted no more than it was asked for,
                     // so a share that shrank early in it is given back at once.
-                    _ => now_share.max(
-                        held_since(window_start).min(global.share.asked_in_window(now, period_ms)),
-                    ),
+                    _ => now_share
+                        .max(held_since(window_start).min(share.asked_in_window(now, period_ms))),
                 };
                 let wants = if linked {
                     demand.max(least)
@@ -354,7 +357,7 @@ impl Service {
                 };
                 let want = Want {
                     wants,
-                    has: global.share.requests_per_unit() as f64,
+                    has: share.requests_per_unit() as f64,
                     held_below: Some(held as f64),
                 };
                 match self.leases.store.get(at, &config, &client, want).await {
@@ -363,7 +366,7 @@ impl Service {
                             .await;
                         // Whole requests: a share never rounds up past the
                         // grant (a tiny epsilon forgives the sum's rounding).
-                        let share = (lease.capacity + 1e-9).floor() as u64;
+                        let granted = (lease.capacity + 1e-9).floor() as u64;
                         renewed.expiry_ms = lease.expiry_ms;
                         tracing::debug!(
                             limit = %name,
@@ -374,9 +377,9 @@ impl Service {
                             "global share renewed"
                         );
                         if apply {
-                            global.share.set_requests_per_unit(share);
+                            share.set_requests_per_unit(granted);
                             // Kept back to the previous window, for the store whose clock is behind.
-                            renewed.record(now, share, previous_start);
+                            renewed.record(now, granted, previous_start);
                         }
                     }
                     Err(error) => {
@@ -393,8 +396,11 @@ impl Service {
     /// the parent has been asked for its share (docs/design.md#global-limits).
     pub fn close_global_shares(&self) {
         for namespace in self.config().namespaces() {
-            for global in namespace.globals.values() {
-                global.share.set_requests_per_unit(0);
+            for (name, global) in &namespace.globals {
+                self.limiter
+                    .global_shares()
+                    .share(&namespace.name, name, &global.limit)
+                    .set_requests_per_unit(0);
             }
         }
     }
