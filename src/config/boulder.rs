@@ -3,6 +3,10 @@
 //! configuration directory marks the namespace and names the two files,
 //! which stay as Boulder reads them.
 //!
+//! One piece: Boulder's format, its durations and its id formats are read
+//! and translated into one namespace together, each error naming its file
+//! and line; apart, each part would only make sense against the other.
+//!
 //! ```yaml
 //! domain: acme-ca
 //! format: boulder

@@ -9,6 +9,8 @@
 //! interval shown as tier 1, the ban as tier 2), so that every face reads it
 //! as it reads burst tiers.
 
+use super::{Outcome, Slot, Step};
+
 use super::outcome::{TierOutcome, WindowOutcome};
 pub use crate::config::BanLimit;
 
@@ -114,6 +116,43 @@ pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) ->
         outcome.snapshot.shown_tier = 2;
     }
     outcome
+}
+
+// A ban's item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The ban state in `slots[index]`, or a fresh one.
+fn state_in(slots: &[Slot], index: usize) -> BanState {
+    match slots.get(index) {
+        Some(Slot::Ban(state)) => *state,
+        _ => BanState::default(),
+    }
+}
+
+/// Whether a ban's item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: BanLimit,
+    hits: u64,
+    now: u64,
+) -> bool {
+    decide(&state_in(slots, slot), &limit, hits, now).over
+}
+
+/// Decides a ban's item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(step: Step<'_>, slot: usize, limit: BanLimit, hits: u64) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let decision = decide(&state_in(slots, slot), &limit, hits, now);
+    // A trip is recorded whatever the verdict; a grant only with it.
+    if hits > 0
+        && (decision.over || commit)
+        && let Some(entry) = slots.get_mut(slot)
+    {
+        *entry = Slot::Ban(decision.after);
+    }
+    Outcome::Tiers(outcome(&decision, &limit, hits, now))
 }
 
 #[cfg(test)]

@@ -2,6 +2,11 @@
 //! a budget of cost units (LLM tokens, bytes) per fixed window, charged when
 //! a response ends and checked before a request starts.
 //!
+//! One piece: a charge, an admission, a reservation and their settling all
+//! move the same window's counts and the learned cost; split, one invariant
+//! (`used + reserved <= limit`) would be kept in several places. Its tests
+//! are in `cost/tests.rs`.
+//!
 //! A charge (`hits > 0`) is a fact: it is always recorded, past the limit
 //! too, and it retires the oldest admission still waiting for its charge. A
 //! check (`hits == 0`) is admitted only while
@@ -29,6 +34,8 @@
 //!
 //! Integers only, so that `decide.lua` computes the same state to the unit:
 //! the mean and deviation are kept in sixteenths.
+
+use super::{Outcome, Slot, Step, WindowOutcome};
 
 use super::window::window_start;
 
@@ -433,87 +440,73 @@ pub fn apply(state: &mut CostState, period: u64, op: CostOp, now: u64) {
     touch(state, period, now);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+// A cost budget's item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
 
-    const MINUTE: u64 = 60_000;
-
-    #[test]
-    fn a_check_leaves_room_for_what_is_in_flight() {
-        let mut state = CostState::default();
-        // Before any charge: 100 predicted per request (deviation 50).
-        let first = check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 0);
-        assert_eq!(first.reserved, 0);
-        assert!(!first.over);
-        let mut admitted = 0;
-        while !check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 1).over {
-            admit(&mut state, MINUTE, 1);
-            admitted += 1;
-        }
-        // n·100 + 3·50·sqrt(n) ≤ 1000: n = 6 (600 + 368), not 7 (700 + 397).
-        assert_eq!(admitted, 6);
-        assert_eq!(
-            check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 1).reserved,
-            968
-        );
-        // Charges retire admissions and teach the cost.
-        for _ in 0..6 {
-            charge(&mut state, MINUTE, 40, 2);
-        }
-        assert!(state.pending.is_empty());
-        assert_eq!(state.used, 240);
-        assert!(
-            (8_000..10_000).contains(&state.duration),
-            "falls slowly from 10 s: {}",
-            state.duration
-        );
-        assert!(state.mean < 100 * SCALE && state.mean >= 40 * SCALE);
-        assert!(!check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 3).over);
-    }
-
-    #[test]
-    fn charges_are_facts_past_the_limit_and_the_next_window_starts_afresh() {
-        let mut state = CostState::default();
-        charge(&mut state, MINUTE, 5_000, 10);
-        let seen = check(&state, 1_000, MINUTE, 100, CostOp::Hits(0), 20);
-        assert_eq!((seen.used, seen.over), (5_000, true));
-        assert!(
-            !check(&state, 1_000, MINUTE, 100, CostOp::Hits(7), 20).over,
-            "a charge is never over"
-        );
-        // The learned cost is kept across windows: 5 000 a request now.
-        let next = check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 1);
-        assert_eq!(next.used, 0);
-        assert!(!next.over);
-        // Predicted above a budget of 4 000: admitted while nothing is in
-        // flight (else it would never open again), and only that one.
-        assert!(!check(&state, 4_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 1).over);
-        admit(&mut state, MINUTE, MINUTE + 1);
-        assert!(check(&state, 4_000, MINUTE, 100, CostOp::Hits(0), MINUTE + 2).over);
-    }
-
-    #[test]
-    fn admissions_never_charged_expire() {
-        let mut state = CostState::default();
-        for now in 0..5 {
-            admit(&mut state, MINUTE, now);
-        }
-        assert_eq!(
-            check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), 9_000).reserved,
-            reserved(5, 1600, 800)
-        );
-        // Twice 10 s without a learned duration.
-        assert_eq!(
-            check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), 20_005).reserved,
-            0
-        );
-        // A charge 15 s after its admission: longer than assumed, taken.
-        for now in 0..5 {
-            admit(&mut state, MINUTE, 100_000 + now);
-        }
-        charge(&mut state, MINUTE, 100, 115_000);
-        assert_eq!(pending_ttl(&state), 30_000);
-        assert!(state.expires_at >= 300 + LEARNED_TTL);
-    }
+/// Whether a cost budget's item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: u64,
+    period: u64,
+    op: CostOp,
+    initial_cost: u64,
+    now: u64,
+) -> bool {
+    const FRESH: CostState = CostState::FRESH;
+    let state = match slots.get(slot) {
+        Some(Slot::Cost(state)) => state,
+        _ => &FRESH,
+    };
+    check(state, limit, period, initial_cost, op, now).over
 }
+
+/// Decides a cost budget's item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(
+    step: Step<'_>,
+    slot: usize,
+    limit: u64,
+    period: u64,
+    op: CostOp,
+    initial_cost: u64,
+) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let mut fresh = CostState::FRESH;
+    let state = match slots.get_mut(slot) {
+        Some(Slot::Cost(state)) => state,
+        _ => &mut fresh,
+    };
+    let seen = check(state, limit, period, initial_cost, op, now);
+    match op {
+        CostOp::Hits(hits) if hits > 0 => charge(state, period, hits, now),
+        _ if !commit || seen.over => {}
+        CostOp::Hits(_) => admit(state, period, now),
+        _ => apply(state, period, op, now),
+    }
+    let after = check(state, limit, period, initial_cost, CostOp::Hits(0), now);
+    let spent = after.spent();
+    let reset_after = seen.window_end - now;
+    // Room comes back when the window ends (or sooner, as requests
+    // in flight are charged less than predicted); a reservation
+    // larger than the limit never fits, and a commit, cancel or
+    // refund that did not apply will not apply later.
+    let wait = match op {
+        _ if !seen.over => Some(0),
+        CostOp::Hits(_) => Some(reset_after),
+        CostOp::Reserve { amount, .. } if amount <= limit => Some(reset_after),
+        _ => None,
+    };
+    Outcome::Window(WindowOutcome {
+        over: seen.over,
+        limit,
+        period,
+        remaining: limit.saturating_sub(spent),
+        reset_after,
+        wait,
+        retry_after: Some(if spent < limit { 0 } else { reset_after }),
+    })
+}
+
+#[cfg(test)]
+mod tests;

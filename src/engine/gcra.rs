@@ -12,6 +12,8 @@
 //! arithmetic relative to `now`, which keeps its numbers small enough for
 //! Lua's doubles.
 
+use super::{Outcome, Slot, Step};
+
 /// The limit is configuration; the engine only reads it.
 pub use crate::config::GcraLimit;
 
@@ -176,6 +178,45 @@ pub fn full_after(limit: &GcraLimit, state: &GcraState, now: u64) -> u64 {
         start(limit, state, now) - ticks(now, limit.count),
         limit.count,
     )
+}
+
+// A GCRA item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The TAT in `slots[index]`, or a fresh one.
+fn state_in(slots: &[Slot], index: usize) -> GcraState {
+    match slots.get(index) {
+        Some(Slot::Gcra(state)) => *state,
+        _ => GcraState::default(),
+    }
+}
+
+/// Whether a GCRA item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: GcraLimit,
+    hits: u64,
+    now: u64,
+) -> bool {
+    let mut state = state_in(slots, slot);
+    decide(&limit, &mut state, hits, now, false).over
+}
+
+/// Decides a GCRA item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(step: Step<'_>, slot: usize, limit: GcraLimit, hits: u64) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let mut state = state_in(slots, slot);
+    let outcome = decide(&limit, &mut state, hits, now, commit);
+    if commit
+        && !outcome.over
+        && hits > 0
+        && let Some(entry) = slots.get_mut(slot)
+    {
+        *entry = Slot::Gcra(state);
+    }
+    Outcome::Gcra(outcome)
 }
 
 #[cfg(test)]

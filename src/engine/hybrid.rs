@@ -11,6 +11,8 @@
 //! tokens is `quota × elapsed` units. The configuration keeps
 //! `quota × window` below 2^53, so `decide.lua` computes the same state.
 
+use super::{Outcome, Slot, Step, WindowOutcome};
+
 /// Whether a key is in bursty or smooth mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -168,4 +170,50 @@ pub fn decide(state: &HybridState, quota: u64, window: u64, hits: u64, now: u64)
         retry_after: wait_for(1),
         wait: if over { wait_for(asked) } else { Some(0) },
     }
+}
+
+// A hybrid limiter's item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The hybrid state in `slots[index]`, or a fresh one.
+fn state_in(slots: &[Slot], index: usize) -> HybridState {
+    match slots.get(index) {
+        Some(Slot::Hybrid(state)) => *state,
+        _ => HybridState::default(),
+    }
+}
+
+/// Whether a hybrid limiter's item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    quota: u64,
+    window: u64,
+    hits: u64,
+    now: u64,
+) -> bool {
+    decide(&state_in(slots, slot), quota, window, hits, now).over
+}
+
+/// Decides a hybrid limiter's item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(step: Step<'_>, slot: usize, quota: u64, window: u64, hits: u64) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let seen = decide(&state_in(slots, slot), quota, window, hits, now);
+    if commit
+        && !seen.over
+        && hits > 0
+        && let Some(entry) = slots.get_mut(slot)
+    {
+        *entry = Slot::Hybrid(seen.after);
+    }
+    Outcome::Window(WindowOutcome {
+        over: seen.over,
+        limit: quota,
+        period: window,
+        remaining: seen.remaining,
+        reset_after: seen.reset_after,
+        wait: seen.wait,
+        retry_after: seen.retry_after,
+    })
 }

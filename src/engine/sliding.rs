@@ -7,6 +7,8 @@
 //! The weight is kept in fixed point (1/65 536) and every product stays
 //! below 2^53, so that `decide.lua` computes the same estimate to the hit.
 
+use super::{Outcome, Slot, Step, WindowOutcome};
+
 use super::window::window_start;
 
 /// Fixed-point scale of the previous window's weight.
@@ -125,6 +127,65 @@ pub fn retry_after(
     }
     // Two windows on, both counts have slid out.
     Some((start + 2 * period).saturating_sub(now))
+}
+
+// A sliding window counter's item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The counters in `slots[index]`, or empty ones.
+fn state_in(slots: &[Slot], index: usize) -> SlidingState {
+    match slots.get(index) {
+        Some(Slot::Sliding(state)) => *state,
+        _ => SlidingState::default(),
+    }
+}
+
+/// Whether a sliding window counter's item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    now: u64,
+) -> bool {
+    check(&state_in(slots, slot), limit, period, hits, now).over
+}
+
+/// Decides a sliding window counter's item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(step: Step<'_>, slot: usize, limit: u64, period: u64, hits: u64) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let before = state_in(slots, slot);
+    let seen = check(&before, limit, period, hits, now);
+    let mut after = before;
+    if commit && !seen.over && hits > 0 {
+        record(&mut after, period, hits, now);
+        if let Some(entry) = slots.get_mut(slot) {
+            *entry = Slot::Sliding(after);
+        }
+    }
+    let counted = check(&after, limit, period, 0, now);
+    let reset_after = if counted.current > 0 {
+        counted.window_start + 2 * period - now
+    } else if counted.previous > 0 {
+        counted.window_start + period - now
+    } else {
+        0
+    };
+    Outcome::Window(WindowOutcome {
+        over: seen.over,
+        limit,
+        period,
+        remaining: limit.saturating_sub(counted.estimate),
+        reset_after,
+        wait: if seen.over {
+            retry_after(&before, limit, period, hits, now)
+        } else {
+            Some(0)
+        },
+        retry_after: retry_after(&after, limit, period, 1, now),
+    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 //! newest hits leaves, so a longer log could never decide otherwise. That
 //! bounds a key's state by the limit, even for a client hammering it.
 
+use super::{Outcome, Slot, Step, WindowOutcome};
+
 use super::hit_log::HitLog;
 
 /// A key's log.
@@ -77,6 +79,71 @@ pub fn outcome(
             until(limit - asked + 1)
         },
     }
+}
+
+// A sliding window log's item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The log in `slots[index]`, if it holds one.
+fn state_in(slots: &[Slot], index: usize) -> Option<&LogState> {
+    match slots.get(index) {
+        Some(Slot::SlidingLog(state)) => Some(state),
+        _ => None,
+    }
+}
+
+/// Whether a sliding window log's item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    now: u64,
+) -> bool {
+    const EMPTY: &LogState = &LogState {
+        log: HitLog::EMPTY,
+        expires_at: 0,
+    };
+    is_over(
+        state_in(slots, slot).unwrap_or(EMPTY),
+        limit,
+        period,
+        hits,
+        now,
+    )
+}
+
+/// Decides a sliding window log's item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(
+    step: Step<'_>,
+    slot: usize,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    count_rejected: bool,
+) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let mut fresh = LogState::default();
+    let state = match slots.get_mut(slot) {
+        Some(Slot::SlidingLog(state)) => state,
+        _ => &mut fresh,
+    };
+    let over = is_over(state, limit, period, hits, now);
+    if hits > 0 && (count_rejected || (commit && !over)) {
+        record(state, limit, period, hits, now);
+    }
+    let seen = outcome(state, over, limit, period, hits, now);
+    Outcome::Window(WindowOutcome {
+        over,
+        limit,
+        period,
+        remaining: seen.remaining,
+        reset_after: seen.reset_after,
+        wait: seen.wait,
+        retry_after: seen.retry_after,
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! Burst tiers with hard and global limits (docs/design.md#burst-tiers).
 //!
+//! One piece: phases, windows, bursts, fallback and the hard and global
+//! limits are one state machine over one `TierState` (the design's section
+//! on burst tiers); its item in a batch is in `tiers/item.rs`.
+//!
 //! State per (namespace, resource, domain) is a [`TierState`]: per tier, when
 //! it was last entered and the hits granted while it was current; plus the
 //! domain's grants of the last second (for the hard limit H). The resource's
@@ -8,6 +12,10 @@
 //!
 //! Everything here is a function of (policy, state, now): evaluating never
 //! mutates, and only a grant does (leniency: a rejection changes nothing).
+
+mod item;
+
+pub(super) use self::item::{TierAsk, item_is_over, run_item};
 
 use smallvec::SmallVec;
 

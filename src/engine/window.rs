@@ -1,6 +1,8 @@
 //! The envoyproxy/ratelimit fixed window: a counter per window aligned to the
 //! Unix epoch, reset when the next window starts.
 
+use super::{Outcome, Slot, Step, WindowOutcome};
+
 /// The counter of the current window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WindowState {
@@ -59,4 +61,74 @@ pub fn retry_after(check: &WindowCheck, limit: u64, now: u64) -> Option<u64> {
     } else {
         Some(check.window_end - now)
     }
+}
+
+// A fixed-window item in a batch (`super::Item`): this algorithm's own
+// part of the engine's decision.
+
+/// The window in `slots[index]`, or an empty one.
+fn state_in(slots: &[Slot], index: usize) -> WindowState {
+    match slots.get(index) {
+        Some(Slot::Window(state)) => state.clone(),
+        _ => WindowState::default(),
+    }
+}
+
+/// Records `hits` of a window at `now` in `slots[slot]`; the count after.
+pub(super) fn record_in(slots: &mut [Slot], slot: usize, period: u64, hits: u64, now: u64) -> u64 {
+    match slots.get_mut(slot) {
+        Some(Slot::Window(state)) => {
+            record(state, period, hits, now);
+            state.expires_at = window_start(now, period).saturating_add(period);
+            state.count
+        }
+        _ => 0,
+    }
+}
+
+/// Whether a fixed-window item is over its limit at `now`.
+pub(super) fn item_is_over(
+    slots: &[Slot],
+    slot: usize,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    now: u64,
+) -> bool {
+    check(&state_in(slots, slot), limit, period, hits, now).over
+}
+
+/// Decides a fixed-window item and, committing, records what passes (and what
+/// counts whatever the verdict).
+pub(super) fn run_item(
+    step: Step<'_>,
+    slot: usize,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    count_rejected: bool,
+) -> Outcome {
+    let Step { slots, now, commit } = step;
+    let before = state_in(slots, slot);
+    let check = check(&before, limit, period, hits, now);
+    let mut count = check.count;
+    if hits > 0 && (count_rejected || (commit && !check.over)) {
+        count = record_in(slots, slot, period, hits, now);
+    }
+    let wait = if !check.over {
+        Some(0)
+    } else if hits.max(1) > limit {
+        None
+    } else {
+        Some(check.window_end - now)
+    };
+    Outcome::Window(WindowOutcome {
+        over: check.over,
+        limit,
+        period,
+        remaining: limit.saturating_sub(count),
+        reset_after: check.window_end - now,
+        wait,
+        retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),
+    })
 }

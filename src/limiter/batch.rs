@@ -43,7 +43,8 @@ pub(super) fn add_item<'c>(
             let entries = keyed_entries(descriptor, shared_values).chain(own);
             match limit.algorithm() {
                 Algorithm::FixedWindow => {
-                    let key = keys::window_key(&namespace.name, entries, period);
+                    let key =
+                        keys::descriptor_key(SlotKind::Window, &namespace.name, entries, period);
                     Item::Window {
                         slot: batch.slot(key, SlotKind::Window),
                         limit: limit.requests_per_unit(),
@@ -54,7 +55,8 @@ pub(super) fn add_item<'c>(
                     }
                 }
                 Algorithm::AfterResponse { initial_cost, .. } => {
-                    let key = keys::cost_key(&namespace.name, entries, period);
+                    let key =
+                        keys::descriptor_key(SlotKind::Cost, &namespace.name, entries, period);
                     Item::Cost {
                         slot: batch.slot(key, SlotKind::Cost),
                         limit: limit.requests_per_unit(),
@@ -65,7 +67,12 @@ pub(super) fn add_item<'c>(
                     }
                 }
                 Algorithm::SlidingLog => {
-                    let key = keys::sliding_log_key(&namespace.name, entries, period);
+                    let key = keys::descriptor_key(
+                        SlotKind::SlidingLog,
+                        &namespace.name,
+                        entries,
+                        period,
+                    );
                     Item::SlidingLog {
                         slot: batch.slot(key, SlotKind::SlidingLog),
                         limit: limit.requests_per_unit(),
@@ -76,7 +83,8 @@ pub(super) fn add_item<'c>(
                     }
                 }
                 Algorithm::Hybrid => {
-                    let key = keys::hybrid_key(&namespace.name, entries, period);
+                    let key =
+                        keys::descriptor_key(SlotKind::Hybrid, &namespace.name, entries, period);
                     Item::Hybrid {
                         slot: batch.slot(key, SlotKind::Hybrid),
                         quota: limit.requests_per_unit(),
@@ -86,7 +94,8 @@ pub(super) fn add_item<'c>(
                     }
                 }
                 Algorithm::SlidingWindow => {
-                    let key = keys::sliding_key(&namespace.name, entries, period);
+                    let key =
+                        keys::descriptor_key(SlotKind::Sliding, &namespace.name, entries, period);
                     Item::Sliding {
                         slot: batch.slot(key, SlotKind::Sliding),
                         limit: limit.requests_per_unit(),
@@ -96,7 +105,8 @@ pub(super) fn add_item<'c>(
                     }
                 }
                 Algorithm::Gcra { burst } => {
-                    let key = keys::gcra_key(&namespace.name, entries, period);
+                    let key =
+                        keys::descriptor_key(SlotKind::Gcra, &namespace.name, entries, period);
                     Item::Gcra {
                         slot: batch.slot(key, SlotKind::Gcra),
                         limit: GcraLimit {

@@ -138,7 +138,8 @@ impl<S: Store> Limiter<S> {
                 ));
             }
             let period = limit.period();
-            let key = keys::cost_key(
+            let key = keys::descriptor_key(
+                SlotKind::Cost,
                 &namespace.name,
                 keyed_entries(descriptor, shared_values),
                 period,

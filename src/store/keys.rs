@@ -126,68 +126,14 @@ fn push_part(key: &mut String, part: &str) {
     key.push_str(part);
 }
 
-/// The counter of a fixed window: namespace, entries, and the window length
-/// (so a per-request `limit` override with another unit is another counter).
-pub fn window_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('w', namespace, entries, period_ms)
-}
-
-/// The TAT of a GCRA limit on a descriptor: as a window's key (same tag, so
-/// nested descriptors still share a slot), of another kind.
-pub fn gcra_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('a', namespace, entries, period_ms)
-}
-
-/// A sliding window counter on a descriptor: as a window's key (same tag),
-/// of another kind.
-pub fn sliding_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('s', namespace, entries, period_ms)
-}
-
-/// A sliding window log on a descriptor: as a window's key (same tag), of
-/// another kind.
-pub fn sliding_log_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('l', namespace, entries, period_ms)
-}
-
-/// A hybrid quota-linear limiter on a descriptor: as a window's key (same
-/// tag), of another kind.
-pub fn hybrid_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('h', namespace, entries, period_ms)
-}
-
-/// A cost known after the response on a descriptor: as a window's key
-/// (same tag), of another kind.
-pub fn cost_key<'e>(
-    namespace: &str,
-    entries: impl IntoIterator<Item = (&'e str, &'e str)>,
-    period_ms: u64,
-) -> String {
-    descriptor_key('c', namespace, entries, period_ms)
-}
-
-fn descriptor_key<'e>(
-    kind: char,
+/// The one key builder of every state kept per descriptor (a fixed
+/// window's counter, a GCRA key's TAT, a sliding window's counters or log,
+/// a hybrid key, a cost budget): namespace, entries, and the window length
+/// (so a per-request `limit` override with another unit is another key),
+/// typed by the state's kind. Every kind of one descriptor shares the tag of
+/// its first entry, so nested descriptors still share a slot.
+pub fn descriptor_key<'e>(
+    kind: SlotKind,
     namespace: &str,
     entries: impl IntoIterator<Item = (&'e str, &'e str)>,
     period_ms: u64,
@@ -196,7 +142,7 @@ fn descriptor_key<'e>(
     let first = entries.peek().copied().unwrap_or(("", ""));
     let mut key = String::with_capacity(64);
     push_tag(&mut key, [namespace, first.0, first.1]);
-    key.push(kind);
+    key.push(char::from(kind.letter()));
     push_part(&mut key, namespace);
     for (k, v) in entries {
         push_part(&mut key, k);
@@ -242,7 +188,7 @@ pub fn resource_key(kind: SlotKind, namespace: &str, resource: &str, domain: &st
 pub fn global_key(namespace: &str, resource: &str) -> String {
     let mut key = String::with_capacity(TAG_LEN + 12 + namespace.len() + resource.len());
     push_tag(&mut key, [namespace, resource]);
-    key.push('g');
+    key.push(char::from(SlotKind::Log.letter()));
     push_part(&mut key, namespace);
     push_part(&mut key, resource);
     key
@@ -382,9 +328,9 @@ mod tests {
 
     #[test]
     fn separators_inside_parts_do_not_collide() {
-        let a = window_key("ns", [("a_b", "c")], 1000);
-        let b = window_key("ns", [("a", "b_c")], 1000);
-        let c = window_key("ns_a", [("b", "c")], 1000);
+        let a = descriptor_key(SlotKind::Window, "ns", [("a_b", "c")], 1000);
+        let b = descriptor_key(SlotKind::Window, "ns", [("a", "b_c")], 1000);
+        let c = descriptor_key(SlotKind::Window, "ns_a", [("b", "c")], 1000);
         assert_ne!(a, b);
         assert_ne!(a, c);
         assert_ne!(
@@ -392,17 +338,22 @@ mod tests {
             tiers_key("a", "b", "c:d", false)
         );
         assert_ne!(
-            window_key("ns", [("k", "v")], 1000),
-            window_key("ns", [("k", "v")], 60_000)
+            descriptor_key(SlotKind::Window, "ns", [("k", "v")], 1000),
+            descriptor_key(SlotKind::Window, "ns", [("k", "v")], 60_000)
         );
     }
 
     #[test]
     fn keys_that_must_be_decided_together_share_a_tag() {
-        let tenant = window_key("ns", [("tenant", "a")], 1000);
-        let nested = window_key("ns", [("tenant", "a"), ("path", "/x")], 60_000);
+        let tenant = descriptor_key(SlotKind::Window, "ns", [("tenant", "a")], 1000);
+        let nested = descriptor_key(
+            SlotKind::Window,
+            "ns",
+            [("tenant", "a"), ("path", "/x")],
+            60_000,
+        );
         assert_eq!(tag_of(&tenant), tag_of(&nested));
-        let other = window_key("ns", [("tenant", "b")], 1000);
+        let other = descriptor_key(SlotKind::Window, "ns", [("tenant", "b")], 1000);
         assert_ne!(tag_of(&tenant), tag_of(&other));
 
         let global = global_key("ns", "api");

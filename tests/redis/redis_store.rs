@@ -309,7 +309,8 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 count_rejected,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::window_key(NS, [("tenant", name.as_str())], period);
+                let key =
+                    keys::descriptor_key(SlotKind::Window, NS, [("tenant", name.as_str())], period);
                 Item::Window {
                     slot: batch.slot(key, SlotKind::Window),
                     limit,
@@ -349,7 +350,12 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 count_rejected,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::sliding_log_key(NS, [("tenant", name.as_str())], period);
+                let key = keys::descriptor_key(
+                    SlotKind::SlidingLog,
+                    NS,
+                    [("tenant", name.as_str())],
+                    period,
+                );
                 Item::SlidingLog {
                     slot: batch.slot(key, SlotKind::SlidingLog),
                     limit,
@@ -367,7 +373,8 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::hybrid_key(NS, [("tenant", name.as_str())], window);
+                let key =
+                    keys::descriptor_key(SlotKind::Hybrid, NS, [("tenant", name.as_str())], window);
                 Item::Hybrid {
                     slot: batch.slot(key, SlotKind::Hybrid),
                     quota,
@@ -384,7 +391,12 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::sliding_key(NS, [("tenant", name.as_str())], period);
+                let key = keys::descriptor_key(
+                    SlotKind::Sliding,
+                    NS,
+                    [("tenant", name.as_str())],
+                    period,
+                );
                 Item::Sliding {
                     slot: batch.slot(key, SlotKind::Sliding),
                     limit,
@@ -402,7 +414,8 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 initial_cost,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::cost_key(NS, [("tenant", name.as_str())], period);
+                let key =
+                    keys::descriptor_key(SlotKind::Cost, NS, [("tenant", name.as_str())], period);
                 let op = match op {
                     Cost::Op(op) => op,
                     Cost::Refund {
@@ -431,7 +444,8 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let name = format!("tenant{key}");
-                let key = keys::gcra_key(NS, [("tenant", name.as_str())], period);
+                let key =
+                    keys::descriptor_key(SlotKind::Gcra, NS, [("tenant", name.as_str())], period);
                 Item::Gcra {
                     slot: batch.slot(key, SlotKind::Gcra),
                     limit: GcraLimit {
@@ -660,7 +674,7 @@ fn every_key_expires_when_it_stops_mattering() {
     let _entered = runtime.enter();
     let store = patient_store(&redis.url());
     let mut window = Batch::default();
-    let key = keys::window_key(NS, [("tenant", "a")], 60_000);
+    let key = keys::descriptor_key(SlotKind::Window, NS, [("tenant", "a")], 60_000);
     let slot = window.slot(key.clone(), SlotKind::Window);
     window.items.push(Item::Window {
         slot,
@@ -704,7 +718,12 @@ fn keys_of_one_window_expire_spread_over_a_minute() {
     for tenant in 0..20 {
         let tenant = format!("t{tenant}");
         let mut batch = Batch::default();
-        let key = keys::window_key(NS, [("tenant", tenant.as_str())], 3_600_000);
+        let key = keys::descriptor_key(
+            SlotKind::Window,
+            NS,
+            [("tenant", tenant.as_str())],
+            3_600_000,
+        );
         let slot = batch.slot(key.clone(), SlotKind::Window);
         batch.items.push(Item::Window {
             slot,

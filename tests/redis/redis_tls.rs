@@ -162,7 +162,7 @@ fn the_store_speaks_tls() {
     }
     let mut batch = Batch::default();
     let slot = batch.slot(
-        keys::window_key("ns", [("k", "v")], 60_000),
+        keys::descriptor_key(SlotKind::Window, "ns", [("k", "v")], 60_000),
         SlotKind::Window,
     );
     batch.items.push(Item::Window {

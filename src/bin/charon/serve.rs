@@ -1,4 +1,8 @@
 //! `charon serve`: its flags, and the sidecar's options built from them.
+//!
+//! One piece: every flag of `charon serve`, with its environment variable,
+//! its default and its check, sits beside the option it sets: split, a flag
+//! and its meaning would be read in two places.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

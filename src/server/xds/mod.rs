@@ -3,6 +3,10 @@
 //! envoyproxy/ratelimit's `RateLimitConfig` resources, as Envoy Gateway's
 //! controller serves them to its rate-limit backend.
 //!
+//! One piece: the ADS stream, its ACKs and NACKs and the swap of what it
+//! pushed are one protocol loop; the translation of a resource is in
+//! `translate.rs`.
+//!
 //! Each response is the whole set of pushed domains. It is translated into
 //! the file format (`translate`), loaded with the files and the
 //! configuration API's objects, and swapped in whole

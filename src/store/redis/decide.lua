@@ -845,8 +845,10 @@ for i = 1, #KEYS do
     slots[i] = slog_decode(value, now)
   elseif kind == 'b' then
     slots[i] = ban_decode(value, now)
-  else
+  elseif kind == 'g' then
     slots[i] = global_decode(value, now)
+  else
+    return redis.error_reply('charon: unknown kind of state ' .. kind)
   end
 end
 

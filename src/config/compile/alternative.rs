@@ -1,0 +1,168 @@
+//! A rate-limited resource's other algorithms than burst tiers (a sliding
+//! window counter or log, hybrid, a cost budget, GCRA on the resource):
+//! checked and compiled into the resource's one [`ResourceLimit`].
+
+use serde_saphyr::{Location, Spanned};
+
+use crate::config::duration::FOREVER;
+use crate::config::raw::RawRate;
+use crate::config::{ResourceLimit, caps};
+
+use super::Ctx;
+
+impl Ctx {
+    /// The algorithm other than tiers a rate names, if any: a ban in
+    /// cloud_armor mode, `hybrid`, `sliding_window`, `sliding_log` or a
+    /// `budget`,
+    /// checked. `Err` when it is wrong (reported); it stands alone.
+    pub(super) fn alternative(
+        &mut self,
+        name: &str,
+        rate: &mut RawRate,
+    ) -> Option<Option<ResourceLimit>> {
+        let cloud_armor = rate.ban.take_if(|ban| {
+            ban.value
+                .mode
+                .as_ref()
+                .is_some_and(|mode| mode.value == "cloud_armor")
+        });
+        let named: Vec<(&str, Location)> = [
+            cloud_armor
+                .as_ref()
+                .map(|b| ("ban (cloud_armor)", b.referenced)),
+            rate.hybrid.as_ref().map(|h| ("hybrid", h.referenced)),
+            rate.sliding_window
+                .as_ref()
+                .map(|s| ("sliding_window", s.referenced)),
+            rate.sliding_log
+                .as_ref()
+                .map(|s| ("sliding_log", s.referenced)),
+            rate.budget.as_ref().map(|b| ("budget", b.referenced)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let Some(&(which, at)) = named.first() else {
+            return Some(None);
+        };
+        if named.len() > 1
+            || !rate.tiers.is_empty()
+            || rate.ban.is_some()
+            || rate.gcra.is_some()
+            || rate.hard_limit.is_some()
+            || rate.global_limit.is_some()
+        {
+            self.error(
+                at,
+                format!("resource `{name}`: `{which}` stands alone: no tiers, ban, gcra, hybrid, sliding window, hard_limit or global_limit beside it"),
+            );
+            return None;
+        }
+        let window_of = |ctx: &mut Self, window: &Spanned<String>| -> Option<u64> {
+            let ms = ctx.duration(window, "window")?;
+            if ms == 0 || ms == FOREVER {
+                ctx.error(
+                    window.referenced,
+                    "window must be longer than 0s, and finite",
+                );
+                return None;
+            }
+            Some(ms)
+        };
+        if let Some(ban) = cloud_armor {
+            let limit = self.count(&ban.value.limit, "limit");
+            let window = window_of(self, &ban.value.window);
+            let duration = self.duration(&ban.value.duration, "duration");
+            let (limit, window, duration) = (limit?, window?, duration?);
+            if duration == FOREVER {
+                self.error(
+                    ban.value.duration.referenced,
+                    "a ban's duration must be finite",
+                );
+                return None;
+            }
+            return Some(Some(ResourceLimit::Ban(crate::config::BanLimit {
+                limit,
+                window,
+                duration,
+            })));
+        }
+        if let Some(hybrid) = &rate.hybrid {
+            let quota = self.count(&hybrid.value.quota, "quota");
+            let window = window_of(self, &hybrid.value.window);
+            let (quota, window) = (quota?, window?);
+            if u128::from(quota) * u128::from(window) >= 1 << 53 {
+                self.error(
+                    hybrid.referenced,
+                    format!("resource `{name}`: hybrid quota ({quota}) times the window in ms ({window}) must stay below 2^53"),
+                );
+                return None;
+            }
+            return Some(Some(ResourceLimit::Hybrid { quota, window }));
+        }
+        if let Some(sliding) = &rate.sliding_window {
+            if let Some(count) = &sliding.value.count_rejected {
+                self.error(
+                    count.referenced,
+                    "`count_rejected` applies to sliding_log, not sliding_window",
+                );
+                return None;
+            }
+            let limit = self.count(&sliding.value.limit, "limit");
+            let window = window_of(self, &sliding.value.window);
+            return Some(Some(ResourceLimit::SlidingWindow {
+                limit: limit?,
+                window: window?,
+            }));
+        }
+        if let Some(budget) = &rate.budget {
+            let limit = self.count(&budget.value.limit, "limit");
+            let window = window_of(self, &budget.value.window);
+            let (limit, window) = (limit?, window?);
+            let mut optional = |field: &Option<Spanned<i64>>, name: &str, default: u64| match field
+            {
+                None => Some(default),
+                Some(value) => match self.count(value, name) {
+                    Some(0) => {
+                        self.error(value.referenced, format!("{name} must be at least 1"));
+                        None
+                    }
+                    counted => counted,
+                },
+            };
+            // As on a descriptor: one request is 1% of the budget before any
+            // was charged, and a charge may be the whole budget.
+            let initial_cost = optional(
+                &budget.value.initial_cost,
+                "initial_cost",
+                (limit / 100).max(1),
+            );
+            let max_charge = optional(&budget.value.max_charge, "max_charge", limit.max(1));
+            return Some(Some(ResourceLimit::Budget {
+                limit,
+                window,
+                initial_cost: initial_cost?,
+                max_charge: max_charge?,
+            }));
+        }
+        let log = rate.sliding_log.as_ref()?;
+        let limit = self.count(&log.value.limit, "limit");
+        let window = window_of(self, &log.value.window);
+        let (limit, window) = (limit?, window?);
+        if limit > caps::MAX_LOG_HITS {
+            self.error(
+                log.referenced,
+                format!(
+                    "resource `{name}`: a sliding_log keeps at most {} hits per domain, not {limit}",
+                    caps::MAX_LOG_HITS
+                ),
+            );
+            return None;
+        }
+        Some(Some(ResourceLimit::SlidingLog {
+            limit,
+            window,
+            count_rejected: log.value.count_rejected.as_ref().is_some_and(|c| c.value),
+        }))
+    }
+}
