@@ -19,15 +19,16 @@ COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
 COPY src ./src
 COPY benches ./benches
-# The release profile keeps line tables (debug = 1) for profiling on the
-# host; the image drops them by default. --build-arg STRIP=none keeps them.
+# The dist profile (fat LTO, one codegen unit) keeps line tables (debug = 1)
+# for profiling on the host; the image drops them by default.
+# --build-arg STRIP=none keeps them.
 ARG STRIP=debuginfo
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    CARGO_PROFILE_RELEASE_STRIP="$STRIP" cargo build --release --locked --bin charon \
-    && install -D -m 0755 target/release/charon /out/charon \
-    && install -D -m 0755 target/release/charon /usr/local/bin/charon \
+    CARGO_PROFILE_DIST_STRIP="$STRIP" cargo build --profile dist --locked --bin charon \
+    && install -D -m 0755 target/dist/charon /out/charon \
+    && install -D -m 0755 target/dist/charon /usr/local/bin/charon \
     && ln -s /usr/local/bin/charon /out/ratelimit
 
 # glibc and libgcc (the binary links them), CA certificates, tzdata; no

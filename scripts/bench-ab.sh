@@ -32,17 +32,17 @@ rounds="${3:-2}"
 source scripts/bench-lib.sh
 
 base_sha=$(git rev-parse --verify "$base_rev^{commit}")
-base_bin="${BASE_BIN:-target/bench-ab/$base_sha/charon}"
+base_bin="${BASE_BIN:-target/bench-ab/$base_sha/dist/charon}"
 if [ ! -x "$base_bin" ]; then
-    echo "== building $base_rev ($base_sha) in release" >&2
-    mkdir -p "$work/base-src" "target/bench-ab/$base_sha"
+    echo "== building $base_rev ($base_sha) in the dist profile" >&2
+    mkdir -p "$work/base-src" "target/bench-ab/$base_sha/dist"
     git archive "$base_sha" | tar -x -C "$work/base-src"
     CARGO_TARGET_DIR="$(pwd)/target/bench-ab/target" \
-        cargo build --release --bins -q --manifest-path "$work/base-src/Cargo.toml"
-    cp target/bench-ab/target/release/charon "$base_bin"
+        cargo build "${dist_profile[@]}" --bins -q --manifest-path "$work/base-src/Cargo.toml"
+    cp target/bench-ab/target/dist/charon "$base_bin"
 fi
-new_bin="${NEW_BIN:-target/release/charon}"
-load_bin=target/release/charon-load
+new_bin="${NEW_BIN:-target/dist/charon}"
+load_bin=target/dist/charon-load
 taskset -pc "${REDIS_CPUS:-1}" "$redis_pid" >/dev/null
 
 redis_script_usec() {

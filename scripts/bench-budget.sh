@@ -41,7 +41,7 @@ sed 's/^domain: after-response/domain: reserve-commit/' "$work/limits/after-resp
 
 grpc=$(free_port)
 admin=$(free_port)
-./target/release/charon serve --config "$work/limits" --store "redis://127.0.0.1:$redis_port" \
+./target/dist/charon serve --config "$work/limits" --store "redis://127.0.0.1:$redis_port" \
     --store-timeout 1s --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" 2>"$work/charon.log" &
 pids+=("$!")
 until curl -sf "127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
@@ -50,7 +50,7 @@ for way in check-then-charge after-response reserve-commit; do
     echo "== $way ($windows whole minutes, 64 streams, budget 100 000 a minute)"
     reserve=()
     if [ "$way" = reserve-commit ]; then reserve=(--budget-reserve); fi
-    ./target/release/charon-load --budget --target "http://127.0.0.1:$grpc" --domain "$way" \
+    ./target/dist/charon-load --budget --target "http://127.0.0.1:$grpc" --domain "$way" \
         --connections 4 --concurrency 64 --windows "$windows" "${reserve[@]}" | sed "s/^/   /"
 done
 echo "   degraded decisions: $(curl -s "127.0.0.1:$admin/metrics" | grep -E '^charon_store_degraded_decisions_total' | awk '{print $2}')"

@@ -29,7 +29,7 @@ run() {
     local grpc admin sidecar
     grpc=$(free_port)
     admin=$(free_port)
-    target/release/charon serve --config "$work/copies.yaml" --store "$store" \
+    target/dist/charon serve --config "$work/copies.yaml" --store "$store" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" --store-timeout 1s \
         >"$work/sidecar.log" 2>&1 &
     sidecar=$!
@@ -39,7 +39,7 @@ run() {
     sidecar_cpu=$(cpu_seconds "$sidecar")
     redis_cpu=$(cpu_seconds "$redis_pid")
     echo "== $label"
-    target/release/charon-load --target "http://127.0.0.1:$grpc" --domain bench --copies pool \
+    target/dist/charon-load --target "http://127.0.0.1:$grpc" --domain bench --copies pool \
         --connections 4 --concurrency 64 --duration "${duration}s" "$@" | sed 's/^/   /'
     echo "   cpu: sidecar $(minus "$(cpu_seconds "$sidecar")" "$sidecar_cpu") s, redis $(minus "$(cpu_seconds "$redis_pid")" "$redis_cpu") s"
     kill "$sidecar"

@@ -1,11 +1,19 @@
 # Shared by the opt-in load benchmarks (bench-redis.sh, bench-copies.sh):
-# builds the release binaries, and starts one local Redis (persistence off)
+# builds the binaries in the dist profile (fat LTO, one codegen unit: what
+# the image ships, docs/performance.md#build-profiles), and starts one local
+# Redis (persistence off)
 # on a free port in a temporary directory. Every process added to `pids` is
 # stopped by PID on exit, and the directory removed. Sourced, not run.
 #
 # Sets: work (the directory), pids, redis_port, redis_pid.
 # Defines: free_port, minus A B, cpu_seconds PID.
-cargo build --release --bins -q
+# The dist profile, spelled out for revisions whose Cargo.toml does not
+# have it (bench-ab.sh builds its base with the same flags), so that both
+# sides of a comparison are built alike.
+dist_profile=(--profile dist
+    --config 'profile.dist.inherits="release"' --config 'profile.dist.lto="fat"'
+    --config 'profile.dist.codegen-units=1' --config 'profile.dist.debug=1')
+cargo build "${dist_profile[@]}" --bins -q
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }

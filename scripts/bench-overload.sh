@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 multiple="${1:-4}"
 phase="${2:-10}"
 cpu_ms="${3:-10}"
-cargo build --release -q --example overload --example overload_load
+cargo build --profile dist -q --example overload --example overload_load
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 app_pid=""
@@ -25,11 +25,11 @@ trap cleanup EXIT
 
 for mode in ${MODES:-throttle none}; do
     port=$(free_port)
-    taskset -c 0 target/release/examples/overload --addr "127.0.0.1:$port" --mode "$mode" >/dev/null &
+    taskset -c 0 target/dist/examples/overload --addr "127.0.0.1:$port" --mode "$mode" >/dev/null &
     app_pid=$!
     until curl -sf "http://127.0.0.1:$port/stats" >/dev/null; do sleep 0.1; done
     echo "== mode $mode (app pid $app_pid on core 0; load on core 1)"
-    taskset -c 1 target/release/examples/overload_load --addr "127.0.0.1:$port" \
+    taskset -c 1 target/dist/examples/overload_load --addr "127.0.0.1:$port" \
         --multiple "$multiple" --phase "$phase" --cpu-ms "$cpu_ms"
     kill "$app_pid"
     wait "$app_pid" 2>/dev/null || true

@@ -43,7 +43,7 @@ run() { # name config prefix load-args...
     local grpc admin
     grpc=$(free_port)
     admin=$(free_port)
-    ./target/release/charon serve --config "$config" --store "redis://127.0.0.1:$redis_port" \
+    ./target/dist/charon serve --config "$config" --store "redis://127.0.0.1:$redis_port" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" 2>"$work/charon.log" &
     local charon_pid=$!
     pids+=("$charon_pid")
@@ -52,7 +52,7 @@ run() { # name config prefix load-args...
     charon_before=$(cpu_seconds "$charon_pid")
     redis_before=$(cpu_seconds "$redis_pid")
     echo "== $name"
-    ./target/release/charon-load --target "http://127.0.0.1:$grpc" --prefix "$prefix" \
+    ./target/dist/charon-load --target "http://127.0.0.1:$grpc" --prefix "$prefix" \
         --connections 4 --concurrency 64 --duration "${duration}s" "$@" | grep -E "^(errors|answers|throughput|latency):" | sed "s/^/   /" || true
     echo "   CPU seconds over ${duration} s: sidecar $(minus "$(cpu_seconds "$charon_pid")" "$charon_before")," \
         "redis $(minus "$(cpu_seconds "$redis_pid")" "$redis_before")"

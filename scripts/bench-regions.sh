@@ -22,6 +22,6 @@ cd "$(dirname "$0")/.."
 capacity="${1:-300}"
 phase="${2:-20}"
 cut="${3:-20}"
-cargo build --release -q --bin charon --example regions
-target/release/examples/regions --charon target/release/charon \
+cargo build --profile dist -q --bin charon --example regions
+target/dist/examples/regions --charon target/dist/charon \
     --capacity "$capacity" --phase "$phase" --cut "$cut"

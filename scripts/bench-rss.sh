@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keys="${1:-1000000}"
-cargo build --release --bins -q
+cargo build --profile dist --bins -q
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 work=$(mktemp -d)
@@ -27,7 +27,7 @@ rss() {
 
 start() { # config
     grpc=$(free_port) admin=$(free_port)
-    target/release/charon serve --config "$1" --grpc-addr "127.0.0.1:$grpc" \
+    target/dist/charon serve --config "$1" --grpc-addr "127.0.0.1:$grpc" \
         --admin-addr "127.0.0.1:$admin" >"$work/charon.log" 2>&1 &
     sidecar=$!
     pids+=("$sidecar")
@@ -52,7 +52,7 @@ rss "$sidecar"
 # Tenants in turn: each of KEYS tenants once per pass; run until every one
 # was seen (the load tool stops at its duration, so ask for enough).
 seconds=$(( keys / 25000 + 10 ))
-target/release/charon-load --target "http://127.0.0.1:$grpc" --domain edge --key tenant \
+target/dist/charon-load --target "http://127.0.0.1:$grpc" --domain edge --key tenant \
     --tenants "$keys" --pick round-robin --concurrency 64 --duration "${seconds}s" |
     grep -E '^(requests|throughput|granted)' || true
 held=$(curl -sf "http://127.0.0.1:$admin/metrics" | awk '/^charon_store_keys / { print $2 }')

@@ -59,7 +59,7 @@ pids+=("$!")
 until (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null; do sleep 0.1; done
 grpc=$(free_port)
 admin=$(free_port)
-taskset -c 0 target/release/charon serve --config "$work/overload.yaml" \
+taskset -c 0 target/dist/charon serve --config "$work/overload.yaml" \
     --store "redis://127.0.0.1:$proxy_port" --store-timeout 200ms \
     --max-in-flight "$max_in_flight" --on-overload deny \
     --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" >"$work/sidecar.log" 2>&1 &
@@ -67,7 +67,7 @@ sidecar=$!
 pids+=("$sidecar")
 taskset -cp 1 "$redis_pid" >/dev/null
 until curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null; do sleep 0.1; done
-load() { taskset -c 1 target/release/charon-load --target "http://127.0.0.1:$grpc" --tenants 100000 "$@"; }
+load() { taskset -c 1 target/dist/charon-load --target "http://127.0.0.1:$grpc" --tenants 100000 "$@"; }
 
 echo "== sustainable: closed loop, $((max_in_flight * 3 / 4)) in flight, 10 s (Redis ${delay_ms} ms away each way)" >&2
 load --connections 4 --concurrency "$((max_in_flight * 3 / 4))" --duration 10s | tee "$work/closed.txt" | grep -E '^(answers|throughput|latency)'

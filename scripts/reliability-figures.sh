@@ -48,7 +48,7 @@ YAML
 start_sidecar() {
     local config=$1 store=$2 grpc=$3 admin=$4
     shift 4
-    target/release/charon serve --config "$config" --store "$store" \
+    target/dist/charon serve --config "$config" --store "$store" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" "$@" \
         >>"$work/sidecar-$grpc.log" 2>&1 &
     pids+=("$!")
@@ -71,7 +71,7 @@ over_grants() { # label store-url
     done
     for admin in "${admins[@]}"; do wait_ready "$admin"; done
     for grpc in "${grpcs[@]}"; do
-        target/release/charon-load --target "http://127.0.0.1:$grpc" --key customer --prefix "$run" \
+        target/dist/charon-load --target "http://127.0.0.1:$grpc" --key customer --prefix "$run" \
             --tenants 1000 --connections 2 --concurrency 32 --duration "${seconds}s" \
             >"$work/load-$grpc.txt" &
         loads+=("$!")
@@ -136,7 +136,7 @@ slowest=0
 for round in $(seq "$rounds"); do
     clients=()
     for i in 0 1; do
-        target/release/charon-load --target "http://127.0.0.1:${ports[$i]}" --domain edge --copies pool \
+        target/dist/charon-load --target "http://127.0.0.1:${ports[$i]}" --domain edge --copies pool \
             --tenants 50 --connections 1 --concurrency 8 --duration 30s >/dev/null 2>&1 &
         clients+=("$!")
         pids+=("$!")

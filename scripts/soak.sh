@@ -39,18 +39,18 @@ soak() { # store-label store-url
     grpc=$(free_port)
     admin=$(free_port)
     csv="$out/$label.csv"
-    target/release/charon serve --config "$work/soak.yaml" --store "$store" \
+    target/dist/charon serve --config "$work/soak.yaml" --store "$store" \
         --grpc-addr "127.0.0.1:$grpc" --admin-addr "127.0.0.1:$admin" --store-timeout 1s \
         >"$work/sidecar-$label.log" 2>&1 &
     sidecar=$!
     pids+=("$sidecar")
     until curl -sf "http://127.0.0.1:$admin/metrics" | grep -q '^charon_copy_log_registered 1'; do sleep 0.1; done
     echo "== $label: ${minutes} min" >&2
-    target/release/charon-load --target "http://127.0.0.1:$grpc" --tenants 1000000 \
+    target/dist/charon-load --target "http://127.0.0.1:$grpc" --tenants 1000000 \
         --connections 2 --rate "$rate" --duration "${seconds}s" >"$work/rate-$label.txt" &
     local rate=$!
     pids+=("$rate")
-    target/release/charon-load --target "http://127.0.0.1:$grpc" --domain edge --copies pool \
+    target/dist/charon-load --target "http://127.0.0.1:$grpc" --domain edge --copies pool \
         --tenants 1000 --connections 1 --concurrency 2 --duration "${seconds}s" >"$work/copies-$label.txt" &
     local copies=$!
     pids+=("$copies")

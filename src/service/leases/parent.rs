@@ -136,11 +136,13 @@ impl Service {
                 resource: &resource,
                 domain: &domain,
             };
-            let Ok(Leased { key, .. }) = self.capacity_of(&config, at) else {
-                continue;
-            };
             // A store that cannot say asks for nothing this round.
-            let usage = self.leases.store.usage(key).await.unwrap_or_default();
+            let usage = self
+                .leases
+                .store
+                .usage(super::wire_key(at))
+                .await
+                .unwrap_or_default();
             let has = lock(&self.leases.parent.grants)
                 .get(&(namespace.clone(), resource.clone(), domain.clone()))
                 .filter(|grant| now < grant.expiry_ms)
