@@ -6,9 +6,11 @@
 //! itself ([`ops`]), and what it refuses ([`error`]); rate requests and the
 //! lookup of a resource in the running configuration ([`core`]);
 //! reservations on budgets of a cost known after the response ([`cost`]); a
-//! session's hold set ([`session`]); capacity leases ([`leases`]), taken
-//! from a parent ([`parent`]) and pushed down as nudges ([`nudge`]); the
-//! stores `--store` selects ([`store`]); and, for an engine on configuration
+//! session's hold set ([`session`]); the lease wing under one roof
+//! ([`leases`]: capacity leases, global limits' shares and RLQS buckets,
+//! taken from a parent ([`leases::parent`]) and pushed down as nudges
+//! ([`leases::nudge`])); the stores `--store` selects ([`store`]); and,
+//! for an engine on configuration
 //! files, the configuration API ([`configuration`]). The faces in `server`
 //! and the embedded client parse their wire into these calls (`api`).
 
