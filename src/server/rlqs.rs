@@ -6,9 +6,11 @@
 //! service's ([`crate::service::leases::quota`]).
 //!
 //! Every report is answered for the buckets it names. When a stream is new
-//! to a bucket or its share moved, the other Envoys of this sidecar
-//! reporting the bucket are decided again and those whose share changed
-//! are told at once (before the newcomer's answer, so that what they gave
+//! to a bucket or its share moved, the service decides the other Envoys of
+//! this sidecar reporting the bucket again and nudges them
+//! ([`Service::settle_quota`]), through the same nudges as `WatchCapacity`:
+//! each stream watches its own id, and a nudged one tells its Envoy what
+//! changed at once (before the newcomer's answer, so that what they gave
 //! back is free for it); a share that stayed costs the others nothing.
 //! Every stream asks again for all its buckets each second, which renews
 //! its leases and brings it the shares that moved on other sidecars of the
@@ -23,8 +25,8 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
@@ -37,7 +39,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_serv
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -57,19 +59,15 @@ const REFRESH: Duration = Duration::from_secs(1);
 
 type Answer = Result<RateLimitQuotaResponse, Status>;
 
-/// A stream's hold on one bucket, as the other streams see it.
-struct Holder {
+/// A stream's share of one bucket.
+struct Assigned {
+    bucket: Bucket,
+    id: BucketId,
     /// What it was taken to want, to ask with again.
     wants: f64,
-    /// What it was told last.
+    /// What its Envoy was told last.
     told: Quota,
-    id: BucketId,
-    answers: mpsc::Sender<Answer>,
 }
-
-/// The streams of this sidecar by bucket (namespace, bucket name), then
-/// client.
-type Holders = HashMap<(String, String), HashMap<String, Holder>>;
 
 /// The RLQS face of a sidecar.
 #[derive(Clone)]
@@ -79,7 +77,6 @@ pub struct RlqsService {
     /// Names this sidecar's streams in the shared lease state.
     prefix: String,
     streams: Arc<AtomicU64>,
-    holders: Arc<Mutex<Holders>>,
 }
 
 impl RlqsService {
@@ -93,25 +90,7 @@ impl RlqsService {
             metrics,
             prefix: format!("rlqs-{:016x}", u64::from_le_bytes(random)),
             streams: Arc::default(),
-            holders: Arc::default(),
         }
-    }
-
-    /// `client` no longer holds the bucket `key`; a bucket nobody holds
-    /// leaves the map.
-    fn forget(&self, key: &(String, String), client: &str) {
-        let mut holders = self.holders();
-        if let Some(bucket) = holders.get_mut(key) {
-            bucket.remove(client);
-            if bucket.is_empty() {
-                holders.remove(key);
-            }
-        }
-    }
-
-    fn holders(&self) -> MutexGuard<'_, Holders> {
-        // Each change leaves the map whole.
-        self.holders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -127,11 +106,16 @@ impl RateLimitQuotaService for RlqsService {
     ) -> Result<Response<Answers>, Status> {
         let number = self.streams.fetch_add(1, Ordering::Relaxed);
         let (answers, receiver) = mpsc::channel(64);
+        let client = format!("{}-{number}", self.prefix);
+        // Without a watch (too many watched ids), the stream still learns
+        // of moved shares at its next refresh.
+        let nudges = self.service.leases.nudges.watch(&client).ok();
         let stream = EnvoyStream {
             face: self.clone(),
-            client: format!("{}-{number}", self.prefix),
+            client,
             namespace: None,
             assigned: HashMap::new(),
+            nudges,
             answers,
         };
         tokio::spawn(stream.run(request.into_inner()));
@@ -142,13 +126,27 @@ impl RateLimitQuotaService for RlqsService {
 /// One Envoy's stream.
 struct EnvoyStream {
     face: RlqsService,
-    /// This Envoy, in the lease state.
+    /// This Envoy, in the lease state and among the nudges' watchers.
     client: String,
     /// From the first report that names one.
     namespace: Option<String>,
     /// The buckets it has a share of, by name.
-    assigned: HashMap<String, Bucket>,
+    assigned: HashMap<String, Assigned>,
+    /// Changes when the service decided one of its shares again.
+    nudges: Option<watch::Receiver<u64>>,
     answers: mpsc::Sender<Answer>,
+}
+
+/// Until `nudges` changes, or forever without a watch.
+async fn nudged(nudges: &mut Option<watch::Receiver<u64>>) {
+    match nudges {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 impl EnvoyStream {
@@ -163,6 +161,7 @@ impl EnvoyStream {
                     Ok(None) | Err(_) => break,
                 },
                 _ = refresh.tick() => self.refresh().await,
+                () = nudged(&mut self.nudges) => self.refresh().await,
                 () = self.answers.closed() => break,
             };
             if !actions.is_empty() {
@@ -180,18 +179,21 @@ impl EnvoyStream {
     /// The stream is over: its shares go back, and the others of each
     /// bucket get them now.
     async fn end(&mut self) {
+        // No nudge for a stream that is gone.
+        self.nudges = None;
         let Some(namespace) = self.namespace.clone() else {
             return;
         };
-        let buckets: Vec<Bucket> = self.assigned.drain().map(|(_, bucket)| bucket).collect();
+        let buckets: Vec<Bucket> = self
+            .assigned
+            .drain()
+            .map(|(_, assigned)| assigned.bucket)
+            .collect();
         for bucket in &buckets {
-            self.face
-                .forget(&(namespace.clone(), bucket.name.clone()), &self.client);
             self.face
                 .service
                 .quota_gone(&namespace, bucket, &self.client)
                 .await;
-            self.rebalance(&namespace, bucket).await;
         }
     }
 
@@ -237,40 +239,27 @@ impl EnvoyStream {
     }
 
     /// Asks again for every bucket, with what each was taken to want:
-    /// renews the leases, and brings the shares that moved elsewhere.
+    /// renews the leases, and brings the shares that moved (here, decided
+    /// again by the service; elsewhere, on the same Redis).
     async fn refresh(&mut self) -> Vec<BucketAction> {
         let Some(namespace) = self.namespace.clone() else {
             return Vec::new();
         };
-        let held: Vec<(String, f64, Quota, BucketId)> = {
-            let holders = self.face.holders();
-            self.assigned
-                .keys()
-                .filter_map(|name| {
-                    let holder = holders
-                        .get(&(namespace.clone(), name.clone()))?
-                        .get(&self.client)?;
-                    Some((name.clone(), holder.wants, holder.told, holder.id.clone()))
-                })
-                .collect()
-        };
+        let held: Vec<(Bucket, BucketId, f64)> = self
+            .assigned
+            .values()
+            .map(|assigned| (assigned.bucket.clone(), assigned.id.clone(), assigned.wants))
+            .collect();
         let mut actions = Vec::new();
-        for (name, wants, told, id) in held {
-            let Some(bucket) = self.assigned.get(&name).cloned() else {
-                continue;
-            };
+        for (bucket, id, wants) in held {
+            let before = self.assigned.get(&bucket.name).map(|a| a.told);
             let action = self
-                .decide(&namespace, bucket, id, Demand::Wants(wants))
+                .decide(&namespace, bucket.clone(), id, Demand::Wants(wants))
                 .await;
             // Only what changed is said again.
             if let Some(action) = action {
-                let now = self
-                    .face
-                    .holders()
-                    .get(&(namespace.clone(), name.clone()))
-                    .and_then(|holders| holders.get(&self.client))
-                    .map(|holder| holder.told);
-                if now != Some(told) {
+                let now = self.assigned.get(&bucket.name).map(|a| a.told);
+                if now != before {
                     actions.push(action);
                 }
             }
@@ -289,7 +278,6 @@ impl EnvoyStream {
     ) -> Option<BucketAction> {
         let metrics = self.face.metrics.clone();
         let service = self.face.service.clone();
-        let key = (namespace.to_owned(), bucket.name.clone());
         let decided = service
             .quota(namespace, &bucket, &self.client, demand)
             .await;
@@ -302,10 +290,11 @@ impl EnvoyStream {
         );
         let action = match decided {
             Ok((Quota::NotLimited, _)) => {
-                if let Some(bucket) = self.assigned.remove(&bucket.name) {
+                if let Some(assigned) = self.assigned.remove(&bucket.name) {
                     // It had a share; no limit applies any more.
-                    self.face.forget(&key, &self.client);
-                    service.quota_gone(namespace, &bucket, &self.client).await;
+                    service
+                        .quota_gone(namespace, &assigned.bucket, &self.client)
+                        .await;
                     metrics.quota_bucket("abandoned");
                     Some(Action::AbandonAction(AbandonAction {}))
                 } else {
@@ -318,51 +307,32 @@ impl EnvoyStream {
                     Quota::Unlimited { .. } => "unlimited",
                     _ => "assigned",
                 });
-                let before = self
-                    .face
-                    .holders()
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(
-                        self.client.clone(),
-                        Holder {
-                            wants,
-                            told: quota,
-                            id: id.clone(),
-                            answers: self.answers.clone(),
-                        },
-                    )
-                    .map(|holder| holder.told);
+                let before = self.assigned.get(&bucket.name).map(|a| a.told);
                 // A newcomer, or a share that moved: the others follow, and
                 // what they give back may be this one's. A share that stayed
                 // costs the others nothing.
                 let others = if before == Some(quota) {
                     0
                 } else {
-                    self.rebalance(namespace, &bucket).await
+                    service.settle_quota(namespace, &bucket, &self.client).await
                 };
                 let quota = if others > 0 {
-                    match service
+                    service
                         .quota(namespace, &bucket, &self.client, Demand::Wants(wants))
                         .await
-                    {
-                        Ok((again, _)) => {
-                            if let Some(holder) = self
-                                .face
-                                .holders()
-                                .get_mut(&key)
-                                .and_then(|holders| holders.get_mut(&self.client))
-                            {
-                                holder.told = again;
-                            }
-                            again
-                        }
-                        Err(_) => quota,
-                    }
+                        .map_or(quota, |(again, _)| again)
                 } else {
                     quota
                 };
-                self.assigned.insert(bucket.name.clone(), bucket);
+                self.assigned.insert(
+                    bucket.name.clone(),
+                    Assigned {
+                        bucket,
+                        id: id.clone(),
+                        wants,
+                        told: quota,
+                    },
+                );
                 Some(Action::QuotaAssignmentAction(assignment(quota)))
             }
             Err(error) => {
@@ -379,51 +349,6 @@ impl EnvoyStream {
             bucket_id: Some(id),
             bucket_action: Some(action),
         })
-    }
-
-    /// The other streams of this sidecar that report `bucket` ask again
-    /// with what they wanted; those whose share changed are told now. How
-    /// many others there were.
-    async fn rebalance(&self, namespace: &str, bucket: &Bucket) -> usize {
-        let key = (namespace.to_owned(), bucket.name.clone());
-        let others: Vec<(String, f64)> = self
-            .face
-            .holders()
-            .get(&key)
-            .map(|holders| {
-                holders
-                    .iter()
-                    .filter(|(client, _)| **client != self.client)
-                    .map(|(client, holder)| (client.clone(), holder.wants))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (client, wants) in &others {
-            let Ok((quota, _)) = self
-                .face
-                .service
-                .quota(namespace, bucket, client, Demand::Wants(*wants))
-                .await
-            else {
-                continue;
-            };
-            let mut holders = self.face.holders();
-            let Some(holder) = holders.get_mut(&key).and_then(|h| h.get_mut(client)) else {
-                continue;
-            };
-            if holder.told != quota {
-                holder.told = quota;
-                let response = RateLimitQuotaResponse {
-                    bucket_action: vec![BucketAction {
-                        bucket_id: Some(holder.id.clone()),
-                        bucket_action: Some(Action::QuotaAssignmentAction(assignment(quota))),
-                    }],
-                };
-                // A stream too far behind to take it gets it at its refresh.
-                let _ = holder.answers.try_send(Ok(response));
-            }
-        }
-        others.len()
     }
 }
 

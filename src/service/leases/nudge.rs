@@ -64,6 +64,14 @@ impl Nudges {
         !self.lock().is_empty()
     }
 
+    /// Whether `client` is watched here (a level below, or an RLQS stream
+    /// of this sidecar).
+    pub fn is_watched(&self, client: &str) -> bool {
+        self.lock()
+            .get(client)
+            .is_some_and(|sender| sender.receiver_count() > 0)
+    }
+
     /// Tells `client`'s watchers to renew now; whether anyone watched it.
     pub fn nudge(&self, client: &str) -> bool {
         let mut watchers = self.lock();

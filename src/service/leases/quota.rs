@@ -13,6 +13,10 @@
 //!   before it has reported over a time (its first report comes with its
 //!   first request), the whole limit.
 //! - Its share is a token bucket that refills at its lease per second.
+//! - When one Envoy's share moves, the others that report the bucket to
+//!   this server are decided again and nudged ([`Service::settle_quota`]),
+//!   through the same nudges as `WatchCapacity`: one push path for every
+//!   consumer of a lease.
 
 use std::time::Duration;
 
@@ -188,7 +192,8 @@ impl Service {
         Ok((token_bucket(lease.capacity), wants))
     }
 
-    /// `client` no longer reports `bucket`: its share goes to the others.
+    /// `client` no longer reports `bucket`: its share goes to the others,
+    /// and those that report it here are told at once.
     pub async fn quota_gone(&self, namespace: &str, bucket: &Bucket, client: &str) {
         if let Err(error) = self
             .leases
@@ -198,6 +203,40 @@ impl Service {
         {
             tracing::debug!(%error, "an RLQS share was not given back; it expires");
         }
+        self.settle_quota(namespace, bucket, client).await;
+    }
+
+    /// `except`'s share of `bucket` moved (or it is new to the bucket):
+    /// the bucket's other Envoys that report it to this server are decided
+    /// again now, from what they last wanted, and nudged to tell their
+    /// Envoy, so that what they give back is free before `except` asks
+    /// again. Envoys of other servers on the same Redis follow at their
+    /// next report: shrinking them here would let both admit the larger
+    /// share until theirs hears of it. How many were decided again.
+    pub async fn settle_quota(&self, namespace: &str, bucket: &Bucket, except: &str) -> usize {
+        let Ok(clients) = self
+            .leases
+            .store
+            .clients(bucket_key(namespace, bucket))
+            .await
+        else {
+            return 0;
+        };
+        let mut settled = 0;
+        for (client, wants) in clients {
+            if client == except || !self.leases.nudges.is_watched(&client) {
+                continue;
+            }
+            if self
+                .quota(namespace, bucket, &client, Demand::Wants(wants))
+                .await
+                .is_ok()
+            {
+                settled += 1;
+                self.leases.nudges.nudge(&client);
+            }
+        }
+        settled
     }
 }
 

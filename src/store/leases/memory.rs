@@ -83,6 +83,18 @@ impl MemoryLeases {
         })
     }
 
+    /// The clients with a live lease of `at`, and what each wants.
+    pub(super) fn clients(&self, at: LeaseKey<'_>) -> Vec<(String, f64)> {
+        let now = self.clock.now_ms();
+        let states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        states
+            .get(&Self::key(at))
+            .map_or_else(Vec::new, |state| super::live_clients(state, now))
+    }
+
     /// What the live leases of `at` want and hold, in all.
     pub(super) fn usage(&self, at: LeaseKey<'_>) -> Usage {
         let now = self.clock.now_ms();

@@ -102,6 +102,16 @@ impl Usage {
     }
 }
 
+/// The clients with a live lease of one state, and what each wants.
+fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<(String, f64)> {
+    state
+        .clients
+        .iter()
+        .filter(|(_, lease)| now_ms < lease.expiry_ms)
+        .map(|(client, lease)| (client.clone(), lease.wants))
+        .collect()
+}
+
 pub enum LeaseStore {
     Memory(MemoryLeases),
     Redis(Box<RedisLeases>),
@@ -143,6 +153,15 @@ impl LeaseStore {
         match self {
             LeaseStore::Memory(store) => Ok(store.to_nudge(at, config, except)),
             LeaseStore::Redis(store) => store.to_nudge(at, config, except).await,
+        }
+    }
+
+    /// The clients with a live lease of `at`, and what each wants: whom a
+    /// server may decide again when a share moves (docs/design.md#rlqs).
+    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<(String, f64)>, LeaseError> {
+        match self {
+            LeaseStore::Memory(store) => Ok(store.clients(at)),
+            LeaseStore::Redis(store) => store.clients(at).await,
         }
     }
 

@@ -95,6 +95,13 @@ impl RedisLeases {
         }))
     }
 
+    /// The clients with a live lease of `at`, and what each wants: one
+    /// read, nothing written.
+    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<(String, f64)>, LeaseError> {
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or_else(Vec::new, |state| super::live_clients(&state, now)))
+    }
+
     /// What the live leases of `at` want and hold, in all: one read,
     /// nothing written.
     pub async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
