@@ -8,7 +8,9 @@
 //!   `client::Client`;
 //! - the compiled configuration is data: no atomics, mutexes or locks
 //!   under `src/config` (runtime state belongs to the service and the
-//!   limiter);
+//!   limiter; a `OnceLock` that caches text derived from the
+//!   configuration, as a descriptor's metric key, holds no state and is
+//!   allowed);
 //! - the service and the limiter read no clock of their own: their time
 //!   comes in from whoever builds them (no `SystemClock` in `src/service`
 //!   or `src/limiter`).
