@@ -23,6 +23,7 @@ use tokio_stream::StreamExt;
 use crate::client::renewal::{self, LeaseWant, Renewed};
 use crate::client::{Client, ClientError};
 use crate::service::Service;
+use crate::service::leases::parent::{ParentGrant, ParentWant};
 
 /// The fastest a link asks again at its own pace, whatever the parent
 /// says.
@@ -72,12 +73,13 @@ pub async fn follow(
             _ = shutdown.changed() => return,
         }
         let began = Instant::now();
-        let (wait, floor) = match round(&service, &parent, &level_id).await {
+        let (round, granted) = round(&service, &parent, &level_id).await;
+        let (wait, floor) = match round {
             Round::Answered(wait) => (wait, FASTEST_CHANGE),
             Round::Unanswered => (RETRY, RETRY),
             Round::Empty => (RETRY, Duration::ZERO),
         };
-        service.parent_round_ended();
+        service.parent_round(&granted).await;
         next = began + wait;
         soonest = began + floor;
     }
@@ -93,11 +95,15 @@ enum Round {
     Empty,
 }
 
-/// One round.
-async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
+/// One round: how it went, and what the parent granted.
+async fn round(
+    service: &Service,
+    parent: &Client,
+    level_id: &str,
+) -> (Round, Vec<(ParentWant, ParentGrant)>) {
     let wants = service.parent_wants().await;
     if wants.is_empty() {
-        return Round::Empty;
+        return (Round::Empty, Vec::new());
     }
     let asked: Vec<LeaseWant> = wants
         .iter()
@@ -114,22 +120,23 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
         Ok(answers) => answers,
         Err(error) => {
             tracing::warn!(%error, "the parent did not answer; the current grants stand until they expire");
-            return Round::Unanswered;
+            return (Round::Unanswered, Vec::new());
         }
     };
     let mut next = RETRY;
-    for (want, answer) in wants.iter().zip(answers) {
+    let mut granted = Vec::with_capacity(wants.len());
+    for (want, answer) in wants.into_iter().zip(answers) {
         match answer {
             Renewed::Lease(lease) => {
                 next = next.min(Duration::from_millis(lease.refresh_interval_ms));
-                if service.parent_granted(
+                granted.push((
                     want,
-                    lease.capacity,
-                    lease.expiry_ms,
-                    lease.refresh_interval_ms,
-                ) {
-                    service.parent_moved(want).await;
-                }
+                    ParentGrant {
+                        capacity: lease.capacity,
+                        expiry_ms: lease.expiry_ms,
+                        refresh_interval_ms: lease.refresh_interval_ms,
+                    },
+                ));
             }
             Renewed::Refused(message) => {
                 tracing::warn!(%message, resource = %want.resource, "the parent refused a lease");
@@ -137,7 +144,7 @@ async fn round(service: &Service, parent: &Client, level_id: &str) -> Round {
             Renewed::Unanswered => {}
         }
     }
-    Round::Answered(next.max(FASTEST))
+    (Round::Answered(next.max(FASTEST)), granted)
 }
 
 /// Keeps a `WatchCapacity` stream open to the parent as `level_id` until

@@ -95,6 +95,15 @@ impl ParentShares {
     }
 }
 
+/// What the parent granted for one [`ParentWant`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ParentGrant {
+    pub capacity: f64,
+    pub expiry_ms: u64,
+    /// When to ask again.
+    pub refresh_interval_ms: u64,
+}
+
 /// What a level asks its parent for one (namespace, resource, domain).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParentWant {
@@ -159,17 +168,35 @@ impl Service {
         wants
     }
 
-    /// The parent granted `want`'s key `capacity` until `expiry_ms`, to be
-    /// renewed after `refresh_interval_ms`. The grant is moving when that
-    /// is sooner than the longest interval the parent answered for the key:
-    /// its usual one. Whether the grant changed.
-    pub fn parent_granted(
-        &self,
-        want: &ParentWant,
-        capacity: f64,
-        expiry_ms: u64,
-        refresh_interval_ms: u64,
-    ) -> bool {
+    /// A round of the link ended: `granted` holds the parent's grant for
+    /// each want it answered (nothing when the parent did not answer, or
+    /// there was nothing to ask). Records the grants, nudges the level's
+    /// clients under each grant that changed (those that now hold more
+    /// than their share give it back at once, those waiting for a share
+    /// now free take it), and wakes what waits for the round (the global
+    /// renewals).
+    pub async fn parent_round(&self, granted: &[(ParentWant, ParentGrant)]) {
+        let mut moved = Vec::new();
+        for (want, grant) in granted {
+            if self.record_grant(want, *grant) {
+                moved.push(want);
+            }
+        }
+        for want in moved {
+            self.parent_moved(want).await;
+        }
+        self.leases.parent.rounds.send_modify(|rounds| *rounds += 1);
+    }
+
+    /// Records `grant` for `want`'s key. The grant is moving when its
+    /// refresh interval is sooner than the longest the parent answered for
+    /// the key: its usual one. Whether the grant changed.
+    fn record_grant(&self, want: &ParentWant, grant: ParentGrant) -> bool {
+        let ParentGrant {
+            capacity,
+            expiry_ms,
+            refresh_interval_ms,
+        } = grant;
         let key = (
             want.namespace.clone(),
             want.resource.clone(),
@@ -193,10 +220,9 @@ impl Service {
         previous.is_none_or(|previous| capacity != previous.capacity)
     }
 
-    /// The parent changed `want`'s grant: the level's clients that now
-    /// hold more than their share of it are nudged to give it back at
-    /// once, and those waiting for a share that is free now to take it.
-    pub async fn parent_moved(&self, want: &ParentWant) {
+    /// The parent changed `want`'s grant: nudges the level's clients it
+    /// affects.
+    async fn parent_moved(&self, want: &ParentWant) {
         let config = self.config();
         let at = ResourceRef {
             namespace: &want.namespace,
@@ -250,11 +276,6 @@ impl Service {
             self.leases.parent.ask_now.notify_one();
         }
         self.nudge_others(key, config, client).await;
-    }
-
-    /// The link ended a round, answered or not.
-    pub fn parent_round_ended(&self) {
-        self.leases.parent.rounds.send_modify(|rounds| *rounds += 1);
     }
 }
 
