@@ -351,7 +351,7 @@ impl Service {
                     }
                 };
                 let config = if linked {
-                    self.leases.parent.effective(at, limit, now)
+                    self.leases.parent.effective(at.at, limit, now)
                 } else {
                     limit
                 };

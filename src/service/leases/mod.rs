@@ -99,7 +99,7 @@ impl Service {
                     let config = if from_parent {
                         self.leases
                             .parent
-                            .effective(key, config, self.clock.now_ms())
+                            .effective(key.at, config, self.clock.now_ms())
                     } else {
                         config
                     };

@@ -77,11 +77,10 @@ impl ParentShares {
     /// that end with it; once it expired, the safe capacity.
     pub fn effective(
         &self,
-        lease: LeaseKey<'_>,
+        at: ResourceRef<'_>,
         config: CapacityConfig,
         now_ms: u64,
     ) -> CapacityConfig {
-        let at = lease.at;
         let key = (
             at.namespace.to_owned(),
             at.resource.to_owned(),
@@ -238,7 +237,7 @@ impl Service {
             let effective = self
                 .leases
                 .parent
-                .effective(key, config, self.clock.now_ms());
+                .effective(key.at, config, self.clock.now_ms());
             self.nudge_others(key, &effective, "").await;
         }
     }
@@ -296,13 +295,10 @@ mod tests {
         }
     }
 
-    const AT: LeaseKey<'static> = LeaseKey {
-        space: crate::store::leases::LeaseSpace::Capacity,
-        at: ResourceRef {
-            namespace: "ns",
-            resource: "backend",
-            domain: "acme",
-        },
+    const AT: ResourceRef<'static> = ResourceRef {
+        namespace: "ns",
+        resource: "backend",
+        domain: "acme",
     };
 
     #[test]

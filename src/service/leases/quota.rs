@@ -54,6 +54,14 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// What an Envoy is asked for beyond its measured demand.
 const HEADROOM: f64 = 1.2;
 
+/// What a bucket's descriptor makes of it.
+enum BucketLimit {
+    /// A rate leased among the Envoys that report the bucket.
+    Leased(CapacityConfig),
+    /// No lease: `unlimited`, or no limit applies.
+    Answered(Quota),
+}
+
 /// What an Envoy wants of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Demand {
@@ -131,6 +139,26 @@ impl Service {
         client: &str,
         demand: Demand,
     ) -> Result<(Quota, f64), Error> {
+        let capacity = match self.bucket_limit(namespace, bucket)? {
+            BucketLimit::Leased(capacity) => capacity,
+            BucketLimit::Answered(quota) => return Ok((quota, 0.0)),
+        };
+        let wants = match demand {
+            Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
+                requests as f64 / elapsed.as_secs_f64() * HEADROOM
+            }
+            Demand::Measured { .. } | Demand::Unknown => capacity.capacity,
+            Demand::Wants(wants) => wants,
+        };
+        let granted = self
+            .bucket_lease(namespace, bucket, &capacity, client, wants)
+            .await?;
+        Ok((token_bucket(granted), wants))
+    }
+
+    /// What `bucket`'s descriptor in `namespace` makes of it: a capacity
+    /// leased among the Envoys that report it, or an answer without one.
+    fn bucket_limit(&self, namespace: &str, bucket: &Bucket) -> Result<BucketLimit, Error> {
         let config = self.config();
         let Some(space) = config.namespace(namespace) else {
             return Err(Error::new(
@@ -149,8 +177,12 @@ impl Service {
         );
         let limit = match found.map(|found| &found.node.leaf) {
             Some(Leaf::Limit(limit)) => limit,
-            Some(Leaf::Unlimited { .. }) => return Ok((Quota::Unlimited { ttl: LEASE }, 0.0)),
-            Some(Leaf::None | Leaf::Resource(_)) | None => return Ok((Quota::NotLimited, 0.0)),
+            Some(Leaf::Unlimited { .. }) => {
+                return Ok(BucketLimit::Answered(Quota::Unlimited { ttl: LEASE }));
+            }
+            Some(Leaf::None | Leaf::Resource(_)) | None => {
+                return Ok(BucketLimit::Answered(Quota::NotLimited));
+            }
         };
         let window = Duration::from_millis(
             limit
@@ -158,29 +190,33 @@ impl Service {
                 .millis()
                 .saturating_mul(limit.unit_multiplier.max(1)),
         );
-        let per_second = limit.requests_per_unit as f64 / window.as_secs_f64();
-        let capacity = CapacityConfig {
-            capacity: per_second,
+        Ok(BucketLimit::Leased(CapacityConfig {
+            capacity: limit.requests_per_unit as f64 / window.as_secs_f64(),
             algorithm: Algorithm::FairShare,
             lease_ms: LEASE.as_millis() as u64,
             refresh_interval_ms: REFRESH.as_millis() as u64,
             safe_capacity: None,
             learning_ms: 0,
             whole_units: false,
-        };
-        let wants = match demand {
-            Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
-                requests as f64 / elapsed.as_secs_f64() * HEADROOM
-            }
-            Demand::Measured { .. } | Demand::Unknown => per_second,
-            Demand::Wants(wants) => wants,
-        };
+        }))
+    }
+
+    /// `client`'s lease of `bucket` under `capacity`, wanting `wants`: the
+    /// rate granted.
+    async fn bucket_lease(
+        &self,
+        namespace: &str,
+        bucket: &Bucket,
+        capacity: &CapacityConfig,
+        client: &str,
+        wants: f64,
+    ) -> Result<f64, Error> {
         let lease = self
             .leases
             .store
             .get(
                 bucket_key(namespace, bucket),
-                &capacity,
+                capacity,
                 client,
                 Want {
                     wants,
@@ -189,7 +225,7 @@ impl Service {
             )
             .await
             .map_err(Error::from)?;
-        Ok((token_bucket(lease.capacity), wants))
+        Ok(lease.capacity)
     }
 
     /// `client` no longer reports `bucket`: its share goes to the others,
@@ -212,8 +248,11 @@ impl Service {
     /// Envoy, so that what they give back is free before `except` asks
     /// again. Envoys of other servers on the same Redis follow at their
     /// next report: shrinking them here would let both admit the larger
-    /// share until theirs hears of it. How many were decided again.
+    /// share until theirs hears of it. How many shares moved.
     pub async fn settle_quota(&self, namespace: &str, bucket: &Bucket, except: &str) -> usize {
+        let Ok(BucketLimit::Leased(capacity)) = self.bucket_limit(namespace, bucket) else {
+            return 0;
+        };
         let Ok(clients) = self
             .leases
             .store
@@ -222,21 +261,21 @@ impl Service {
         else {
             return 0;
         };
-        let mut settled = 0;
-        for (client, wants) in clients {
-            if client == except || !self.leases.nudges.is_watched(&client) {
+        let mut moved = 0;
+        for client in clients {
+            if client.id == except || !self.leases.nudges.is_watched(&client.id) {
                 continue;
             }
-            if self
-                .quota(namespace, bucket, &client, Demand::Wants(wants))
-                .await
-                .is_ok()
-            {
-                settled += 1;
-                self.leases.nudges.nudge(&client);
+            let granted = self
+                .bucket_lease(namespace, bucket, &capacity, &client.id, client.wants)
+                .await;
+            // A share that stayed costs its stream nothing.
+            if granted.is_ok_and(|granted| granted != client.has) {
+                moved += 1;
+                self.leases.nudges.nudge(&client.id);
             }
         }
-        settled
+        moved
     }
 }
 

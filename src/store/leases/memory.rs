@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
 
-use super::{LeaseError, LeaseKey, LeaseSpace, Usage};
+use super::{LeaseError, LeaseKey, LeaseSpace, LiveClient, Usage};
 
 /// A lease state's space, namespace, resource and domain.
 type StateKey = (LeaseSpace, String, String, String);
@@ -62,6 +62,16 @@ impl MemoryLeases {
         Ok(capacity::request_want(config, state, client, want, now)?)
     }
 
+    /// `read` of the state of `at` and the time, if there is one.
+    fn read<T>(&self, at: LeaseKey<'_>, read: impl FnOnce(&LeaseState, u64) -> T) -> Option<T> {
+        let now = self.clock.now_ms();
+        let states = self
+            .states
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        states.get(&Self::key(at)).map(|state| read(state, now))
+    }
+
     /// The clients other than `except` to nudge about `at` under `config`
     /// ([`capacity::to_nudge`]).
     pub(super) fn to_nudge(
@@ -70,41 +80,23 @@ impl MemoryLeases {
         config: &CapacityConfig,
         except: &str,
     ) -> Vec<String> {
-        let now = self.clock.now_ms();
-        let states = self
-            .states
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        states.get(&Self::key(at)).map_or_else(Vec::new, |state| {
+        self.read(at, |state, now| {
             capacity::to_nudge(config, state, except, now)
                 .into_iter()
                 .map(str::to_owned)
                 .collect()
         })
+        .unwrap_or_default()
     }
 
-    /// The clients with a live lease of `at`, and what each wants.
-    pub(super) fn clients(&self, at: LeaseKey<'_>) -> Vec<(String, f64)> {
-        let now = self.clock.now_ms();
-        let states = self
-            .states
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        states
-            .get(&Self::key(at))
-            .map_or_else(Vec::new, |state| super::live_clients(state, now))
+    /// The clients with a live lease of `at`.
+    pub(super) fn clients(&self, at: LeaseKey<'_>) -> Vec<LiveClient> {
+        self.read(at, super::live_clients).unwrap_or_default()
     }
 
     /// What the live leases of `at` want and hold, in all.
     pub(super) fn usage(&self, at: LeaseKey<'_>) -> Usage {
-        let now = self.clock.now_ms();
-        let states = self
-            .states
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        states
-            .get(&Self::key(at))
-            .map_or(Usage::default(), |state| Usage::of(state, now))
+        self.read(at, Usage::of).unwrap_or_default()
     }
 
     /// Drops the expired leases of every resource, and the resources no

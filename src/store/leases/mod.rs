@@ -102,13 +102,25 @@ impl Usage {
     }
 }
 
-/// The clients with a live lease of one state, and what each wants.
-fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<(String, f64)> {
+/// A client with a live lease: what it wants, and what it was granted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveClient {
+    pub id: String,
+    pub wants: f64,
+    pub has: f64,
+}
+
+/// The clients with a live lease of one state.
+fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<LiveClient> {
     state
         .clients
         .iter()
         .filter(|(_, lease)| now_ms < lease.expiry_ms)
-        .map(|(client, lease)| (client.clone(), lease.wants))
+        .map(|(id, lease)| LiveClient {
+            id: id.clone(),
+            wants: lease.wants,
+            has: lease.has,
+        })
         .collect()
 }
 
@@ -156,9 +168,9 @@ impl LeaseStore {
         }
     }
 
-    /// The clients with a live lease of `at`, and what each wants: whom a
-    /// server may decide again when a share moves (docs/design.md#rlqs).
-    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<(String, f64)>, LeaseError> {
+    /// The clients with a live lease of `at`: whom a server may decide
+    /// again when a share moves (docs/design.md#rlqs).
+    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
         match self {
             LeaseStore::Memory(store) => Ok(store.clients(at)),
             LeaseStore::Redis(store) => store.clients(at).await,

@@ -8,7 +8,7 @@
 
 use redis::Value;
 
-use super::{LeaseError, LeaseKey, Usage};
+use super::{LeaseError, LeaseKey, LiveClient, Usage};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
 use crate::store::redis::{RedisError, RedisStore};
 
@@ -95,9 +95,8 @@ impl RedisLeases {
         }))
     }
 
-    /// The clients with a live lease of `at`, and what each wants: one
-    /// read, nothing written.
-    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<(String, f64)>, LeaseError> {
+    /// The clients with a live lease of `at`: one read, nothing written.
+    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
         let (_, state, now) = self.load(&self.key(at)).await?;
         Ok(state.map_or_else(Vec::new, |state| super::live_clients(&state, now)))
     }
