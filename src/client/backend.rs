@@ -89,6 +89,7 @@ pub trait Backend: Send + Sync + 'static {
                 .iter()
                 .map(|descriptor| crate::limiter::Descriptor {
                     hits_addend: Some(0),
+                    refund: false,
                     ..descriptor.clone()
                 })
                 .collect(),

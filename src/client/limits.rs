@@ -142,6 +142,7 @@ pub(super) mod wire {
                         .map(|(key, value)| Entry { key, value })
                         .collect(),
                     hits_addend: descriptor.hits_addend.map(|value| UInt64Value { value }),
+                    is_negative_hits: descriptor.refund,
                     ..RateLimitDescriptor::default()
                 })
             })

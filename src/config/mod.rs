@@ -306,6 +306,9 @@ pub enum Algorithm {
         /// The largest charge accepted.
         max_charge: u64,
     },
+    /// `max_hold` (docs/design.md#concurrency-limits): a hit is held until
+    /// it is given back, or for `max_hold` ms at most.
+    Concurrency { max_hold: u64 },
 }
 
 impl Algorithm {
@@ -317,6 +320,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::Hybrid => "hybrid",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Concurrency { .. } => "concurrency",
         }
     }
 }

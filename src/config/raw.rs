@@ -113,6 +113,11 @@ pub struct RawRateLimit {
     /// share that follows its demand (docs/design.md#global-limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<Spanned<bool>>,
+    /// Charon: a concurrency limit, each hit held until it is given back
+    /// (Envoy's `is_negative_hits`) or for this long at most
+    /// (docs/design.md#concurrency-limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold: Option<Spanned<String>>,
     /// Charon: `after_response`, a cost charged when the response ends
     /// (docs/configuration.md#costs-known-after-the-response).
     #[serde(default, skip_serializing_if = "Option::is_none")]

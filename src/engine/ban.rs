@@ -108,6 +108,7 @@ pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) ->
         reset_after: until(state.banned_until.max(interval_end)),
         retry_after,
         wait,
+        unreturned: 0,
     };
     let mut outcome = TierOutcome::from_window(&window, hits);
     outcome.snapshot.tier_hits = state.count;

@@ -505,6 +505,7 @@ pub(super) fn run_item(
         reset_after,
         wait,
         retry_after: Some(if spent < limit { 0 } else { reset_after }),
+        unreturned: 0,
     })
 }
 

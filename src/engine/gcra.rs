@@ -191,6 +191,23 @@ fn state_in(slots: &[Slot], index: usize) -> GcraState {
     }
 }
 
+/// Gives `hits` tokens back at `now`: the TAT moves back by their emission
+/// intervals, never before `now` (a full bucket holds `burst`, no more).
+pub(super) fn refund_in(slots: &mut [Slot], slot: usize, limit: GcraLimit, hits: u64, now: u64) {
+    if limit.count == 0 || limit.period == 0 {
+        return;
+    }
+    if let Some(Slot::Gcra(state)) = slots.get_mut(slot)
+        && state.count == limit.count
+    {
+        let now_t = ticks(now, limit.count);
+        if state.tat > now_t {
+            let back = u128::from(hits).saturating_mul(u128::from(limit.period));
+            state.tat = state.tat.saturating_sub(back).max(now_t);
+        }
+    }
+}
+
 /// Whether a GCRA item is over its limit at `now`.
 pub(super) fn item_is_over(
     slots: &[Slot],

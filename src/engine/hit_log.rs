@@ -161,6 +161,11 @@ impl HitLog {
         entries.push_back((t, n));
     }
 
+    /// Every hit the log holds, counting or not.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
     /// Hits that count in a window of span `window` at `now`.
     pub fn count(&self, now: u64, window: u64) -> u64 {
         self.total - self.expired(now, window).1

@@ -215,5 +215,6 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, quota: u64, window: u64, hit
         reset_after: seen.reset_after,
         wait: seen.wait,
         retry_after: seen.retry_after,
+        unreturned: 0,
     })
 }

@@ -4,7 +4,7 @@
 
 use crate::config::RatePolicy;
 
-use super::{BanLimit, CostOp, GcraLimit};
+use super::{BanLimit, CostOp, GcraLimit, Hold, Refundable};
 
 /// One limit to check in a batch.
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +74,22 @@ pub enum Item<'a> {
         hits: u64,
         shadow: bool,
     },
+    /// A concurrency limit (`concurrency.rs`): hits held until given back
+    /// or for `max_hold`; a hit not held is owed its refund instead.
+    /// `hits == 0` only checks.
+    Concurrency {
+        slot: usize,
+        hold: Hold,
+        hits: u64,
+        shadow: bool,
+    },
+    /// Hits given back (`refund.rs`): never over, and applied only if its
+    /// batch is granted; the limiter gives refunds a batch of their own.
+    Refund {
+        slot: usize,
+        hits: u64,
+        of: Refundable,
+    },
     /// Burst tiers: grant the largest `k` in `[min_copies, copies]`.
     Tiers {
         slot: usize,
@@ -100,7 +116,10 @@ impl Item<'_> {
             | Item::Hybrid { shadow, .. }
             | Item::SlidingLog { shadow, .. }
             | Item::Ban { shadow, .. }
-            | Item::Gcra { shadow, .. } => *shadow,
+            | Item::Gcra { shadow, .. }
+            | Item::Concurrency { shadow, .. } => *shadow,
+            // A refund never rejects.
+            Item::Refund { .. } => true,
         }
     }
 
@@ -117,6 +136,13 @@ impl Item<'_> {
             Item::Tiers {
                 slot, global_slot, ..
             } => [Some(*slot), *global_slot],
+            Item::Concurrency { slot, hold, .. }
+            | Item::Refund {
+                slot,
+                of: Refundable::Concurrency(hold),
+                ..
+            } => [Some(*slot), Some(hold.owed_slot)],
+            Item::Refund { slot, .. } => [Some(*slot), None],
         }
     }
 
@@ -130,7 +156,9 @@ impl Item<'_> {
             | Item::Hybrid { slot, .. }
             | Item::SlidingLog { slot, .. }
             | Item::Ban { slot, .. }
-            | Item::Sliding { slot, .. } => *slot,
+            | Item::Sliding { slot, .. }
+            | Item::Concurrency { slot, .. }
+            | Item::Refund { slot, .. } => *slot,
         }
     }
 
@@ -144,6 +172,16 @@ impl Item<'_> {
             | Item::SlidingLog { slot, .. }
             | Item::Ban { slot, .. }
             | Item::Sliding { slot, .. } => *slot = map(*slot),
+            Item::Concurrency { slot, hold, .. }
+            | Item::Refund {
+                slot,
+                of: Refundable::Concurrency(hold),
+                ..
+            } => {
+                *slot = map(*slot);
+                hold.owed_slot = map(hold.owed_slot);
+            }
+            Item::Refund { slot, .. } => *slot = map(*slot),
             Item::Tiers {
                 slot, global_slot, ..
             } => {

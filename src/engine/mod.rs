@@ -26,6 +26,7 @@
 
 pub mod ban;
 pub mod capacity;
+pub mod concurrency;
 pub mod copies;
 pub mod cost;
 pub mod gcra;
@@ -33,6 +34,7 @@ mod hit_log;
 pub mod hybrid;
 mod item;
 mod outcome;
+pub mod refund;
 pub mod sliding;
 pub mod sliding_log;
 mod slot;
@@ -40,12 +42,14 @@ pub mod tiers;
 pub mod window;
 
 pub use ban::{BanLimit, BanState};
+pub use concurrency::Hold;
 pub use cost::{CostOp, CostState, Reservation};
 pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
 pub use hybrid::HybridState;
 pub use item::Item;
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
+pub use refund::Refundable;
 pub use sliding::SlidingState;
 pub use sliding_log::LogState;
 pub use slot::{Slot, SlotKind};
@@ -98,7 +102,7 @@ pub fn decide(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
 /// (docs/design.md#all-or-nothing).
 fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision {
     let mut scratch = slots.to_vec();
-    let outcomes: SmallVec<[Outcome; 1]> = items
+    let mut outcomes: SmallVec<[Outcome; 1]> = items
         .iter()
         .map(|item| {
             run(
@@ -115,6 +119,12 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
     if granted {
         slots.clone_from_slice(&scratch);
     } else {
+        // Nothing held past its time left a log either.
+        for outcome in &mut outcomes {
+            if let Outcome::Window(w) = outcome {
+                w.unreturned = 0;
+            }
+        }
         // Rejected: only the hits that count anyway, in order.
         for item in items {
             match *item {
@@ -158,6 +168,10 @@ fn decide_in_order(items: &[Item<'_>], slots: &mut [Slot], now: u64) -> Decision
                     if let Some(Slot::Cost(state)) = slots.get_mut(slot) {
                         cost::charge(state, period, hits, now);
                     }
+                }
+                // Not held: its refund is owed.
+                Item::Concurrency { hold, hits, .. } if hits > 0 => {
+                    concurrency::owe(slots, hold.owed_slot, hold.max_hold, hits, now);
                 }
                 _ => {}
             }
@@ -239,6 +253,10 @@ fn is_over(item: &Item<'_>, slots: &[Slot], now: u64) -> bool {
         Item::Gcra {
             slot, limit, hits, ..
         } => gcra::item_is_over(slots, slot, limit, hits, now),
+        Item::Concurrency {
+            slot, hold, hits, ..
+        } => concurrency::item_is_over(slots, slot, hold.limit, hold.max_hold, hits, now),
+        Item::Refund { .. } => false,
         Item::Tiers {
             slot,
             global_slot,
@@ -313,6 +331,10 @@ fn run(item: &Item<'_>, step: Step<'_>) -> Outcome {
         Item::Gcra {
             slot, limit, hits, ..
         } => gcra::run_item(step, slot, limit, hits),
+        Item::Concurrency {
+            slot, hold, hits, ..
+        } => concurrency::run_item(step, slot, hold, hits),
+        Item::Refund { slot, hits, of } => refund::run_item(step, slot, hits, of),
         Item::Tiers {
             slot,
             global_slot,

@@ -50,6 +50,9 @@ pub struct WindowOutcome {
     /// Until this request's own hits would pass (0 when granted): the next
     /// window; `None`: never (more hits than the limit).
     pub wait: Option<u64>,
+    /// A concurrency limit's hits that were held past `max_hold`, never
+    /// given back, and left its log in this decision (0 for other kinds).
+    pub unreturned: u64,
 }
 
 /// A burst-tier answer: the context of docs/design.md#rate-answers, with

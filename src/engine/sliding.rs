@@ -140,6 +140,16 @@ fn state_in(slots: &[Slot], index: usize) -> SlidingState {
     }
 }
 
+/// Gives `hits` back to the current window's count at `now` (the previous
+/// window's hits are only weighed, never given back).
+pub(super) fn refund_in(slots: &mut [Slot], slot: usize, period: u64, hits: u64, now: u64) {
+    if let Some(Slot::Sliding(state)) = slots.get_mut(slot)
+        && state.start == window_start(now, period)
+    {
+        state.current = state.current.saturating_sub(hits);
+    }
+}
+
 /// Whether a sliding window counter's item is over its limit at `now`.
 pub(super) fn item_is_over(
     slots: &[Slot],
@@ -185,6 +195,7 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, limit: u64, period: u64, hit
             Some(0)
         },
         retry_after: retry_after(&after, limit, period, 1, now),
+        unreturned: 0,
     })
 }
 

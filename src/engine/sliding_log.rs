@@ -49,6 +49,18 @@ pub fn record(state: &mut LogState, limit: u64, window: u64, hits: u64, now: u64
     state.expires_at = state.log.counts_until(window);
 }
 
+/// Gives `hits` back at `now`: the oldest that still count go first.
+pub(super) fn refund_in(slots: &mut [Slot], slot: usize, window: u64, hits: u64, now: u64) {
+    if let Some(Slot::SlidingLog(state)) = slots.get_mut(slot) {
+        state.log.prune(now, window);
+        let counting = state.log.total();
+        if counting > 0 {
+            state.log.truncate(counting.saturating_sub(hits));
+            state.expires_at = state.log.counts_until(window);
+        }
+    }
+}
+
 /// The answer for `hits` at `now`, on the state after the decision.
 pub fn outcome(
     after: &LogState,
@@ -143,6 +155,7 @@ pub(super) fn run_item(
         reset_after: seen.reset_after,
         wait: seen.wait,
         retry_after: seen.retry_after,
+        unreturned: 0,
     })
 }
 

@@ -51,6 +51,16 @@ pub fn record(state: &mut WindowState, period: u64, hits: u64, now: u64) {
     state.count = state.count.saturating_add(hits);
 }
 
+/// Gives `hits` back to the current window's count at `now` (a window
+/// that has ended has nothing to give back to).
+pub(super) fn refund_in(slots: &mut [Slot], slot: usize, period: u64, hits: u64, now: u64) {
+    if let Some(Slot::Window(state)) = slots.get_mut(slot)
+        && state.start == window_start(now, period)
+    {
+        state.count = state.count.saturating_sub(hits);
+    }
+}
+
 /// When a one-hit request would pass: now if there is room, at the next
 /// window otherwise, never if the limit is 0.
 pub fn retry_after(check: &WindowCheck, limit: u64, now: u64) -> Option<u64> {
@@ -130,5 +140,6 @@ pub(super) fn run_item(
         reset_after: check.window_end - now,
         wait,
         retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),
+        unreturned: 0,
     })
 }

@@ -1,7 +1,7 @@
 //! Engine items and store keys for resolved descriptors.
 
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
-use crate::engine::{CostOp, GcraLimit, Item, SlotKind};
+use crate::engine::{CostOp, GcraLimit, Hold, Item, Refundable, SlotKind};
 use crate::store::Batch;
 use crate::store::keys;
 
@@ -11,6 +11,10 @@ use super::resolve::Resolved;
 /// The key entry that makes a global limit's counter this server's own: no
 /// configured descriptor key has a control character, so none can match it.
 const INSTANCE_KEY: &str = "\u{1}instance";
+
+/// The key entry of a concurrency limit's owed refunds, beside its held
+/// hits (a control character, as [`INSTANCE_KEY`]).
+const OWED_KEY: &str = "\u{1}owed";
 
 pub(super) fn add_item<'c>(
     batch: &mut Batch<'c>,
@@ -104,6 +108,36 @@ pub(super) fn add_item<'c>(
                         shadow: *shadow || ignore,
                     }
                 }
+                Algorithm::Concurrency { max_hold } => {
+                    let held = keyed_entries(descriptor, shared_values);
+                    let owed = held.clone().chain(std::iter::once((OWED_KEY, "")));
+                    Item::Concurrency {
+                        slot: batch.slot(
+                            keys::descriptor_key(
+                                SlotKind::SlidingLog,
+                                &namespace.name,
+                                held,
+                                max_hold,
+                            ),
+                            SlotKind::SlidingLog,
+                        ),
+                        hold: Hold {
+                            owed_slot: batch.slot(
+                                keys::descriptor_key(
+                                    SlotKind::Window,
+                                    &namespace.name,
+                                    owed,
+                                    max_hold,
+                                ),
+                                SlotKind::Window,
+                            ),
+                            limit: limit.requests_per_unit(),
+                            max_hold,
+                        },
+                        hits,
+                        shadow: *shadow || ignore,
+                    }
+                }
                 Algorithm::Gcra { burst } => {
                     let key =
                         keys::descriptor_key(SlotKind::Gcra, &namespace.name, entries, period);
@@ -136,6 +170,48 @@ pub(super) fn add_item<'c>(
     };
     batch.items.push(item);
     Some(batch.items.len() - 1)
+}
+
+/// A refund of `hits` to `resolved`'s limit, added to `batch` (which holds
+/// refunds only); `None` when it is not limited, or is of a kind that cannot
+/// take hits back (burst tiers, bans, the hybrid limiter), which is then
+/// left alone (docs/design.md#refunds).
+pub(super) fn add_refund<'c>(
+    batch: &mut Batch<'c>,
+    namespace: &Namespace,
+    descriptor: &Descriptor,
+    resolved: &Resolved<'c>,
+    hits: u64,
+) -> Option<usize> {
+    let index = add_item(batch, namespace, descriptor, resolved, hits, false, false)?;
+    let item = batch.items.get(index).copied()?;
+    let of = match item {
+        Item::Window { limit, period, .. } => Refundable::Window { limit, period },
+        Item::Sliding { limit, period, .. } => Refundable::Sliding { limit, period },
+        Item::SlidingLog { limit, period, .. } => Refundable::SlidingLog { limit, period },
+        Item::Gcra { limit, .. } => Refundable::Gcra(limit),
+        Item::Cost {
+            limit,
+            period,
+            initial_cost,
+            ..
+        } => Refundable::Cost {
+            limit,
+            period,
+            initial_cost,
+        },
+        Item::Concurrency { hold, .. } => Refundable::Concurrency(hold),
+        Item::Tiers { .. } | Item::Ban { .. } | Item::Hybrid { .. } | Item::Refund { .. } => {
+            batch.items.pop();
+            return None;
+        }
+    };
+    batch.items[index] = Item::Refund {
+        slot: item.slot(),
+        hits,
+        of,
+    };
+    Some(index)
 }
 
 /// A descriptor's entries as its key names them: a value shared by

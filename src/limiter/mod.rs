@@ -44,11 +44,15 @@ use crate::engine::{Decision, Outcome, TierOutcome};
 use crate::state_view::{Recent, Watch};
 use crate::store::{Batch, Store, StoreError};
 
-use self::batch::{add_item, tiers_item};
+use self::batch::{add_item, add_refund, tiers_item};
 use self::global::GlobalShares;
 use self::request::validate;
 use self::resolve::{Resolved, resolve_all};
 use self::status::status;
+
+/// The most hits a refund gives back: more gives back everything all the
+/// same, and the Redis script's numbers are doubles.
+const MAX_REFUND: u64 = (1 << 53) - 1;
 
 pub use self::cost::{CostAnswer, CostRequest, MAX_COST};
 pub use self::request::{
@@ -157,8 +161,16 @@ impl<S: Store> Limiter<S> {
             resolved,
             batch,
             item_of,
+            refunds,
+            refund_of,
             quotas,
         } = self.prepare(namespace, request, hits_of)?;
+        // Hits given back first: a request's refunds make room, never take it.
+        let refunded = if refunds.items.is_empty() {
+            None
+        } else {
+            Some(self.store.decide(refunds).await?)
+        };
         let decision = if batch.items.is_empty() {
             None
         } else {
@@ -175,12 +187,20 @@ impl<S: Store> Limiter<S> {
             .descriptors
             .iter()
             .zip(&resolved)
-            .zip(&item_of)
+            .zip(item_of.iter().zip(&refund_of))
             .zip(&quotas)
-            .map(|(((descriptor, resolved), item), &quota)| {
-                let outcome = item.and_then(|i| decision.as_ref().map(|d| &d.outcomes[i]));
+            .map(|(((descriptor, resolved), (item, refund)), &quota)| {
+                let outcome = match (item, refund) {
+                    (Some(i), _) => decision.as_ref().and_then(|d| d.outcomes.get(*i)),
+                    (_, Some(i)) => refunded.as_ref().and_then(|d| d.outcomes.get(*i)),
+                    _ => None,
+                };
                 let hits = hits_of.of(resolved, descriptor, request.hits_addend);
                 let mut status = status(resolved, outcome, hits, ignore);
+                status.refund = descriptor.refund && hits_of == Hits::Asked;
+                if let Some(Outcome::Window(w)) = outcome {
+                    status.unreturned = w.unreturned;
+                }
                 status.quota = quota;
                 status.metadata = resolved.node().and_then(|node| node.metadata.clone());
                 status.hits = hits;
@@ -203,10 +223,16 @@ impl<S: Store> Limiter<S> {
     /// the statuses. Whether it was over its limits.
     pub async fn record(&self, request: RateLimitRequest) -> Result<bool, LimitError> {
         let config = self.config.load();
-        match self.to_record(&config, &request)? {
-            Some(batch) => Ok(!self.store.decide(batch).await?.granted),
-            None => Ok(false),
+        let Some((batch, refunds)) = self.to_record(&config, &request)? else {
+            return Ok(false);
+        };
+        if !refunds.items.is_empty() {
+            self.store.decide(refunds).await?;
         }
+        if batch.items.is_empty() {
+            return Ok(false);
+        }
+        Ok(!self.store.decide(batch).await?.granted)
     }
 
     /// [`record`](Self::record) within this call, when the store decides
@@ -217,28 +243,38 @@ impl<S: Store> Limiter<S> {
         }
         let config = self.config.load();
         match self.to_record(&config, request) {
-            Ok(Some(batch)) => self
-                .store
-                .decide_now(batch)
-                .map(|decision| Ok(!decision.granted)),
+            Ok(Some((batch, refunds))) => {
+                if !refunds.items.is_empty() {
+                    self.store.decide_now(refunds)?;
+                }
+                if batch.items.is_empty() {
+                    return Some(Ok(false));
+                }
+                self.store
+                    .decide_now(batch)
+                    .map(|decision| Ok(!decision.granted))
+            }
             Ok(None) => Some(Ok(false)),
             Err(error) => Some(Err(error)),
         }
     }
 
-    /// The batch [`record`](Self::record) decides; `None` when nothing in
-    /// `request` is limited.
+    /// The batches [`record`](Self::record) decides, its hits and its
+    /// refunds; `None` when nothing in `request` is limited.
     fn to_record<'c>(
         &self,
         config: &'c Config,
         request: &RateLimitRequest,
-    ) -> Result<Option<Batch<'c>>, LimitError> {
+    ) -> Result<Option<(Batch<'c>, Batch<'c>)>, LimitError> {
         validate(request)?;
         let Some(namespace) = config.namespace(&request.domain) else {
             return Ok(None);
         };
         let prepared = self.prepare(namespace, request, Hits::Asked)?;
-        Ok((!prepared.batch.items.is_empty()).then_some(prepared.batch))
+        Ok(
+            (!prepared.batch.items.is_empty() || !prepared.refunds.items.is_empty())
+                .then_some((prepared.batch, prepared.refunds)),
+        )
     }
 
     /// The engine batch of `request`'s descriptors in `namespace`, and
@@ -251,7 +287,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Prepared<'c>, LimitError> {
         let resolved = resolve_all(namespace, request, &self.shares);
         let mut batch = Batch::default();
+        let mut refunds = Batch::default();
         let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
+        let mut refund_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
         let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
         for (index, ((descriptor, resolved), &quota)) in request
             .descriptors
@@ -261,6 +299,18 @@ impl<S: Store> Limiter<S> {
             .enumerate()
         {
             let hits = hits_of.of(resolved, descriptor, request.hits_addend);
+            if descriptor.refund && hits_of == Hits::Asked {
+                item_of.push(None);
+                refund_of.push(add_refund(
+                    &mut refunds,
+                    namespace,
+                    descriptor,
+                    resolved,
+                    hits.min(MAX_REFUND),
+                ));
+                continue;
+            }
+            refund_of.push(None);
             if let Some(max_charge) = resolved.max_charge()
                 && hits > max_charge
             {
@@ -289,6 +339,8 @@ impl<S: Store> Limiter<S> {
             resolved,
             batch,
             item_of,
+            refunds,
+            refund_of,
             quotas,
         })
     }
@@ -327,6 +379,10 @@ struct Prepared<'c> {
     batch: Batch<'c>,
     /// Per descriptor, its item in the batch (none when not limited).
     item_of: SmallVec<[Option<usize>; 4]>,
+    /// The request's refunds, a batch of their own: always granted.
+    refunds: Batch<'c>,
+    /// Per descriptor, its item in `refunds`.
+    refund_of: SmallVec<[Option<usize>; 4]>,
     quotas: SmallVec<[bool; 4]>,
 }
 

@@ -45,6 +45,9 @@ pub struct Descriptor {
     pub hits_addend: Option<u64>,
     /// A limit sent with the request, replacing the configured one.
     pub limit: Option<LimitOverride>,
+    /// Its hits are given back, not asked for (Envoy's `is_negative_hits`;
+    /// docs/design.md#refunds): always answered OK.
+    pub refund: bool,
 }
 
 impl Descriptor {
@@ -124,6 +127,11 @@ pub struct DescriptorStatus {
     pub hits: u64,
     /// Over its limit, but reported OK: shadow mode or `ignore_configured`.
     pub shadowed: bool,
+    /// Its `hits` were given back (docs/design.md#refunds).
+    pub refund: bool,
+    /// A concurrency limit's hits held past `max_hold`, never given back,
+    /// that left it in this decision.
+    pub unreturned: u64,
     /// envoyproxy/ratelimit's statistics key of the matched limit
     /// (`domain.key_value…`), which `detailed_metric` and `value_to_metric`
     /// shape; the per-limit metrics are labelled with it.
@@ -143,6 +151,8 @@ impl DescriptorStatus {
             metadata: None,
             hits: 0,
             shadowed: false,
+            refund: false,
+            unreturned: 0,
             stats_key: None,
         }
     }

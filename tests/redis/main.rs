@@ -11,3 +11,4 @@ mod redis_nodelay;
 mod redis_sidecars;
 mod redis_store;
 mod redis_tls;
+mod refunds;

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use crate::config::descriptors::Leaf;
 use crate::config::raw::RawDescriptor;
-use crate::config::{Algorithm, FixedLimit, Unit, caps};
+use serde_saphyr::Spanned;
+
+use crate::config::{Algorithm, FOREVER, FixedLimit, Unit, caps};
 
 use super::{Ctx, Kind};
 
@@ -265,6 +267,19 @@ impl Ctx {
                     Some(global) => global.value,
                     None => false,
                 };
+                let algorithm = match &limit.max_hold {
+                    None => algorithm,
+                    Some(hold) => match self.max_hold(
+                        hold,
+                        algorithm,
+                        requests_per_unit,
+                        count_rejected,
+                        global,
+                    ) {
+                        Some(algorithm) => algorithm,
+                        None => return Leaf::None,
+                    },
+                };
                 Leaf::Limit(FixedLimit {
                     requests_per_unit,
                     unit,
@@ -278,5 +293,67 @@ impl Ctx {
                 })
             }
         }
+    }
+
+    /// `max_hold` makes a fixed window a concurrency limit
+    /// (docs/design.md#concurrency-limits); `None` (an error said) when it
+    /// cannot.
+    fn max_hold(
+        &mut self,
+        hold: &Spanned<String>,
+        algorithm: Algorithm,
+        requests_per_unit: u64,
+        count_rejected: bool,
+        global: bool,
+    ) -> Option<Algorithm> {
+        let at = hold.referenced;
+        let refuse = |this: &mut Self, message: String| {
+            this.error(at, message);
+            None
+        };
+        match algorithm {
+            Algorithm::FixedWindow => {}
+            Algorithm::AfterResponse { .. } => {
+                return refuse(
+                    self,
+                    "`max_hold` makes a concurrency limit, which cannot also be `cost: after_response`".into(),
+                );
+            }
+            other => {
+                return refuse(
+                    self,
+                    format!(
+                        "`max_hold` makes a concurrency limit, which cannot also be `algorithm: {}`",
+                        other.name()
+                    ),
+                );
+            }
+        }
+        if count_rejected {
+            return refuse(
+                self,
+                "`count_rejected` cannot be combined with `max_hold`: a concurrency limit already pairs each refused hit with its refund".into(),
+            );
+        }
+        if global {
+            return refuse(self, "`global` cannot be combined with `max_hold`: a concurrency limit is not shared by a hierarchy".into());
+        }
+        if requests_per_unit > caps::MAX_LOG_HITS {
+            return refuse(
+                self,
+                format!(
+                    "with `max_hold`, requests_per_unit ({requests_per_unit}) is more than the {} hits a concurrency limit holds",
+                    caps::MAX_LOG_HITS
+                ),
+            );
+        }
+        let max_hold = self.duration(hold, "max_hold")?;
+        if max_hold == 0 || max_hold == FOREVER {
+            return refuse(
+                self,
+                "max_hold must be a duration longer than 0 and not `forever`: it bounds how long a hit that is never given back is held".into(),
+            );
+        }
+        Some(Algorithm::Concurrency { max_hold })
     }
 }

@@ -58,6 +58,10 @@ pub enum LimitOutcome {
     NearLimit,
     OverLimit,
     ShadowMode,
+    /// Given back (Envoy's `is_negative_hits`).
+    Refunded,
+    /// A concurrency limit's hits held past `max_hold`, never given back.
+    Unreturned,
 }
 
 impl LimitOutcome {
@@ -81,6 +85,8 @@ impl EncodeLabelValue for LimitOutcome {
             LimitOutcome::NearLimit => "near_limit",
             LimitOutcome::OverLimit => "over_limit",
             LimitOutcome::ShadowMode => "shadow_mode",
+            LimitOutcome::Refunded => "refunded",
+            LimitOutcome::Unreturned => "unreturned",
         })
     }
 }

@@ -189,7 +189,7 @@ impl Metrics {
         let limit_hits = Family::<LimitLabels, Counter>::default();
         registry.register(
             "limit_hits",
-            "Hits per limit (envoyproxy/ratelimit's statistics key) by outcome: within_limit, near_limit (granted past 80% of the limit), over_limit, shadow_mode",
+            "Hits per limit (envoyproxy/ratelimit's statistics key) by outcome: within_limit, near_limit (granted past 80% of the limit), over_limit, shadow_mode, refunded (given back: Envoy's is_negative_hits), unreturned (a concurrency limit's hits held past max_hold, never given back)",
             limit_hits.clone(),
         );
         let limit_folds = Counter::default();

@@ -107,6 +107,8 @@ impl DecisionLog {
             "over_limit"
         } else if answer.shadowed || answer.statuses.iter().any(|status| status.shadowed) {
             "shadow_mode"
+        } else if answer.statuses.iter().all(|status| status.refund) {
+            "refunded"
         } else {
             "ok"
         };

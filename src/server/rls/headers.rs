@@ -117,6 +117,8 @@ mod tests {
             metadata: None,
             hits: 1,
             shadowed: false,
+            refund: false,
+            unreturned: 0,
             stats_key: None,
         }
     }

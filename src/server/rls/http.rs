@@ -91,6 +91,9 @@ struct JsonDescriptor {
     limit: Option<JsonLimit>,
     #[serde(default, alias = "hits_addend", rename = "hitsAddend")]
     hits_addend: Option<JsonNumber>,
+    /// Envoy 1.38's refund (docs/design.md#refunds).
+    #[serde(default, alias = "is_negative_hits", rename = "isNegativeHits")]
+    is_negative_hits: bool,
 }
 
 #[derive(Deserialize)]
@@ -172,7 +175,7 @@ fn parse(body: &[u8]) -> Result<RateLimitRequest, String> {
                     .collect(),
                 limit,
                 hits_addend,
-                ..Default::default()
+                is_negative_hits: descriptor.is_negative_hits,
             })
         })
         .collect::<Result<Vec<_>, String>>()?;

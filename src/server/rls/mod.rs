@@ -257,13 +257,21 @@ fn status_label(code: tonic::Code) -> &'static str {
 
 /// Counts each limit's hits by outcome, in hits as envoyproxy/ratelimit
 /// does: granted (and, past 80% of the limit, near it), over, or over but
-/// let through by shadow mode or `ignore_configured`.
+/// let through by shadow mode or `ignore_configured`; given back; held past
+/// a concurrency limit's `max_hold`.
 fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::RateLimitAnswer) {
     for status in &answer.statuses {
         let Some(key) = &status.stats_key else {
             continue;
         };
         let hits = status.hits.max(1);
+        if status.unreturned > 0 {
+            metrics.limit_hits(namespace, key, LimitOutcome::Unreturned, status.unreturned);
+        }
+        if status.refund {
+            metrics.limit_hits(namespace, key, LimitOutcome::Refunded, hits);
+            continue;
+        }
         let outcome = LimitOutcome::of(status.over_limit, status.shadowed);
         metrics.limit_hits(namespace, key, outcome, hits);
         if let Some(tiers) = &status.tiers {

@@ -36,14 +36,11 @@ pub(super) fn from_wire(request: RateLimitRequest) -> Result<limiter::RateLimitR
                     })?,
                 }),
             };
-            // Charon never gives hits back (a grant cannot be un-requested):
-            // a descriptor with negative hits is only checked.
-            let hits_addend = if descriptor.is_negative_hits {
-                Some(0)
-            } else {
-                descriptor.hits_addend.map(|h| h.value)
-            };
+            // `is_negative_hits`: the hits are given back
+            // (docs/design.md#refunds).
+            let hits_addend = descriptor.hits_addend.map(|h| h.value);
             Ok(limiter::Descriptor {
+                refund: descriptor.is_negative_hits,
                 entries: descriptor
                     .entries
                     .into_iter()
@@ -151,6 +148,8 @@ mod tests {
             metadata: None,
             hits: 1,
             shadowed: false,
+            refund: false,
+            unreturned: 0,
             stats_key: None,
         }
     }

@@ -44,7 +44,9 @@ fn needed(item: &Item<'_>) -> u64 {
         | Item::Sliding { hits, .. }
         | Item::Hybrid { hits, .. }
         | Item::SlidingLog { hits, .. }
+        | Item::Concurrency { hits, .. }
         | Item::Ban { hits, .. } => hits.max(1),
+        Item::Refund { .. } => 0,
         Item::Cost { op, .. } => op.amount().max(1),
         Item::Tiers {
             min_copies,
@@ -76,6 +78,14 @@ impl Limits {
             | Item::Cost { limit, period, .. }
             | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
             Item::SlidingLog { limit, period, .. } => Limits::Window { limit, period },
+            Item::Concurrency { hold, .. } => Limits::Window {
+                limit: hold.limit,
+                period: hold.max_hold,
+            },
+            Item::Refund { .. } => Limits::Window {
+                limit: 0,
+                period: 0,
+            },
             Item::Ban { limit, .. } => Limits::Window {
                 limit: limit.limit,
                 period: limit.window,
@@ -144,6 +154,11 @@ impl Blocked {
         }
         let elapsed = now.saturating_sub(block.decided_at);
         Some(age(block.outcome, elapsed))
+    }
+
+    /// Forgets what was known of `key`: hits were given back to it.
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
     }
 
     /// Remembers a one-hit-or-more rejection of `item` decided with

@@ -22,9 +22,14 @@ use smallvec::SmallVec;
 
 use crate::config::FOREVER;
 use crate::engine::{
-    BanState, CostOp, CostState, GcraState, HitLog, HybridState, Item, LogState, Reservation,
-    SlidingState, Slot, SlotKind, TierState, WindowState, hybrid::Mode, tiers::TierLog,
+    BanState, CostOp, CostState, GcraState, HitLog, HybridState, Item, LogState, Refundable,
+    Reservation, SlidingState, Slot, SlotKind, TierState, WindowState, hybrid::Mode,
+    tiers::TierLog,
 };
+
+/// The largest whole number a Lua double holds exactly: a refund of more
+/// gives back everything all the same.
+const MAX_EXACT: u64 = (1 << 53) - 1;
 
 use super::RedisError;
 
@@ -226,6 +231,46 @@ pub fn arguments(
             Item::Gcra { slot, .. } => {
                 invocation.arg("a").arg(slot + 1);
                 numbers(invocation, item);
+            }
+            Item::Concurrency {
+                slot,
+                hold,
+                hits,
+                shadow,
+            } => {
+                invocation
+                    .arg("k")
+                    .arg(slot + 1)
+                    .arg(hold.owed_slot + 1)
+                    .arg(hold.limit)
+                    .arg(hold.max_hold)
+                    .arg(hits)
+                    .arg(flag(shadow));
+            }
+            Item::Refund { slot, hits, of } => {
+                // `r slot of hits` and three numbers, whatever the kind.
+                let (of, a, b, c) = match of {
+                    Refundable::Window { limit, period } => ("w", limit, period, 0),
+                    Refundable::Sliding { limit, period } => ("s", limit, period, 0),
+                    Refundable::SlidingLog { limit, period } => ("l", limit, period, 0),
+                    Refundable::Gcra(limit) => ("a", limit.count, limit.period, limit.burst),
+                    Refundable::Cost {
+                        limit,
+                        period,
+                        initial_cost,
+                    } => ("c", limit, period, initial_cost),
+                    Refundable::Concurrency(hold) => {
+                        ("k", hold.owed_slot as u64 + 1, hold.limit, hold.max_hold)
+                    }
+                };
+                invocation
+                    .arg("r")
+                    .arg(slot + 1)
+                    .arg(of)
+                    .arg(hits.min(MAX_EXACT))
+                    .arg(a)
+                    .arg(b)
+                    .arg(c);
             }
             Item::Tiers {
                 slot,

@@ -26,6 +26,13 @@
 --     `extra` ms (charged on expiry if on_expiry is 1); m commits `id` at
 --     `hits`; x cancels `id`; f refunds `hits` charged at `extra`, in its
 --     window only
+--   k slot owed_slot limit max_hold hits shadow (a concurrency limit: hits
+--     held in a sliding log of window max_hold; a hit not held, refused or
+--     in a refused batch, is owed its refund in owed_slot, a w key)
+--   r slot of hits a b c (a refund, applied with its batch: of the kind
+--     of: w, s or l with a b = limit period; a with a b c = count period
+--     burst; c with a b c = limit period initial_cost; k with a b c =
+--     owed_slot limit max_hold)
 --   t slot global_slot global_limit copies min_copies check_only shadow
 --     hard_limit ntiers (limit window active cooldown skippable)*ntiers
 --     gcra_count gcra_period gcra_burst (a token bucket instead of tiers;
@@ -300,6 +307,22 @@ local function slog_record(state, limit, period, hits, now)
   log_push(state.log, now, hits)
   log_trim(state.log, limit)
   state.exp = log_counts_until(state.log, period)
+end
+
+-- Concurrency limits (src/engine/concurrency.rs, which says why): the held
+-- hits are a sliding log whose window is max_hold; the owed refunds a w
+-- state "last owed,count,expires_at", forgotten max_hold after the last.
+local function owe(state, hold, hits, now)
+  local owed = 0
+  if state.exp > now then
+    owed = state.count
+  end
+  return { start = now, count = owed + hits, exp = now + hold, period = hold }
+end
+
+local function held_prune(state, hold, now)
+  log_prune(state.log, now, hold)
+  state.exp = log_counts_until(state.log, hold)
 end
 
 -- The hybrid quota-linear limiter (src/engine/hybrid.rs, which says why):
@@ -876,6 +899,13 @@ local function counting_later(at)
         return true
       end
       at = at + 7
+    elseif kind == 'k' then
+      if num(ARGV[at + 5]) > 0 then
+        return true
+      end
+      at = at + 7
+    elseif kind == 'r' then
+      at = at + 7
     else
       at = at + 10 + 5 * tonumber(ARGV[at + 9]) + 3
     end
@@ -890,6 +920,9 @@ local kept, kept_start, kept_period = {}, {}, {}
 -- Costs: per slot, the charges (hits, period) kept even if the batch is
 -- rejected, in order; sliding logs counting rejected hits likewise.
 local charges, logged, tripped = {}, {}, {}
+-- Concurrency limits: every hit asked, {owed_slot, max_hold, hits}: all are
+-- owed their refunds if the batch is refused.
+local owing = {}
 local at = 4
 for _ = 1, tonumber(ARGV[3]) do
   local over, shadow
@@ -1045,6 +1078,81 @@ for _ = 1, tonumber(ARGV[3]) do
         dirty[slot] = true
       end
     end
+  elseif ARGV[at] == 'k' then
+    local slot, owed, limit = tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), num(ARGV[at + 3])
+    local hold, hits = num(ARGV[at + 4]), num(ARGV[at + 5])
+    shadow = ARGV[at + 6] == '1'
+    at = at + 7
+    local state = slots[slot]
+    held_prune(state, hold, now)
+    dirty[slot] = true
+    over = state.log.total + math.max(hits, 1) > limit
+    if hits > 0 then
+      if over then
+        slots[owed] = owe(slots[owed], hold, hits, now)
+        dirty[owed], fresh_window[owed] = true, true
+      else
+        slog_record(state, limit, hold, hits, now)
+      end
+      owing[#owing + 1] = { owed, hold, hits }
+    end
+  elseif ARGV[at] == 'r' then
+    local slot, of, hits = tonumber(ARGV[at + 1]), ARGV[at + 2], num(ARGV[at + 3])
+    local a, b, c = num(ARGV[at + 4]), num(ARGV[at + 5]), num(ARGV[at + 6])
+    at = at + 7
+    over, shadow = false, true
+    local state = slots[slot]
+    if of == 'w' then
+      if state.start == now - math.fmod(now, math.max(b, 1)) then
+        state.count = math.max(state.count - hits, 0)
+        dirty[slot] = true
+      end
+    elseif of == 's' then
+      if state.start == now - math.fmod(now, math.max(b, 1)) then
+        state.current = math.max(state.current - hits, 0)
+        dirty[slot] = true
+      end
+    elseif of == 'l' then
+      log_prune(state.log, now, b)
+      if state.log.total > 0 then
+        log_trim(state.log, math.max(state.log.total - hits, 0))
+        state.exp = log_counts_until(state.log, b)
+        dirty[slot] = true
+      end
+    elseif of == 'a' then
+      if a ~= 0 and b ~= 0 and state.count == a then
+        local ahead = (state.ms - now) * a + state.ticks
+        if ahead > 0 then
+          ahead = math.max(ahead - hits * b, 0)
+          local ticks = math.fmod(ahead, a)
+          slots[slot] = { ms = now + (ahead - ticks) / a, ticks = ticks, count = a }
+          dirty[slot] = true
+        end
+      end
+    elseif of == 'c' then
+      if hits > 0 then
+        cost_settle(state, b, now)
+        state.used = math.max(state.used - hits, 0)
+        cost_touch(state, b, now)
+        dirty[slot] = true
+      end
+    elseif of == 'k' then
+      local owed = slots[a]
+      held_prune(state, c, now)
+      dirty[slot] = true
+      local paid = 0
+      if owed.exp > now then
+        paid = math.min(owed.count, hits)
+      end
+      if paid > 0 then
+        owed.count = owed.count - paid
+        dirty[a] = true
+      end
+      log_trim(state.log, math.max(state.log.total - (hits - paid), 0))
+      state.exp = log_counts_until(state.log, c)
+    else
+      return redis.error_reply('charon: unknown kind of refund ' .. of)
+    end
   elseif ARGV[at] == 'a' then
     local slot, count, period = tonumber(ARGV[at + 1]), num(ARGV[at + 2]), num(ARGV[at + 3])
     local burst, hits = num(ARGV[at + 4]), num(ARGV[at + 5])
@@ -1161,6 +1269,16 @@ if not granted then
       end
       slots[i], dirty[i] = state, true
     end
+  end
+  -- Concurrency limits: no hit held, every one owed its refund.
+  local owed_from_raw = {}
+  for _, o in ipairs(owing) do
+    local i = o[1]
+    if not owed_from_raw[i] then
+      slots[i], owed_from_raw[i] = window_decode(raw[i], now), true
+    end
+    slots[i] = owe(slots[i], o[2], o[3], now)
+    dirty[i], fresh_window[i] = true, true
   end
 end
 

@@ -252,6 +252,16 @@ impl RedisStore {
         }
         self.observe("decide", started, decision.is_ok());
         let decision = decision?;
+        if self.options.local_rejections {
+            // A key given hits back may have room before its block ends.
+            for item in &batch.items {
+                if let Item::Refund { slot, .. } = item
+                    && let Some(key) = batch.slots.get(*slot)
+                {
+                    self.blocked.forget(&key.key);
+                }
+            }
+        }
         if self.options.local_rejections
             && let Some((key, item)) = single_item(batch)
             && let Some(outcome) = decision.outcomes.first()
@@ -452,7 +462,8 @@ impl Store for RedisStore {
 /// window (its rejection's end is not one instant a block could keep), a
 /// hybrid limiter (kept simple: its waits move with its mode), a sliding
 /// log (its refused hits may be logged), a Cloud Armor ban (its trip must
-/// be recorded).
+/// be recorded), a concurrency limit (its refused hits are owed refunds),
+/// a refund (it must be applied).
 fn never_blocked(item: &Item<'_>) -> bool {
     matches!(
         item,
@@ -464,6 +475,8 @@ fn never_blocked(item: &Item<'_>) -> bool {
             | Item::Hybrid { .. }
             | Item::SlidingLog { .. }
             | Item::Ban { .. }
+            | Item::Concurrency { .. }
+            | Item::Refund { .. }
     )
 }
 
