@@ -17,6 +17,16 @@ use super::hit_log::HitLog;
 use super::sliding_log::{self, LogState};
 use super::{Outcome, Slot, Step, WindowOutcome, WindowState};
 
+/// When a held log stops mattering: `max_hold` after its last hit leaves,
+/// so that hits held past their time are still there to be counted by the
+/// next decision on the key within another `max_hold`.
+fn kept_until(log: &HitLog, max_hold: u64) -> u64 {
+    match log.counts_until(max_hold) {
+        0 => 0,
+        until => until.saturating_add(max_hold),
+    }
+}
+
 /// The owed refunds in `slots[owed_slot]` at `now`: its count while it
 /// lasts (its `expires_at`, `max_hold` after the last hit owed).
 fn owed_in(slots: &[Slot], owed_slot: usize, now: u64) -> u64 {
@@ -60,7 +70,7 @@ pub(super) fn refund_in(
         state.log.prune(now, max_hold);
         let held = state.log.total();
         state.log.truncate(held.saturating_sub(hits - paid));
-        state.expires_at = state.log.counts_until(max_hold);
+        state.expires_at = kept_until(&state.log, max_hold);
     }
 }
 
@@ -142,10 +152,10 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, hold: Hold, hits: u64) -> Ou
     if commit {
         if hits > 0 && !over {
             sliding_log::record(state, limit, max_hold, hits, now);
-        } else if unreturned > 0 {
+        } else {
             state.log.prune(now, max_hold);
-            state.expires_at = state.log.counts_until(max_hold);
         }
+        state.expires_at = kept_until(&state.log, max_hold);
     }
     let seen = sliding_log::outcome(state, over, limit, max_hold, hits, now);
     Outcome::Window(WindowOutcome {

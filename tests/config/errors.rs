@@ -651,3 +651,62 @@ fn a_global_limit_names_one_value_at_every_level() {
         &["`global` applies only to fixed and sliding windows (not to `algorithm: gcra`)"],
     );
 }
+
+#[test]
+fn max_hold_only_on_a_plain_fixed_window() {
+    // A concurrency limit (docs/design.md#concurrency-limits).
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, algorithm: gcra, max_hold: 60s}"),
+        4,
+        78,
+        &["`max_hold` makes a concurrency limit", "algorithm: gcra"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, algorithm: sliding_window, max_hold: 60s}"),
+        4,
+        88,
+        &["algorithm: sliding_window"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, cost: after_response, max_hold: 60s}"),
+        4,
+        83,
+        &["cost: after_response"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, count_rejected: true, max_hold: 60s}"),
+        4,
+        83,
+        &["`count_rejected` cannot be combined with `max_hold`"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, global: true, max_hold: 60s}"),
+        4,
+        75,
+        &["`global` cannot be combined with `max_hold`"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, max_hold: 0s}"),
+        4,
+        61,
+        &["max_hold must be a duration longer than 0"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, max_hold: forever}"),
+        4,
+        61,
+        &["max_hold must be a duration longer than 0"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 2, max_hold: soon}"),
+        4,
+        61,
+        &["max_hold:", "not a duration"],
+    );
+    assert_error(
+        &one_limit("{unit: day, requests_per_unit: 20000, max_hold: 60s}"),
+        4,
+        65,
+        &["more than the 10000 hits"],
+    );
+}

@@ -203,8 +203,8 @@ impl Proc {
         }
     }
 
-    /// Kill by PID and wait for it; a no-op the second time.
-    fn kill(&mut self) {
+    /// Kill by PID (SIGKILL) and wait for it; a no-op the second time.
+    pub(crate) fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

@@ -5,6 +5,7 @@
 mod support;
 
 mod client_ip;
+mod concurrency;
 mod envoy_dropin;
 mod envoy_e2e;
 mod rlqs;

@@ -40,6 +40,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2}
   - key: slots
     rate_limit: {unit: day, requests_per_unit: 2, max_hold: 60s}
+  - key: brief
+    rate_limit: {unit: day, requests_per_unit: 1, max_hold: 1s}
 "#;
 
 /// The kinds that give hits back, each with a limit of 3 a day.
@@ -242,6 +244,21 @@ async fn refunds_hold(sidecar: &Sidecar, store: &str) {
                 "shadow mode: shadow_mode hits went {shadowed:?} over two hits after a refund"
             ));
         }
+        // A hit never given back is held for max_hold, then counted.
+        let brief = vec![
+            asker.hit("brief", &run, 1).await,
+            asker.hit("brief", &run, 1).await,
+            asker.refund("brief", &run, 1).await,
+            asker.hit("brief", &run, 1).await,
+        ];
+        if brief != ["OK", "OVER_LIMIT", "OK", "OVER_LIMIT"] {
+            failures.push(format!("max_hold 1s, at once: {brief:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        let after = asker.hit("brief", &run, 1).await;
+        if after != "OK" {
+            failures.push(format!("max_hold 1s, 1.1 s later: {after}"));
+        }
         if day() != started {
             eprintln!("note: a day began during the checks on {store}; asking again");
             continue;
@@ -255,6 +272,15 @@ async fn refunds_hold(sidecar: &Sidecar, store: &str) {
         assert!(
             refunded.is_some_and(|hits| hits >= 8.0),
             "refunds are counted in charon_limit_hits_total: {refunded:?}"
+        );
+        let unreturned = metric_value(
+            &metrics,
+            "charon_limit_hits_total{namespace=\"refunds\",limit=\"refunds.brief\",outcome=\"unreturned\"}",
+        );
+        assert_eq!(
+            unreturned,
+            Some(1.0),
+            "the hit held past max_hold is counted"
         );
         return;
     }

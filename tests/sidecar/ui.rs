@@ -547,13 +547,14 @@ async fn the_state_view_records_envoys_decisions_and_checks() {
                 key: "tenant".into(),
                 value: "acme".into(),
             }],
-            is_negative_hits: check,
+            hits_addend: check
+                .then_some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 }),
             ..Default::default()
         }],
         hits_addend: hits,
     };
-    // 3 + 5 fit (tier 1, then tier 2); 4 more do not; then a check (Charon
-    // only checks descriptors with negative hits).
+    // 3 + 5 fit (tier 1, then tier 2); 4 more do not; then a check (a
+    // descriptor's `hits_addend` of 0 only checks).
     for (hits, check) in [(3, false), (5, false), (4, false), (1, true)] {
         envoy.should_rate_limit(ask(hits, check)).await.unwrap();
     }

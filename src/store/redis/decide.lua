@@ -320,9 +320,18 @@ local function owe(state, hold, hits, now)
   return { start = now, count = owed + hits, exp = now + hold, period = hold }
 end
 
+-- A held log is kept max_hold after its last hit leaves, so that hits held
+-- past their time are still there for the next decision to count.
+local function held_keep(state, hold)
+  state.exp = log_counts_until(state.log, hold)
+  if state.exp > 0 then
+    state.exp = state.exp + hold
+  end
+end
+
 local function held_prune(state, hold, now)
   log_prune(state.log, now, hold)
-  state.exp = log_counts_until(state.log, hold)
+  held_keep(state, hold)
 end
 
 -- The hybrid quota-linear limiter (src/engine/hybrid.rs, which says why):
@@ -1093,6 +1102,7 @@ for _ = 1, tonumber(ARGV[3]) do
         dirty[owed], fresh_window[owed] = true, true
       else
         slog_record(state, limit, hold, hits, now)
+        held_keep(state, hold)
       end
       owing[#owing + 1] = { owed, hold, hits }
     end
@@ -1149,7 +1159,7 @@ for _ = 1, tonumber(ARGV[3]) do
         dirty[a] = true
       end
       log_trim(state.log, math.max(state.log.total - (hits - paid), 0))
-      state.exp = log_counts_until(state.log, c)
+      held_keep(state, c)
     else
       return redis.error_reply('charon: unknown kind of refund ' .. of)
     end
