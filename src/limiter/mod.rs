@@ -31,28 +31,24 @@
 mod batch;
 mod cost;
 pub mod global;
+mod prepare;
 mod request;
 mod resolve;
 mod status;
 
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use crate::config::{Config, Namespace, RateResource, Running};
 use crate::engine::{Decision, Outcome, TierOutcome};
 use crate::state_view::{Recent, Watch};
 use crate::store::{Batch, Store, StoreError};
 
-use self::batch::{add_item, add_refund, tiers_item};
+use self::batch::tiers_item;
 use self::global::GlobalShares;
+use self::prepare::{Hits, Prepared};
 use self::request::validate;
-use self::resolve::{Resolved, resolve_all};
+use self::resolve::Resolved;
 use self::status::status;
-
-/// The most hits a refund gives back: more gives back everything all the
-/// same, and the Redis script's numbers are doubles.
-const MAX_REFUND: u64 = (1 << 53) - 1;
 
 pub use self::cost::{CostAnswer, CostRequest, MAX_COST};
 pub use self::request::{
@@ -277,74 +273,6 @@ impl<S: Store> Limiter<S> {
         )
     }
 
-    /// The engine batch of `request`'s descriptors in `namespace`, and
-    /// what the answer needs to read it back.
-    fn prepare<'c>(
-        &self,
-        namespace: &'c Namespace,
-        request: &RateLimitRequest,
-        hits_of: Hits,
-    ) -> Result<Prepared<'c>, LimitError> {
-        let resolved = resolve_all(namespace, request, &self.shares);
-        let mut batch = Batch::default();
-        let mut refunds = Batch::default();
-        let mut item_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-        let mut refund_of: SmallVec<[Option<usize>; 4]> = SmallVec::new();
-        let quotas: SmallVec<[bool; 4]> = resolved.iter().map(|r| self.is_quota(r)).collect();
-        for (index, ((descriptor, resolved), &quota)) in request
-            .descriptors
-            .iter()
-            .zip(&resolved)
-            .zip(&quotas)
-            .enumerate()
-        {
-            let hits = hits_of.of(resolved, descriptor, request.hits_addend);
-            if descriptor.refund && hits_of == Hits::Asked {
-                item_of.push(None);
-                refund_of.push(add_refund(
-                    &mut refunds,
-                    namespace,
-                    descriptor,
-                    resolved,
-                    hits.min(MAX_REFUND),
-                ));
-                continue;
-            }
-            refund_of.push(None);
-            if let Some(max_charge) = resolved.max_charge()
-                && hits > max_charge
-            {
-                return Err(LimitError::InvalidArgument(format!(
-                    "descriptor {index}: a charge of {hits} is more than its limit's max_charge, {max_charge}"
-                )));
-            }
-            // A global limit's demand is every hit asked of it, admitted or
-            // not, by this process's clock (docs/design.md#global-limits).
-            if let Resolved::Fixed { limit, .. } = resolved
-                && let Some(share) = limit.global()
-            {
-                share.count(hits, self.store.local_now_ms(), limit.period());
-            }
-            item_of.push(add_item(
-                &mut batch,
-                namespace,
-                descriptor,
-                resolved,
-                hits,
-                quota,
-                self.modes.count_rejected,
-            ));
-        }
-        Ok(Prepared {
-            resolved,
-            batch,
-            item_of,
-            refunds,
-            refund_of,
-            quotas,
-        })
-    }
-
     /// Whether a descriptor is a quota descriptor: its node says so, or the
     /// process does for every descriptor that is not unlimited.
     fn is_quota(&self, resolved: &Resolved<'_>) -> bool {
@@ -353,37 +281,6 @@ impl<S: Store> Limiter<S> {
             _ => self.modes.quota || resolved.node().is_some_and(|node| node.quota_mode),
         }
     }
-}
-
-/// What each descriptor of a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hits {
-    /// What it says (its own `hits_addend`, else the request's).
-    Asked,
-    /// Nothing: would it pass?
-    Check,
-}
-
-impl Hits {
-    fn of(self, resolved: &Resolved<'_>, descriptor: &Descriptor, request_hits: u64) -> u64 {
-        match self {
-            Hits::Asked => resolved.hits(descriptor, request_hits),
-            Hits::Check => 0,
-        }
-    }
-}
-
-/// A request's engine batch, and how to read its answer back.
-struct Prepared<'c> {
-    resolved: SmallVec<[Resolved<'c>; 2]>,
-    batch: Batch<'c>,
-    /// Per descriptor, its item in the batch (none when not limited).
-    item_of: SmallVec<[Option<usize>; 4]>,
-    /// The request's refunds, a batch of their own: always granted.
-    refunds: Batch<'c>,
-    /// Per descriptor, its item in `refunds`.
-    refund_of: SmallVec<[Option<usize>; 4]>,
-    quotas: SmallVec<[bool; 4]>,
 }
 
 /// envoyproxy/ratelimit's overall code: over when a descriptor that is not a

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{BanLimit, CostOp, GcraLimit, Item, SlotKind};
+use charon::engine::{BanLimit, CostOp, GcraLimit, Hold, Item, Refundable, SlotKind};
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
@@ -43,6 +43,23 @@ fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
 /// One thing a request can ask.
 #[derive(Debug, Clone)]
 enum Ask {
+    /// A concurrency limit (`max_hold`): held or owed.
+    Concurrency {
+        key: usize,
+        limit: u64,
+        hold: u64,
+        hits: u64,
+        shadow: bool,
+    },
+    /// Hits given back to a key the other asks use: `of` picks the kind
+    /// (window, sliding, log, bucket, cost, concurrency), `param` one of its
+    /// generated parameters.
+    Refund {
+        key: usize,
+        of: u8,
+        param: usize,
+        hits: u64,
+    },
     Window {
         key: usize,
         limit: u64,
@@ -109,6 +126,32 @@ enum Ask {
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
     prop_oneof![
+        (
+            0usize..2,
+            0u64..4,
+            prop::sample::select(vec![300u64, 1_000]),
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, limit, hold, hits, shadow)| Ask::Concurrency {
+                key,
+                limit,
+                hold,
+                hits,
+                shadow,
+            }),
+        (
+            0usize..2,
+            0u8..6,
+            0usize..2,
+            prop_oneof![3 => 0u64..4, 1 => Just(u64::MAX)]
+        )
+            .prop_map(|(key, of, param, hits)| Ask::Refund {
+                key,
+                of,
+                param,
+                hits,
+            }),
         // A Cloud Armor ban: trips recorded whatever the verdict.
         (
             0usize..2,
@@ -300,6 +343,31 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
     let mut batch = Batch::default();
     for ask in asks {
         let item = match *ask {
+            Ask::Concurrency {
+                key,
+                limit,
+                hold,
+                hits,
+                shadow,
+            } => {
+                let (slot, owed_slot) = held_keys(&mut batch, key, hold);
+                Item::Concurrency {
+                    slot,
+                    hold: Hold {
+                        owed_slot,
+                        limit,
+                        max_hold: hold,
+                    },
+                    hits,
+                    shadow,
+                }
+            }
+            Ask::Refund {
+                key,
+                of,
+                param,
+                hits,
+            } => refund_item(&mut batch, key, of, param, hits),
             Ask::Window {
                 key,
                 limit,
@@ -489,6 +557,105 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
         batch.items.push(item);
     }
     batch
+}
+
+/// A concurrency limit's two keys: its held log and its owed refunds.
+fn held_keys(batch: &mut Batch<'_>, key: usize, hold: u64) -> (usize, usize) {
+    let name = format!("user{key}");
+    let held = [("user", name.as_str())];
+    let owed = [("user", name.as_str()), ("\u{1}owed", "")];
+    (
+        batch.slot(
+            keys::descriptor_key(SlotKind::SlidingLog, NS, held, hold),
+            SlotKind::SlidingLog,
+        ),
+        batch.slot(
+            keys::descriptor_key(SlotKind::Window, NS, owed, hold),
+            SlotKind::Window,
+        ),
+    )
+}
+
+/// A refund to a key the other asks of `arb_ask` use, with one of their
+/// parameters.
+fn refund_item(
+    batch: &mut Batch<'_>,
+    key: usize,
+    of: u8,
+    param: usize,
+    hits: u64,
+) -> Item<'static> {
+    let name = format!("tenant{key}");
+    let tenant = [("tenant", name.as_str())];
+    let pick = |values: [u64; 2]| values[param % 2];
+    let (slot, of) = match of {
+        0 => {
+            let period = pick([1_000, 2_000]);
+            let key = keys::descriptor_key(SlotKind::Window, NS, tenant, period);
+            (
+                batch.slot(key, SlotKind::Window),
+                Refundable::Window { limit: 3, period },
+            )
+        }
+        1 => {
+            let period = pick([1_000, 3_000]);
+            let key = keys::descriptor_key(SlotKind::Sliding, NS, tenant, period);
+            (
+                batch.slot(key, SlotKind::Sliding),
+                Refundable::Sliding { limit: 3, period },
+            )
+        }
+        2 => {
+            let period = pick([300, 1_000]);
+            let key = keys::descriptor_key(SlotKind::SlidingLog, NS, tenant, period);
+            (
+                batch.slot(key, SlotKind::SlidingLog),
+                Refundable::SlidingLog { limit: 3, period },
+            )
+        }
+        3 => {
+            let period = pick([1_000, 60_000]);
+            let key = keys::descriptor_key(SlotKind::Gcra, NS, tenant, period);
+            let count = pick([3, 7]);
+            (
+                batch.slot(key, SlotKind::Gcra),
+                Refundable::Gcra(GcraLimit {
+                    count,
+                    period,
+                    burst: 4,
+                }),
+            )
+        }
+        4 => {
+            let period = pick([1_000, 2_000]);
+            let key = keys::descriptor_key(SlotKind::Cost, NS, tenant, period);
+            (
+                batch.slot(key, SlotKind::Cost),
+                Refundable::Cost {
+                    limit: 100,
+                    period,
+                    initial_cost: 5,
+                },
+            )
+        }
+        _ => {
+            let max_hold = pick([300, 1_000]);
+            let (slot, owed_slot) = held_keys(batch, key, max_hold);
+            (
+                slot,
+                Refundable::Concurrency(Hold {
+                    owed_slot,
+                    limit: 2,
+                    max_hold,
+                }),
+            )
+        }
+    };
+    Item::Refund {
+        slot,
+        hits: hits.min((1 << 53) - 1),
+        of,
+    }
 }
 
 /// Runs `requests` on a fresh memory store and on Redis; every decision must
@@ -1194,5 +1361,83 @@ fn a_refused_batch_trips_a_ban_without_its_other_grants() {
         shadow: false,
     };
     let requests = vec![(0, vec![ban(2, 1), ban(0, 1)]), (0, vec![ban(0, 0)])];
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
+/// Refunds and a concurrency limit on Redis as in memory: every kind given
+/// hits back, a refused hit owed, a held hit past its `max_hold`.
+#[test]
+fn refunds_and_held_hits_decide_alike() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let window = |hits| Ask::Window {
+        key: 0,
+        limit: 3,
+        period: 1_000,
+        hits,
+        shadow: false,
+        count_rejected: false,
+    };
+    let bucket = |hits| Ask::Gcra {
+        key: 0,
+        count: 3,
+        period: 1_000,
+        burst: 4,
+        hits,
+        shadow: false,
+    };
+    let log = |hits| Ask::SlidingLog {
+        key: 0,
+        limit: 3,
+        period: 1_000,
+        hits,
+        shadow: false,
+        count_rejected: false,
+    };
+    let sliding = |hits| Ask::Sliding {
+        key: 0,
+        limit: 3,
+        period: 1_000,
+        hits,
+        shadow: false,
+    };
+    let held = |hits| Ask::Concurrency {
+        key: 0,
+        limit: 2,
+        hold: 1_000,
+        hits,
+        shadow: false,
+    };
+    // The held hits' `max_hold` of 1 000 is the second of theirs.
+    let refund = |of, hits| Ask::Refund {
+        key: 0,
+        of,
+        param: usize::from(of == 5),
+        hits,
+    };
+    let requests = vec![
+        (0, vec![window(3), bucket(3), log(3), sliding(3)]),
+        (
+            5,
+            vec![refund(0, 2), refund(1, 1), refund(2, 2), refund(3, 1)],
+        ),
+        (5, vec![window(1)]),
+        (1, vec![bucket(2)]),
+        (1, vec![log(1)]),
+        (1, vec![sliding(1)]),
+        (1, vec![window(0), bucket(0), log(0), sliding(0)]),
+        (1, vec![held(1)]),
+        (1, vec![held(1)]),
+        (1, vec![held(1)]),
+        (1, vec![refund(5, 1)]),
+        (1, vec![held(1)]),
+        (1, vec![refund(5, 1)]),
+        (1, vec![refund(5, 1)]),
+        (1, vec![held(1), window(5)]),
+        (1, vec![held(0)]),
+        (1_200, vec![held(1)]),
+        (1, vec![refund(5, u64::MAX), refund(0, u64::MAX)]),
+        (1, vec![held(0), window(0)]),
+    ];
     same_decisions(&redis.url(), &resources, &requests);
 }

@@ -20,6 +20,7 @@ use std::sync::{Mutex, PoisonError};
 use foldhash::fast::RandomState;
 
 use crate::engine::{Item, Outcome};
+use crate::store::Batch;
 
 /// Keys remembered at most (a bound on memory under many hot tenants).
 const CAPACITY: usize = 100_000;
@@ -156,9 +157,16 @@ impl Blocked {
         Some(age(block.outcome, elapsed))
     }
 
-    /// Forgets what was known of `key`: hits were given back to it.
-    pub fn forget(&self, key: &str) {
-        self.lock().remove(key);
+    /// Forgets the keys `batch` gave hits back to: they may have room
+    /// before their blocks end.
+    pub fn forget_refunded(&self, batch: &Batch<'_>) {
+        for item in &batch.items {
+            if let Item::Refund { slot, .. } = item
+                && let Some(key) = batch.slots.get(*slot)
+            {
+                self.lock().remove(&key.key);
+            }
+        }
     }
 
     /// Remembers a one-hit-or-more rejection of `item` decided with

@@ -253,14 +253,7 @@ impl RedisStore {
         self.observe("decide", started, decision.is_ok());
         let decision = decision?;
         if self.options.local_rejections {
-            // A key given hits back may have room before its block ends.
-            for item in &batch.items {
-                if let Item::Refund { slot, .. } = item
-                    && let Some(key) = batch.slots.get(*slot)
-                {
-                    self.blocked.forget(&key.key);
-                }
-            }
+            self.blocked.forget_refunded(batch);
         }
         if self.options.local_rejections
             && let Some((key, item)) = single_item(batch)

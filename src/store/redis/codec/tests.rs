@@ -1,6 +1,7 @@
 //! Unit tests of `codec`, beside it rather than inside it.
 
 use super::*;
+use redis::Value;
 
 mod hostile {
     //! What Redis sends back is decoded without trusting it: a value
