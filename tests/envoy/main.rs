@@ -10,4 +10,5 @@ mod envoy_dropin;
 mod envoy_e2e;
 mod rlqs;
 mod token_budget;
+mod token_budget_exact;
 mod xds;

@@ -37,6 +37,8 @@ async fn clear_of_the_hour() {
 /// configuration, in front of `app`; the check's deadline `check_timeout`.
 pub(crate) struct Budget {
     pub(crate) listen: u16,
+    /// Charon's admin port.
+    pub(crate) admin: u16,
     client: reqwest::Client,
     _processes: (Proc, Proc),
     _dir: tempfile::TempDir,
@@ -118,6 +120,7 @@ impl Budget {
         }
         Budget {
             listen,
+            admin: sidecar_admin,
             client,
             _processes: (sidecar, envoy),
             _dir: dir,
@@ -127,12 +130,30 @@ impl Budget {
     /// One request through Envoy, its body read (the charge goes out when
     /// the stream is done); its status.
     async fn request(&self) -> u16 {
-        let reply = self
+        self.request_with(&[]).await
+    }
+
+    /// Charon's metric `name` (a whole series, labels and all), 0 if absent.
+    pub(crate) async fn metric(&self, name: &str) -> f64 {
+        let url = format!("http://127.0.0.1:{}/metrics", self.admin);
+        let text = match self.client.get(url).send().await {
+            Ok(reply) => reply.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// [`request`](Self::request) with these request headers.
+    pub(crate) async fn request_with(&self, headers: &[(&str, String)]) -> u16 {
+        let mut request = self
             .client
-            .get(format!("http://127.0.0.1:{}/chat", self.listen))
-            .send()
-            .await
-            .expect("Envoy answers");
+            .get(format!("http://127.0.0.1:{}/chat", self.listen));
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let reply = request.send().await.expect("Envoy answers");
         let status = reply.status().as_u16();
         let _ = reply.bytes().await;
         status

@@ -10,11 +10,17 @@
 //! With `--budget-reserve` each stream reserves its request's `max_tokens`
 //! through the Charon API's `Cost` call instead of checking, and commits the
 //! cost at the end; `max_tokens` is what a caller would ask for: the
-//! smallest power of two (at least 256) the cost turns out to fit in.
+//! smallest power of two (at least 256) the cost turns out to fit in. With
+//! `--budget-refund` it charges `max_tokens` through Envoy's call when the
+//! request starts and gives back `max_tokens − cost` (`is_negative_hits`)
+//! when it ends, as examples/envoy/token-budget-exact.yaml has Envoy do.
 //!
 //! Per window it reports the cost charged into it against the budget
 //! (overshoot), and the checks refused although the window ended with room
-//! for that request's cost (undershoot).
+//! for that request's cost (undershoot). A cost counts in the window it was
+//! charged in: when it ends for a check and a charge or a reservation, when
+//! it starts for a charge of `max_tokens` (its refund changes only that
+//! window, or nothing once it has ended).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -49,7 +55,7 @@ fn unix_ms() -> u64 {
         .map_or(0, |since| since.as_millis() as u64)
 }
 
-fn request(domain: &str, hits: u64) -> RateLimitRequest {
+fn request(domain: &str, hits: u64, refund: bool) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -58,6 +64,7 @@ fn request(domain: &str, hits: u64) -> RateLimitRequest {
                 value: "tokens".into(),
             }],
             hits_addend: Some(UInt64Value { value: hits }),
+            is_negative_hits: refund,
             ..Default::default()
         }],
         hits_addend: 0,
@@ -77,12 +84,25 @@ fn cost_request(domain: &str, op: Op) -> CostRequest {
     }
 }
 
+/// How the streams ask for their requests and settle them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// Envoy's two calls: a check, then a charge.
+    CheckThenCharge,
+    /// The Charon API: reserve max_tokens, commit the cost.
+    Reserve,
+    /// Envoy's two calls: a charge of max_tokens, then a refund of the rest.
+    Refund,
+}
+
 /// How a stream asks for its request and settles it.
 enum Asker {
     /// Envoy's two calls: a check, then a charge.
     Envoy(RateLimitServiceClient<Channel>),
     /// The Charon API: reserve max_tokens, commit the cost.
     Reserve(CharonClient<Channel>),
+    /// Envoy's two calls: a charge of max_tokens, then a refund of the rest.
+    Refund(RateLimitServiceClient<Channel>),
 }
 
 impl Asker {
@@ -90,7 +110,13 @@ impl Asker {
     async fn admit(&mut self, domain: &str, cost: u64) -> Result<Option<String>, ()> {
         match self {
             Asker::Envoy(client) => {
-                let answer = client.should_rate_limit(request(domain, 0)).await;
+                let answer = client.should_rate_limit(request(domain, 0, false)).await;
+                let answer = answer.map_err(drop)?.into_inner();
+                Ok((answer.overall_code != Code::OverLimit as i32).then(String::new))
+            }
+            Asker::Refund(client) => {
+                let charge = request(domain, max_tokens(cost), false);
+                let answer = client.should_rate_limit(charge).await;
                 let answer = answer.map_err(drop)?.into_inner();
                 Ok((answer.overall_code != Code::OverLimit as i32).then(String::new))
             }
@@ -110,7 +136,12 @@ impl Asker {
     async fn settle(&mut self, domain: &str, reservation: String, cost: u64) -> Result<(), ()> {
         match self {
             Asker::Envoy(client) => client
-                .should_rate_limit(request(domain, cost))
+                .should_rate_limit(request(domain, cost, false))
+                .await
+                .map(drop)
+                .map_err(drop),
+            Asker::Refund(client) => client
+                .should_rate_limit(request(domain, max_tokens(cost) - cost, true))
                 .await
                 .map(drop)
                 .map_err(drop),
@@ -144,8 +175,7 @@ pub struct Run {
     pub period: Duration,
     pub windows: u64,
     pub seed: u64,
-    /// Reserve and commit through the Charon API, not check and charge.
-    pub reserve: bool,
+    pub way: Way,
 }
 
 /// Runs the streams and reports per window.
@@ -157,7 +187,7 @@ pub async fn run(channels: Vec<Channel>, run: Run) -> Report {
         period,
         windows,
         seed,
-        reserve,
+        way,
     } = run;
     let period_ms = period.as_millis() as u64;
     // Start on a window boundary (plus a little, clear of the edge).
@@ -170,10 +200,10 @@ pub async fn run(channels: Vec<Channel>, run: Run) -> Report {
     let mut tasks = Vec::new();
     for stream in 0..streams {
         let channel = channels[stream as usize % channels.len()].clone();
-        let mut asker = if reserve {
-            Asker::Reserve(CharonClient::new(channel))
-        } else {
-            Asker::Envoy(RateLimitServiceClient::new(channel))
+        let mut asker = match way {
+            Way::Reserve => Asker::Reserve(CharonClient::new(channel)),
+            Way::CheckThenCharge => Asker::Envoy(RateLimitServiceClient::new(channel)),
+            Way::Refund => Asker::Refund(RateLimitServiceClient::new(channel)),
         };
         let (seen, domain) = (seen.clone(), domain.clone());
         let mut draws = CostDraws::new(seed ^ (stream + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -196,7 +226,12 @@ pub async fn run(channels: Vec<Channel>, run: Run) -> Report {
                     continue;
                 };
                 tokio::time::sleep(Duration::from_millis(draws.duration_ms())).await;
-                let window = unix_ms() / period_ms;
+                // A charge of max_tokens stays in the window it was made in.
+                let window = if way == Way::Refund {
+                    window
+                } else {
+                    unix_ms() / period_ms
+                };
                 let charged = asker.settle(&domain, reservation, cost).await;
                 let mut seen = lock(&seen);
                 seen.calls += 1;

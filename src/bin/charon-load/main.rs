@@ -46,7 +46,8 @@ use workers::{Plan, copies_worker, paced_worker, worker};
     about = "Load-test a Charon (or any Envoy RLS) sidecar on this machine"
 )]
 struct Args {
-    /// The sidecar's gRPC address; only 127.0.0.1, localhost and `[::1]` are accepted.
+    /// The sidecar's gRPC address (several, comma-separated: connections
+    /// take them in turn); only 127.0.0.1, localhost and `[::1]` are accepted.
     #[arg(long, default_value = "http://127.0.0.1:8081")]
     target: String,
     /// The request's domain (Charon's namespace).
@@ -108,8 +109,13 @@ struct Args {
     /// With --budget: reserve each request's max_tokens through the Charon
     /// API's `Cost` call and commit its cost, instead of Envoy's check and
     /// charge.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "budget_refund")]
     budget_reserve: bool,
+    /// With --budget: charge each request's max_tokens through Envoy's
+    /// RateLimitService when it starts and give back what it did not use
+    /// when it ends (`is_negative_hits`), instead of check and charge.
+    #[arg(long)]
+    budget_refund: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -169,17 +175,23 @@ fn command_line() -> String {
 }
 
 async fn run(args: Args) -> anyhow::Result<bool> {
-    check_target(&args.target)?;
-    let endpoint = Endpoint::from_shared(args.target.clone())
-        .with_context(|| format!("--target {}: not a valid endpoint", args.target))?
-        .tcp_nodelay(true)
-        .connect_timeout(Duration::from_secs(5));
+    // Several sidecars, comma-separated: connections take them in turn.
+    let targets: Vec<&str> = args.target.split(',').collect();
+    let mut endpoints = Vec::new();
+    for target in &targets {
+        check_target(target)?;
+        let endpoint = Endpoint::from_shared(target.to_string())
+            .with_context(|| format!("--target {target}: not a valid endpoint"))?
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(5));
+        endpoints.push((target, endpoint));
+    }
     let mut channels = Vec::new();
     for index in 0..args.connections {
+        let (target, endpoint) = &endpoints[index as usize % endpoints.len()];
         let channel = endpoint.connect().await.with_context(|| {
             format!(
-                "cannot connect to {} (connection {} of {})",
-                args.target,
+                "cannot connect to {target} (connection {} of {})",
                 index + 1,
                 args.connections
             )
@@ -208,6 +220,8 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             args.windows,
             if args.budget_reserve {
                 "reserve max_tokens, commit the cost (Charon API)"
+            } else if args.budget_refund {
+                "charge max_tokens, give back the rest (Envoy's RateLimitService, is_negative_hits)"
             } else {
                 "check, then charge (Envoy's RateLimitService)"
             }
@@ -250,7 +264,13 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             period: args.budget_period,
             windows: args.windows,
             seed,
-            reserve: args.budget_reserve,
+            way: if args.budget_reserve {
+                budget::Way::Reserve
+            } else if args.budget_refund {
+                budget::Way::Refund
+            } else {
+                budget::Way::CheckThenCharge
+            },
         };
         let report = budget::run(channels, run).await;
         for line in report.lines {

@@ -269,7 +269,7 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
             metrics.limit_hits(namespace, key, LimitOutcome::Unreturned, status.unreturned);
         }
         if status.refund {
-            metrics.limit_hits(namespace, key, LimitOutcome::Refunded, hits);
+            metrics.limit_hits(namespace, key, LimitOutcome::Refunded, status.hits);
             continue;
         }
         let outcome = LimitOutcome::of(status.over_limit, status.shadowed);
