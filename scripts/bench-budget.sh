@@ -20,9 +20,18 @@
 #                      examples/envoy/token-budget-exact.yaml has Envoy do.
 #
 #   bash scripts/bench-budget.sh [WINDOWS]    (default 2 minutes per way)
+#
+# BUDGET_WINDOW=20 makes the budget's window 20 s instead of a minute,
+# BUDGET_WAYS="after-response" runs only those ways, and LOAD_ARGS="..." go
+# to charon-load (--budget-shortest-ms, --budget-longest-ms,
+# --budget-retry-ms shape the load: docs/performance.md#token-budgets-under-concurrency).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 windows="${1:-2}"
+window_s="${BUDGET_WINDOW:-60}"
+ways="${BUDGET_WAYS:-check-then-charge after-response reserve-commit charge-refund}"
+read -r -a load_args <<<"${LOAD_ARGS:-}"
+unit="unit: second, unit_multiplier: $window_s"
 # shellcheck source=scripts/bench-lib.sh
 source scripts/bench-lib.sh
 
@@ -32,14 +41,14 @@ domain: check-then-charge
 descriptors:
   - key: generic_key
     value: tokens
-    rate_limit: {unit: minute, requests_per_unit: 100000, count_rejected: true}
+    rate_limit: {UNIT, requests_per_unit: 100000, count_rejected: true}
 YAML
 cat >"$work/limits/after-response.yaml" <<'YAML'
 domain: after-response
 descriptors:
   - key: generic_key
     value: tokens
-    rate_limit: {unit: minute, requests_per_unit: 100000, cost: after_response, initial_cost: 1000}
+    rate_limit: {UNIT, requests_per_unit: 100000, cost: after_response, initial_cost: 1000}
 YAML
 sed 's/^domain: after-response/domain: reserve-commit/' "$work/limits/after-response.yaml" \
     >"$work/limits/reserve-commit.yaml"
@@ -48,8 +57,10 @@ domain: charge-refund
 descriptors:
   - key: generic_key
     value: tokens
-    rate_limit: {unit: minute, requests_per_unit: 100000}
+    rate_limit: {UNIT, requests_per_unit: 100000}
 YAML
+
+sed -i "s/UNIT/$unit/" "$work"/limits/*.yaml
 
 targets=()
 admins=()
@@ -68,13 +79,14 @@ for admin in "${admins[@]}"; do
 done
 target=$(IFS=,; echo "${targets[*]}")
 
-for way in check-then-charge after-response reserve-commit charge-refund; do
-    echo "== $way ($windows whole minutes, 64 streams, budget 100 000 a minute)"
+for way in $ways; do
+    echo "== $way ($windows whole windows of $window_s s, 64 streams, budget 100 000 a window)"
     reserve=()
     if [ "$way" = reserve-commit ]; then reserve=(--budget-reserve); fi
     if [ "$way" = charge-refund ]; then reserve=(--budget-refund); fi
     ./target/dist/charon-load --budget --target "$target" --domain "$way" \
-        --connections 6 --concurrency 64 --windows "$windows" "${reserve[@]}" | sed "s/^/   /"
+        --connections 6 --concurrency 64 --windows "$windows" --budget-period "${window_s}s" \
+        "${reserve[@]}" "${load_args[@]}" | sed "s/^/   /"
 done
 for admin in "${admins[@]}"; do
     echo "   degraded decisions: $(curl -s "127.0.0.1:$admin/metrics" | grep -E '^charon_store_degraded_decisions_total' | awk '{print $2}')"

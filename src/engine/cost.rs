@@ -13,7 +13,7 @@
 //! `used + reserved(pending + 1) <= limit` (and the first check of a
 //! window, with nothing in flight, always), where `pending` counts the
 //! admissions not yet charged and `reserved(n)` is what `n` requests are
-//! predicted to cost: `n` times the learned mean cost, plus three times the
+//! predicted to cost: `n` times the learned mean cost, plus ten times the
 //! learned mean deviation times `sqrt(n)`, so that the sum of the costs in
 //! flight stays under it in most windows whatever their spread. The mean and
 //! the deviation are running averages (weight 1/64) of the charges of this
@@ -197,22 +197,36 @@ impl CostCheck {
     }
 }
 
+/// The deviation guessed from a first mean (the configured `initial_cost`,
+/// or a first charge) before any is learned: 3/20 of it, so that a first
+/// prediction's spread is 1.5 times the mean (what it was when the spread
+/// was three deviations and the guess half the mean).
+fn first_dev(mean: u64) -> u64 {
+    mean.saturating_mul(3) / 20
+}
+
 /// The mean and deviation to predict with, in sixteenths.
 fn estimate(state: &CostState, initial_cost: u64) -> (u64, u64) {
     if state.mean == 0 && state.dev == 0 {
         let mean = initial_cost.saturating_mul(SCALE);
-        (mean, mean / 2)
+        (mean, first_dev(mean))
     } else {
         (state.mean, state.dev)
     }
 }
+
+/// How many learned deviations (mean absolute deviations, about half a
+/// standard deviation for a long-tailed cost) the prediction of `n`
+/// requests adds, times `sqrt(n)`: docs/design.md#costs-known-after-the-response
+/// says why ten.
+pub const SPREAD: f64 = 10.0;
 
 /// What `n` requests are predicted to cost, in cost units (rounded up).
 pub fn reserved(n: u64, mean: u64, dev: u64) -> u64 {
     if n == 0 {
         return 0;
     }
-    let spread = (3.0 * dev as f64 * (n as f64).sqrt()).ceil() as u64;
+    let spread = (SPREAD * dev as f64 * (n as f64).sqrt()).ceil() as u64;
     n.saturating_mul(mean)
         .saturating_add(spread)
         .div_ceil(SCALE)
@@ -388,7 +402,7 @@ fn learn(state: &mut CostState, hits: u64) {
     let sample = hits.saturating_mul(SCALE);
     if state.mean == 0 && state.dev == 0 {
         state.mean = sample;
-        state.dev = sample / 2;
+        state.dev = first_dev(sample);
     } else {
         let deviation = sample.abs_diff(state.mean);
         state.mean = towards(state.mean, sample);

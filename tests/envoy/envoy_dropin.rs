@@ -659,6 +659,12 @@ async fn post_json_and_rlconfig_on_the_admin_port() {
         .as_str()
         .expect("a duration");
     assert!(reset.ends_with('s') && reset != "0s", "{reset}");
+    // A refund (`isNegativeHits`, Envoy 1.38) gives the hit back.
+    let refund = r#"{"domain":"j","descriptors":[{"entries":[{"key":"k","value":"v"}],"isNegativeHits":true}]}"#;
+    let (status, body) = post(refund).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(request).await;
+    assert_eq!(status, 200, "the refunded hit is free again: {body}");
     // snake_case names and string numbers, as proto3 JSON allows.
     let (status, _) = post(
         r#"{"domain":"j","hits_addend":"1","descriptors":[{"entries":[{"key":"k","value":"w"}],"hits_addend":"0"}]}"#,

@@ -30,6 +30,8 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 use super::envoy_e2e::{Proc, find_envoy, free_ports, spawn_envoy};
 use crate::support::certs;
 
+mod ai_gateway;
+
 const TYPE: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 const READY: Duration = Duration::from_secs(30);
 /// The promise: limits change within a second of the push.

@@ -123,3 +123,26 @@ fn sentinel_reports_its_master() {
         format!("redis+sentinel://127.0.0.1:{sentinel_port}/charon")
     );
 }
+
+/// The server the tests run on is the one asked for: scripts/test.sh runs
+/// the Redis tests a second time on Valkey, with `CHARON_REDIS_EXPECT`
+/// naming a line its `INFO server` must have (`valkey_version:8.1`), so a
+/// run that silently fell back to `redis-server` fails here.
+#[test]
+fn the_server_is_the_one_asked_for() {
+    let server = RedisServer::start();
+    let info = server.command(&["INFO", "server"]);
+    let version = info
+        .lines()
+        .find(|line| line.starts_with("valkey_version:") || line.starts_with("redis_version:"))
+        .unwrap_or("no version")
+        .trim()
+        .to_owned();
+    eprintln!("the tests run on {version}");
+    if let Ok(expected) = std::env::var("CHARON_REDIS_EXPECT") {
+        assert!(
+            info.lines().any(|line| line.trim().starts_with(&expected)),
+            "CHARON_REDIS_EXPECT={expected}, but INFO server says:\n{info}"
+        );
+    }
+}

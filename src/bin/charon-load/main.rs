@@ -111,6 +111,16 @@ struct Args {
     /// charge.
     #[arg(long, conflicts_with = "budget_refund")]
     budget_reserve: bool,
+    /// With --budget: the shortest time from a request's admission to its
+    /// charge (ms); each is drawn uniformly up to --budget-longest-ms.
+    #[arg(long, default_value_t = 200)]
+    budget_shortest_ms: u64,
+    /// With --budget: the longest time from admission to charge (ms).
+    #[arg(long, default_value_t = 3_000)]
+    budget_longest_ms: u64,
+    /// With --budget: how long a refused stream waits before it asks again (ms).
+    #[arg(long, default_value_t = 100)]
+    budget_retry_ms: u64,
     /// With --budget: charge each request's max_tokens through Envoy's
     /// RateLimitService when it starts and give back what it did not use
     /// when it ends (`is_negative_hits`), instead of check and charge.
@@ -264,6 +274,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             period: args.budget_period,
             windows: args.windows,
             seed,
+            durations: (
+                args.budget_shortest_ms,
+                args.budget_longest_ms.max(args.budget_shortest_ms),
+            ),
+            retry: Duration::from_millis(args.budget_retry_ms),
             way: if args.budget_reserve {
                 budget::Way::Reserve
             } else if args.budget_refund {

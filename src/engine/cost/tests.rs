@@ -66,7 +66,7 @@ fn admissions_never_charged_expire() {
     }
     assert_eq!(
         check(&state, 10_000, MINUTE, 100, CostOp::Hits(0), 9_000).reserved,
-        reserved(5, 1600, 800)
+        reserved(5, 1600, 1600 * 3 / 20)
     );
     // Twice 10 s without a learned duration.
     assert_eq!(

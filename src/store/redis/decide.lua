@@ -486,18 +486,26 @@ local function cost_ttl(state)
   return math.min(math.max(cost_duration(state) * 2, 1000), 600000)
 end
 
+-- src/engine/cost.rs's SPREAD: the learned deviations a prediction adds.
+local COST_SPREAD = 10
+
+-- The deviation guessed from a first mean (cost.rs's first_dev).
+local function cost_first_dev(mean)
+  return math.floor(mean * 3 / 20)
+end
+
 local function cost_reserved(n, mean, dev)
   if n == 0 then
     return 0
   end
-  local spread = math.ceil(3 * dev * math.sqrt(n))
+  local spread = math.ceil(COST_SPREAD * dev * math.sqrt(n))
   return math.ceil((n * mean + spread) / COST_SCALE)
 end
 
 local function cost_estimate(state, initial)
   if state.mean == 0 and state.dev == 0 then
     local mean = initial * COST_SCALE
-    return mean, math.floor(mean / 2)
+    return mean, cost_first_dev(mean)
   end
   return state.mean, state.dev
 end
@@ -554,7 +562,7 @@ end
 local function cost_learn(state, hits)
   local sample = hits * COST_SCALE
   if state.mean == 0 and state.dev == 0 then
-    state.mean, state.dev = sample, math.floor(sample / 2)
+    state.mean, state.dev = sample, cost_first_dev(sample)
   else
     local deviation = math.abs(sample - state.mean)
     state.mean = towards(state.mean, sample)
