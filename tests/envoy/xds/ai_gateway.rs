@@ -160,11 +160,16 @@ async fn ai_gateways_quota_feed_holds_a_per_model_token_budget() {
     // As the AI Gateway e2e deploys its rate-limit service, with Charon's
     // flags: plaintext, node envoy-ai-gateway-ratelimit, and every hit
     // counted (the charge after the stream usually passes the budget).
+    // No file of its own: every limit comes over xDS.
+    let files = dir.path().join("limits");
+    std::fs::create_dir(&files).expect("an empty configuration directory");
     let mut charon = Proc::spawn(
         "charon",
         Command::new(env!("CARGO_BIN_EXE_charon"))
             .env("NO_COLOR", "1")
             .arg("serve")
+            .arg("--config")
+            .arg(&files)
             .args(["--grpc-addr", &format!("127.0.0.1:{grpc}")])
             .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
             .args(["--config-xds", &format!("127.0.0.1:{xds}")])
