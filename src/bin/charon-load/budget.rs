@@ -106,6 +106,40 @@ enum Asker {
 }
 
 impl Asker {
+    /// For a charge of `max_tokens`: the window the charge landed in, from
+    /// the answer's whole seconds to its window's end and the local times
+    /// around the call (the store decided between them): only one window
+    /// end fits, since the call takes far less than a window. `None` for
+    /// the other ways, or an answer without a reset.
+    async fn admit_in_window(
+        &mut self,
+        domain: &str,
+        cost: u64,
+        period_ms: u64,
+    ) -> Result<(Option<String>, Option<u64>), ()> {
+        let Asker::Refund(client) = self else {
+            return Ok((self.admit(domain, cost).await?, None));
+        };
+        let before = unix_ms();
+        let charge = request(domain, max_tokens(cost), false);
+        let answer = client.should_rate_limit(charge).await.map_err(drop)?;
+        let after = unix_ms();
+        let answer = answer.into_inner();
+        let admitted = (answer.overall_code != Code::OverLimit as i32).then(String::new);
+        let window = answer
+            .statuses
+            .first()
+            .and_then(|status| status.duration_until_reset.as_ref())
+            .and_then(|reset| u64::try_from(reset.seconds).ok())
+            .and_then(|reset| {
+                // The window's end is in (before + (reset - 1) s, after + reset s].
+                let earliest = before + reset.saturating_sub(1) * 1_000 + 1;
+                let end = earliest.div_ceil(period_ms) * period_ms;
+                (end <= after + reset * 1_000).then(|| end / period_ms - 1)
+            });
+        Ok((admitted, window))
+    }
+
     /// Admitted (and the reservation's id), refused, or no answer.
     async fn admit(&mut self, domain: &str, cost: u64) -> Result<Option<String>, ()> {
         match self {
@@ -216,9 +250,14 @@ pub async fn run(channels: Vec<Channel>, run: Run) -> Report {
         tasks.push(tokio::spawn(async move {
             while unix_ms() / period_ms < last {
                 let cost = draws.cost();
-                let window = unix_ms() / period_ms;
-                let admitted = match asker.admit(&domain, cost).await {
-                    Ok(admitted) => admitted,
+                let mut window = unix_ms() / period_ms;
+                let admitted = match asker.admit_in_window(&domain, cost, period_ms).await {
+                    Ok((admitted, landed)) => {
+                        if let Some(landed) = landed {
+                            window = landed;
+                        }
+                        admitted
+                    }
                     Err(()) => {
                         lock(&seen).errors += 1;
                         tokio::time::sleep(retry).await;

@@ -269,7 +269,15 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
             metrics.limit_hits(namespace, key, LimitOutcome::Unreturned, status.unreturned);
         }
         if status.refund {
-            metrics.limit_hits(namespace, key, LimitOutcome::Refunded, status.hits);
+            // No refund gives back more than its limit (a refund of
+            // u64::MAX would wrap the counter).
+            let limit = status.limit.as_ref().map_or(0, |l| l.requests_per_unit);
+            metrics.limit_hits(
+                namespace,
+                key,
+                LimitOutcome::Refunded,
+                status.hits.min(limit),
+            );
             continue;
         }
         let outcome = LimitOutcome::of(status.over_limit, status.shadowed);
