@@ -42,6 +42,13 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 2, max_hold: 60s}
   - key: brief
     rate_limit: {unit: day, requests_per_unit: 1, max_hold: 1s}
+  - key: customer
+    resource: api
+resources:
+  api:
+    rate:
+      tiers:
+        - {limit: 2, window: 1d, active: forever}
 "#;
 
 /// The kinds that give hits back, each with a limit of 3 a day.
@@ -243,6 +250,16 @@ async fn refunds_hold(sidecar: &Sidecar, store: &str) {
             failures.push(format!(
                 "shadow mode: shadow_mode hits went {shadowed:?} over two hits after a refund"
             ));
+        }
+        // Burst tiers cannot take hits back: a refund is answered OK and
+        // changes nothing.
+        let tiers = vec![
+            asker.hit("customer", &run, 2).await,
+            asker.refund("customer", &run, 1).await,
+            asker.hit("customer", &run, 1).await,
+        ];
+        if tiers != ["OK", "OK", "OVER_LIMIT"] {
+            failures.push(format!("burst tiers: {tiers:?}"));
         }
         // A hit never given back is held for max_hold, then counted.
         let brief = vec![
