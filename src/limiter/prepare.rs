@@ -12,10 +12,6 @@ use super::request::Descriptor;
 use super::resolve::{Resolved, resolve_all};
 use super::{LimitError, Limiter, RateLimitRequest};
 
-/// The most hits a refund gives back: more gives back everything all the
-/// same, and the Redis script's numbers are doubles.
-const MAX_REFUND: u64 = (1 << 53) - 1;
-
 impl<S: Store> Limiter<S> {
     /// The engine batch of `request`'s descriptors in `namespace`, and
     /// what the answer needs to read it back.
@@ -46,7 +42,7 @@ impl<S: Store> Limiter<S> {
                     namespace,
                     descriptor,
                     resolved,
-                    hits.min(MAX_REFUND),
+                    hits,
                 ));
                 continue;
             }
