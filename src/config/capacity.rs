@@ -66,6 +66,13 @@ pub struct CapacityConfig {
     /// than rounded down by each server, which would leave up to a unit
     /// per server unused (docs/design.md#global-limits).
     pub whole_units: bool,
+    /// Whether the capacity that no client wants is lent to the clients
+    /// that want some, an equal part each, on top of their share: a global
+    /// limit's or an RLQS bucket's server whose demand is under its share
+    /// is then never refused while the limit has room. A lent part is
+    /// taken back (the client nudged) before any share it covers moves
+    /// (docs/design.md#global-limits, "Spare capacity lent").
+    pub lends_spare: bool,
 }
 
 impl CapacityConfig {

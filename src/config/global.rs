@@ -30,10 +30,13 @@ pub const FASTEST_REFRESH_MS: u64 = 100;
 /// own and its children renew theirs, and how long a share lasts
 /// (`--global-refresh-interval`, `--global-lease`). The parent's answer
 /// paces a child's renewals, so each level may set its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GlobalTiming {
     refresh_ms: u64,
     lease_ms: u64,
+    /// The safe share of the limits that do not set their own
+    /// (`--global-safe-share`).
+    safe_share: SafeShare,
 }
 
 impl Default for GlobalTiming {
@@ -41,6 +44,64 @@ impl Default for GlobalTiming {
         Self {
             refresh_ms: REFRESH_MS,
             lease_ms: LEASE_MS,
+            safe_share: SafeShare::Split,
+        }
+    }
+}
+
+/// What a server may admit of a global limit while its parent is away,
+/// once its last share expired (docs/design.md#global-limits, "The parent away"). Until
+/// then, the last share stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SafeShare {
+    /// Its part of the parent's last split: the limit in equal parts among
+    /// the parent's children that wanted some. The servers below a missing
+    /// parent then admit the parent's share together, no more.
+    Split,
+    /// The whole limit, as if it were not global: each server below a
+    /// missing parent admits up to the limit.
+    Whole,
+    /// So many requests per window.
+    Requests(u64),
+    /// So many percent of the limit.
+    Percent(f64),
+}
+
+/// A safe share that cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "a safe share is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{0}`"
+)]
+pub struct SafeShareError(String);
+
+impl SafeShare {
+    /// `split`, `whole`, `30` or `25%`.
+    pub fn parse(text: &str) -> Result<Self, SafeShareError> {
+        let refused = || SafeShareError(text.to_owned());
+        match text.trim() {
+            "split" => Ok(Self::Split),
+            "whole" => Ok(Self::Whole),
+            other => match other.strip_suffix('%') {
+                Some(percent) => match percent.trim().parse::<f64>() {
+                    Ok(percent) if (0.0..=100.0).contains(&percent) => Ok(Self::Percent(percent)),
+                    _ => Err(refused()),
+                },
+                None => other
+                    .parse::<u64>()
+                    .map(Self::Requests)
+                    .map_err(|_| refused()),
+            },
+        }
+    }
+
+    /// As a capacity's safe capacity for a limit of `limit` requests:
+    /// `None` is the parent's split.
+    pub fn safe_capacity(self, limit: f64) -> Option<f64> {
+        match self {
+            Self::Split => None,
+            Self::Whole => Some(crate::config::capacity::UNLIMITED_SAFE_CAPACITY),
+            Self::Requests(requests) => Some((requests as f64).min(limit)),
+            Self::Percent(percent) => Some((limit * percent / 100.0).floor()),
         }
     }
 }
@@ -75,7 +136,17 @@ impl GlobalTiming {
         Ok(Self {
             refresh_ms,
             lease_ms,
+            safe_share: SafeShare::Split,
         })
+    }
+
+    /// With `safe_share` for the limits that do not set their own.
+    pub fn with_safe_share(self, safe_share: SafeShare) -> Self {
+        Self { safe_share, ..self }
+    }
+
+    pub fn safe_share(&self) -> SafeShare {
+        self.safe_share
     }
 
     pub fn refresh_ms(&self) -> u64 {
@@ -93,11 +164,33 @@ impl GlobalTiming {
 #[derive(Debug, Clone, PartialEq)]
 pub struct GlobalLimit {
     pub limit: FixedLimit,
+    /// Its own safe share (`safe_share:`), if it sets one.
+    pub safe_share: Option<SafeShare>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn safe_shares_are_read_or_refused_clearly() {
+        assert_eq!(SafeShare::parse("split"), Ok(SafeShare::Split));
+        assert_eq!(SafeShare::parse("whole"), Ok(SafeShare::Whole));
+        assert_eq!(SafeShare::parse("30"), Ok(SafeShare::Requests(30)));
+        assert_eq!(SafeShare::parse("25%"), Ok(SafeShare::Percent(25.0)));
+        for bad in ["", "half", "-3", "150%", "x%", "1e999"] {
+            let refused = SafeShare::parse(bad).map_err(|error| error.to_string());
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|message| message.contains("percentage")),
+                "{bad}: {refused:?}"
+            );
+        }
+        assert_eq!(SafeShare::Percent(25.0).safe_capacity(90.0), Some(22.0));
+        assert_eq!(SafeShare::Requests(500).safe_capacity(90.0), Some(90.0));
+        assert_eq!(SafeShare::Split.safe_capacity(90.0), None);
+    }
 
     #[test]
     fn a_refresh_interval_or_lease_that_cannot_work_is_refused() {

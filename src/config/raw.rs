@@ -113,6 +113,12 @@ pub struct RawRateLimit {
     /// share that follows its demand (docs/design.md#global-limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<Spanned<bool>>,
+    /// Charon, with `global`: what each server may admit while its parent
+    /// is away, once its last share expired: `split` (the default: its
+    /// part of the parent's last split), `whole`, a count or a share of the
+    /// limit (`25%`) (docs/design.md#global-limits, "The parent away").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safe_share: Option<Spanned<RawSafeShare>>,
     /// Charon: a concurrency limit, each hit held until it is given back
     /// (Envoy's `is_negative_hits`) or for this long at most
     /// (docs/design.md#concurrency-limits).
@@ -300,6 +306,14 @@ pub enum MetaValue {
     String(String),
     List(Vec<MetaValue>),
     Map(BTreeMap<String, MetaValue>),
+}
+
+/// `safe_share: split`, `whole`, `30` or `"25%"`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum RawSafeShare {
+    Count(i64),
+    Word(String),
 }
 
 /// `soft_limit: 8` or `soft_limit: "80%"`.

@@ -18,7 +18,9 @@
 //!   except under the two algorithms that the paper says may overcommit:
 //!   `none` (each client gets what it wants) and `static` without
 //!   `per_client` (the capacity is each client's maximum).
-//! - No client is granted more than it wants.
+//! - No client is granted more than it wants, unless the capacity lends
+//!   its spare (`lends_spare`): then a client that wants some may be lent
+//!   an equal part of what no client wants.
 //! - A client that leases for clients of its own (a level of a hierarchy,
 //!   [`request_want`]) is counted for what they still hold of it, up to
 //!   what it was granted before: a shrunk share is given to another client
@@ -63,6 +65,7 @@
 //!     safe_capacity: None,
 //!     learning_ms: 0,
 //!     whole_units: false,
+//!     lends_spare: false,
 //! };
 //! let mut state = LeaseState::new(0);
 //! let a = capacity::request(&config, &mut state, "a", 100.0, 0.0, 0)?;
@@ -234,10 +237,11 @@ pub fn request_want(
     } else {
         share_of(config, state, client)
     };
+    let most = most_of(config, wants);
     let granted = if config.algorithm.overcommits() {
-        target.min(wants)
+        target.min(most)
     } else {
-        target.min(wants).min(free)
+        target.min(most).min(free)
     };
     let held = held_below.map_or(granted, |held| granted.max(held.min(previous)));
     if let Some(lease) = state.clients.get_mut(client) {
@@ -246,13 +250,13 @@ pub fn request_want(
     }
     let safe_capacity = config
         .safe_capacity
-        .unwrap_or(config.capacity / state.clients.len().max(1) as f64);
+        .unwrap_or_else(|| split(config, state, client));
     // Whether this client's lease is still on its way to its share: then it
     // renews sooner (see the module's doc, "Convergence").
     let moved = |size: f64| moving_bound(config, size);
     let moving = (wants - wanted).abs() > moved(wants.max(wanted))
         || (granted - previous).abs() > moved(granted.max(previous))
-        || target.min(wants) - granted > moved(target.min(wants))
+        || target.min(most) - granted > moved(target.min(most))
         || held - granted > moved(held);
     let refresh_interval_ms = if moving {
         (config.refresh_interval_ms / FASTER).max(1)
@@ -315,13 +319,37 @@ pub fn to_nudge<'a>(
     live.into_iter()
         .zip(shares)
         .filter(|&((id, lease), share)| {
-            let target = share.min(lease.wants);
+            let target = share.min(most_of(config, lease.wants));
             let over = lease.has - target > moving_bound(config, lease.has);
             let waiting = (target - lease.has).min(free) > moving_bound(config, target);
             id != except && (over || waiting)
         })
         .map(|((id, _), _)| id)
         .collect()
+}
+
+/// The most a client wanting `wants` may be granted: what it wants, or
+/// while spare capacity is lent (and it wants some), the whole capacity.
+fn most_of(config: &CapacityConfig, wants: f64) -> f64 {
+    if config.lends_spare && wants > 0.0 && !config.algorithm.overcommits() {
+        config.capacity
+    } else {
+        wants
+    }
+}
+
+/// Doorman's default safe capacity, the parent's split: the capacity in
+/// equal parts among the live clients that want some of it (and `client`,
+/// whatever it wants). A client that wants nothing does not thin the
+/// others' parts, so the parts of the clients that want some add up to the
+/// capacity (docs/design.md#global-limits, "The parent away").
+fn split(config: &CapacityConfig, state: &LeaseState, client: &str) -> f64 {
+    let wanting = state
+        .clients
+        .iter()
+        .filter(|(id, lease)| lease.wants > 0.0 || id.as_str() == client)
+        .count();
+    config.capacity / wanting.max(1) as f64
 }
 
 /// What a parent granted a level of a hierarchy
@@ -335,6 +363,10 @@ pub struct Grant {
     /// Whether that was sooner than the parent's usual interval: the
     /// level's grant is moving.
     pub moving: bool,
+    /// The parent's safe capacity for the level, its split (-1: the
+    /// configured capacity): what a global limit's share falls back to
+    /// once the grant expired while the parent is away.
+    pub safe_capacity: f64,
 }
 
 /// The configuration a level apportions with at `now_ms`, given its
@@ -446,11 +478,33 @@ const UNIT_EPSILON: f64 = 1e-9;
 /// `config`'s target allocation among clients wanting `wants` (already
 /// validated), in whole units if it says so.
 fn targets(config: &CapacityConfig, wants: &[f64]) -> Vec<f64> {
-    let shares = apportion(config.algorithm, config.capacity, wants);
+    let mut shares = apportion(config.algorithm, config.capacity, wants);
+    if config.lends_spare && !config.algorithm.overcommits() {
+        lend_spare(config.capacity, wants, &mut shares);
+    }
     if config.whole_units {
-        in_whole_units(shares, wants)
+        let most: Vec<f64> = wants.iter().map(|&want| most_of(config, want)).collect();
+        in_whole_units(shares, &most)
     } else {
         shares
+    }
+}
+
+/// Lends what `shares` leave of `capacity` to the clients that want some,
+/// an equal part each (docs/design.md#global-limits, "Spare capacity lent"). An equal part,
+/// not one in proportion to the wants: a small demand is the noisiest for
+/// its size, and the part it is lent is what absorbs the noise.
+fn lend_spare(capacity: f64, wants: &[f64], shares: &mut [f64]) {
+    let spare = capacity - shares.iter().sum::<f64>();
+    let wanting = wants.iter().filter(|&&want| want > 0.0).count();
+    if spare <= 0.0 || wanting == 0 {
+        return;
+    }
+    let part = spare / wanting as f64;
+    for (share, &want) in shares.iter_mut().zip(wants) {
+        if want > 0.0 {
+            *share += part;
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 //! key carries the id, and so does the server's own lease of the share.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::config::{Config, FixedLimit};
@@ -25,6 +25,12 @@ pub struct GlobalShare {
     instance_id: Arc<str>,
     /// What this server may admit per window now.
     requests_per_unit: AtomicU64,
+    /// How much of that is spare capacity lent beyond what it asked for
+    /// (docs/design.md#global-limits, "Spare capacity lent").
+    lent: AtomicU64,
+    /// Whether the share is the safe share: the parent away, its last
+    /// grant expired (docs/design.md#global-limits, "The parent away").
+    on_safe_share: AtomicBool,
     /// Hits asked for since the last renewal, admitted or not: the demand.
     hits: AtomicU64,
     /// Hits asked for in the limit's current window: a bound on what it
@@ -77,6 +83,8 @@ impl GlobalShare {
             configured: configured.clone(),
             instance_id,
             requests_per_unit: AtomicU64::new(configured.requests_per_unit),
+            lent: AtomicU64::new(0),
+            on_safe_share: AtomicBool::new(false),
             hits: AtomicU64::new(0),
             asked: Mutex::default(),
         }
@@ -88,6 +96,22 @@ impl GlobalShare {
 
     pub fn set_requests_per_unit(&self, requests: u64) {
         self.requests_per_unit.store(requests, Ordering::Relaxed);
+    }
+
+    /// How much of the share is lent spare capacity.
+    pub fn lent(&self) -> u64 {
+        self.lent.load(Ordering::Relaxed)
+    }
+
+    /// Whether the share is the safe share (the parent away).
+    pub fn on_safe_share(&self) -> bool {
+        self.on_safe_share.load(Ordering::Relaxed)
+    }
+
+    /// Says how the share now in force came about.
+    pub fn set_provenance(&self, lent: u64, on_safe_share: bool) {
+        self.lent.store(lent, Ordering::Relaxed);
+        self.on_safe_share.store(on_safe_share, Ordering::Relaxed);
     }
 
     /// Counts `hits` asked for (admitted or not) at `now_ms`, of a limit

@@ -135,6 +135,7 @@ async fn round(
                         capacity: lease.capacity,
                         expiry_ms: lease.expiry_ms,
                         refresh_interval_ms: lease.refresh_interval_ms,
+                        safe_capacity: lease.safe_capacity,
                     },
                 ));
             }

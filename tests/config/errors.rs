@@ -653,6 +653,43 @@ fn a_global_limit_names_one_value_at_every_level() {
 }
 
 #[test]
+fn a_safe_share_is_read_or_refused_with_its_place() {
+    // docs/design.md#global-limits, "The parent away".
+    let limits = |rate: &str| {
+        format!(
+            "domain: api\ndescriptors:\n  - key: route\n    value: search\n    rate_limit: {rate}\n"
+        )
+    };
+    for good in ["split", "whole", "30", "'25%'"] {
+        let yaml = limits(&format!(
+            "{{unit: second, requests_per_unit: 100, global: true, safe_share: {good}}}"
+        ));
+        let loaded = charon::config::load_str(&yaml, "limits.yaml");
+        assert!(loaded.is_ok(), "{good}: {:?}", loaded.err());
+    }
+    assert_error(
+        &limits("{unit: second, requests_per_unit: 100, global: true, safe_share: half}"),
+        5,
+        82,
+        &[
+            "`safe_share` is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `half`",
+        ],
+    );
+    assert_error(
+        &limits("{unit: second, requests_per_unit: 100, global: true, safe_share: -3}"),
+        5,
+        82,
+        &["got `-3`"],
+    );
+    assert_error(
+        &limits("{unit: second, requests_per_unit: 100, safe_share: whole}"),
+        5,
+        68,
+        &["`safe_share` applies only to a limit marked `global: true`"],
+    );
+}
+
+#[test]
 fn max_hold_only_on_a_plain_fixed_window() {
     // A concurrency limit (docs/design.md#concurrency-limits).
     assert_error(

@@ -272,13 +272,14 @@ async fn the_refresh_interval_and_lease_of_shares_are_set_per_server() {
     }
     // A new lease moves (the root gives back what it kept for itself) and
     // is answered with a fifth of the interval; once it holds its share,
-    // the interval.
+    // the interval. Its share is the whole 100: the 40 it asked for and
+    // the 60 nobody wants, lent.
     assert_eq!(
         answers.first().map(|&(_, interval)| interval),
         Some(40),
         "{answers:?}"
     );
-    assert_eq!(answers.last(), Some(&(40.0, 200)), "{answers:?}");
+    assert_eq!(answers.last(), Some(&(100.0, 200)), "{answers:?}");
 
     for (flags, error) in [
         (["--global-refresh-interval", "50ms"], "at least 100ms"),

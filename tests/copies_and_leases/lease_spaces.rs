@@ -117,10 +117,11 @@ async fn a_users_names_never_meet_the_servers_own_lease_states() {
     let usage = service.leases.store.usage(capacity).await.unwrap();
     assert_eq!((usage.clients, usage.held), (1, 50.0));
     // A child server asks for the global limit's shares by its reserved
-    // name, in the global limits' space: it finds the limit of 100.
+    // name, in the global limits' space: it finds the limit of 100, all of
+    // it its own, the 60 it did not ask for lent (nobody else wants any).
     assert_eq!(
         lease(service, "region-a", GLOBAL, "global", 40.0).await,
-        40.0
+        100.0
     );
 }
 
@@ -143,15 +144,16 @@ resources:
 }
 
 /// This engine's share of the global limit now.
-fn share(engine: &Embedded) -> u64 {
+/// The engine's share of the global limit, and how much of it is lent.
+fn share(engine: &Embedded) -> (u64, u64) {
     let config = engine.service().config();
     let global = &config.namespace("edge").unwrap().globals[GLOBAL];
-    engine
+    let share = engine
         .service()
         .limiter
         .global_shares()
-        .share("edge", GLOBAL, &global.limit)
-        .requests_per_unit()
+        .share("edge", GLOBAL, &global.limit);
+    (share.requests_per_unit(), share.lent())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,21 +182,22 @@ async fn an_embedded_engine_and_a_sidecar_on_one_redis_split_a_global_limit() {
         }
     });
     // Until its first renewal the engine admits the whole limit, as it
-    // would without `global`; once it renews beside the sidecar, its share
-    // follows its demand (40 a second and some headroom), the rest left to
-    // the sidecar. An engine that never renewed would keep all 100, and so
-    // would the sidecar, which saw no other server: 200 in all.
-    let share = eventually(
+    // would without `global`; once it renews beside the sidecar, its own
+    // part follows its demand (40 a second and some headroom) and the rest
+    // is lent to it, the only server that wants some: still 100, of which
+    // 40 to 60 lent. An engine that never renewed would keep all 100 with
+    // nothing lent, and so would the sidecar, which saw no other server.
+    let (share, lent) = eventually(
         "the embedded engine's share follows its demand",
         Duration::from_secs(20),
         async || match share(&engine) {
-            share @ 40..=60 => Ok(share),
-            share => Err(format!("share {share}")),
+            (share, lent @ 40..=60) => Ok((share, lent)),
+            (share, lent) => Err(format!("share {share}, {lent} of it lent")),
         },
     )
     .await;
     load.abort();
-    assert!(share < 100, "{share}");
+    assert_eq!(share, 100, "{lent} lent");
 }
 
 #[tokio::test]

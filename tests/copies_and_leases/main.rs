@@ -6,6 +6,7 @@ mod support;
 
 mod capacity_leases;
 mod copies_sidecars;
+mod global_edges;
 mod global_limits;
 mod hierarchy;
 mod lease_spaces;

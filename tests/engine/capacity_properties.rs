@@ -21,6 +21,7 @@ fn config(capacity: f64, algorithm: Algorithm) -> CapacityConfig {
         safe_capacity: None,
         learning_ms: 0,
         whole_units: false,
+        lends_spare: false,
     }
 }
 
@@ -305,6 +306,7 @@ proptest! {
     ) {
         let config = CapacityConfig {
             whole_units: true,
+            lends_spare: false,
             ..config(f64::from(capacity) + 0.5, algorithm)
         };
         let capacity = f64::from(capacity);

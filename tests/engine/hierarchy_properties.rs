@@ -54,6 +54,7 @@ fn config(capacity: f64, algorithm: Algorithm, refresh_interval_ms: u64) -> Capa
         safe_capacity: None,
         learning_ms: 0,
         whole_units: false,
+        lends_spare: false,
     }
 }
 
@@ -171,6 +172,7 @@ impl Tree {
             expiry_ms: lease.expiry_ms,
             refresh_interval_ms: lease.refresh_interval_ms,
             moving: lease.refresh_interval_ms < parent_config.refresh_interval_ms,
+            safe_capacity: lease.safe_capacity,
         });
         own.next_round_ms = now + lease.refresh_interval_ms.max(FASTEST_MS);
         Ok(())

@@ -85,6 +85,11 @@ impl Sidecar {
             .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log.display()))
     }
 
+    /// Its (grpc, admin) ports, to start it again where clients expect it.
+    pub fn ports(&self) -> (u16, u16) {
+        (self.grpc, self.admin)
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

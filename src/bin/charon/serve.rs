@@ -155,6 +155,14 @@ pub struct ServeArgs {
     /// interval.
     #[arg(long, env = "CHARON_GLOBAL_LEASE", default_value = "10s", value_parser = parse_timeout)]
     pub global_lease: std::time::Duration,
+    /// What this server admits of a global limit while its parent is away,
+    /// once its last share expired, for the limits without a `safe_share`
+    /// of their own: `split` (its part of the parent's last split, so that
+    /// the servers below a missing parent admit its share together),
+    /// `whole` (the whole limit each), a count, or a percentage (`25%`)
+    /// (docs/design.md#global-limits, "The parent away").
+    #[arg(long, env = "CHARON_GLOBAL_SAFE_SHARE", default_value = "split", value_parser = parse_safe_share)]
+    pub global_safe_share: charon::config::global::SafeShare,
     /// Files naming the same domain add their descriptors to it
     /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
     #[arg(long, env = "CHARON_MERGE_DOMAIN_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
@@ -439,7 +447,8 @@ impl ServeArgs {
         let global_timing = charon::config::global::GlobalTiming::new(
             u64::try_from(self.global_refresh_interval.as_millis()).unwrap_or(u64::MAX),
             u64::try_from(self.global_lease.as_millis()).unwrap_or(u64::MAX),
-        )?;
+        )?
+        .with_safe_share(self.global_safe_share);
         Ok(charon::server::ServeOptions {
             xds,
             parent,
@@ -553,4 +562,8 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
         ));
     }
     Ok(std::time::Duration::from_millis(ms))
+}
+
+fn parse_safe_share(text: &str) -> Result<charon::config::global::SafeShare, String> {
+    charon::config::global::SafeShare::parse(text).map_err(|error| error.to_string())
 }

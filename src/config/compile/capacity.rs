@@ -78,6 +78,7 @@ impl Ctx {
             safe_capacity,
             learning_ms,
             whole_units: false,
+            lends_spare: false,
         };
         let at = raw.capacity.referenced;
         if let Err(error) = default.validate() {

@@ -22,7 +22,7 @@ use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, Millis};
 
 use super::global::{self, GlobalLimit};
-use super::raw::{RawDescriptor, RawFile};
+use super::raw::{RawDescriptor, RawFile, RawSafeShare};
 use super::{Algorithm, ConfigError, FixedLimit, Namespace, Note, Settings, caps};
 
 /// One file's compilation: where it is, and what it found wrong or changed.
@@ -304,6 +304,10 @@ impl Ctx {
             // Each value of the request has its own counter here.
             let per_value = value.is_empty() || (is_wildcard && shared_value.is_none());
             let path = parent.child(&written, per_value);
+            let written_safe = raw
+                .rate_limit
+                .as_ref()
+                .and_then(|written| written.value.safe_share.as_ref());
             let global = match &leaf {
                 Leaf::Limit(limit) if limit.global => {
                     let global_at = raw
@@ -311,9 +315,18 @@ impl Ctx {
                         .as_ref()
                         .and_then(|written| written.value.global.as_ref())
                         .map_or(at, |global| global.referenced);
-                    self.global(global_at, limit, &path, globals)
+                    let safe_share = written_safe.and_then(|safe| self.safe_share(safe));
+                    self.global(global_at, limit, safe_share, &path, globals)
                 }
-                _ => None,
+                _ => {
+                    if let Some(safe) = written_safe {
+                        self.error(
+                            safe.referenced,
+                            "`safe_share` applies only to a limit marked `global: true`",
+                        );
+                    }
+                    None
+                }
             };
             let node = Node {
                 leaf,
@@ -345,10 +358,33 @@ impl Ctx {
     }
 
     /// Registers a `global` limit at `path`; the name its shares go by.
+    /// A `safe_share:` as written; `None` (an error said) if it cannot be read.
+    fn safe_share(&mut self, written: &Spanned<RawSafeShare>) -> Option<global::SafeShare> {
+        let parsed = match &written.value {
+            RawSafeShare::Count(count) => u64::try_from(*count)
+                .map(global::SafeShare::Requests)
+                .map_err(|_| count.to_string()),
+            RawSafeShare::Word(word) => global::SafeShare::parse(word).map_err(|_| word.clone()),
+        };
+        match parsed {
+            Ok(safe) => Some(safe),
+            Err(text) => {
+                self.error(
+                    written.referenced,
+                    format!(
+                        "`safe_share` is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{text}`"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
     fn global(
         &mut self,
         at: Location,
         limit: &FixedLimit,
+        safe_share: Option<global::SafeShare>,
         path: &Path,
         globals: &mut BTreeMap<String, GlobalLimit>,
     ) -> Option<Arc<str>> {
@@ -364,6 +400,7 @@ impl Ctx {
             name.clone(),
             GlobalLimit {
                 limit: limit.clone(),
+                safe_share,
             },
         );
         Some(Arc::from(name))

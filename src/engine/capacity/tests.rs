@@ -11,6 +11,7 @@ fn config(capacity: f64, algorithm: Algorithm) -> CapacityConfig {
         safe_capacity: None,
         learning_ms: 0,
         whole_units: false,
+        lends_spare: false,
     }
 }
 
@@ -230,6 +231,7 @@ fn whole_units_leave_nothing_to_rounding() {
     // 34.6 would admit 132 + 132 + 34 = 298.
     let config = CapacityConfig {
         whole_units: true,
+        lends_spare: false,
         ..config(300.0, Algorithm::FairShare)
     };
     let mut state = LeaseState::new(0);
@@ -254,6 +256,7 @@ fn a_level_renews_its_clients_as_often_as_its_parent_while_its_grant_moves() {
         expiry_ms: 10_000,
         refresh_interval_ms,
         moving: true,
+        safe_capacity: 50.0,
     };
     let under = |grant| under_grant(&config, Some(grant), 0).refresh_interval_ms;
     assert_eq!(under(grant(500)), 500);
@@ -271,4 +274,54 @@ fn a_level_renews_its_clients_as_often_as_its_parent_while_its_grant_moves() {
         ..grant(5_000)
     };
     assert_eq!(under(ending), 300);
+}
+
+fn lending(capacity: f64) -> CapacityConfig {
+    CapacityConfig {
+        lends_spare: true,
+        whole_units: true,
+        ..config(capacity, Algorithm::FairShare)
+    }
+}
+
+#[test]
+fn spare_capacity_is_lent_to_the_clients_that_want_some() {
+    let config = lending(100.0);
+    let mut state = LeaseState::new(0);
+    // Alone and wanting a fifth: the whole limit, lent.
+    let a = request(&config, &mut state, "a", 21.0, 0.0, 0).map(|lease| lease.capacity);
+    assert_eq!(a, Ok(100.0));
+    // A client that wants nothing is lent nothing.
+    let idle = request(&config, &mut state, "idle", 0.0, 0.0, 1).map(|lease| lease.capacity);
+    assert_eq!(idle, Ok(0.0));
+    // A second that wants some: its share is free only once a gives back
+    // what it was lent; a is over its new target and is nudged.
+    let b = request(&config, &mut state, "b", 3.0, 0.0, 2).map(|lease| lease.capacity);
+    assert_eq!(b, Ok(0.0));
+    assert_eq!(to_nudge(&config, &state, "b", 3), vec!["a"]);
+    // The spare (100 - 21 - 3) goes in equal parts: 21 + 38, 3 + 38.
+    let a = request(&config, &mut state, "a", 21.0, 100.0, 4).map(|lease| lease.capacity);
+    let b = request(&config, &mut state, "b", 3.0, 0.0, 5).map(|lease| lease.capacity);
+    assert_eq!((a, b), (Ok(59.0), Ok(41.0)));
+    assert_eq!(live_sum(&state, 6), 100.0);
+    // b's demand grows past its lent share: a gives back first, and once
+    // both renewed their shares are their fair shares and nothing is lent.
+    request(&config, &mut state, "b", 80.0, 41.0, 7).ok();
+    request(&config, &mut state, "a", 40.0, 59.0, 8).ok();
+    let b = request(&config, &mut state, "b", 80.0, 41.0, 9).map(|lease| lease.capacity);
+    let a = request(&config, &mut state, "a", 40.0, 40.0, 10).map(|lease| lease.capacity);
+    assert_eq!((a, b), (Ok(40.0), Ok(60.0)));
+    assert!(live_sum(&state, 11) <= 100.0);
+}
+
+#[test]
+fn the_safe_capacity_is_the_split_among_the_clients_that_want_some() {
+    let config = config(90.0, Algorithm::FairShare);
+    let mut state = LeaseState::new(0);
+    request(&config, &mut state, "root", 0.0, 0.0, 0).ok();
+    request(&config, &mut state, "a", 10.0, 0.0, 1).ok();
+    let b = request(&config, &mut state, "b", 5.0, 0.0, 2).map(|lease| lease.safe_capacity);
+    assert_eq!(b, Ok(45.0));
+    let root = request(&config, &mut state, "root", 0.0, 0.0, 3).map(|lease| lease.safe_capacity);
+    assert_eq!(root, Ok(30.0));
 }

@@ -36,21 +36,24 @@ impl Metrics {
         shares: &crate::limiter::global::GlobalShares,
     ) {
         self.global_shares.clear();
+        self.global_shares_lent.clear();
+        self.global_on_safe_share.clear();
         for namespace in config.namespaces() {
             for (name, global) in &namespace.globals {
+                let labels = CopyResourceLabels {
+                    namespace: namespace.name.clone(),
+                    resource: name.clone(),
+                };
+                let share = shares.share(&namespace.name, name, &global.limit);
                 self.global_shares
-                    .get_or_create(&CopyResourceLabels {
-                        namespace: namespace.name.clone(),
-                        resource: name.clone(),
-                    })
-                    .set(
-                        i64::try_from(
-                            shares
-                                .share(&namespace.name, name, &global.limit)
-                                .requests_per_unit(),
-                        )
-                        .unwrap_or(i64::MAX),
-                    );
+                    .get_or_create(&labels)
+                    .set(i64::try_from(share.requests_per_unit()).unwrap_or(i64::MAX));
+                self.global_shares_lent
+                    .get_or_create(&labels)
+                    .set(i64::try_from(share.lent()).unwrap_or(i64::MAX));
+                self.global_on_safe_share
+                    .get_or_create(&labels)
+                    .set(i64::from(share.on_safe_share()));
             }
         }
     }

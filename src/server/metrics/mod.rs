@@ -49,6 +49,8 @@ pub struct Metrics {
     copy_serving: Gauge,
     copies_held: Family<CopyResourceLabels, Gauge>,
     global_shares: Family<CopyResourceLabels, Gauge>,
+    global_shares_lent: Family<CopyResourceLabels, Gauge>,
+    global_on_safe_share: Family<CopyResourceLabels, Gauge>,
     overloads: Family<PolicyLabels, Counter>,
     quota_buckets: Family<QuotaLabels, Counter>,
     copy_log_events: Family<CopyLogEventLabels, Counter>,
@@ -267,6 +269,18 @@ impl Metrics {
             "This server's share of each global limit (docs/design.md#global-limits), in requests per window; resource is rate_limit: and the descriptor path",
             global_shares.clone(),
         );
+        let global_shares_lent = Family::<CopyResourceLabels, Gauge>::default();
+        registry.register(
+            "global_limit_share_lent",
+            "How much of this server's share of each global limit is spare capacity lent beyond what it asked for (docs/design.md#global-limits), in requests per window",
+            global_shares_lent.clone(),
+        );
+        let global_on_safe_share = Family::<CopyResourceLabels, Gauge>::default();
+        registry.register(
+            "global_limit_on_safe_share",
+            "1 while this server decides a global limit on its safe share: its parent away and the last grant expired (docs/design.md#global-limits)",
+            global_on_safe_share.clone(),
+        );
         let copies_held_by_group = Family::<CopyGroupLabels, Gauge>::default();
         registry.register(
             "copies_held_by_group",
@@ -307,6 +321,8 @@ impl Metrics {
             copy_serving,
             copies_held,
             global_shares,
+            global_shares_lent,
+            global_on_safe_share,
             overloads,
             quota_buckets,
             copies_held_by_group,

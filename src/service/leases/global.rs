@@ -14,9 +14,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::config::FixedLimit;
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::config::global::{FASTEST_REFRESH_MS, GlobalTiming};
+use crate::config::global::{FASTEST_REFRESH_MS, GlobalLimit, GlobalTiming};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::limiter::global::{CLOCK_SKEW_MS, GlobalShares};
 use crate::store::ResourceRef;
@@ -74,17 +73,22 @@ const FALLS: [(u64, f64); 1] = [(1_000, 4.0)];
 const STEADY: f64 = 0.1;
 
 /// A global limit as a leased capacity: its `requests_per_unit`, shared
-/// fairly; with no live grant from the parent, a server admits up to the
-/// whole limit on its own (as it would without `global`).
-pub fn global_capacity(limit: &FixedLimit, timing: GlobalTiming) -> CapacityConfig {
+/// fairly, the spare lent to the servers that want some; once a live grant
+/// from the parent expired, its safe share (docs/design.md#global-limits, "The parent away").
+pub fn global_capacity(global: &GlobalLimit, timing: GlobalTiming) -> CapacityConfig {
+    let capacity = global.limit.requests_per_unit as f64;
     CapacityConfig {
-        capacity: limit.requests_per_unit as f64,
+        capacity,
         algorithm: Algorithm::FairShare,
         lease_ms: timing.lease_ms(),
         refresh_interval_ms: timing.refresh_ms(),
-        safe_capacity: Some(UNLIMITED_SAFE_CAPACITY),
+        safe_capacity: global
+            .safe_share
+            .unwrap_or(timing.safe_share())
+            .safe_capacity(capacity),
         learning_ms: 0,
         whole_units: true,
+        lends_spare: true,
     }
 }
 
@@ -116,6 +120,8 @@ struct Renewed {
     /// The shares set, and when: the first is in force at the start of the
     /// oldest window still counted.
     shares: Vec<(u64, u64)>,
+    /// Whether the last share set was the safe share.
+    on_safe_share: bool,
 }
 
 impl Renewed {
@@ -304,7 +310,7 @@ impl Service {
                         domain: GLOBAL_DOMAIN,
                     },
                 };
-                let limit = global_capacity(&global.limit, self.leases.global_timing);
+                let limit = global_capacity(global, self.leases.global_timing);
                 let hits = share.take_hits() as f64;
                 let period_ms = global.limit.period().max(1);
                 let now = self.clock.now_ms();
@@ -351,7 +357,7 @@ impl Service {
                     }
                 };
                 let config = if linked {
-                    self.leases.parent.effective(at.at, limit, now)
+                    self.global_under_parent(at.at, limit, now)
                 } else {
                     limit
                 };
@@ -378,6 +384,19 @@ impl Service {
                         );
                         if apply {
                             share.set_requests_per_unit(granted);
+                            // What it asked for, in whole requests, is its own; the rest is lent.
+                            let own = (wants - 1e-9).ceil().max(0.0) as u64;
+                            let on_safe =
+                                linked && self.leases.parent.expired_split(at.at, now).is_some();
+                            share.set_provenance(granted.saturating_sub(own), on_safe);
+                            if on_safe != renewed.on_safe_share {
+                                if on_safe {
+                                    tracing::warn!(limit = %name, share = granted, "the parent's grant expired: deciding on the safe share");
+                                } else {
+                                    tracing::info!(limit = %name, share = granted, "the parent answers again: back on its grant");
+                                }
+                                renewed.on_safe_share = on_safe;
+                            }
                             // Kept back to the previous window, for the store whose clock is behind.
                             renewed.record(now, granted, previous_start);
                         }
@@ -390,6 +409,38 @@ impl Service {
             }
         }
         renewals.limits = live;
+    }
+
+    /// The configuration a server with a parent leases a global limit's
+    /// shares with at `now_ms`: the parent's grant, or once it expired the
+    /// safe share. A parent that never answered leaves the whole limit: a
+    /// server that starts while its parent is away decides as if the limit
+    /// were its own (docs/design.md#global-limits, "The parent away").
+    pub(in crate::service) fn global_under_parent(
+        &self,
+        at: ResourceRef<'_>,
+        limit: CapacityConfig,
+        now_ms: u64,
+    ) -> CapacityConfig {
+        let effective = self.leases.parent.effective(at, limit, now_ms);
+        if !self.leases.parent.ever_granted(at) {
+            return limit;
+        }
+        match (
+            limit.safe_capacity,
+            self.leases.parent.expired_split(at, now_ms),
+        ) {
+            // `split`: the parent's last split, as it said it.
+            (None, Some(split)) => CapacityConfig {
+                capacity: if split == UNLIMITED_SAFE_CAPACITY {
+                    limit.capacity
+                } else {
+                    split.clamp(0.0, limit.capacity)
+                },
+                ..effective
+            },
+            _ => effective,
+        }
     }
 
     /// On a server with a parent, no global limit admits anything until

@@ -96,12 +96,13 @@ impl Service {
                     config,
                     from_parent,
                 }) => {
-                    let config = if from_parent {
-                        self.leases
-                            .parent
-                            .effective(key.at, config, self.clock.now_ms())
-                    } else {
-                        config
+                    let now = self.clock.now_ms();
+                    let config = match (from_parent, key.space) {
+                        (false, _) => config,
+                        (true, LeaseSpace::GlobalLimit) => {
+                            self.global_under_parent(key.at, config, now)
+                        }
+                        (true, _) => self.leases.parent.effective(key.at, config, now),
                     };
                     let lease = self
                         .leases
@@ -173,7 +174,7 @@ impl Service {
             };
             return Ok(Leased {
                 key,
-                config: global_capacity(&global.limit, self.leases.global_timing),
+                config: global_capacity(global, self.leases.global_timing),
                 from_parent: self.leases.parent.is_linked(),
             });
         }

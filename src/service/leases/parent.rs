@@ -94,6 +94,32 @@ impl ParentShares {
     }
 }
 
+impl ParentShares {
+    /// Whether the parent ever answered for `at`: a grant, live or expired.
+    pub fn ever_granted(&self, at: ResourceRef<'_>) -> bool {
+        let key = (
+            at.namespace.to_owned(),
+            at.resource.to_owned(),
+            at.domain.to_owned(),
+        );
+        lock(&self.grants).contains_key(&key)
+    }
+
+    /// The parent's split for `at` (its safe capacity for this level), if
+    /// its grant expired: this level decides on its safe share.
+    pub fn expired_split(&self, at: ResourceRef<'_>, now_ms: u64) -> Option<f64> {
+        let key = (
+            at.namespace.to_owned(),
+            at.resource.to_owned(),
+            at.domain.to_owned(),
+        );
+        lock(&self.grants)
+            .get(&key)
+            .filter(|grant| now_ms >= grant.expiry_ms)
+            .map(|grant| grant.safe_capacity)
+    }
+}
+
 /// What the parent granted for one [`ParentWant`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ParentGrant {
@@ -101,6 +127,8 @@ pub struct ParentGrant {
     pub expiry_ms: u64,
     /// When to ask again.
     pub refresh_interval_ms: u64,
+    /// What to use once the grant expired while the parent is away.
+    pub safe_capacity: f64,
 }
 
 /// What a level asks its parent for one (namespace, resource, domain).
@@ -195,6 +223,7 @@ impl Service {
             capacity,
             expiry_ms,
             refresh_interval_ms,
+            safe_capacity,
         } = grant;
         let key = (
             want.namespace.clone(),
@@ -214,6 +243,7 @@ impl Service {
                 expiry_ms,
                 refresh_interval_ms,
                 moving: refresh_interval_ms < usual,
+                safe_capacity,
             },
         );
         previous.is_none_or(|previous| capacity != previous.capacity)
@@ -292,6 +322,7 @@ mod tests {
             safe_capacity: safe,
             learning_ms: 0,
             whole_units: false,
+            lends_spare: false,
         }
     }
 
@@ -319,6 +350,7 @@ mod tests {
                 expiry_ms: now + 3_000,
                 refresh_interval_ms: 2_000,
                 moving: false,
+                safe_capacity: 30.0,
             },
         );
         let effective = shares.effective(AT, config(None), now);

@@ -198,6 +198,7 @@ impl Service {
             safe_capacity: None,
             learning_ms: 0,
             whole_units: false,
+            lends_spare: true,
         }))
     }
 

@@ -169,6 +169,7 @@ mod tests {
             safe_capacity: None,
             learning_ms: 0,
             whole_units: false,
+            lends_spare: false,
         };
         let want = |wants| Want {
             wants,
