@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
 use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
@@ -46,7 +46,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::service::Service;
 use crate::service::error::Kind;
-use crate::service::leases::quota::{Bucket, Demand, Quota};
+use crate::service::leases::quota::{
+    Bucket, Demand, MAX_BUCKET_ID_BYTES, MAX_BUCKET_ID_ENTRIES, Quota,
+};
 
 use super::metrics::Metrics;
 
@@ -67,6 +69,8 @@ struct Assigned {
     wants: f64,
     /// What its Envoy was told last.
     told: Quota,
+    /// When its Envoy last reported it.
+    reported: Instant,
 }
 
 /// The RLQS face of a sidecar.
@@ -214,6 +218,14 @@ impl EnvoyStream {
                 metrics.quota_bucket("malformed");
                 continue;
             };
+            if id.bucket.len() > MAX_BUCKET_ID_ENTRIES
+                || id.bucket.iter().any(|(key, value)| {
+                    key.len() > MAX_BUCKET_ID_BYTES || value.len() > MAX_BUCKET_ID_BYTES
+                })
+            {
+                metrics.quota_bucket("too_large");
+                continue;
+            }
             let bucket = Bucket::new(id.bucket.clone());
             if self.assigned.len() >= MAX_BUCKETS && !self.assigned.contains_key(&bucket.name) {
                 metrics.quota_bucket("malformed");
@@ -225,13 +237,19 @@ impl EnvoyStream {
                 let nanos = u32::try_from(d.nanos).unwrap_or(0).min(999_999_999);
                 Duration::new(seconds, nanos)
             });
+            // Envoy says whole seconds (4 for 4.9): the time since its
+            // previous report of the bucket by this server's clock, if more.
+            let now = Instant::now();
+            let elapsed = self.assigned.get(&bucket.name).map_or(elapsed, |assigned| {
+                elapsed.max(now.duration_since(assigned.reported))
+            });
             let demand = Demand::Measured {
                 requests: usage
                     .num_requests_allowed
                     .saturating_add(usage.num_requests_denied),
                 elapsed,
             };
-            if let Some(action) = self.decide(&namespace, bucket, id, demand).await {
+            if let Some(action) = self.decide(&namespace, bucket, id, demand, now).await {
                 actions.push(action);
             }
         }
@@ -245,16 +263,29 @@ impl EnvoyStream {
         let Some(namespace) = self.namespace.clone() else {
             return Vec::new();
         };
-        let held: Vec<(Bucket, BucketId, f64)> = self
+        let held: Vec<(Bucket, BucketId, f64, Instant)> = self
             .assigned
             .values()
-            .map(|assigned| (assigned.bucket.clone(), assigned.id.clone(), assigned.wants))
+            .map(|assigned| {
+                (
+                    assigned.bucket.clone(),
+                    assigned.id.clone(),
+                    assigned.wants,
+                    assigned.reported,
+                )
+            })
             .collect();
         let mut actions = Vec::new();
-        for (bucket, id, wants) in held {
+        for (bucket, id, wants, reported) in held {
             let before = self.assigned.get(&bucket.name).map(|a| a.told);
             let action = self
-                .decide(&namespace, bucket.clone(), id, Demand::Wants(wants))
+                .decide(
+                    &namespace,
+                    bucket.clone(),
+                    id,
+                    Demand::Wants(wants),
+                    reported,
+                )
                 .await;
             // Only what changed is said again.
             if let Some(action) = action {
@@ -275,6 +306,7 @@ impl EnvoyStream {
         bucket: Bucket,
         id: BucketId,
         demand: Demand,
+        reported: Instant,
     ) -> Option<BucketAction> {
         let metrics = self.face.metrics.clone();
         let service = self.face.service.clone();
@@ -331,6 +363,7 @@ impl EnvoyStream {
                         id: id.clone(),
                         wants,
                         told: quota,
+                        reported,
                     },
                 );
                 Some(Action::QuotaAssignmentAction(assignment(quota)))

@@ -82,8 +82,11 @@ struct Rig {
 
 impl Rig {
     async fn start() -> Rig {
+        Self::start_with(manifest_dir().join("examples/envoy/rlqs-limits.yaml")).await
+    }
+
+    async fn start_with(limits: std::path::PathBuf) -> Rig {
         let dir = tempfile::tempdir().expect("temp dir");
-        let limits = manifest_dir().join("examples/envoy/rlqs-limits.yaml");
         let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind upstream");
@@ -261,4 +264,33 @@ async fn an_envoy_that_wants_little_gets_it_and_the_other_the_rest() {
     assert!((13..=15).contains(&b), "B got {b} of its 15; {context}");
     assert!((24..=35).contains(&a), "A got {a}; {context}");
     assert!(a + b <= 52, "{a} + {b} over the limit; {context}");
+}
+
+/// Every second, the first included, the Envoys of a bucket admit at most
+/// the limit and a fifth: Envoy starts each new bucket full, and Charon's
+/// buckets hold a tenth of a second's share (docs/design.md#rlqs). Before,
+/// a bucket held a whole second's share and the first second admitted
+/// twice the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_second_admits_more_than_a_fifth_over_the_limit_not_even_the_first() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = dir.path().join("limits.yaml");
+    fs::write(
+        &limits,
+        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 50}\n",
+    )
+    .expect("write limits");
+    let rig = Rig::start_with(limits).await;
+    const SECONDS: u64 = 7;
+    let per_second = rig.run([60, 60], SECONDS).await;
+    let context = format!("admitted per second: {per_second:?}");
+    eprintln!("{context}");
+    for (second, (a, b)) in per_second[0].iter().zip(&per_second[1]).enumerate() {
+        let total = a + b;
+        assert!(total <= 60, "{total} in second {second}; {context}");
+    }
+    let steady: u64 = (2..SECONDS as usize)
+        .map(|second| per_second[0][second] + per_second[1][second])
+        .sum();
+    assert!(steady >= 47 * (SECONDS - 2), "{steady}; {context}");
 }

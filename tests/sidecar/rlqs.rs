@@ -111,11 +111,13 @@ impl Envoy {
                             assert!(ttl.seconds > 0, "a time to live");
                             match assigned.rate_limit_strategy.and_then(|s| s.strategy) {
                                 Some(Strategy::TokenBucket(bucket)) => {
+                                    // Tokens every 10 s, a bucket of a tenth of a
+                                    // second's share (docs/design.md#rlqs).
                                     let fill = bucket.fill_interval.unwrap_or_default();
-                                    assert_eq!(fill.seconds, 1);
+                                    assert_eq!(fill.seconds, 10);
                                     let per_fill = bucket.tokens_per_fill.unwrap_or_default();
-                                    assert_eq!(per_fill.value, bucket.max_tokens);
-                                    Told::Tokens(per_fill.value)
+                                    assert_eq!(bucket.max_tokens, (per_fill.value / 100).max(2));
+                                    Told::Tokens(per_fill.value / 10)
                                 }
                                 Some(Strategy::BlanketRule(rule))
                                     if rule == BlanketRule::DenyAll as i32 =>
@@ -157,9 +159,10 @@ async fn two_envoys_share_a_buckets_limit_and_a_leaver_gives_its_share_back() {
     assert_eq!(b.told_one().await, Told::Tokens(5));
     assert_eq!(a.told_one().await, Told::Tokens(5));
     // Another tenant is another bucket with a limit of its own; B's demand
-    // there (3 a second, and a fifth more) is all it asks for.
+    // there (3 a second, and a tenth more) is all it asks for, and the rest,
+    // which nobody wants, is lent to it.
     b.report(&[bucket("tenant", "globex")], 3).await;
-    assert_eq!(b.told_one().await, Told::Tokens(3));
+    assert_eq!(b.told_one().await, Told::Tokens(10));
     // B goes away: A is told the whole limit again, at once.
     drop(b);
     assert_eq!(a.told_one().await, Told::Tokens(10));
@@ -192,9 +195,10 @@ async fn buckets_without_a_limit_get_no_assignment_and_are_counted() {
             .await,
         2.0
     );
-    // The first stream still answers.
+    // The first stream still answers (its 5 a second and a tenth more,
+    // the rest of the 10 lent: nobody else wants any).
     a.report(&[bucket("tenant", "acme")], 5).await;
-    assert_eq!(a.told_one().await, Told::Tokens(6));
+    assert_eq!(a.told_one().await, Told::Tokens(10));
 }
 
 /// On Redis the Envoys of every sidecar share one pool: an Envoy on
@@ -249,7 +253,7 @@ async fn a_bucket_whose_limit_is_removed_is_abandoned() {
     let sidecar = memory_sidecar(dir.path(), CONFIG).await;
     let mut a = Envoy::connect(&sidecar, "edge").await;
     a.report(&[bucket("tenant", "acme")], 5).await;
-    assert_eq!(a.told_one().await, Told::Tokens(6));
+    assert_eq!(a.told_one().await, Told::Tokens(10));
     let without_tenants = "
 domain: edge
 descriptors:
@@ -278,4 +282,36 @@ descriptors:
             .await,
         1.0
     );
+}
+
+/// A bucket id past its bounds (a key or value over 1 024 bytes, more than
+/// 16 entries) gets no assignment and is counted; the stream goes on, and
+/// so do the other buckets of the same report.
+#[tokio::test]
+async fn an_oversized_bucket_id_is_refused_and_counted_and_the_stream_goes_on() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let mut a = Envoy::connect(&sidecar, "edge").await;
+    let huge = "x".repeat(1_000_000);
+    let many = BucketId {
+        bucket: (0..17)
+            .map(|entry| (format!("k{entry}"), "v".to_owned()))
+            .collect(),
+    };
+    a.report(
+        &[bucket("tenant", &huge), many, bucket("tenant", "acme")],
+        5,
+    )
+    .await;
+    let told = a.told().await.expect("an answer");
+    assert_eq!(told, HashMap::from([("acme".to_owned(), Told::Tokens(10))]));
+    assert_eq!(
+        sidecar
+            .metric("charon_rlqs_buckets_total{outcome=\"too_large\"}")
+            .await,
+        2.0
+    );
+    // Just at the bound: assigned.
+    a.report(&[bucket("tenant", &"y".repeat(1_024))], 5).await;
+    assert_eq!(a.told_one().await, Told::Tokens(10));
 }

@@ -9,10 +9,12 @@
 //!   `tenant: acme` is the descriptor `[(tenant, acme)]`, matched in the
 //!   namespace's `descriptors:` tree as Envoy's `ShouldRateLimit` is.
 //! - An Envoy's demand is what it reported, allowed and denied, per second
-//!   of the report's `time_elapsed`, with a fifth more so growth shows;
+//!   since its previous report (by this server's clock: Envoy's
+//!   `time_elapsed` is whole seconds), with a tenth more so growth shows;
 //!   before it has reported over a time (its first report comes with its
 //!   first request), the whole limit.
-//! - Its share is a token bucket that refills at its lease per second.
+//! - Its share is a token bucket that refills at its lease per second and
+//!   holds a tenth of a second's share.
 //! - When one Envoy's share moves, the others that report the bucket to
 //!   this server are decided again and nudged ([`Service::settle_quota`]),
 //!   through the same nudges as `WatchCapacity`: one push path for every
@@ -51,8 +53,34 @@ pub const LEASE: Duration = Duration::from_secs(10);
 /// How often Envoys are expected to report (the lease engine's refresh).
 const REFRESH: Duration = Duration::from_secs(1);
 
-/// What an Envoy is asked for beyond its measured demand.
-const HEADROOM: f64 = 1.2;
+/// What an Envoy is asked for beyond its measured demand: enough that a
+/// steady demand is not refused, little enough that what a small Envoy
+/// holds and does not use costs the others little (at 3 and 30 a second of
+/// 10, the two admit 9.7 a second; with a fifth more, 9.4).
+const HEADROOM: f64 = 1.1;
+
+/// How long a fill of an assigned token bucket is: Envoy refills its bucket
+/// continuously at `tokens_per_fill` per whole second of the interval, so a
+/// longer interval says a rate to a tenth of a request a second. Always the
+/// same, because Envoy keeps a bucket whose `max_tokens` and
+/// `tokens_per_fill` did not change even if the interval's seconds did.
+const FILL_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How much of a second's share an Envoy's bucket may hold (its
+/// `max_tokens`), at least `LEAST_BURST` tokens. Envoy starts every new
+/// bucket full, so in any second an Envoy admits at most its bucket and
+/// its rate: the Envoys of a bucket together at most the limit and a tenth
+/// of it (or two tokens each), the first second included
+/// (docs/design.md#rlqs). Not one token: a bucket of one loses what
+/// accrues between a token's arrival and the next request's (measured:
+/// 4.6 a second admitted of a share of 5, requests every 33 ms).
+const BURST: f64 = 0.1;
+const LEAST_BURST: f64 = 2.0;
+
+/// The longest key or value of a bucket id, and the most entries: a
+/// longer id is refused (counted, no assignment) and the stream goes on.
+pub const MAX_BUCKET_ID_BYTES: usize = 1_024;
+pub const MAX_BUCKET_ID_ENTRIES: usize = 16;
 
 /// What a bucket's descriptor makes of it.
 enum BucketLimit {
@@ -281,23 +309,34 @@ impl Service {
 }
 
 /// A share of `per_second` as a token bucket that never grants more: whole
-/// tokens, refilled every second, or every few seconds for a share under
-/// one per second.
+/// tokens every [`FILL_INTERVAL`] (every few intervals' worth of seconds for
+/// a share under one token an interval), holding at most [`BURST`] of a
+/// second's share.
 fn token_bucket(per_second: f64) -> Quota {
+    let deny = Quota::Assigned {
+        max_tokens: 0,
+        tokens_per_fill: 0,
+        fill_interval: FILL_INTERVAL,
+        ttl: LEASE,
+    };
     if !(per_second.is_finite() && per_second > 0.0) {
-        return Quota::Assigned {
-            max_tokens: 0,
-            tokens_per_fill: 0,
-            fill_interval: Duration::from_secs(1),
-            ttl: LEASE,
-        };
+        return deny;
     }
-    let interval_seconds = (1.0 / per_second).ceil().max(1.0);
+    let interval_seconds = (1.0 / per_second)
+        .ceil()
+        .max(FILL_INTERVAL.as_secs_f64())
+        .min(86_400.0);
     let tokens = (per_second * interval_seconds)
         .floor()
         .min(f64::from(u32::MAX)) as u32;
+    if tokens == 0 {
+        return deny;
+    }
+    let burst = (per_second * BURST)
+        .floor()
+        .clamp(LEAST_BURST, f64::from(u32::MAX)) as u32;
     Quota::Assigned {
-        max_tokens: tokens,
+        max_tokens: burst,
         tokens_per_fill: tokens,
         fill_interval: Duration::from_secs_f64(interval_seconds),
         ttl: LEASE,
@@ -322,13 +361,18 @@ mod tests {
 
     #[test]
     fn a_share_becomes_whole_tokens_never_more() {
-        let second = Duration::from_secs(1);
-        assert_eq!(bucket(token_bucket(10.0)), (10, 10, second));
-        assert_eq!(bucket(token_bucket(7.9)), (7, 7, second));
-        // Under one a second: one token every few seconds.
-        assert_eq!(bucket(token_bucket(0.4)), (1, 1, 3 * second));
-        assert_eq!(bucket(token_bucket(0.0)), (0, 0, second));
-        assert_eq!(bucket(token_bucket(f64::NAN)), (0, 0, second));
+        let ten = Duration::from_secs(10);
+        // A rate to a tenth of a request a second; a bucket of a tenth of
+        // a second's share, at least two tokens.
+        assert_eq!(bucket(token_bucket(10.0)), (2, 100, ten));
+        assert_eq!(bucket(token_bucket(7.95)), (2, 79, ten));
+        assert_eq!(bucket(token_bucket(250.0)), (25, 2_500, ten));
+        assert_eq!(bucket(token_bucket(0.4)), (2, 4, ten));
+        // Under one a fill: one token every so many seconds.
+        assert_eq!(bucket(token_bucket(0.04)), (2, 1, Duration::from_secs(25)));
+        assert_eq!(bucket(token_bucket(0.0)), (0, 0, ten));
+        assert_eq!(bucket(token_bucket(f64::NAN)), (0, 0, ten));
+        assert_eq!(bucket(token_bucket(1e-9)), (0, 0, ten));
     }
 
     #[test]
