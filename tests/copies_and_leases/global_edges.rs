@@ -201,6 +201,18 @@ fn admitted(row: &[(u64, u64); 3]) -> u64 {
     row.iter().map(|(_, admitted)| admitted).sum()
 }
 
+/// The state view of the global limit on `server`.
+async fn global_state(server: &Sidecar) -> serde_json::Value {
+    let url = server.admin_url(&format!("/debug/state?namespace=api&resource={SHARE}"));
+    let text = reqwest::get(url)
+        .await
+        .expect("the state view answers")
+        .text()
+        .await
+        .expect("a body");
+    serde_json::from_str(&text).unwrap_or_else(|error| panic!("{error}: {text}"))
+}
+
 const TIMING: [&str; 2] = ["--global-refresh-interval", "200ms"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,6 +232,10 @@ async fn a_demand_under_the_limit_is_never_refused_and_one_over_it_gets_the_limi
         ))
         .await;
     assert!(lent >= 50.0, "the spare is lent: {lent}");
+    let state = global_state(&hierarchy.leaves[0]).await;
+    assert_eq!(state["share"], 100, "{state}");
+    assert_eq!(state["lent"], lent as u64, "{state}");
+    assert_eq!(state["on_safe_share"], false, "{state}");
 
     // Three leaves at 10, 10 and 3 % of the limit: 23 % in all.
     let rows = hierarchy.phase([10, 10, 3], 7, 2).await;
@@ -284,6 +300,16 @@ async fn with_the_root_away_the_leaves_admit_about_the_limit_until_it_is_back() 
     for region in &hierarchy.regions {
         assert_eq!(region.metric(&safe).await, 1.0, "on its safe share");
     }
+    // The state view says so too; region B's part of the root's split
+    // (half the limit) is its leaf's share: a region serves no requests
+    // and holds no share of its own.
+    let state = global_state(&hierarchy.regions[1]).await;
+    assert_eq!(state["kind"], "global", "{state}");
+    assert_eq!(state["on_safe_share"], true, "{state}");
+    assert_eq!(state["share"], 0, "{state}");
+    let state = global_state(&hierarchy.leaves[2]).await;
+    assert_eq!(state["on_safe_share"], false, "{state}");
+    assert_eq!(state["share"], 50, "{state}");
 
     // The root back where the regions expect it: the shares are the
     // parent's again within a refresh or two, and hold the limit.

@@ -78,8 +78,10 @@ async fn tokens(service: &Service, envoy: &str) -> u32 {
         .0
     {
         Quota::Assigned {
-            tokens_per_fill, ..
-        } => tokens_per_fill,
+            tokens_per_fill,
+            fill_interval,
+            ..
+        } => tokens_per_fill / u32::try_from(fill_interval.as_secs().max(1)).unwrap_or(1),
         other => panic!("{other:?}"),
     }
 }

@@ -50,6 +50,9 @@ async fn load(
     start: tokio::time::Instant,
     tally: Arc<Tally>,
 ) {
+    if per_second == 0 {
+        return;
+    }
     let gap = Duration::from_secs(1) / per_second as u32;
     let mut tick = tokio::time::interval_at(start, gap);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -74,9 +77,9 @@ async fn load(
 /// examples/envoy/rlqs.yaml in front of one upstream.
 struct Rig {
     sidecar_admin: u16,
-    listens: [u16; 2],
+    listens: Vec<u16>,
     client: reqwest::Client,
-    _processes: (Proc, Vec<Proc>),
+    processes: (Proc, Vec<Proc>),
     _dir: tempfile::TempDir,
 }
 
@@ -86,6 +89,11 @@ impl Rig {
     }
 
     async fn start_with(limits: std::path::PathBuf) -> Rig {
+        Self::start_envoys(limits, 2).await
+    }
+
+    /// Charon on `limits` and `count` Envoys.
+    async fn start_envoys(limits: std::path::PathBuf, count: usize) -> Rig {
         let dir = tempfile::tempdir().expect("temp dir");
         let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -95,7 +103,10 @@ impl Rig {
             let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
             axum::serve(upstream, app).await.expect("upstream server");
         });
-        let [grpc, sidecar_admin, listen_a, admin_a, listen_b, admin_b] = free_ports::<6>();
+        // Every port drawn at once, so that none is drawn twice.
+        let ports = free_ports::<16>();
+        assert!(count <= 7, "at most 7 Envoys");
+        let (grpc, sidecar_admin) = (ports[0], ports[1]);
         let mut sidecar = Proc::spawn(
             "charon",
             Command::new(env!("CARGO_BIN_EXE_charon"))
@@ -111,8 +122,11 @@ impl Rig {
             dir.path(),
         );
         let mut envoys = Vec::new();
-        for (name, listen, admin) in [("a", listen_a, admin_a), ("b", listen_b, admin_b)] {
-            let own = dir.path().join(name);
+        let mut listens = Vec::new();
+        for index in 0..count {
+            let (listen, admin) = (ports[2 + 2 * index], ports[3 + 2 * index]);
+            listens.push(listen);
+            let own = dir.path().join(format!("envoy-{index}"));
             fs::create_dir_all(&own).expect("a directory per Envoy");
             let config = own.join("envoy.yaml");
             let yaml = example_with_ports("rlqs.yaml", listen, admin, upstream_port, grpc);
@@ -135,9 +149,9 @@ impl Rig {
         }
         Rig {
             sidecar_admin,
-            listens: [listen_a, listen_b],
+            listens,
             client,
-            _processes: (
+            processes: (
                 sidecar,
                 envoys.into_iter().map(|(envoy, _)| envoy).collect(),
             ),
@@ -147,9 +161,10 @@ impl Rig {
 
     /// `rates[i]` requests a second through Envoy i for `seconds`; what
     /// each admitted, per second.
-    async fn run(&self, rates: [u64; 2], seconds: u64) -> Vec<Vec<u64>> {
+    async fn run(&self, rates: impl AsRef<[u64]>, seconds: u64) -> Vec<Vec<u64>> {
+        let rates = rates.as_ref().to_vec();
         let start = tokio::time::Instant::now() + Duration::from_millis(100);
-        let tallies: Vec<Arc<Tally>> = (0..2)
+        let tallies: Vec<Arc<Tally>> = (0..self.listens.len())
             .map(|_| {
                 Arc::new(Tally {
                     admitted: (0..seconds).map(|_| AtomicU64::new(0)).collect(),
@@ -158,7 +173,8 @@ impl Rig {
             .collect();
         let runs: Vec<_> = self
             .listens
-            .into_iter()
+            .iter()
+            .copied()
             .zip(rates)
             .zip(&tallies)
             .map(|((port, rate), tally)| {
@@ -250,20 +266,27 @@ async fn two_envoys_share_a_buckets_limit_through_rlqs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_envoy_that_wants_little_gets_it_and_the_other_the_rest() {
     let rig = Rig::start().await;
-    // A offers 30 a second, B 3: B gets all it asks for (3 a second:
-    // its share of 5 and later its demand and a fifth more), A at least
-    // its half, and the rest (6) once B's report shows its demand; Envoy
-    // 1.40 reports every few seconds, so when that comes varies
-    // (measured: A at 5 a second, then 6 from the 6th to the 11th second).
-    const SECONDS: u64 = 16;
+    // A offers 30 a second, B 3: B gets all it asks for in every second
+    // (its share of 5 until its first report over a time, then its demand
+    // and a twentieth more), A the rest once B's report shows its demand:
+    // Envoy 1.40 reports every 5 s, so that comes within the first 5 s or
+    // so (measured: A at 5 a second, then 6 or 7 from the 6th second on,
+    // 96-97 % of the limit in all).
+    const SECONDS: u64 = 21;
     let per_second = rig.run([30, 3], SECONDS).await;
     let context = format!("admitted per second: {per_second:?}");
     eprintln!("{context}");
-    let last = |envoy: usize| per_second[envoy][11..16].iter().sum::<u64>();
+    for &b in &per_second[1][1..] {
+        assert_eq!(b, 3, "B lost some of its 3 a second; {context}");
+    }
+    let last = |envoy: usize| per_second[envoy][6..].iter().sum::<u64>();
     let (a, b) = (last(0), last(1));
-    assert!((13..=15).contains(&b), "B got {b} of its 15; {context}");
-    assert!((24..=35).contains(&a), "A got {a}; {context}");
-    assert!(a + b <= 52, "{a} + {b} over the limit; {context}");
+    // 15 s of a limit of 10: at least 95 % used, never over.
+    assert!(
+        a + b >= 143,
+        "{a} + {b}: under 95 % of the limit; {context}"
+    );
+    assert!(a + b <= 152, "{a} + {b} over the limit; {context}");
 }
 
 /// Every second, the first included, the Envoys of a bucket admit at most
@@ -293,4 +316,164 @@ async fn no_second_admits_more_than_a_fifth_over_the_limit_not_even_the_first() 
         .map(|second| per_second[0][second] + per_second[1][second])
         .sum();
     assert!(steady >= 47 * (SECONDS - 2), "{steady}; {context}");
+}
+
+/// One request for tenant acme through `port`: its status, body and the
+/// `x-quota-denied-by` header.
+async fn one(client: &reqwest::Client, port: u16) -> (u16, String, Option<String>) {
+    let reply = client
+        .get(format!("http://127.0.0.1:{port}/"))
+        .header("x-tenant", "acme")
+        .send()
+        .await
+        .expect("Envoy answers");
+    let status = reply.status().as_u16();
+    let denied_by = reply
+        .headers()
+        .get("x-quota-denied-by")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    (status, reply.text().await.unwrap_or_default(), denied_by)
+}
+
+/// The bucket settings of examples/envoy/rlqs.yaml with Charon's answers:
+/// a refusal is the configured 429 (body and header); a tenant whose limit
+/// is removed from Charon's file is abandoned, and Envoy lets it through;
+/// with Charon killed, the last assignment stands for its time to live
+/// (10 s) and then the fallback of 3 a second applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_bucket_settings_work_with_charons_answers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = dir.path().join("limits.yaml");
+    let limited = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
+    fs::write(&limits, limited).expect("write limits");
+    let mut rig = Rig::start_with(limits.clone()).await;
+    let port = rig.listens[0];
+
+    // 30 at once: the first are admitted (before the assignment, and the
+    // bucket's two tokens), the rest refused as configured.
+    let mut refusals = Vec::new();
+    for _ in 0..30 {
+        let (status, body, denied_by) = one(&rig.client, port).await;
+        if status != 200 {
+            refusals.push((status, body, denied_by));
+        }
+    }
+    assert!(!refusals.is_empty(), "nothing refused");
+    for refusal in &refusals {
+        assert_eq!(
+            refusal,
+            &(
+                429,
+                "quota exceeded\n".to_owned(),
+                Some("charon".to_owned())
+            ),
+            "{refusals:?}"
+        );
+    }
+
+    // The limit removed: the bucket is abandoned and its requests pass.
+    fs::write(&limits, "domain: edge\ndescriptors:\n  - key: other\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+        .expect("rewrite limits");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut passed = 0;
+        for _ in 0..30 {
+            passed += u32::from(one(&rig.client, port).await.0 == 200);
+        }
+        if passed == 30 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still limited: {passed} of 30 passed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let abandoned = metric_value(
+        &rig.metrics().await,
+        "charon_rlqs_buckets_total{outcome=\"abandoned\"}",
+    );
+    assert!(abandoned.is_some_and(|count| count >= 1.0), "{abandoned:?}");
+
+    // The limit back, then Charon killed with Envoy A at 30 a second: its
+    // last assignment (its share, 10 with B idle) stands for 10 s, then
+    // the fallback of 3 a second.
+    fs::write(&limits, limited).expect("restore limits");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while one(&rig.client, port).await.0 == 200 {
+        assert!(Instant::now() < deadline, "the limit did not come back");
+    }
+    rig.processes.0.kill();
+    const SECONDS: u64 = 16;
+    let per_second = rig.run([30, 0], SECONDS).await;
+    let context = format!("admitted per second with Charon gone: {per_second:?}");
+    eprintln!("{context}");
+    for &admitted in &per_second[0][1..8] {
+        assert!((8..=12).contains(&admitted), "{context}");
+    }
+    for &admitted in &per_second[0][12..] {
+        assert!((2..=5).contains(&admitted), "{context}");
+    }
+}
+
+/// The load benchmark of RLQS against the only other open-source RLQS
+/// server's behaviour (each Envoy the whole limit: N Envoys admit N ×):
+/// four real Envoys (`--concurrency 1`) on one bucket of 100 a second, 150
+/// a second offered in all, evenly; then the same total with one Envoy
+/// offering ten times what each other does; then Charon killed. Opt-in (a
+/// minute and a half): `cargo test --test envoy rlqs::four -- --ignored
+/// --nocapture`; figures in docs/performance.md#rlqs-with-four-envoys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a load benchmark, opt-in"]
+async fn four_envoys_hold_one_buckets_limit_within_two_percent() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = dir.path().join("limits.yaml");
+    fs::write(
+        &limits,
+        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n",
+    )
+    .expect("write limits");
+    let mut rig = Rig::start_envoys(limits, 4).await;
+    // Every 5 s from `from` on: the Envoys' total as a share of the
+    // limit's 500.
+    let spans = |per_second: &[Vec<u64>], from: usize| -> Vec<f64> {
+        let seconds = per_second[0].len();
+        (from..=seconds - 5)
+            .step_by(5)
+            .map(|start| {
+                let total: u64 = per_second
+                    .iter()
+                    .map(|envoy| envoy[start..start + 5].iter().sum::<u64>())
+                    .sum();
+                total as f64 / 500.0
+            })
+            .collect()
+    };
+    let steady = rig.run([37, 38, 37, 38], 30).await;
+    eprintln!("150 a second, even: {steady:?}");
+    let even = spans(&steady, 10);
+    eprintln!("every 5 s from the 10th: {even:?}");
+    let shifted = rig.run([12, 12, 12, 114], 30).await;
+    eprintln!("150 a second, one Envoy ten times the others: {shifted:?}");
+    let after = spans(&shifted, 0);
+    eprintln!("every 5 s after the shift: {after:?}");
+    rig.processes.0.kill();
+    let killed = rig.run([37, 38, 37, 38], 14).await;
+    eprintln!("Charon killed: {killed:?}");
+    let totals: Vec<u64> = (0..14)
+        .map(|second| killed.iter().map(|envoy| envoy[second]).sum())
+        .collect();
+    eprintln!("per second with Charon killed: {totals:?}");
+    for share in &even {
+        assert!((0.98..=1.02).contains(share), "steady: {even:?}");
+    }
+    // Two of Envoy's 5-s report intervals to converge.
+    for share in &after[2..] {
+        assert!((0.98..=1.02).contains(share), "after the shift: {after:?}");
+    }
+    // The assignments stand for their time to live (10 s), within the limit.
+    for &total in &totals[..9] {
+        assert!(total <= 102, "over the limit with Charon gone: {totals:?}");
+    }
 }

@@ -159,7 +159,7 @@ async fn two_envoys_share_a_buckets_limit_and_a_leaver_gives_its_share_back() {
     assert_eq!(b.told_one().await, Told::Tokens(5));
     assert_eq!(a.told_one().await, Told::Tokens(5));
     // Another tenant is another bucket with a limit of its own; B's demand
-    // there (3 a second, and a tenth more) is all it asks for, and the rest,
+    // there (3 a second, and a twentieth more) is all it asks for, and the rest,
     // which nobody wants, is lent to it.
     b.report(&[bucket("tenant", "globex")], 3).await;
     assert_eq!(b.told_one().await, Told::Tokens(10));
@@ -195,7 +195,7 @@ async fn buckets_without_a_limit_get_no_assignment_and_are_counted() {
             .await,
         2.0
     );
-    // The first stream still answers (its 5 a second and a tenth more,
+    // The first stream still answers (its 5 a second and a twentieth more,
     // the rest of the 10 lent: nobody else wants any).
     a.report(&[bucket("tenant", "acme")], 5).await;
     assert_eq!(a.told_one().await, Told::Tokens(10));

@@ -6,7 +6,9 @@
 //! exactly as `charon simulate` reads its own (one function); for a
 //! copy-limited one: the holds of the domain, of all domains and of each
 //! group, against their limits. Both with the recent decisions of the
-//! domain, recorded from the first look on ([`crate::state_view`]). It shows
+//! domain, recorded from the first look on ([`crate::state_view`]). For a
+//! global limit (its `rate_limit:` name, any domain): this server's share,
+//! how much of it is lent, and whether it is the safe share. It shows
 //! counts and limits only: no transfer ids (they are the capability to
 //! seize), no store address. The admin port listens on localhost by default.
 
@@ -125,6 +127,20 @@ enum Detail {
     Copies {
         holds: Holds,
     },
+    /// A global limit (`resource` is `rate_limit:` and its descriptor
+    /// path; any domain): this server's share of it.
+    Global {
+        /// The whole limit, per window of `window_ms`.
+        limit: u64,
+        window_ms: u64,
+        /// What this server may admit per window now.
+        share: u64,
+        /// How much of that is spare capacity lent beyond what it asked for.
+        lent: u64,
+        /// Whether the share is the safe share: the parent away and its
+        /// last grant expired (docs/design.md#global-limits).
+        on_safe_share: bool,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -187,7 +203,6 @@ async fn read(
     let Query(asked) = query.map_err(|rejection| bad_request(rejection.body_text()))?;
     let namespace = parameter(asked.namespace, "namespace").map_err(bad_request)?;
     let resource = parameter(asked.resource, "resource").map_err(bad_request)?;
-    let domain = parameter(asked.domain, "domain").map_err(bad_request)?;
     let config = sources.limiter.config();
     let found = config.namespace(&namespace).ok_or_else(|| {
         Refusal(
@@ -195,6 +210,31 @@ async fn read(
             format!("no namespace `{namespace}` in the configuration"),
         )
     })?;
+    if let Some(global) = found.globals.get(&resource) {
+        // A global limit's share is the server's, whatever the domain.
+        let share = sources
+            .limiter
+            .global_shares()
+            .share(&namespace, &resource, &global.limit);
+        return Ok(Shown {
+            store: sources.limiter.store().name(),
+            now_ms: SystemClock.now_ms(),
+            detail: Detail::Global {
+                limit: global.limit.requests_per_unit,
+                window_ms: global.limit.period(),
+                share: share.requests_per_unit(),
+                lent: share.lent(),
+                on_safe_share: share.on_safe_share(),
+            },
+            limits_from: None,
+            recent: Vec::new(),
+            watching_since_ms: 0,
+            namespace,
+            resource,
+            domain: asked.domain.unwrap_or_else(|| "global".to_owned()),
+        });
+    }
+    let domain = parameter(asked.domain, "domain").map_err(bad_request)?;
     let (detail, now) = match found.resources.get(&resource) {
         None => {
             return Err(Refusal(
