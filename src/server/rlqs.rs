@@ -228,7 +228,7 @@ impl EnvoyStream {
             }
             let bucket = Bucket::new(id.bucket.clone());
             if self.assigned.len() >= MAX_BUCKETS && !self.assigned.contains_key(&bucket.name) {
-                metrics.quota_bucket("malformed");
+                metrics.quota_bucket("too_many");
                 continue;
             }
             let elapsed = usage.time_elapsed.map_or(Duration::ZERO, |d| {

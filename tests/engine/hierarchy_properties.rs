@@ -46,6 +46,16 @@ struct Tree {
 }
 
 fn config(capacity: f64, algorithm: Algorithm, refresh_interval_ms: u64) -> CapacityConfig {
+    lending(capacity, algorithm, refresh_interval_ms, false)
+}
+
+/// [`config`], lending the spare (as a global limit's levels do) or not.
+fn lending(
+    capacity: f64,
+    algorithm: Algorithm,
+    refresh_interval_ms: u64,
+    lends_spare: bool,
+) -> CapacityConfig {
     CapacityConfig {
         capacity,
         algorithm,
@@ -54,20 +64,20 @@ fn config(capacity: f64, algorithm: Algorithm, refresh_interval_ms: u64) -> Capa
         safe_capacity: None,
         learning_ms: 0,
         whole_units: false,
-        lends_spare: false,
+        lends_spare,
     }
 }
 
 impl Tree {
     /// `leaves[r]` leaves in region `r`, `clients[l]` clients on leaf `l`
     /// (counted over all leaves, cycling).
-    fn new(algorithm: Algorithm, leaves: &[usize], clients: &[f64]) -> Self {
+    fn new(algorithm: Algorithm, lends: bool, leaves: &[usize], clients: &[f64]) -> Self {
         let node = |id: String, parent, refresh_ms, offset_ms| Node {
             id,
             parent,
             // Below the root, the configured capacity only bounds: the
             // grant is what counts.
-            config: config(
+            config: lending(
                 if parent.is_some() {
                     10.0 * CAPACITY
                 } else {
@@ -75,6 +85,7 @@ impl Tree {
                 },
                 algorithm,
                 refresh_ms,
+                lends,
             ),
             state: LeaseState::new(0),
             grant: None,
@@ -192,8 +203,15 @@ impl Tree {
             now,
         )
         .map_err(|error| TestCaseError::fail(error.to_string()))?;
+        // Lent spare: a client that wants some may get up to the root's
+        // whole capacity, one that wants none nothing.
+        let most = if config.lends_spare && who.wants > 0.0 {
+            CAPACITY
+        } else {
+            who.wants
+        };
         prop_assert!(
-            lease.capacity <= who.wants + 1e-9,
+            lease.capacity <= most + 1e-9,
             "{} got more than it wants",
             who.id
         );
@@ -314,18 +332,21 @@ proptest! {
     /// Whatever the tree, the demand and the outages: what a level's
     /// clients hold never exceeds what its parent counts it as holding,
     /// the root never leases more than its capacity, no lease outlives
-    /// its parent's, and no client gets more than it wants. Once nothing
-    /// changes, the clients hold all of the capacity they want, up to
-    /// the root's: every level passes on what it is granted.
+    /// its parent's, and no client gets more than it wants (or, with the
+    /// spare lent, more than the root has). Once nothing changes, the
+    /// clients hold all of the capacity they want, up to the root's (with
+    /// the spare lent, all of the root's): every level passes on what it is
+    /// granted.
     #[test]
     fn a_tree_of_levels_never_leases_more_than_the_root_has(
         algorithm in algorithm(),
+        lends in any::<bool>(),
         leaves in prop::collection::vec(1usize..=3, 1..=3),
         wants in prop::collection::vec(0.0f64..120.0, 1..=12),
         mut events in prop::collection::vec(event(), 0..24),
         mut order in any::<u64>(),
     ) {
-        let mut tree = Tree::new(algorithm, &leaves, &wants);
+        let mut tree = Tree::new(algorithm, lends, &leaves, &wants);
         events.sort_by_key(|(tick, _)| *tick);
         for (tick, event) in events {
             tree.run_until(tick * TICK_MS, &mut order)?;
@@ -359,7 +380,12 @@ proptest! {
         let root = &tree.nodes[0].state;
         prop_assert!(live_wants(root, now) <= wanted + 1e-6);
         if matches!(algorithm, Algorithm::FairShare | Algorithm::ProportionalShare) {
-            let expected = wanted.min(CAPACITY);
+            // Lending, every level passes its spare down to the clients that
+            // want some: they hold all of the root's capacity.
+            let expected = match (lends, wanted > 0.0) {
+                (true, true) => CAPACITY,
+                _ => wanted.min(CAPACITY),
+            };
             prop_assert!(
                 (held - expected).abs() <= 1e-6 * CAPACITY,
                 "the clients hold {held} of the {expected} they could"

@@ -315,3 +315,49 @@ async fn an_oversized_bucket_id_is_refused_and_counted_and_the_stream_goes_on() 
     a.report(&[bucket("tenant", &"y".repeat(1_024))], 5).await;
     assert_eq!(a.told_one().await, Told::Tokens(10));
 }
+
+/// The resident memory of `pid`, in KiB.
+fn resident_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("VmRSS:"))
+                .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// 12 000 buckets in one report: 10 000 are assigned, the rest counted
+/// (`too_many`) and left to Envoy's no-assignment behaviour; the sidecar's
+/// memory grows by tens of MiB, not without bound (measured, debug build:
+/// 34 MiB resident before, 64 after, about 3 KiB a bucket).
+#[tokio::test]
+async fn a_stream_holds_at_most_ten_thousand_buckets() {
+    let dir = tempdir();
+    let sidecar = memory_sidecar(dir.path(), CONFIG).await;
+    let before = resident_kib(sidecar.pid());
+    let mut a = Envoy::connect(&sidecar, "edge").await;
+    let buckets: Vec<BucketId> = (0..12_000)
+        .map(|tenant| bucket("tenant", &format!("tenant-{tenant}")))
+        .collect();
+    a.report(&buckets, 5).await;
+    let told = a.told().await.expect("an answer");
+    assert_eq!(told.len(), 10_000);
+    assert_eq!(
+        sidecar
+            .metric("charon_rlqs_buckets_total{outcome=\"too_many\"}")
+            .await,
+        2_000.0
+    );
+    let after = resident_kib(sidecar.pid());
+    eprintln!("resident: {before} KiB before, {after} KiB after");
+    assert!(
+        after.saturating_sub(before) < 64 * 1024,
+        "{before} KiB before, {after} KiB after"
+    );
+    // The stream goes on.
+    a.report(&[bucket("tenant", "tenant-1")], 5).await;
+    assert!(a.told().await.is_some());
+}

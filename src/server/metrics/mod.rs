@@ -254,7 +254,7 @@ impl Metrics {
         let quota_buckets = Family::<QuotaLabels, Counter>::default();
         registry.register(
             "rlqs_buckets",
-            "Buckets of RLQS usage reports, by what they were answered (assigned, unlimited, abandoned; no_limit, unknown_domain, malformed, too_large, store_error: no assignment)",
+            "Buckets of RLQS usage reports, by what they were answered (assigned, unlimited, abandoned; no_limit, unknown_domain, malformed, too_large, too_many: past 10 000 buckets a stream, store_error: no assignment)",
             quota_buckets.clone(),
         );
         let copies_held = Family::<CopyResourceLabels, Gauge>::default();
