@@ -9,6 +9,7 @@ mod concurrency;
 mod envoy_dropin;
 mod envoy_e2e;
 mod rlqs;
+mod tcp;
 mod token_budget;
 mod token_budget_exact;
 mod xds;
