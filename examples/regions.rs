@@ -684,10 +684,9 @@ async fn main() -> anyhow::Result<()> {
         .map(|row| format!("{:.0}", percent(row.iter().sum(), capacity)))
         .collect();
     println!(
-        "root cut off: admitted a second (% of capacity) [{}]; within the limit for {} s (the grants' 10 s), then the safe shares (each server the whole limit: at most {} %)",
+        "root cut off: admitted a second (% of capacity) [{}]; within the limit for {} s (the grants' 10 s, then the regions' safe shares: by default their last grants, at most 100 % together)",
         totals.join(", "),
-        over.map_or(cut.len(), |seconds| seconds),
-        100 * 3
+        over.map_or(cut.len(), |seconds| seconds)
     );
 
     // 4. Healed.

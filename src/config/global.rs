@@ -44,7 +44,7 @@ impl Default for GlobalTiming {
         Self {
             refresh_ms: REFRESH_MS,
             lease_ms: LEASE_MS,
-            safe_share: SafeShare::Split,
+            safe_share: SafeShare::Last,
         }
     }
 }
@@ -54,9 +54,16 @@ impl Default for GlobalTiming {
 /// then, the last share stands.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SafeShare {
-    /// Its part of the parent's last split: the limit in equal parts among
-    /// the parent's children that wanted some. The servers below a missing
-    /// parent then admit the parent's share together, no more.
+    /// Its last grant, kept: the parent's last allocation among its
+    /// children, which adds up to at most the parent's share (the spare of
+    /// a limit with room lent, so it adds up to all of it). The servers
+    /// below a missing parent then admit the parent's share together, no
+    /// more, split as the demand last was.
+    Last,
+    /// Its part of the parent's last equal split: the limit in equal parts
+    /// among the parent's children that wanted some (Doorman's safe
+    /// capacity). Also at most the parent's share together; fairer when
+    /// the demand moves during the outage, wasteful when it is uneven.
     Split,
     /// The whole limit, as if it were not global: each server below a
     /// missing parent admits up to the limit.
@@ -70,15 +77,16 @@ pub enum SafeShare {
 /// A safe share that cannot be read.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "a safe share is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{0}`"
+    "a safe share is `last`, `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{0}`"
 )]
 pub struct SafeShareError(String);
 
 impl SafeShare {
-    /// `split`, `whole`, `30` or `25%`.
+    /// `last`, `split`, `whole`, `30` or `25%`.
     pub fn parse(text: &str) -> Result<Self, SafeShareError> {
         let refused = || SafeShareError(text.to_owned());
         match text.trim() {
+            "last" => Ok(Self::Last),
             "split" => Ok(Self::Split),
             "whole" => Ok(Self::Whole),
             other => match other.strip_suffix('%') {
@@ -95,10 +103,10 @@ impl SafeShare {
     }
 
     /// As a capacity's safe capacity for a limit of `limit` requests:
-    /// `None` is the parent's split.
+    /// `None` is one the parent said (its last grant, or its split).
     pub fn safe_capacity(self, limit: f64) -> Option<f64> {
         match self {
-            Self::Split => None,
+            Self::Last | Self::Split => None,
             Self::Whole => Some(crate::config::capacity::UNLIMITED_SAFE_CAPACITY),
             Self::Requests(requests) => Some((requests as f64).min(limit)),
             Self::Percent(percent) => Some((limit * percent / 100.0).floor()),
@@ -136,7 +144,7 @@ impl GlobalTiming {
         Ok(Self {
             refresh_ms,
             lease_ms,
-            safe_share: SafeShare::Split,
+            safe_share: SafeShare::Last,
         })
     }
 
@@ -174,6 +182,7 @@ mod tests {
 
     #[test]
     fn safe_shares_are_read_or_refused_clearly() {
+        assert_eq!(SafeShare::parse("last"), Ok(SafeShare::Last));
         assert_eq!(SafeShare::parse("split"), Ok(SafeShare::Split));
         assert_eq!(SafeShare::parse("whole"), Ok(SafeShare::Whole));
         assert_eq!(SafeShare::parse("30"), Ok(SafeShare::Requests(30)));

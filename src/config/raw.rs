@@ -114,8 +114,9 @@ pub struct RawRateLimit {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<Spanned<bool>>,
     /// Charon, with `global`: what each server may admit while its parent
-    /// is away, once its last share expired: `split` (the default: its
-    /// part of the parent's last split), `whole`, a count or a share of the
+    /// is away, once its last share expired: `last` (the default: its last
+    /// grant, kept), `split` (the parent's equal split), `whole`, a count
+    /// or a share of the
     /// limit (`25%`) (docs/design.md#global-limits, "The parent away").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safe_share: Option<Spanned<RawSafeShare>>,
@@ -308,7 +309,7 @@ pub enum MetaValue {
     Map(BTreeMap<String, MetaValue>),
 }
 
-/// `safe_share: split`, `whole`, `30` or `"25%"`.
+/// `safe_share: last`, `split`, `whole`, `30` or `"25%"`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum RawSafeShare {

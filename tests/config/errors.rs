@@ -660,7 +660,7 @@ fn a_safe_share_is_read_or_refused_with_its_place() {
             "domain: api\ndescriptors:\n  - key: route\n    value: search\n    rate_limit: {rate}\n"
         )
     };
-    for good in ["split", "whole", "30", "'25%'"] {
+    for good in ["last", "split", "whole", "30", "'25%'"] {
         let yaml = limits(&format!(
             "{{unit: second, requests_per_unit: 100, global: true, safe_share: {good}}}"
         ));
@@ -672,7 +672,7 @@ fn a_safe_share_is_read_or_refused_with_its_place() {
         5,
         82,
         &[
-            "`safe_share` is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `half`",
+            "`safe_share` is `last`, `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `half`",
         ],
     );
     assert_error(

@@ -157,11 +157,12 @@ pub struct ServeArgs {
     pub global_lease: std::time::Duration,
     /// What this server admits of a global limit while its parent is away,
     /// once its last share expired, for the limits without a `safe_share`
-    /// of their own: `split` (its part of the parent's last split, so that
-    /// the servers below a missing parent admit its share together),
-    /// `whole` (the whole limit each), a count, or a percentage (`25%`)
+    /// of their own: `last` (its last grant, kept: the servers below a
+    /// missing parent admit its share together, split as the demand last
+    /// was), `split` (the parent's equal split among them), `whole` (the
+    /// whole limit each), a count, or a percentage (`25%`)
     /// (docs/design.md#global-limits, "The parent away").
-    #[arg(long, env = "CHARON_GLOBAL_SAFE_SHARE", default_value = "split", value_parser = parse_safe_share)]
+    #[arg(long, env = "CHARON_GLOBAL_SAFE_SHARE", default_value = "last", value_parser = parse_safe_share)]
     pub global_safe_share: charon::config::global::SafeShare,
     /// Files naming the same domain add their descriptors to it
     /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.

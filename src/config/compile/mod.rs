@@ -372,7 +372,7 @@ impl Ctx {
                 self.error(
                     written.referenced,
                     format!(
-                        "`safe_share` is `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{text}`"
+                        "`safe_share` is `last`, `split`, `whole`, a count of requests or a percentage of the limit (`25%`), got `{text}`"
                     ),
                 );
                 None

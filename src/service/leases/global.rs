@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
-use crate::config::global::{FASTEST_REFRESH_MS, GlobalLimit, GlobalTiming};
+use crate::config::global::{FASTEST_REFRESH_MS, GlobalLimit, GlobalTiming, SafeShare};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
 use crate::limiter::global::{CLOCK_SKEW_MS, GlobalShares};
 use crate::store::ResourceRef;
@@ -387,7 +387,7 @@ impl Service {
                             // What it asked for, in whole requests, is its own; the rest is lent.
                             let own = (wants - 1e-9).ceil().max(0.0) as u64;
                             let on_safe =
-                                linked && self.leases.parent.expired_split(at.at, now).is_some();
+                                linked && self.leases.parent.expired_grant(at.at, now).is_some();
                             share.set_provenance(granted.saturating_sub(own), on_safe);
                             if on_safe != renewed.on_safe_share {
                                 if on_safe {
@@ -413,7 +413,7 @@ impl Service {
 
     /// The configuration a server with a parent leases a global limit's
     /// shares with at `now_ms`: the parent's grant, or once it expired the
-    /// safe share. A parent that never answered leaves the whole limit: a
+    /// safe share (by default that last grant, kept). A parent that never answered leaves the whole limit: a
     /// server that starts while its parent is away decides as if the limit
     /// were its own (docs/design.md#global-limits, "The parent away").
     pub(in crate::service) fn global_under_parent(
@@ -426,20 +426,29 @@ impl Service {
         if !self.leases.parent.ever_granted(at) {
             return limit;
         }
-        match (
-            limit.safe_capacity,
-            self.leases.parent.expired_split(at, now_ms),
-        ) {
-            // `split`: the parent's last split, as it said it.
-            (None, Some(split)) => CapacityConfig {
-                capacity: if split == UNLIMITED_SAFE_CAPACITY {
-                    limit.capacity
-                } else {
-                    split.clamp(0.0, limit.capacity)
-                },
-                ..effective
-            },
-            _ => effective,
+        let Some(grant) = self.leases.parent.expired_grant(at, now_ms) else {
+            return effective;
+        };
+        let config = self.config();
+        let policy = config
+            .namespace(at.namespace)
+            .and_then(|namespace| namespace.globals.get(at.resource))
+            .and_then(|global| global.safe_share)
+            .unwrap_or(self.leases.global_timing.safe_share());
+        let safe = match policy {
+            // The parent's last allocation: what it granted this level last.
+            SafeShare::Last => grant.capacity,
+            // Its equal split, as it said it with that grant.
+            SafeShare::Split if grant.safe_capacity == UNLIMITED_SAFE_CAPACITY => limit.capacity,
+            SafeShare::Split => grant.safe_capacity,
+            // A configured safe share: the effective configuration has it.
+            SafeShare::Whole | SafeShare::Requests(_) | SafeShare::Percent(_) => {
+                return effective;
+            }
+        };
+        CapacityConfig {
+            capacity: safe.clamp(0.0, limit.capacity),
+            ..effective
         }
     }
 

@@ -105,9 +105,9 @@ impl ParentShares {
         lock(&self.grants).contains_key(&key)
     }
 
-    /// The parent's split for `at` (its safe capacity for this level), if
-    /// its grant expired: this level decides on its safe share.
-    pub fn expired_split(&self, at: ResourceRef<'_>, now_ms: u64) -> Option<f64> {
+    /// The parent's last grant for `at`, if it expired: this level decides
+    /// on its safe share (the parent away).
+    pub fn expired_grant(&self, at: ResourceRef<'_>, now_ms: u64) -> Option<Grant> {
         let key = (
             at.namespace.to_owned(),
             at.resource.to_owned(),
@@ -116,7 +116,7 @@ impl ParentShares {
         lock(&self.grants)
             .get(&key)
             .filter(|grant| now_ms >= grant.expiry_ms)
-            .map(|grant| grant.safe_capacity)
+            .copied()
     }
 }
 
