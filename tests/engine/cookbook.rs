@@ -391,3 +391,64 @@ async fn soft_limit_warns_past_eighty_percent_before_the_hard_limit() {
         "8 quiet, 2 warned, then refused (never warned)"
     );
 }
+
+impl Cookbook {
+    /// One request with both descriptors of the quota-and-linear pair;
+    /// whether it was refused.
+    async fn paced(&self, tenant: &str) -> bool {
+        let request = RateLimitRequest::new(
+            self.namespace.clone(),
+            vec![
+                Descriptor::new([("tenant", tenant)]),
+                Descriptor::new([("tenant", tenant), ("pace", "linear")]),
+            ],
+        );
+        let answer = self
+            .limiter
+            .should_rate_limit(request)
+            .await
+            .expect("answer");
+        answer.over_limit
+    }
+
+    async fn paced_until_refused(&self, tenant: &str) -> u64 {
+        let mut granted = 0;
+        while !self.paced(tenant).await {
+            granted += 1;
+            assert!(granted < 100_000, "never refused");
+        }
+        granted
+    }
+}
+
+#[tokio::test]
+async fn a_quota_and_a_linear_limiter_in_parallel_burst_once_then_pace() {
+    let book = Cookbook::load("quota-and-linear.yaml");
+    // The clock starts 20 s into a minute: minutes end at 40 s, 100 s, ...
+    book.at(10_000);
+    // A quiet client: its minute's quota at once (the linear limiter's
+    // burst is as large).
+    assert_eq!(book.paced_until_refused("client").await, 60);
+    // Spent: nothing until the minute ends, though the linear limiter
+    // saves one a second meanwhile.
+    book.at(39_999);
+    assert!(book.paced("client").await);
+    // The next minute's quota is whole, but the linear limiter saved only
+    // 30 since the burst (and the refusals cost it nothing): 30 at once,
+    // then one a second until the quota's 60 are spent.
+    book.at(40_000);
+    assert_eq!(book.paced_until_refused("client").await, 30);
+    for second in 1..=30 {
+        book.at(40_000 + second * 1_000);
+        assert!(!book.paced("client").await, "second {second}");
+        assert!(book.paced("client").await, "second {second}");
+    }
+    book.at(71_000);
+    assert!(book.paced("client").await, "the quota is spent");
+    // A long quiet spell: both whole again, a burst of 60 (as with the
+    // hybrid). Where they differ is above: what the linear limiter saved
+    // while the quota was spent came as a burst of 30 when the minute
+    // ended; the hybrid holds a client that spent its quota to one a second.
+    book.at(400_000);
+    assert_eq!(book.paced_until_refused("client").await, 60);
+}
