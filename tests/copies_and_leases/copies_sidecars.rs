@@ -24,6 +24,8 @@
 //! - a flood of sessions beyond `--max-sessions` is refused, and leaks nothing;
 //! - a sidecar cut off from Redis by a stalled link resigns before another
 //!   sidecar can be granted its copies;
+//! - a whole fleet killed with every copy held: one fresh sidecar on the
+//!   same Redis reaps every dead hold, and its clients get the full limits;
 //! - SIGTERM with calls in flight and copies held answers every call,
 //!   releases the holds exactly once and leaves the copy log.
 //!
@@ -380,6 +382,54 @@ async fn a_killed_sidecars_holds_are_reaped_and_the_survivors_kept() {
         redis_counts(&redis),
         vec![],
         "everything released on SIGTERM"
+    );
+}
+
+/// The whole fleet killed at once with every copy held, and one fresh
+/// sidecar started on the same Redis: once the dead sidecars' heartbeats
+/// expire it reaps all their holds itself (nobody else is left to), and
+/// its clients get the full limits.
+#[tokio::test]
+async fn a_whole_fleet_killed_and_one_fresh_sidecar_reaps_every_hold() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let mut fleet: Vec<Sidecar> = (0..3)
+        .map(|_| Sidecar::start(dir.path(), &config, &redis.url(), &redis_args()))
+        .collect();
+    for sidecar in &fleet {
+        sidecar.wait_serving().await;
+    }
+    let mut sessions = Vec::new();
+    for (sidecar, (domain, copies)) in
+        fleet
+            .iter()
+            .zip([("acme", 4), ("globex", 4), ("initech", 2)])
+    {
+        let mut session = sidecar.session().await;
+        assert_eq!(
+            session.hold(NS, POOL, domain, copies).await.0,
+            copies.unsigned_abs()
+        );
+        sessions.push(session);
+    }
+    assert_eq!(count(&redis_counts(&redis), "g"), 10, "every copy held");
+
+    for sidecar in &mut fleet {
+        sidecar.kill();
+    }
+    let fresh = Sidecar::start(dir.path(), &config, &redis.url(), &redis_args());
+    fresh.wait_serving().await;
+    // The dead holds are gone once the fresh sidecar reaped them; nothing
+    // else could have.
+    counts_become_empty(&redis, "every dead hold reaped", Duration::from_secs(10)).await;
+    let mut session = fresh.session().await;
+    assert_eq!(session.hold(NS, POOL, "acme", 6).await.0, 6);
+    assert_eq!(session.hold(NS, POOL, "initech", 4).await.0, 4);
+    assert_eq!(
+        count(&redis_counts(&redis), "g"),
+        10,
+        "the full global limit"
     );
 }
 
