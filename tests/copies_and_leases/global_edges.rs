@@ -43,6 +43,23 @@ fn now_second() -> u64 {
 /// Sends `rate` requests a second (0: none), evenly spaced, to the leaf at
 /// `url` until the test ends, counting what was sent and admitted.
 fn load(url: String, rate: Arc<AtomicU64>, counted: Counted) {
+    load_answered(url, rate, move |admitted| {
+        let mut counted = counted.lock().unwrap_or_else(|p| p.into_inner());
+        let second = counted.entry(now_second()).or_default();
+        second.0 += 1;
+        second.1 += u64::from(admitted);
+    });
+}
+
+/// Sends `rate` requests a second (0: none), evenly spaced, for the global
+/// limit `route=search` of namespace `api` to the server at `url` until the
+/// test ends; `answered(admitted)` after each answer (an error is a
+/// refusal).
+pub(super) fn load_answered(
+    url: String,
+    rate: Arc<AtomicU64>,
+    answered: impl Fn(bool) + Send + 'static,
+) {
     tokio::spawn(async move {
         let mut client = RateLimitServiceClient::connect(url)
             .await
@@ -70,12 +87,7 @@ fn load(url: String, rate: Arc<AtomicU64>, counted: Counted) {
                 .should_rate_limit(request.clone())
                 .await
                 .is_ok_and(|answer| answer.into_inner().overall_code == Code::Ok as i32);
-            {
-                let mut counted = counted.lock().unwrap_or_else(|p| p.into_inner());
-                let second = counted.entry(now_second()).or_default();
-                second.0 += 1;
-                second.1 += u64::from(admitted);
-            }
+            answered(admitted);
             tokio::time::sleep_until(sent + gap).await;
         }
     });

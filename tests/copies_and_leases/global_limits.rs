@@ -9,12 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-
+use super::global_edges::load_answered;
 use crate::support::redis::RedisServer;
 use crate::support::sidecar::{Sidecar, tempdir, write_config};
 
@@ -43,43 +38,13 @@ type Admitted = Arc<Mutex<BTreeMap<u64, u64>>>;
 /// Sends `rate` requests a second (0: none) to `sidecar` until the test
 /// ends, counting what is admitted.
 fn load(sidecar: &Sidecar, rate: Arc<AtomicU64>, admitted: Admitted) {
-    let url = sidecar.grpc_url();
-    tokio::spawn(async move {
-        let mut client = RateLimitServiceClient::connect(url)
-            .await
-            .expect("the leaf answers");
-        let request = RateLimitRequest {
-            domain: "api".into(),
-            descriptors: vec![RateLimitDescriptor {
-                entries: vec![Entry {
-                    key: "route".into(),
-                    value: "search".into(),
-                }],
-                ..Default::default()
-            }],
-            hits_addend: 0,
-        };
-        loop {
-            let per_second = rate.load(Ordering::Relaxed);
-            if per_second == 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            let gap = Duration::from_secs(1) / u32::try_from(per_second).unwrap_or(1);
-            let sent = tokio::time::Instant::now();
-            if let Ok(answer) = client.should_rate_limit(request.clone()).await
-                && answer.into_inner().overall_code == Code::Ok as i32
-            {
-                let second = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |now| now.as_secs());
-                *admitted
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner())
-                    .entry(second)
-                    .or_default() += 1;
-            }
-            tokio::time::sleep_until(sent + gap).await;
+    load_answered(sidecar.grpc_url(), rate, move |granted| {
+        if granted {
+            *admitted
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .entry(now_second())
+                .or_default() += 1;
         }
     });
 }

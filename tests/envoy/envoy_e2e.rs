@@ -243,6 +243,25 @@ impl Drop for Proc {
     }
 }
 
+/// Waits until `url` answers 200, for at most 30 s; fails at once if
+/// `proc` (the process behind it) exited.
+pub(crate) async fn wait_ready(client: &reqwest::Client, url: &str, proc: &mut Proc) {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        assert!(proc.exited().is_none(), "a process exited; its log follows");
+        if client
+            .get(url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not ready: {url}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A real Envoy on `config` (its admin on `admin`), one worker, logging to
 /// `dir`: no hot restart, so concurrent Envoys cannot clash.
 pub(crate) fn spawn_envoy(envoy: &Path, config: &Path, admin: u16, dir: &Path) -> Proc {

@@ -12,27 +12,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::envoy_e2e::{
-    Proc, example_with_ports, find_envoy, free_ports, manifest_dir, spawn_envoy,
+    Proc, example_with_ports, find_envoy, free_ports, manifest_dir, spawn_envoy, wait_ready,
 };
 use crate::support::sidecar::metric_value;
 
-const READY: Duration = Duration::from_secs(30);
-
-async fn wait_ready(client: &reqwest::Client, url: &str, proc: &mut Proc) {
-    let deadline = Instant::now() + READY;
-    loop {
-        assert!(proc.exited().is_none(), "a process exited; its log follows");
-        if client
-            .get(url)
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not ready: {url}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// A limits file in `dir`: each tenant of namespace `edge` limited to
+/// `per_second` requests a second.
+fn tenant_limits(dir: &std::path::Path, per_second: u64) -> std::path::PathBuf {
+    let limits = dir.join("limits.yaml");
+    fs::write(
+        &limits,
+        format!(
+            "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: second, requests_per_unit: {per_second}}}\n"
+        ),
+    )
+    .expect("write limits");
+    limits
 }
 
 /// Admitted and refused requests per second of the run, for one Envoy.
@@ -297,13 +292,7 @@ async fn an_envoy_that_wants_little_gets_it_and_the_other_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_second_admits_more_than_a_fifth_over_the_limit_not_even_the_first() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let limits = dir.path().join("limits.yaml");
-    fs::write(
-        &limits,
-        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 50}\n",
-    )
-    .expect("write limits");
-    let rig = Rig::start_with(limits).await;
+    let rig = Rig::start_with(tenant_limits(dir.path(), 50)).await;
     const SECONDS: u64 = 7;
     let per_second = rig.run([60, 60], SECONDS).await;
     let context = format!("admitted per second: {per_second:?}");
@@ -344,9 +333,8 @@ async fn one(client: &reqwest::Client, port: u16) -> (u16, String, Option<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoys_bucket_settings_work_with_charons_answers() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let limits = dir.path().join("limits.yaml");
-    let limited = "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10}\n";
-    fs::write(&limits, limited).expect("write limits");
+    let limits = tenant_limits(dir.path(), 10);
+    let limited = fs::read_to_string(&limits).expect("read limits");
     let mut rig = Rig::start_with(limits.clone()).await;
     let port = rig.listens[0];
 
@@ -399,7 +387,7 @@ async fn envoys_bucket_settings_work_with_charons_answers() {
     // The limit back, then Charon killed with Envoy A at 30 a second: its
     // last assignment (its share, 10 with B idle) stands for 10 s, then
     // the fallback of 3 a second.
-    fs::write(&limits, limited).expect("restore limits");
+    fs::write(&limits, &limited).expect("restore limits");
     let deadline = Instant::now() + Duration::from_secs(10);
     while one(&rig.client, port).await.0 == 200 {
         assert!(Instant::now() < deadline, "the limit did not come back");
@@ -428,13 +416,7 @@ async fn envoys_bucket_settings_work_with_charons_answers() {
 #[ignore = "a load benchmark, opt-in"]
 async fn four_envoys_hold_one_buckets_limit_within_two_percent() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let limits = dir.path().join("limits.yaml");
-    fs::write(
-        &limits,
-        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 100}\n",
-    )
-    .expect("write limits");
-    let mut rig = Rig::start_envoys(limits, 4).await;
+    let mut rig = Rig::start_envoys(tenant_limits(dir.path(), 100), 4).await;
     // Every 5 s from `from` on: the Envoys' total as a share of the
     // limit's 500.
     let spans = |per_second: &[Vec<u64>], from: usize| -> Vec<f64> {

@@ -5,12 +5,12 @@
 
 use std::fs;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::envoy_e2e::{
-    Proc, example_with_ports, find_envoy, free_ports, manifest_dir, spawn_envoy,
+    Proc, example_with_ports, find_envoy, free_ports, manifest_dir, spawn_envoy, wait_ready,
 };
 
 /// Connects through Envoy, writes `ping` and reads what comes back (empty
@@ -50,7 +50,7 @@ async fn envoys_network_filter_closes_the_connection_over_the_limit() {
     });
     let [grpc, sidecar_admin, listen, admin] = free_ports::<4>();
     let limits = manifest_dir().join("examples/envoy/tcp-limits.yaml");
-    let _sidecar = Proc::spawn(
+    let mut sidecar = Proc::spawn(
         "charon",
         Command::new(env!("CARGO_BIN_EXE_charon"))
             .arg("serve")
@@ -68,26 +68,15 @@ async fn envoys_network_filter_closes_the_connection_over_the_limit() {
         example_with_ports("tcp.yaml", listen, admin, upstream_port, grpc),
     )
     .expect("write envoy.yaml");
-    let _envoy = spawn_envoy(&find_envoy(), &config, admin, dir.path());
+    let mut envoy = spawn_envoy(&find_envoy(), &config, admin, dir.path());
     let client = reqwest::Client::builder()
         .no_proxy()
         .build()
         .expect("a client");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for url in [
-        format!("http://127.0.0.1:{sidecar_admin}/readyz"),
-        format!("http://127.0.0.1:{admin}/ready"),
-    ] {
-        while !client
-            .get(&url)
-            .send()
-            .await
-            .is_ok_and(|reply| reply.status() == 200)
-        {
-            assert!(Instant::now() < deadline, "not ready: {url}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    let ready = format!("http://127.0.0.1:{sidecar_admin}/readyz");
+    wait_ready(&client, &ready, &mut sidecar).await;
+    let ready = format!("http://127.0.0.1:{admin}/ready");
+    wait_ready(&client, &ready, &mut envoy).await;
     let answers = [ping(listen).await, ping(listen).await, ping(listen).await];
     assert_eq!(
         answers,

@@ -120,8 +120,6 @@ struct Renewed {
     /// The shares set, and when: the first is in force at the start of the
     /// oldest window still counted.
     shares: Vec<(u64, u64)>,
-    /// Whether the last share set was the safe share.
-    on_safe_share: bool,
 }
 
 impl Renewed {
@@ -386,17 +384,20 @@ impl Service {
                             share.set_requests_per_unit(granted);
                             // What it asked for, in whole requests, is its own; the rest is lent.
                             let own = (wants - 1e-9).ceil().max(0.0) as u64;
-                            let on_safe =
-                                linked && self.leases.parent.expired_grant(at.at, now).is_some();
-                            share.set_provenance(granted.saturating_sub(own), on_safe);
-                            if on_safe != renewed.on_safe_share {
+                            let on_safe = linked
+                                && self
+                                    .leases
+                                    .parent
+                                    .grant(at.at)
+                                    .is_some_and(|grant| now >= grant.expiry_ms);
+                            if on_safe != share.on_safe_share() {
                                 if on_safe {
                                     tracing::warn!(limit = %name, share = granted, "the parent's grant expired: deciding on the safe share");
                                 } else {
                                     tracing::info!(limit = %name, share = granted, "the parent answers again: back on its grant");
                                 }
-                                renewed.on_safe_share = on_safe;
                             }
+                            share.set_provenance(granted.saturating_sub(own), on_safe);
                             // Kept back to the previous window, for the store whose clock is behind.
                             renewed.record(now, granted, previous_start);
                         }
@@ -423,11 +424,10 @@ impl Service {
         now_ms: u64,
     ) -> CapacityConfig {
         let effective = self.leases.parent.effective(at, limit, now_ms);
-        if !self.leases.parent.ever_granted(at) {
-            return limit;
-        }
-        let Some(grant) = self.leases.parent.expired_grant(at, now_ms) else {
-            return effective;
+        let grant = match self.leases.parent.grant(at) {
+            None => return limit,
+            Some(grant) if now_ms < grant.expiry_ms => return effective,
+            Some(grant) => grant,
         };
         let config = self.config();
         let policy = config

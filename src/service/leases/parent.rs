@@ -81,11 +81,7 @@ impl ParentShares {
         config: CapacityConfig,
         now_ms: u64,
     ) -> CapacityConfig {
-        let key = (
-            at.namespace.to_owned(),
-            at.resource.to_owned(),
-            at.domain.to_owned(),
-        );
+        let key = key_of(at);
         if lock(&self.asked).insert(key.clone()) {
             self.ask_now.notify_one();
         }
@@ -95,29 +91,20 @@ impl ParentShares {
 }
 
 impl ParentShares {
-    /// Whether the parent ever answered for `at`: a grant, live or expired.
-    pub fn ever_granted(&self, at: ResourceRef<'_>) -> bool {
-        let key = (
-            at.namespace.to_owned(),
-            at.resource.to_owned(),
-            at.domain.to_owned(),
-        );
-        lock(&self.grants).contains_key(&key)
+    /// The parent's last grant for `at`, live or expired; `None` if it
+    /// never answered for it.
+    pub fn grant(&self, at: ResourceRef<'_>) -> Option<Grant> {
+        lock(&self.grants).get(&key_of(at)).copied()
     }
+}
 
-    /// The parent's last grant for `at`, if it expired: this level decides
-    /// on its safe share (the parent away).
-    pub fn expired_grant(&self, at: ResourceRef<'_>, now_ms: u64) -> Option<Grant> {
-        let key = (
-            at.namespace.to_owned(),
-            at.resource.to_owned(),
-            at.domain.to_owned(),
-        );
-        lock(&self.grants)
-            .get(&key)
-            .filter(|grant| now_ms >= grant.expiry_ms)
-            .copied()
-    }
+/// The key of `at` in the maps above.
+fn key_of(at: ResourceRef<'_>) -> Key {
+    (
+        at.namespace.to_owned(),
+        at.resource.to_owned(),
+        at.domain.to_owned(),
+    )
 }
 
 /// What the parent granted for one [`ParentWant`].
