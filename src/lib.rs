@@ -80,13 +80,16 @@
 //!   server throttler and client-side adaptive throttling.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
+//! - `proxy` (feature `server`): `charon throttle`, the server throttler as
+//!   a sidecar: a reverse proxy to one upstream with the throttler's queue,
+//!   or a queue released at a fixed rate.
 //!
 //! The binaries hold no decision, but they are not thin. `src/bin/charon/`
 //! is the `charon` command: `serve` (over sixty flags, each with its
 //! environment variable, turned into `server::ServeOptions`; secrets and
 //! certificates read from files or the environment, never the command
 //! line; text or JSON logs and the OTLP exporter; the runtime; then
-//! `server::run`), `check`, `simulate` and `inject` (each a library call),
+//! `server::run`), `check`, `simulate`, `inject` and `throttle` (each a library call),
 //! `config` (an HTTP client of the configuration API: a dry run and a diff
 //! first, then a commit with `If-Match`), and, started as `ratelimit`,
 //! `serve` configured from envoyproxy/ratelimit's environment variables.
@@ -114,6 +117,8 @@ pub mod client;
 pub mod inject;
 #[cfg(feature = "layer")]
 pub mod layer;
+#[cfg(feature = "server")]
+pub mod proxy;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "embedded")]

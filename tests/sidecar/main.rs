@@ -13,4 +13,5 @@ mod grpc_tls;
 mod inject_webhook;
 mod rlqs;
 mod server;
+mod throttle;
 mod ui;

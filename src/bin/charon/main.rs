@@ -6,6 +6,7 @@ mod config;
 mod logging;
 mod secrets;
 mod serve;
+mod throttle;
 mod upstream;
 
 use std::net::SocketAddr;
@@ -39,6 +40,9 @@ struct Cli {
 enum Command {
     /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
     Serve(serve::ServeArgs),
+    /// Run the throttling sidecar: a reverse proxy in front of one upstream
+    /// that queues requests by criticality and sheds what would be late.
+    Throttle(throttle::ThrottleArgs),
     /// Serve the Kubernetes mutating admission webhook that adds the Charon
     /// sidecar to pods annotated `charon.io/inject: "true"` (HTTPS, POST /mutate).
     Inject {
@@ -181,6 +185,7 @@ fn main() -> ExitCode {
             &cli.log,
         ),
         Command::Serve(args) => serve::run(args, &cli.log, &[]),
+        Command::Throttle(args) => throttle::run(args, &cli.log),
         Command::Config(args) => configure(args),
     }
 }

@@ -1,0 +1,108 @@
+//! `charon throttle`: the flags of the throttling sidecar, handed to
+//! [`charon::proxy::run`].
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use charon::proxy::{Concurrency, ProxyOptions};
+
+use crate::logging::{self, LogOptions};
+
+#[derive(clap::Args)]
+pub struct ThrottleArgs {
+    /// Where the proxy listens (HTTP/1.1 and h2c).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    listen: SocketAddr,
+    /// The one upstream, `http://host:port`.
+    #[arg(long)]
+    upstream: http::Uri,
+    /// At most this many requests reach the upstream at once.
+    #[arg(long, conflicts_with = "adaptive")]
+    max_concurrency: Option<usize>,
+    /// A concurrency limit that follows the upstream's latency (the
+    /// default, unless --max-concurrency or --drain-rate alone is given).
+    #[arg(long)]
+    adaptive: bool,
+    /// How many requests may wait: for a slot, or in the drain queue.
+    #[arg(long, default_value_t = 100)]
+    queue: usize,
+    /// The requests-per-second form: a queue released at this rate
+    /// (requests a second); a full queue refuses.
+    #[arg(long)]
+    drain_rate: Option<f64>,
+    /// The longest a request waits for a slot, in milliseconds (its own
+    /// `grpc-timeout` or `x-envoy-expected-rq-timeout-ms` wins if shorter).
+    #[arg(long, default_value_t = 1_000)]
+    max_wait_ms: u64,
+    /// The longest the upstream may take to send response headers, in
+    /// milliseconds (then 504).
+    #[arg(long, default_value_t = 30_000)]
+    upstream_timeout_ms: u64,
+    /// The longest requests in flight are awaited on SIGTERM, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    drain_timeout_ms: u64,
+    /// Where `/ready`, `/healthz`, `/stats` and `/metrics` are served.
+    #[arg(long, default_value = "127.0.0.1:9103")]
+    admin_addr: SocketAddr,
+}
+
+impl ThrottleArgs {
+    fn options(&self) -> Result<ProxyOptions, String> {
+        let concurrency = match (self.max_concurrency, self.adaptive, self.drain_rate) {
+            (Some(0), _, _) => return Err("--max-concurrency must be at least 1".into()),
+            (Some(limit), _, _) => Concurrency::Fixed(limit),
+            (None, false, Some(_)) => Concurrency::Unlimited,
+            (None, _, _) => Concurrency::Adaptive,
+        };
+        if let Some(rate) = self.drain_rate
+            && !(rate.is_finite() && rate > 0.0 && rate <= 1e9)
+        {
+            return Err(format!(
+                "--drain-rate must be a number of requests a second above 0, not {rate}"
+            ));
+        }
+        if self.queue == 0 && self.drain_rate.is_some() {
+            return Err("--queue must be at least 1 with --drain-rate".into());
+        }
+        Ok(ProxyOptions {
+            upstream: self.upstream.clone(),
+            concurrency,
+            queue: self.queue,
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            drain_rate: self.drain_rate,
+            upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(1)),
+            drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+        })
+    }
+}
+
+pub fn run(args: ThrottleArgs, log: &LogOptions) -> ExitCode {
+    let options = match args.options() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    logging::init(log, None);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(charon::proxy::run(
+        args.listen,
+        Some(args.admin_addr),
+        options,
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The throttling sidecar, `charon throttle` (docs/design.md#the-throttling-sidecar):
+//! a reverse proxy in front of one upstream that gives an app in any
+//! language what [`crate::layer::ThrottleLayer`] gives a Rust service. At
+//! most so many requests reach the upstream at once (a fixed number, or a
+//! limit that adapts to the upstream's latency); the rest wait in a bounded
+//! queue served by criticality (`x-criticality`) then arrival, each until
+//! its deadline (`grpc-timeout`, `x-envoy-expected-rq-timeout-ms`, or the
+//! proxy's longest wait). Or, in the requests-per-second form, a fixed-size
+//! queue released at a fixed rate ([`drain`]). Refusals are 503 with
+//! `Retry-After`; an upstream that fails is 502, one that hangs 504.
+//!
+//! - [`forward`]: the request to the upstream and back (bodies streamed,
+//!   upgrades joined).
+//! - [`drain`]: the queue released at a fixed rate.
+//! - [`admin`]: readiness, `/stats` and `/metrics` on their own port.
+//!
+//! On shutdown the proxy stops being ready, stops accepting, and lets the
+//! requests in flight finish (up to a limit) before it returns.
+
+pub mod admin;
+pub mod drain;
+pub mod forward;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::{Request, Response, Uri};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+use tower::util::BoxCloneSyncService;
+
+use crate::layer::{ThrottleCounts, ThrottleLayer};
+
+use self::drain::DrainQueue;
+use self::forward::{Forward, ProxyBody};
+
+/// How many requests may reach the upstream at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Concurrency {
+    /// At most this many.
+    Fixed(usize),
+    /// A limit that follows the upstream's latency, between 1 and
+    /// [`ADAPTIVE_MAX`], starting at [`ADAPTIVE_START`].
+    Adaptive,
+    /// No limit: only the drain queue, if any, throttles.
+    Unlimited,
+}
+
+/// Where the adaptive limit starts.
+pub const ADAPTIVE_START: usize = 8;
+/// The most the adaptive limit lets through at once.
+pub const ADAPTIVE_MAX: usize = 1_000;
+
+/// What `charon throttle` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ProxyOptions {
+    /// The upstream, `http://host:port`.
+    pub upstream: Uri,
+    pub concurrency: Concurrency,
+    /// How many requests may wait: for a slot, or in the drain queue.
+    pub queue: usize,
+    /// The longest a request waits for a slot (a shorter deadline of its
+    /// own wins).
+    pub max_wait: Duration,
+    /// The requests-per-second form: a FIFO released at this rate.
+    pub drain_rate: Option<f64>,
+    /// The longest the upstream may take to send response headers.
+    pub upstream_timeout: Duration,
+    /// The longest requests in flight are awaited on shutdown.
+    pub drain_timeout: Duration,
+}
+
+/// What the proxy counted, for `/stats` and `/metrics`.
+#[derive(Debug, Default)]
+pub struct ProxyCounts {
+    requests: AtomicU64,
+    upstream_failures: AtomicU64,
+    upstream_timeouts: AtomicU64,
+}
+
+impl ProxyCounts {
+    fn took(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+    fn upstream_failed(&self) {
+        self.upstream_failures.fetch_add(1, Ordering::Relaxed);
+    }
+    fn upstream_timed_out(&self) {
+        self.upstream_timeouts.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Errors the proxy stops on.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("the upstream `{0}` is not an http://host:port address")]
+    Upstream(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the admin server failed: {0}")]
+    Admin(#[source] std::io::Error),
+}
+
+/// `charon throttle`: serves `listen` (and the admin port on `admin`)
+/// until SIGTERM or SIGINT, then drains.
+pub async fn run(
+    listen: std::net::SocketAddr,
+    admin: Option<std::net::SocketAddr>,
+    options: ProxyOptions,
+) -> Result<(), ProxyError> {
+    let proxy = Proxy::new(&options)?;
+    let bind = |addr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ProxyError::Listen { addr, source })
+    };
+    let listener = bind(listen).await?;
+    let admin_task = match admin {
+        Some(addr) => {
+            let admin_listener = bind(addr).await?;
+            let router = proxy.admin_router();
+            Some(tokio::spawn(async move {
+                axum::serve(admin_listener, router).await
+            }))
+        }
+        None => None,
+    };
+    tracing::info!(
+        %listen,
+        upstream = %options.upstream,
+        concurrency = ?options.concurrency,
+        drain_rate = ?options.drain_rate,
+        "charon throttle serving"
+    );
+    proxy
+        .serve(listener, crate::server::shutdown_signal())
+        .await;
+    if let Some(task) = admin_task {
+        task.abort();
+    }
+    tracing::info!("charon throttle stopped");
+    Ok(())
+}
+
+/// The proxy's state beside its requests: what the admin port shows.
+#[derive(Clone)]
+pub struct Proxy {
+    pub(crate) ready: Arc<AtomicBool>,
+    pub(crate) counts: Arc<ProxyCounts>,
+    pub(crate) throttle: Option<ThrottleLayer>,
+    pub(crate) throttle_counts: Option<Arc<ThrottleCounts>>,
+    pub(crate) drain: Option<DrainQueue>,
+    service: BoxCloneSyncService<Request<Incoming>, Response<ProxyBody>, Infallible>,
+    drain_timeout: Duration,
+}
+
+impl Proxy {
+    /// The proxy `options` describe (its drain queue's task started).
+    pub fn new(options: &ProxyOptions) -> Result<Self, ProxyError> {
+        let upstream = &options.upstream;
+        if upstream.scheme_str() != Some("http")
+            || upstream.authority().is_none()
+            || upstream
+                .path_and_query()
+                .is_some_and(|path| path.as_str() != "/")
+        {
+            return Err(ProxyError::Upstream(upstream.to_string()));
+        }
+        let counts = Arc::new(ProxyCounts::default());
+        let forward = Forward::new(
+            options.upstream.clone(),
+            options.upstream_timeout,
+            counts.clone(),
+        );
+        let throttle = match options.concurrency {
+            Concurrency::Fixed(limit) => Some(ThrottleLayer::new(limit)),
+            Concurrency::Adaptive => {
+                Some(ThrottleLayer::new(ADAPTIVE_START).adaptive_limit(1, ADAPTIVE_MAX))
+            }
+            Concurrency::Unlimited => None,
+        }
+        .map(|layer| layer.max_queue(options.queue).max_wait(options.max_wait));
+        let limited: BoxCloneSyncService<_, _, Infallible> = match &throttle {
+            Some(layer) => BoxCloneSyncService::new(
+                tower::Layer::layer(layer, forward)
+                    .map_response(|response| response.map(|body| body.boxed())),
+            ),
+            None => BoxCloneSyncService::new(forward),
+        };
+        let drain = options
+            .drain_rate
+            .map(|rate| DrainQueue::start(rate, options.queue));
+        let service = match &drain {
+            Some(queue) => BoxCloneSyncService::new(queue.layer(limited)),
+            None => limited,
+        };
+        Ok(Self {
+            ready: Arc::new(AtomicBool::new(false)),
+            throttle_counts: throttle.as_ref().map(ThrottleLayer::counts),
+            throttle,
+            drain,
+            counts,
+            service,
+            drain_timeout: options.drain_timeout,
+        })
+    }
+
+    /// Serves `listener` until `shutdown` ends, then drains.
+    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+        let builder = auto::Builder::new(TokioExecutor::new());
+        let graceful = GracefulShutdown::new();
+        self.ready.store(true, Ordering::SeqCst);
+        tokio::pin!(shutdown);
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                () = &mut shutdown => break,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of descriptors, most likely: try again shortly.
+                    tracing::warn!(%error, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let counts = self.counts.clone();
+            let service = self.service.clone().map_request(move |request| {
+                counts.took();
+                request
+            });
+            let connection = builder
+                .serve_connection_with_upgrades(
+                    TokioIo::new(stream),
+                    TowerToHyperService::new(service),
+                )
+                .into_owned();
+            let connection = graceful.watch(connection);
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "a connection ended with an error");
+                }
+            });
+        }
+        self.ready.store(false, Ordering::SeqCst);
+        drop(listener);
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(self.drain_timeout) => {
+                tracing::warn!("requests still in flight at the end of the drain");
+            }
+        }
+    }
+}
