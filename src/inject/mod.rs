@@ -1,5 +1,7 @@
 //! `charon inject`: a Kubernetes mutating admission webhook that adds Charon
-//! as a native sidecar to pods annotated `charon.io/inject: "true"`.
+//! as a native sidecar to pods annotated `charon.io/inject: "true"` (and
+//! the throttling sidecar in front of the app's port with
+//! `charon.io/throttle: "PORT"`, [`throttle`]).
 //!
 //! It owns the HTTPS endpoint (`POST /mutate`, AdmissionReview v1 in and out,
 //! JSONPatch; `GET /healthz`), its certificate (reloaded when the files
@@ -10,6 +12,7 @@
 //! `failurePolicy: Ignore`.
 
 pub mod review;
+pub mod throttle;
 pub mod tls;
 
 use std::net::SocketAddr;

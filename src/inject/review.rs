@@ -6,6 +6,8 @@
 use base64::Engine;
 use serde_json::{Value, json};
 
+use super::throttle::{self, THROTTLE, THROTTLE_SIDECAR};
+
 /// Pods opt in with `charon.io/inject: "true"`.
 pub const INJECT: &str = "charon.io/inject";
 /// The ConfigMap with the limits (default [`DEFAULT_CONFIG`]).
@@ -174,6 +176,18 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
     if named_charon(containers) || init_containers.is_some_and(named_charon) {
         return Err(format!("already has a container named {SIDECAR:?}"));
     }
+    let throttled = annotation(THROTTLE).map(throttle::app_port).transpose()?;
+    let named_throttle = |list: &Vec<Value>| {
+        list.iter()
+            .any(|c| c.get("name").and_then(Value::as_str) == Some(THROTTLE_SIDECAR))
+    };
+    if throttled.is_some()
+        && (named_throttle(containers) || init_containers.is_some_and(named_throttle))
+    {
+        return Err(format!(
+            "already has a container named {THROTTLE_SIDECAR:?}"
+        ));
+    }
     let volumes = spec.get("volumes").and_then(Value::as_array);
     let ours = std::iter::once(VOLUME).chain(SECRET_MOUNTS.iter().map(|m| m.volume));
     for taken in ours {
@@ -229,14 +243,18 @@ fn plan(request: &Value, template: &SidecarTemplate) -> Result<Value, String> {
             "secret": {"secretName": secret, "items": items}
         }));
     }
-    // First among init containers: it runs before (and beside) the others.
+    // First among init containers: they run before (and beside) the others.
+    let mut ours = vec![sidecar];
+    if let Some(port) = throttled {
+        ours.push(throttle::throttle_sidecar(&template.image, port));
+    }
     match init_containers {
         Some(_) => {
-            patch.push(json!({"op": "add", "path": "/spec/initContainers/0", "value": sidecar}))
+            for (at, container) in ours.into_iter().enumerate() {
+                patch.push(json!({"op": "add", "path": format!("/spec/initContainers/{at}"), "value": container}));
+            }
         }
-        None => {
-            patch.push(json!({"op": "add", "path": "/spec/initContainers", "value": [sidecar]}))
-        }
+        None => patch.push(json!({"op": "add", "path": "/spec/initContainers", "value": ours})),
     }
     match volumes {
         Some(_) => {
@@ -323,148 +341,4 @@ fn redact(store: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod_review(annotations: Value, spec: Value) -> Vec<u8> {
-        json!({
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "object": {"metadata": {"name": "p", "annotations": annotations}, "spec": spec}
-            }
-        })
-        .to_string()
-        .into_bytes()
-    }
-
-    fn patch_of(verdict: &Verdict) -> Value {
-        let encoded = verdict.response["response"]["patch"].as_str().unwrap();
-        serde_json::from_slice(
-            &base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .unwrap(),
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn an_opted_in_pod_gets_the_sidecar_and_its_config() {
-        let body = pod_review(
-            json!({INJECT: "true", CONFIG: "shop-limits"}),
-            json!({"containers": [{"name": "app", "image": "app"}], "initContainers": [{"name": "migrate", "image": "m"}]}),
-        );
-        let verdict = review(&body, &SidecarTemplate::default()).unwrap();
-        assert!(verdict.patched, "{}", verdict.reason);
-        assert_eq!(verdict.response["response"]["allowed"], json!(true));
-        let patch = patch_of(&verdict);
-        assert_eq!(patch[0]["path"], json!("/spec/initContainers/0"));
-        assert_eq!(patch[0]["value"]["restartPolicy"], json!("Always"));
-        assert_eq!(
-            patch[1]["value"],
-            json!([{"name": "charon-config", "configMap": {"name": "shop-limits"}}])
-        );
-        assert_eq!(
-            patch[2]["path"],
-            json!("/metadata/annotations/charon.io~1injected")
-        );
-    }
-
-    #[test]
-    fn an_admin_token_secret_is_mounted_and_named_to_the_sidecar() {
-        let body = pod_review(
-            json!({INJECT: "true", ADMIN_TOKEN_SECRET: "charon-admin"}),
-            json!({"containers": [{"name": "app", "image": "app"}]}),
-        );
-        let verdict = review(&body, &SidecarTemplate::default()).unwrap();
-        assert!(verdict.patched, "{}", verdict.reason);
-        let patch = patch_of(&verdict);
-        let args = patch[0]["value"][0]["args"].as_array().unwrap();
-        let at = args.iter().position(|a| a == "--admin-token-file").unwrap();
-        assert_eq!(args[at + 1], json!("/etc/charon-admin/token"));
-        assert_eq!(
-            patch[1]["value"][1],
-            json!({"name": "charon-admin-token",
-                   "secret": {"secretName": "charon-admin", "items": [{"key": "token", "path": "token"}]}})
-        );
-        let mtls = pod_review(
-            json!({INJECT: "true", GRPC_TLS_SECRET: "charon-tls", GRPC_CLIENT_CA_SECRET: "envoy-ca"}),
-            json!({"containers": [{"name": "app"}]}),
-        );
-        let patch = patch_of(&review(&mtls, &SidecarTemplate::default()).unwrap());
-        let args = patch[0]["value"][0]["args"].as_array().unwrap();
-        for (flag, file) in [
-            ("--grpc-tls-cert", "/etc/charon-tls/tls.crt"),
-            ("--grpc-tls-key", "/etc/charon-tls/tls.key"),
-            ("--grpc-client-ca", "/etc/charon-client-ca/ca.crt"),
-        ] {
-            let at = args.iter().position(|a| a == flag).unwrap();
-            assert_eq!(args[at + 1], json!(file));
-        }
-        let ca_alone = pod_review(
-            json!({INJECT: "true", GRPC_CLIENT_CA_SECRET: "envoy-ca"}),
-            json!({"containers": [{"name": "app"}]}),
-        );
-        let verdict = review(&ca_alone, &SidecarTemplate::default()).unwrap();
-        assert!(!verdict.patched && verdict.reason.contains("needs"));
-        let bad = pod_review(
-            json!({INJECT: "true", ADMIN_TOKEN_SECRET: "Not_A_Name"}),
-            json!({"containers": [{"name": "app"}]}),
-        );
-        let verdict = review(&bad, &SidecarTemplate::default()).unwrap();
-        assert!(!verdict.patched);
-        assert!(verdict.reason.contains("not a valid Secret name"));
-    }
-
-    #[test]
-    fn anything_else_is_admitted_unchanged_with_a_reason() {
-        let template = SidecarTemplate::default();
-        let app = json!({"containers": [{"name": "app"}]});
-        for (annotations, spec, why) in [
-            (json!({}), app.clone(), "no charon.io/inject"),
-            (json!({INJECT: "false"}), app.clone(), "\"false\""),
-            (json!({INJECT: "yes"}), app.clone(), "only \"true\""),
-            (
-                json!({INJECT: "true"}),
-                json!({"containers": []}),
-                "no containers",
-            ),
-            (json!({INJECT: "true"}), json!({}), "no containers"),
-            (
-                json!({INJECT: "true"}),
-                json!({"containers": [{"name": "app"}], "initContainers": [{"name": "charon"}]}),
-                "already",
-            ),
-            (
-                json!({INJECT: "true", CONFIG: "Bad_Name"}),
-                app.clone(),
-                "not a valid ConfigMap",
-            ),
-            (
-                json!({INJECT: "true", STORE: "mysql://u:secret@db"}),
-                app.clone(),
-                "not `memory`",
-            ),
-        ] {
-            let verdict = review(&pod_review(annotations, spec), &template).unwrap();
-            assert!(!verdict.patched);
-            assert!(verdict.reason.contains(why), "{} / {why}", verdict.reason);
-            assert!(!verdict.reason.contains("secret"));
-            assert_eq!(
-                verdict.response["response"],
-                json!({"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": true})
-            );
-        }
-        assert!(matches!(
-            review(b"{", &template),
-            Err(ReviewError::NotJson(_))
-        ));
-        assert_eq!(review(b"{}", &template), Err(ReviewError::NotAReview));
-        assert_eq!(
-            review(br#"{"request": {"uid": ""}}"#, &template),
-            Err(ReviewError::NotAReview)
-        );
-    }
-}
+mod tests;

@@ -173,3 +173,109 @@ fn the_memory_overlays_sidecar_starts_with_its_configmap_and_becomes_ready() {
         "the sidecar did not become live and ready on the manifest's probes"
     );
 }
+
+/// The demo app's throttling sidecar is the one the injector adds for
+/// `charon.io/throttle: "5678"`, the Service sends traffic through it, and
+/// the real binary, started with its arguments, becomes live and ready on
+/// its probes and forwards to the app's port.
+#[test]
+fn the_demo_apps_throttling_sidecar_is_the_injectors_and_fronts_the_app() {
+    let objects = render("overlays/memory");
+    let app = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "demo-app")
+        .expect("the demo-app Deployment");
+    let throttle = app
+        .pointer("/spec/template/spec/initContainers")
+        .and_then(Value::as_array)
+        .and_then(|init| init.iter().find(|c| c["name"] == "charon-throttle"))
+        .expect("a charon-throttle sidecar");
+    let image = throttle["image"].as_str().expect("an image");
+    assert_eq!(
+        *throttle,
+        charon::inject::throttle::throttle_sidecar(image, 5678),
+        "the manifest and the injector differ"
+    );
+    let service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "demo-app")
+        .expect("the demo-app Service");
+    assert_eq!(
+        service.pointer("/spec/ports/0/targetPort"),
+        Some(&Value::from("charon-throttle"))
+    );
+
+    // The manifest's arguments, on this test's ports, in front of an app.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let (app_addr, (port, admin)) = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello")
+                        .await;
+                });
+            }
+        });
+        (
+            addr,
+            (support::redis::free_port(), support::redis::free_port()),
+        )
+    });
+    let args: Vec<String> = throttle["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|arg| match arg.as_str().expect("a string") {
+            "0.0.0.0:8090" => format!("127.0.0.1:{port}"),
+            "0.0.0.0:9103" => format!("127.0.0.1:{admin}"),
+            "http://127.0.0.1:5678" => format!("http://{app_addr}"),
+            other => other.to_owned(),
+        })
+        .collect();
+    assert_eq!(args[0], "throttle");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("charon throttle starts");
+    let probe = |pointer: &str| {
+        let path = throttle
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .expect("a probe path");
+        format!("http://127.0.0.1:{admin}{path}")
+    };
+    let answered = runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let live = reqwest::get(probe("/livenessProbe/httpGet/path")).await;
+            let ready = reqwest::get(probe("/readinessProbe/httpGet/path")).await;
+            if let (Ok(live), Ok(ready)) = (live, ready)
+                && live.status() == 200
+                && ready.status() == 200
+            {
+                let reply = reqwest::get(format!("http://127.0.0.1:{port}/"))
+                    .await
+                    .ok()?;
+                return reply.text().await.ok();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answered.as_deref(), Some("hello"));
+}
