@@ -17,6 +17,7 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use super::Proxy;
+use crate::layer::ThrottleLayer;
 
 /// What `/stats` shows.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -41,6 +42,8 @@ pub struct Stats {
     pub unknown_criticality: u64,
     /// Deadline headers it could not read (ignored).
     pub bad_deadlines: u64,
+    /// Each request class's (path's) predicted and reported cost.
+    pub classes: Vec<crate::layer::ClassCost>,
 }
 
 impl Proxy {
@@ -62,6 +65,11 @@ impl Proxy {
                 counts.unknown_criticality.load(Ordering::Relaxed)
             }),
             bad_deadlines: throttle(|counts| counts.bad_deadlines.load(Ordering::Relaxed)),
+            classes: self
+                .throttle
+                .as_ref()
+                .map(ThrottleLayer::costs)
+                .unwrap_or_default(),
         }
     }
 

@@ -73,6 +73,12 @@ pub struct ProxyOptions {
     pub max_wait: Duration,
     /// The requests-per-second form: a FIFO released at this rate.
     pub drain_rate: Option<f64>,
+    /// A budget of the upstream's milliseconds per second (of CPU, as its
+    /// responses report them in `cost_header`; else of latency).
+    pub cpu_budget: Option<f64>,
+    /// The response header in which the upstream reports a request's cost
+    /// in milliseconds (CPU time): predicted per path from it.
+    pub cost_header: http::HeaderName,
     /// The longest the upstream may take to send response headers.
     pub upstream_timeout: Duration,
     /// The longest requests in flight are awaited on shutdown.
@@ -192,7 +198,16 @@ impl Proxy {
             }
             Concurrency::Unlimited => None,
         }
-        .map(|layer| layer.max_queue(options.queue).max_wait(options.max_wait));
+        .map(|layer| {
+            let layer = layer
+                .max_queue(options.queue)
+                .max_wait(options.max_wait)
+                .reported_cost(options.cost_header.clone());
+            match options.cpu_budget {
+                Some(budget) => layer.cpu_budget(budget),
+                None => layer,
+            }
+        });
         let limited: BoxCloneSyncService<_, _, Infallible> = match &throttle {
             Some(layer) => BoxCloneSyncService::new(
                 tower::Layer::layer(layer, forward)

@@ -80,6 +80,15 @@ async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
                                 });
                                 StreamBody::new(chunks).boxed()
                             }
+                            "/costly" => {
+                                // Says it took 100 ms of CPU (it took none).
+                                let mut response =
+                                    http::Response::new(Full::new(Bytes::from("costly")).boxed());
+                                response
+                                    .headers_mut()
+                                    .insert("x-cpu-ms", http::HeaderValue::from_static("100"));
+                                return Ok::<_, Infallible>(response);
+                            }
                             "/hang" => {
                                 std::future::pending::<()>().await;
                                 Full::new(Bytes::new()).boxed()
@@ -506,6 +515,56 @@ async fn sigterm_lets_the_requests_in_flight_finish() {
     .await
     .expect("joined");
     assert!(exited.0.expect("waited").success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_of_the_upstreams_cpu_paces_requests_by_the_cost_they_report() {
+    let start = Instant::now();
+    let seen = Arc::new(Seen::default());
+    let addr = upstream(seen.clone(), start).await;
+    // 1 000 ms of the upstream's CPU a second, requests that report 100 ms
+    // each: 10 a second, whatever the slots allow.
+    let throttle = Throttle::start(
+        &format!("http://{addr}"),
+        &[
+            "--max-concurrency",
+            "50",
+            "--queue",
+            "100",
+            "--max-wait-ms",
+            "10000",
+            "--cpu-budget-ms",
+            "1000",
+        ],
+    )
+    .await;
+    // One alone first, so the path's cost is known.
+    assert_eq!(
+        reqwest::get(throttle.url("/costly"))
+            .await
+            .expect("answer")
+            .status(),
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    seen.arrivals.lock().unwrap().clear();
+    let answers = at_once(&throttle.url("/costly"), 20, "critical").await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "{answers:?}"
+    );
+    let arrivals = seen.arrivals.lock().unwrap().clone();
+    let span = arrivals[19] - arrivals[0];
+    // 20 × 100 ms of a budget of 1 000 a second: about 2 s (the bucket
+    // holds a twentieth of a second to start with).
+    assert!(
+        span >= Duration::from_millis(1_600) && span < Duration::from_millis(4_000),
+        "{span:?}"
+    );
+    let stats = throttle.stats().await;
+    let class = &stats["classes"][0];
+    assert_eq!(class["class"], "/costly", "{stats}");
+    assert_eq!(class["predicted_ms"], 100.0, "{stats}");
 }
 
 #[test]

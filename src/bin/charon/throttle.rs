@@ -31,6 +31,15 @@ pub struct ThrottleArgs {
     /// (requests a second); a full queue refuses.
     #[arg(long)]
     drain_rate: Option<f64>,
+    /// A budget of the upstream's time, in milliseconds a second: of CPU as
+    /// its responses report it in --cost-header, else of latency. A request
+    /// starts only while the budget is not in debt, at its predicted cost.
+    #[arg(long)]
+    cpu_budget_ms: Option<f64>,
+    /// The response header in which the upstream reports a request's CPU
+    /// time in milliseconds; costs are predicted per path from it.
+    #[arg(long, default_value = "x-cpu-ms")]
+    cost_header: http::HeaderName,
     /// The longest a request waits for a slot, in milliseconds (its own
     /// `grpc-timeout` or `x-envoy-expected-rq-timeout-ms` wins if shorter).
     #[arg(long, default_value_t = 1_000)]
@@ -63,6 +72,16 @@ impl ThrottleArgs {
                 "--drain-rate must be a number of requests a second above 0, not {rate}"
             ));
         }
+        if let Some(budget) = self.cpu_budget_ms {
+            if !(budget.is_finite() && budget > 0.0 && budget <= 1e9) {
+                return Err(format!(
+                    "--cpu-budget-ms must be a number of milliseconds a second above 0, not {budget}"
+                ));
+            }
+            if concurrency == Concurrency::Unlimited {
+                return Err("--cpu-budget-ms needs --max-concurrency or --adaptive".into());
+            }
+        }
         if self.queue == 0 && self.drain_rate.is_some() {
             return Err("--queue must be at least 1 with --drain-rate".into());
         }
@@ -72,6 +91,8 @@ impl ThrottleArgs {
             queue: self.queue,
             max_wait: Duration::from_millis(self.max_wait_ms),
             drain_rate: self.drain_rate,
+            cpu_budget: self.cpu_budget_ms,
+            cost_header: self.cost_header.clone(),
             upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(1)),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
         })

@@ -75,12 +75,15 @@ struct Settings {
     classify: Option<Arc<Classify>>,
     /// The adaptive limit's bounds and tolerance, if the capacity adapts.
     adaptive: Option<(usize, usize, f64)>,
+    /// The response header that reports a request's cost, if the handler
+    /// runs in another process.
+    reported_cost: Option<HeaderName>,
 }
 
 impl Settings {
     /// Whether requests' CPU time is measured and predicted.
     fn measures(&self) -> bool {
-        self.cpu_budget.is_some() || self.classify.is_some()
+        self.cpu_budget.is_some() || self.classify.is_some() || self.reported_cost.is_some()
     }
 
     fn class_of(&self, uri: &Uri, headers: &HeaderMap) -> String {
@@ -106,6 +109,7 @@ impl ThrottleLayer {
             cpu_budget: None,
             classify: None,
             adaptive: None,
+            reported_cost: None,
         })
     }
 
@@ -172,6 +176,15 @@ impl ThrottleLayer {
     ) -> Self {
         let classify: Arc<Classify> = Arc::new(classify);
         self.map(move |settings| settings.classify = Some(classify))
+    }
+
+    /// For a layer in front of another process (`charon throttle`), whose
+    /// CPU it cannot measure: a request's cost is what its response reports
+    /// in `header` (milliseconds, such as `x-cpu-ms: 12.5`), or, without
+    /// one, the time until its response headers came. What the budget and
+    /// the predictions count then.
+    pub fn reported_cost(self, header: HeaderName) -> Self {
+        self.map(move |settings| settings.reported_cost = Some(header))
     }
 
     /// Lets the concurrency limit adapt between `min` and `max`, starting

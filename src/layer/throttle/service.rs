@@ -59,6 +59,7 @@ impl<S> Throttle<S> {
             predicted_ms,
             used: Duration::ZERO,
             thread_clock: predicted_ms >= THREAD_CLOCK_FROM_MS,
+            reported: self.settings.reported_cost.clone(),
             predictor: self.predictor.clone(),
         })
     }
@@ -193,6 +194,9 @@ struct Cost {
     /// Whether its polls are timed with the thread CPU clock (else the
     /// monotonic one).
     thread_clock: bool,
+    /// The response header that reports the cost instead (its polls are
+    /// then not timed).
+    reported: Option<http::HeaderName>,
     predictor: Arc<Mutex<Predictor>>,
 }
 
@@ -213,7 +217,7 @@ impl Permit {
     /// ([`Criticality::current`]).
     fn measured<T>(&mut self, step: impl FnOnce() -> T) -> T {
         let level = self.level;
-        let Some(cost) = &mut self.cost else {
+        let Some(cost) = self.cost.as_mut().filter(|cost| cost.reported.is_none()) else {
             return level.scope(step);
         };
         let step = || level.scope(step);
@@ -228,6 +232,29 @@ impl Permit {
             cost.used += before.elapsed();
             result
         }
+    }
+}
+
+impl Permit {
+    /// The cost the response reports, if the layer reads it there: its
+    /// header's milliseconds, else the time since the request started.
+    fn reported(&mut self, headers: &HeaderMap) {
+        let since = self.since;
+        let Some(cost) = &mut self.cost else {
+            return;
+        };
+        let Some(header) = &cost.reported else {
+            return;
+        };
+        cost.used = headers
+            .get(header)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms <= 3_600_000.0)
+            .map_or_else(
+                || since.elapsed(),
+                |ms| Duration::from_secs_f64(ms / 1_000.0),
+            );
     }
 }
 
@@ -290,7 +317,10 @@ where
     }
 }
 
-fn carrying<B>(response: Response<B>, permit: Option<Permit>) -> Response<ResponseBody<B>> {
+fn carrying<B>(response: Response<B>, mut permit: Option<Permit>) -> Response<ResponseBody<B>> {
+    if let Some(permit) = &mut permit {
+        permit.reported(response.headers());
+    }
     response.map(|body| ResponseBody::throttled(body, permit))
 }
 
