@@ -38,7 +38,7 @@ use tokio::net::TcpListener;
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
-use crate::layer::{ThrottleCounts, ThrottleLayer};
+use crate::layer::{Action, Actions, DescriptorLimitLayer, ThrottleCounts, ThrottleLayer};
 
 use self::drain::DrainQueue;
 use self::forward::{Forward, ProxyBody};
@@ -79,10 +79,23 @@ pub struct ProxyOptions {
     /// The response header in which the upstream reports a request's cost
     /// in milliseconds (CPU time): predicted per path from it.
     pub cost_header: http::HeaderName,
+    /// Per-tenant limits, decided before a request queues (429).
+    pub tenants: Option<TenantLimits>,
     /// The longest the upstream may take to send response headers.
     pub upstream_timeout: Duration,
     /// The longest requests in flight are awaited on shutdown.
     pub drain_timeout: Duration,
+}
+
+/// Per-tenant limits in front of the throttle: quota and overload in one
+/// component. Each request is one descriptor of `namespace`,
+/// `[(header name, its value)]`, decided by the engine in this process; a
+/// request without the header is not limited.
+#[derive(Debug, Clone)]
+pub struct TenantLimits {
+    pub config: crate::config::Config,
+    pub namespace: String,
+    pub header: http::HeaderName,
 }
 
 /// What the proxy counted, for `/stats` and `/metrics`.
@@ -218,9 +231,24 @@ impl Proxy {
         let drain = options
             .drain_rate
             .map(|rate| DrainQueue::start(rate, options.queue));
-        let service = match &drain {
+        let queued = match &drain {
             Some(queue) => BoxCloneSyncService::new(queue.layer(limited)),
             None => limited,
+        };
+        let service = match &options.tenants {
+            Some(tenants) => {
+                let client = crate::client::Client::embedded(tenants.config.clone());
+                let actions = Actions::new().descriptor([Action::request_header(
+                    tenants.header.clone(),
+                    tenants.header.as_str(),
+                )]);
+                let limit = DescriptorLimitLayer::new(client, &tenants.namespace, actions);
+                BoxCloneSyncService::new(
+                    tower::Layer::layer(&limit, queued)
+                        .map_response(|response| response.map(|body| body.boxed())),
+                )
+            }
+            None => queued,
         };
         Ok(Self {
             ready: Arc::new(AtomicBool::new(false)),

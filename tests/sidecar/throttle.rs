@@ -567,6 +567,47 @@ async fn a_budget_of_the_upstreams_cpu_paces_requests_by_the_cost_they_report() 
     assert_eq!(class["predicted_ms"], 100.0, "{stats}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_quota_is_a_429_before_the_queue() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = dir.path().join("edge.yaml");
+    std::fs::write(
+        &limits,
+        "domain: edge\ndescriptors:\n  - key: x-tenant\n    rate_limit: {unit: minute, requests_per_unit: 3}\n",
+    )
+    .expect("write");
+    let seen = Arc::new(Seen::default());
+    let addr = upstream(seen.clone(), Instant::now()).await;
+    let throttle = Throttle::start(
+        &format!("http://{addr}"),
+        &[
+            "--adaptive",
+            "--config",
+            limits.to_str().expect("utf-8"),
+            "--domain-header",
+            "x-tenant",
+        ],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let mut statuses = Vec::new();
+    for tenant in ["acme", "acme", "acme", "acme", "acme", "other", ""] {
+        let mut request = client.get(throttle.url("/"));
+        if !tenant.is_empty() {
+            request = request.header("x-tenant", tenant);
+        }
+        let reply = request.send().await.expect("answer");
+        if reply.status() == 429 {
+            assert!(reply.headers().contains_key("retry-after"));
+        }
+        statuses.push(reply.status().as_u16());
+    }
+    // acme's three a minute, then 429; another tenant and no tenant pass.
+    assert_eq!(statuses, [200, 200, 200, 429, 429, 200, 200]);
+    // Refused requests never reached the upstream.
+    assert_eq!(seen.arrivals.lock().unwrap().len(), 5);
+}
+
 #[test]
 fn bad_flags_are_refused_with_a_reason() {
     for (flags, reason) in [

@@ -2,10 +2,11 @@
 //! [`charon::proxy::run`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use charon::proxy::{Concurrency, ProxyOptions};
+use charon::proxy::{Concurrency, ProxyOptions, TenantLimits};
 
 use crate::logging::{self, LogOptions};
 
@@ -52,6 +53,16 @@ pub struct ThrottleArgs {
     /// milliseconds.
     #[arg(long, default_value_t = 10_000)]
     drain_timeout_ms: u64,
+    /// Per-tenant limits before the queue (429 over them): a limits file
+    /// (envoyproxy/ratelimit or Charon format) whose one domain has a
+    /// descriptor keyed by --domain-header's name.
+    #[arg(long, requires = "domain_header")]
+    config: Option<PathBuf>,
+    /// The header naming a request's tenant: its descriptor is
+    /// `[(NAME, value)]` in the --config file's domain; a request without
+    /// it is not limited.
+    #[arg(long, requires = "config")]
+    domain_header: Option<http::HeaderName>,
     /// Where `/ready`, `/healthz`, `/stats` and `/metrics` are served.
     #[arg(long, default_value = "127.0.0.1:9103")]
     admin_addr: SocketAddr,
@@ -85,7 +96,12 @@ impl ThrottleArgs {
         if self.queue == 0 && self.drain_rate.is_some() {
             return Err("--queue must be at least 1 with --drain-rate".into());
         }
+        let tenants = match (&self.config, &self.domain_header) {
+            (Some(path), Some(header)) => Some(tenant_limits(path, header)?),
+            _ => None,
+        };
         Ok(ProxyOptions {
+            tenants,
             upstream: self.upstream.clone(),
             concurrency,
             queue: self.queue,
@@ -97,6 +113,35 @@ impl ThrottleArgs {
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
         })
     }
+}
+
+/// The one namespace of the limits at `path`, keyed by `header`.
+fn tenant_limits(
+    path: &std::path::Path,
+    header: &http::HeaderName,
+) -> Result<TenantLimits, String> {
+    let loaded = charon::config::load_path(path).map_err(|errors| errors.to_string())?;
+    let names: Vec<String> = loaded
+        .config
+        .namespaces()
+        .map(|namespace| namespace.name.clone())
+        .collect();
+    let mut names = names.into_iter();
+    let namespace = match (names.next(), names.next()) {
+        (Some(namespace), None) => namespace,
+        (None, _) => return Err(format!("--config {}: no domain", path.display())),
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "--config {}: one domain, not several (one file)",
+                path.display()
+            ));
+        }
+    };
+    Ok(TenantLimits {
+        config: loaded.config,
+        namespace,
+        header: header.clone(),
+    })
 }
 
 pub fn run(args: ThrottleArgs, log: &LogOptions) -> ExitCode {
