@@ -21,6 +21,7 @@
 
 mod cost;
 mod limit;
+mod permit;
 mod queue;
 mod service;
 
@@ -36,8 +37,9 @@ pub use crate::criticality::Criticality;
 use self::cost::Predictor;
 pub use self::cost::{ClassCost, MAX_CLASSES, OTHER_CLASS, thread_cpu_time};
 use self::limit::AdaptiveLimit;
+pub use self::permit::Permit;
 use self::queue::{Admission, CpuBudget};
-pub use self::service::{Permit, Throttle, ThrottleFuture};
+pub use self::service::{Throttle, ThrottleFuture};
 
 /// Names a request's class from its URI and headers.
 pub type Classify = dyn Fn(&Uri, &HeaderMap) -> String + Send + Sync;

@@ -1,5 +1,6 @@
-//! The service of [`ThrottleLayer`](super::ThrottleLayer), its future, and
-//! the slot a running request holds ([`Permit`]).
+//! The service of [`ThrottleLayer`](super::ThrottleLayer) and its future:
+//! a request runs, waits its turn, or is refused. The slot a running
+//! request holds is [`Permit`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,7 +18,8 @@ use tower::Service;
 use crate::layer::ResponseBody;
 use crate::layer::reply;
 
-use super::cost::{Predictor, thread_cpu_time};
+use super::cost::Predictor;
+use super::permit::{Cost, Permit, THREAD_CLOCK_FROM_MS};
 use super::queue::{Admission, Entry, Turn};
 use super::{Criticality, Settings, ThrottleCounts};
 
@@ -146,7 +148,7 @@ pub(super) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Starts a task that wakes waiting requests as the CPU budget fills, if
 /// some wait only on it and no such task runs yet. It ends when none wait
 /// on the budget any more.
-fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
+pub(super) fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
     if admission.draining {
         return;
     }
@@ -173,109 +175,6 @@ fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
             }
         }
     });
-}
-
-/// From this predicted cost (ms) a request's polls are timed with the
-/// thread's CPU clock; cheaper ones with the monotonic clock.
-///
-/// The thread CPU clock is exact even when the thread is preempted, but
-/// reading it is a system call (about 0.2 µs here, twice per poll): under
-/// 1 % of a request of 50 µs, most of the cost of a request of 1 µs. The
-/// monotonic clock is read without one, and a poll that short is seldom
-/// preempted.
-const THREAD_CLOCK_FROM_MS: f64 = 0.05;
-
-/// A measured request's class, its predicted cost, and the CPU time its
-/// handler has used so far.
-struct Cost {
-    class: String,
-    predicted_ms: f64,
-    used: Duration,
-    /// Whether its polls are timed with the thread CPU clock (else the
-    /// monotonic one).
-    thread_clock: bool,
-    /// The response header that reports the cost instead (its polls are
-    /// then not timed).
-    reported: Option<http::HeaderName>,
-    predictor: Arc<Mutex<Predictor>>,
-}
-
-/// A running request's slot: given to the next in the queue when dropped,
-/// and its measured cost settled.
-pub struct Permit {
-    admission: Arc<Mutex<Admission>>,
-    since: Instant,
-    cost: Option<Cost>,
-    level: Criticality,
-}
-
-impl Permit {
-    /// Runs a poll of the request's handler, adding the thread CPU time
-    /// it used to the request's cost. (Creating the handler's future is
-    /// routing, not the handler's work: it is not measured.)
-    /// The poll runs as a request of the request's criticality
-    /// ([`Criticality::current`]).
-    fn measured<T>(&mut self, step: impl FnOnce() -> T) -> T {
-        let level = self.level;
-        let Some(cost) = self.cost.as_mut().filter(|cost| cost.reported.is_none()) else {
-            return level.scope(step);
-        };
-        let step = || level.scope(step);
-        if cost.thread_clock {
-            let before = thread_cpu_time();
-            let result = step();
-            cost.used += thread_cpu_time().saturating_sub(before);
-            result
-        } else {
-            let before = std::time::Instant::now();
-            let result = step();
-            cost.used += before.elapsed();
-            result
-        }
-    }
-}
-
-impl Permit {
-    /// The cost the response reports, if the layer reads it there: its
-    /// header's milliseconds, else the time since the request started.
-    fn reported(&mut self, headers: &HeaderMap) {
-        let since = self.since;
-        let Some(cost) = &mut self.cost else {
-            return;
-        };
-        let Some(header) = &cost.reported else {
-            return;
-        };
-        cost.used = headers
-            .get(header)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms <= 3_600_000.0)
-            .map_or_else(
-                || since.elapsed(),
-                |ms| Duration::from_secs_f64(ms / 1_000.0),
-            );
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let (predicted_ms, measured_ms) = match &self.cost {
-            Some(cost) => {
-                lock(&cost.predictor).record(&cost.class, cost.predicted_ms, cost.used);
-                (cost.predicted_ms, cost.used.as_secs_f64() * 1_000.0)
-            }
-            None => (0.0, 0.0),
-        };
-        let mut admission = lock(&self.admission);
-        admission.leave(
-            self.since.elapsed(),
-            predicted_ms,
-            measured_ms,
-            Instant::now(),
-        );
-        drain_later(&self.admission, &mut admission);
-    }
 }
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
