@@ -200,7 +200,7 @@ impl ThrottleLayer {
     /// The concurrency limit now: the capacity, or where the adaptive limit
     /// has moved it.
     pub fn limit(&self) -> usize {
-        service::lock(&self.admission).capacity()
+        queue::lock(&self.admission).capacity()
     }
 
     /// What the layer counted (shared by its services).
@@ -211,7 +211,7 @@ impl ThrottleLayer {
     /// Each class's predicted and measured CPU cost (empty unless the
     /// layer measures: with a CPU budget or a classifier).
     pub fn costs(&self) -> Vec<ClassCost> {
-        service::lock(&self.predictor).costs()
+        queue::lock(&self.predictor).costs()
     }
 }
 

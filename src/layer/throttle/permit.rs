@@ -10,8 +10,7 @@ use tokio::time::Instant;
 
 use super::Criticality;
 use super::cost::{Predictor, thread_cpu_time};
-use super::queue::Admission;
-use super::service::{drain_later, lock};
+use super::queue::{Admission, drain_later, lock};
 
 /// From this predicted cost (ms) a request's polls are timed with the
 /// thread's CPU clock; cheaper ones with the monotonic clock.

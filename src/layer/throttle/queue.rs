@@ -10,6 +10,7 @@
 //! the difference when it ends.
 
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -295,6 +296,44 @@ impl Admission {
         let cost_ahead = self.waiting_cost[level.rank()..].iter().sum::<f64>() - own_cost_ms;
         for_a_slot.max(budget.time_to_pay(cost_ahead))
     }
+}
+
+pub(super) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The admission's and the predictor's states stay whole between their
+    // methods.
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Starts a task that wakes waiting requests as the CPU budget fills, if
+/// some wait only on it and no such task runs yet. It ends when none wait
+/// on the budget any more.
+pub(super) fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
+    if admission.draining {
+        return;
+    }
+    let Some(mut wait) = admission.budget_wait() else {
+        return;
+    };
+    // Outside a runtime nothing can sleep: waiters start as requests end.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    admission.draining = true;
+    let shared = shared.clone();
+    runtime.spawn(async move {
+        loop {
+            tokio::time::sleep(wait).await;
+            let mut admission = lock(&shared);
+            admission.drain(Instant::now());
+            match admission.budget_wait() {
+                Some(next) => wait = next,
+                None => {
+                    admission.draining = false;
+                    return;
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use crate::layer::reply;
 
 use super::cost::Predictor;
 use super::permit::{Cost, Permit, THREAD_CLOCK_FROM_MS};
-use super::queue::{Admission, Entry, Turn};
+use super::queue::{Admission, Entry, Turn, drain_later, lock};
 use super::{Criticality, Settings, ThrottleCounts};
 
 /// Runs at most the layer's capacity of requests at once.
@@ -137,44 +137,6 @@ fn grpc_timeout(value: &str) -> Option<Duration> {
         "n" => Duration::from_nanos(amount),
         _ => return None,
     })
-}
-
-pub(super) fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
-    // The admission's and the predictor's states stay whole between their
-    // methods.
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Starts a task that wakes waiting requests as the CPU budget fills, if
-/// some wait only on it and no such task runs yet. It ends when none wait
-/// on the budget any more.
-pub(super) fn drain_later(shared: &Arc<Mutex<Admission>>, admission: &mut Admission) {
-    if admission.draining {
-        return;
-    }
-    let Some(mut wait) = admission.budget_wait() else {
-        return;
-    };
-    // Outside a runtime nothing can sleep: waiters start as requests end.
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    admission.draining = true;
-    let shared = shared.clone();
-    runtime.spawn(async move {
-        loop {
-            tokio::time::sleep(wait).await;
-            let mut admission = lock(&shared);
-            admission.drain(Instant::now());
-            match admission.budget_wait() {
-                Some(next) => wait = next,
-                None => {
-                    admission.draining = false;
-                    return;
-                }
-            }
-        }
-    });
 }
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
