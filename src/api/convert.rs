@@ -39,7 +39,9 @@ impl TryFrom<v1::ReserveOp> for Reserve {
             .as_deref()
             .and_then(Criticality::parse)
             .unwrap_or_default();
-        Reserve::new(at, op.copies, op.min_copies)?.waiting(op.max_wait_ms, criticality)
+        Ok(Reserve::new(at, op.copies, op.min_copies)?
+            .waiting(op.max_wait_ms, criticality)?
+            .for_anyone(op.for_anyone.unwrap_or(false)))
     }
 }
 
@@ -48,7 +50,7 @@ impl TryFrom<v1::ReleaseOp> for Release {
 
     fn try_from(op: v1::ReleaseOp) -> Result<Self, Error> {
         let at = ResourceKey::new(op.namespace, op.resource, op.domain);
-        Release::new(at, op.groups, op.copies)
+        Ok(Release::new(at, op.groups, op.copies)?.done(op.done.unwrap_or(false)))
     }
 }
 
@@ -156,6 +158,7 @@ impl From<ReserveAnswer> for v1::ReserveAnswer {
             retry_after_ms: answer.retry_after_ms,
             degraded: false,
             context: Some(answer.context.into()),
+            done: answer.done,
         }
     }
 }

@@ -218,6 +218,7 @@ pub fn undo(op: Option<&ReserveOp>, answer: &Answer) -> Option<Op> {
                 domain: reserve.domain.clone(),
                 copies: i64::try_from(granted.granted).unwrap_or(i64::MAX),
                 groups: granted.groups.clone(),
+                done: None,
             }))
         }
         (_, Answer::Seize(seized)) if seized.copies > 0 => Some(Op::Release(ReleaseOp {
@@ -226,6 +227,7 @@ pub fn undo(op: Option<&ReserveOp>, answer: &Answer) -> Option<Op> {
             domain: seized.domain.clone(),
             copies: i64::try_from(seized.copies).unwrap_or(i64::MAX),
             groups: seized.groups.clone(),
+            done: None,
         })),
         _ => None,
     }

@@ -186,7 +186,7 @@ impl Client {
                 answer: Answer::Reserve(answer),
                 session,
             }) => {
-                if answer.granted > 0 {
+                if answer.granted > 0 || answer.done {
                     return Ok(Attempt::Done(Hold::reserved(
                         self.clone(),
                         op,
@@ -226,6 +226,7 @@ pub struct HoldCall {
     pub(super) domain: String,
     pub(super) amount: Amount,
     pub(super) criticality: Option<Criticality>,
+    pub(super) for_anyone: bool,
 }
 
 impl HoldCall {
@@ -236,6 +237,17 @@ impl HoldCall {
     /// ([`Criticality::current`]), else `critical`.
     pub fn criticality(mut self, level: Criticality) -> Self {
         self.criticality = Some(level);
+        self
+    }
+
+    /// Waits "for anyone" (PoolCounter's ACQ4ANY; with `max_wait`): if
+    /// another holder [releases as done](Hold::release_done) while this
+    /// waits, the answer is a hold that [`is_done`](Hold::is_done), holding
+    /// nothing: read the result that holder cached instead of computing it
+    /// again. A copy freed without `done` is still granted as usual
+    /// (docs/design.md#waiting-for-anyones-result).
+    pub fn for_anyone(mut self) -> Self {
+        self.for_anyone = true;
         self
     }
 }
@@ -261,6 +273,7 @@ impl IntoFuture for HoldCall {
                     .criticality
                     .or_else(Criticality::current)
                     .map(|level| level.as_str().to_owned()),
+                for_anyone: self.for_anyone.then_some(true),
             };
             let client = &self.client;
             let min = self.amount.min();

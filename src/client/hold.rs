@@ -32,6 +32,8 @@ pub struct Hold {
     overridden: bool,
     context: CopyContext,
     waited: Duration,
+    /// Waiting for anyone's result, another holder released as done.
+    done: bool,
 }
 
 impl std::fmt::Debug for Hold {
@@ -70,6 +72,7 @@ impl Hold {
             overridden: false,
             context: answer.context.unwrap_or_default(),
             waited: Duration::ZERO,
+            done: answer.done,
         }
     }
 
@@ -88,6 +91,7 @@ impl Hold {
             overridden: false,
             context: answer.context.unwrap_or_default(),
             waited: Duration::ZERO,
+            done: false,
         }
     }
 
@@ -107,6 +111,7 @@ impl Hold {
             overridden: false,
             context: CopyContext::default(),
             waited: Duration::ZERO,
+            done: false,
         }
     }
 
@@ -126,6 +131,13 @@ impl Hold {
     /// kill switch).
     pub fn is_granted(&self) -> bool {
         self.granted > 0
+    }
+
+    /// Waiting [for anyone](crate::client::HoldCall::for_anyone), it was
+    /// told that another holder finished the work and released as done:
+    /// nothing is held, and the result is there to read.
+    pub fn is_done(&self) -> bool {
+        self.done
     }
 
     /// Copies granted by the reserve or seize.
@@ -176,6 +188,19 @@ impl Hold {
     /// Gives back `copies` (at most what is held) before the guard drops;
     /// returns how many were released.
     pub async fn release(&mut self, copies: u64) -> Result<u64, ClientError> {
+        self.release_as(copies, false).await
+    }
+
+    /// Gives back every copy held and says the work they guarded is done
+    /// (its result cached): every reserve waiting [for
+    /// anyone](crate::client::HoldCall::for_anyone) on this resource and
+    /// domain, on every sidecar of the store, is answered
+    /// [`is_done`](Hold::is_done) at once (PoolCounter's ACQ4ANY).
+    pub async fn release_done(&mut self) -> Result<u64, ClientError> {
+        self.release_as(self.held, true).await
+    }
+
+    async fn release_as(&mut self, copies: u64, done: bool) -> Result<u64, ClientError> {
         let copies = copies.min(self.held);
         if copies == 0 {
             return Ok(0);
@@ -189,7 +214,11 @@ impl Hold {
             // (the server released them then).
             return Ok(copies);
         }
-        let reply = match self.client.call_quietly(self.release_op(copies)).await {
+        let mut op = self.release_op(copies);
+        if let Op::Release(release) = &mut op {
+            release.done = done.then_some(true);
+        }
+        let reply = match self.client.call_quietly(op).await {
             Ok(reply) => reply,
             Err(error) => {
                 if matches!(error, ClientError::Refused { .. }) {
@@ -257,6 +286,7 @@ impl Hold {
             domain: self.domain.clone(),
             copies: i64::try_from(copies).unwrap_or(i64::MAX),
             groups: self.groups.clone(),
+            done: None,
         })
     }
 }

@@ -246,6 +246,7 @@ impl Client {
             domain: domain.into(),
             amount: Amount::default(),
             criticality: None,
+            for_anyone: false,
         }
     }
 

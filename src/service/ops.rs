@@ -86,6 +86,9 @@ pub struct Reserve {
     pub max_wait: Duration,
     /// Its place in the queue of waiting reserves.
     pub criticality: Criticality,
+    /// While it waits, a release of `at` as done answers it `done`
+    /// (PoolCounter's ACQ4ANY, docs/design.md#waiting-for-anyones-result).
+    pub for_anyone: bool,
 }
 
 /// The longest a reserve may wait for a copy.
@@ -105,7 +108,14 @@ impl Reserve {
             min_copies,
             max_wait: Duration::ZERO,
             criticality: Criticality::default(),
+            for_anyone: false,
         })
+    }
+
+    /// Waits for anyone's result ([`Reserve::for_anyone`]).
+    pub fn for_anyone(mut self, on: bool) -> Self {
+        self.for_anyone = on;
+        self
     }
 
     /// Waits up to `max_wait_ms` (at most [`MAX_WAIT`]) for copies, in the
@@ -162,13 +172,26 @@ impl Held {
 pub struct Release {
     pub held: Held,
     pub copies: u64,
+    /// The work the copies guarded is done: reserves waiting for anyone's
+    /// result on the same (resource, domain) are answered `done`.
+    pub done: bool,
 }
 
 impl Release {
     pub fn new(at: ResourceKey, groups: Vec<String>, copies: i64) -> Result<Self, Error> {
         let held = Held::new(at, groups)?;
         let copies = count("copies", copies)?;
-        Ok(Self { held, copies })
+        Ok(Self {
+            held,
+            copies,
+            done: false,
+        })
+    }
+
+    /// Releases as done ([`Release::done`]).
+    pub fn done(mut self, on: bool) -> Self {
+        self.done = on;
+        self
     }
 }
 
@@ -286,19 +309,22 @@ pub struct RateAnswer {
 
 /// A copy-limited resource's limits for a domain (none when it is no
 /// longer configured) and its holds over them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CopyContext {
     pub limits: Option<CopyLimits>,
     pub counts: CopyCounts,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReserveAnswer {
     pub granted: u64,
     /// The groups to name when releasing these copies.
     pub groups: Vec<String>,
     pub retry_after_ms: Option<u64>,
     pub context: CopyContext,
+    /// Waiting for anyone's result, it was released as done (nothing
+    /// granted).
+    pub done: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -119,6 +119,26 @@ impl WaitQueues {
         })
     }
 
+    /// Work guarded by copies of `at` was released as done here: every
+    /// reserve waiting on `at` looks now (those waiting for anyone's
+    /// result are answered; the others try on as before).
+    pub fn done(&self, at: &ResourceKey) {
+        if self.waiting.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let state = lock(&self.state);
+        let queue = state
+            .queues
+            .get(&(at.namespace.clone(), at.resource.clone()))
+            .and_then(|domains| domains.get(&at.domain));
+        for waiter in queue
+            .into_iter()
+            .flat_map(|queue| queue.levels.iter().flatten())
+        {
+            waiter.wake.notify_one();
+        }
+    }
+
     /// Copies of `namespace`/`resource` were released here: the head of
     /// each of its queues tries now.
     pub fn released(&self, namespace: &str, resource: &str) {

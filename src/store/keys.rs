@@ -244,6 +244,20 @@ pub fn heartbeat_key(server_id: &str) -> String {
     key
 }
 
+/// How many times work guarded by copies of (namespace, resource, domain)
+/// was released as done (a counter, in the slot of the resource's copy
+/// log): reserves waiting for anyone's result watch it move.
+pub fn copy_done_key(namespace: &str, resource: &str, domain: &str) -> String {
+    let mut key =
+        String::with_capacity(TAG_LEN + 16 + namespace.len() + resource.len() + domain.len());
+    push_tag(&mut key, ["copies", namespace, resource]);
+    key.push('x');
+    push_part(&mut key, namespace);
+    push_part(&mut key, resource);
+    push_part(&mut key, domain);
+    key
+}
+
 /// The lease that elects the one sidecar reaping dead sidecars' holds.
 pub fn reaper_lease_key() -> String {
     let mut key = String::with_capacity(TAG_LEN + 8);

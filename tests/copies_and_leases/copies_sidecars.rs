@@ -959,6 +959,7 @@ async fn a_paused_sidecar_is_reaped_and_resigns_when_it_wakes() {
             domain: "acme".into(),
             copies: 3,
             groups: groups.clone(),
+            done: None,
         }))
         .await;
     // The stream's end comes after the answer, or instead of it.

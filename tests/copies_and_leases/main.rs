@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod anyones_result;
 mod capacity_leases;
 mod copies_sidecars;
 mod global_edges;

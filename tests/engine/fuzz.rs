@@ -308,6 +308,7 @@ fn op() -> impl Strategy<Value = Op> {
                 domain,
                 copies,
                 groups,
+                done: None,
             })
         ),
         (at, number(), groups, any::<u64>()).prop_map(

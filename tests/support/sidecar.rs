@@ -347,6 +347,7 @@ impl Session {
             domain: domain.into(),
             copies,
             groups: groups.to_vec(),
+            done: None,
         }))
         .await
         .expect("release is answered")

@@ -229,6 +229,7 @@ pub(crate) async fn copies_worker(
                     domain,
                     copies: 1,
                     groups: answer.groups,
+                    done: None,
                 }))
                 .await
                 {

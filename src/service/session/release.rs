@@ -21,6 +21,14 @@ impl Session {
                 return Err(error);
             }
         };
+        // Done before the copies are free: a waiter woken by the release
+        // sees the work done, and reads its result rather than computing.
+        if op.done
+            && let Err(error) = self.service.copies.mark_done(at.at()).await
+        {
+            self.untake(key.clone(), copies);
+            return Err(self.copy_error(&membership, error));
+        }
         let limits = self.limits_now(&at.namespace, &at.resource, &at.domain);
         let now_groups: Vec<&str> = limits.iter().flat_map(CopyLimits::group_names).collect();
         match self
@@ -36,6 +44,9 @@ impl Session {
             .await
         {
             Ok(changed) => {
+                if op.done {
+                    self.service.waiting.done(at);
+                }
                 self.service.waiting.released(&at.namespace, &at.resource);
                 Ok(ReleaseAnswer {
                     released: copies,

@@ -34,12 +34,28 @@ impl Session {
                 )
             })
         };
+        // Waiting for anyone's result: answered `done` once the count of
+        // work done on its key moves past what it is now.
+        let done_before = if op.for_anyone {
+            Some(self.done_count(op).await?)
+        } else {
+            None
+        };
         // Behind those already waiting, unless it is more critical.
         let mut place: Option<Place> = None;
         if waiting.has_waiters(&op.at) {
             place = Some(join()?);
         }
         loop {
+            if let Some(before) = done_before
+                && place.is_some()
+                && self.done_count(op).await? > before
+            {
+                return Ok(ReserveAnswer {
+                    done: true,
+                    ..ReserveAnswer::default()
+                });
+            }
             if place.as_ref().is_none_or(Place::is_head) {
                 let answer = self.reserve_now(op).await?;
                 if answer.granted > 0 || Instant::now() >= deadline {
@@ -61,6 +77,15 @@ impl Session {
                 }
             }
         }
+    }
+
+    async fn done_count(&self, op: &Reserve) -> Result<u64, Error> {
+        let membership = self.serving(&op.at.namespace, &op.at.resource)?;
+        self.service
+            .copies
+            .done_count(op.at.at())
+            .await
+            .map_err(|error| self.copy_error(&membership, error))
     }
 
     async fn reserve_now(&self, op: &Reserve) -> Result<ReserveAnswer, Error> {
@@ -135,6 +160,7 @@ impl Session {
                 limits,
                 counts: changed.counts,
             },
+            done: false,
         })
     }
 }

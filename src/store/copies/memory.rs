@@ -22,6 +22,9 @@ struct Log {
     /// `g`, `d:<domain>`, `p:<group>` → holds, as in the Redis copy log.
     counts: HashMap<String, u64>,
     staged: HashMap<String, StagedHold>,
+    /// Per domain: how many times work was released as done, and when it
+    /// last was (ms), kept [`DONE_KEPT`](super::DONE_KEPT) after that.
+    done: HashMap<String, (u64, u64)>,
 }
 
 struct StagedHold {
@@ -29,6 +32,12 @@ struct StagedHold {
     groups: Vec<String>,
     copies: u64,
     expires_at: u64,
+}
+
+/// Counts of work done that no reserve can still be waiting on.
+fn forget_old_done(log: &mut Log, now: u64) {
+    let kept = u64::try_from(super::DONE_KEPT.as_millis()).unwrap_or(u64::MAX);
+    log.done.retain(|_, (_, at)| now.saturating_sub(*at) < kept);
 }
 
 impl Log {
@@ -123,10 +132,28 @@ impl<C: Clock> MemoryCopies<C> {
         let key = (at.namespace.to_owned(), at.resource.to_owned());
         let log = logs.entry(key.clone()).or_default();
         let result = change(log);
-        if log.counts.is_empty() && log.staged.is_empty() {
+        if log.counts.is_empty() && log.staged.is_empty() && log.done.is_empty() {
             logs.remove(&key);
         }
         result
+    }
+
+    pub fn done_count(&self, at: ResourceRef<'_>) -> u64 {
+        let now = self.clock.now_ms();
+        self.with_log(at, |log| {
+            forget_old_done(log, now);
+            log.done.get(at.domain).map_or(0, |(count, _)| *count)
+        })
+    }
+
+    pub fn mark_done(&self, at: ResourceRef<'_>) -> u64 {
+        let now = self.clock.now_ms();
+        self.with_log(at, |log| {
+            forget_old_done(log, now);
+            let entry = log.done.entry(at.domain.to_owned()).or_insert((0, now));
+            *entry = (entry.0.saturating_add(1), now);
+            entry.0
+        })
     }
 
     pub fn reserve(

@@ -96,6 +96,10 @@ pub enum CopyError {
     Internal(String),
 }
 
+/// How long a count of work done is kept after it last moved: longer than
+/// any reserve waits, so a waiter never sees it vanish.
+pub const DONE_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The copy log the sidecar runs on.
 pub enum CopyStore {
     Memory(MemoryCopies),
@@ -114,6 +118,23 @@ impl CopyStore {
         match self {
             CopyStore::Memory(memory) => Ok(memory.reserve(at, limits, copies, min_copies)),
             CopyStore::Redis(redis) => redis.reserve(who, at, limits, copies, min_copies).await,
+        }
+    }
+
+    /// How many times work on `at` was released as done so far (for
+    /// reserves waiting for anyone's result: they watch it move).
+    pub async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.done_count(at)),
+            CopyStore::Redis(redis) => redis.done_count(at).await,
+        }
+    }
+
+    /// Records that work on `at` was released as done; the count after it.
+    pub async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        match self {
+            CopyStore::Memory(memory) => Ok(memory.mark_done(at)),
+            CopyStore::Redis(redis) => redis.mark_done(at).await,
         }
     }
 

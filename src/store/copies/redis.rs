@@ -337,6 +337,54 @@ impl RedisCopies {
         }
     }
 
+    pub async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        let key = self.done_key(at);
+        let mut get = redis::cmd("GET");
+        get.arg(key.as_str());
+        match self.redis.query("done_count", &get).await? {
+            Value::Nil => Ok(0),
+            Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| {
+                    CopyError::Internal("a count of work done that is not a number".into())
+                }),
+            other => Err(CopyError::Internal(format!(
+                "a count of work done: {other:?}"
+            ))),
+        }
+    }
+
+    pub async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        let key = self.done_key(at);
+        let mut add = redis::cmd("INCR");
+        add.arg(key.as_str());
+        let count = match self.redis.query("mark_done", &add).await? {
+            Value::Int(count) => u64::try_from(count).unwrap_or(0),
+            other => {
+                return Err(CopyError::Internal(format!(
+                    "a count of work done: {other:?}"
+                )));
+            }
+        };
+        // Kept while a reserve may still wait on it; a failure here leaves
+        // a counter that the next release as done sets to expire.
+        let mut expire = redis::cmd("PEXPIRE");
+        expire.arg(key.as_str()).arg(millis(super::DONE_KEPT));
+        self.redis.query("mark_done", &expire).await?;
+        Ok(count)
+    }
+
+    fn done_key(&self, at: ResourceRef<'_>) -> String {
+        self.redis
+            .key(&crate::store::keys::copy_done_key(
+                at.namespace,
+                at.resource,
+                at.domain,
+            ))
+            .into_owned()
+    }
+
     pub async fn counts(
         &self,
         at: ResourceRef<'_>,
