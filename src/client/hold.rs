@@ -34,6 +34,11 @@ pub struct Hold {
     waited: Duration,
     /// Waiting for anyone's result, another holder released as done.
     done: bool,
+    /// Reserved for anyone's result: the caller does the work others wait
+    /// for.
+    for_anyone: bool,
+    /// Released as done when dropped (the work succeeded).
+    done_on_drop: bool,
 }
 
 impl std::fmt::Debug for Hold {
@@ -73,6 +78,8 @@ impl Hold {
             context: answer.context.unwrap_or_default(),
             waited: Duration::ZERO,
             done: answer.done,
+            for_anyone: op.for_anyone == Some(true),
+            done_on_drop: false,
         }
     }
 
@@ -92,6 +99,8 @@ impl Hold {
             context: answer.context.unwrap_or_default(),
             waited: Duration::ZERO,
             done: false,
+            for_anyone: false,
+            done_on_drop: false,
         }
     }
 
@@ -112,6 +121,8 @@ impl Hold {
             context: CopyContext::default(),
             waited: Duration::ZERO,
             done: false,
+            for_anyone: false,
+            done_on_drop: false,
         }
     }
 
@@ -138,6 +149,15 @@ impl Hold {
     /// nothing is held, and the result is there to read.
     pub fn is_done(&self) -> bool {
         self.done
+    }
+
+    /// The work this hold guarded succeeded: if it was reserved [for
+    /// anyone](crate::client::HoldCall::for_anyone), dropping it releases
+    /// as done (what `ConcurrencyLayer` does for a successful response).
+    pub fn succeeded(&mut self) {
+        if self.for_anyone {
+            self.done_on_drop = true;
+        }
     }
 
     /// Copies granted by the reserve or seize.
@@ -296,7 +316,10 @@ impl Drop for Hold {
         if self.held == 0 || !self.recorded() {
             return;
         }
-        let op = self.release_op(self.held);
+        let mut op = self.release_op(self.held);
+        if let Op::Release(release) = &mut op {
+            release.done = self.done_on_drop.then_some(true);
+        }
         self.held = 0;
         let client = self.client.clone();
         match tokio::runtime::Handle::try_current() {

@@ -1,7 +1,10 @@
 //! [`ConcurrencyLayer`]: one copy of a copy-limited resource per request,
 //! held until the response body has been sent or dropped. With
 //! [`max_wait`](LimitLayer::max_wait), a request waits for a copy in the
-//! server's queue (by criticality then arrival) instead of being refused.
+//! server's queue (by criticality then arrival) instead of being refused;
+//! with [`for_anyone`](LimitLayer::for_anyone), for anyone's result
+//! (PoolCounter's ACQ4ANY): one request does the work, the others are
+//! served once it succeeded, told so by [`ResultReady`].
 
 use std::future::IntoFuture;
 use std::time::Duration;
@@ -37,7 +40,15 @@ impl ConcurrencyLayer {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Copies {
     max_wait: Duration,
+    for_anyone: bool,
 }
+
+/// In a request's extensions, with [`for_anyone`](LimitLayer::for_anyone):
+/// another request of the same resource and domain did the work and
+/// succeeded while this one waited. Read the result it left (a cache)
+/// rather than doing the work again; this request holds no copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultReady;
 
 impl<D, R> LimitLayer<PerResource<Copies, D, R>> {
     /// Waits up to `max_wait` for a copy to be released (in the server's
@@ -45,7 +56,20 @@ impl<D, R> LimitLayer<PerResource<Copies, D, R>> {
     /// arrival: the criticality of the request a `ThrottleLayer` admitted)
     /// before refusing the request. Default: no wait.
     pub fn max_wait(self, max_wait: Duration) -> Self {
-        self.map_kind(|_| Copies { max_wait })
+        self.map_kind(|copies| Copies { max_wait, ..copies })
+    }
+
+    /// Waits (up to `max_wait`) for anyone's result: while a request holds
+    /// the copy, the others of the same domain wait; when its response is a
+    /// success (2xx) and its body ends, the copy is released as done and
+    /// every waiting request is served at once with [`ResultReady`] in its
+    /// extensions (docs/design.md#waiting-for-anyones-result). A failed
+    /// response releases the copy to the next request, which does the work.
+    pub fn for_anyone(self) -> Self {
+        self.map_kind(|copies| Copies {
+            for_anyone: true,
+            ..copies
+        })
     }
 }
 
@@ -59,10 +83,14 @@ impl Kind for Copies {
         resource: String,
         domain: String,
     ) -> Deciding<Self::Decided> {
-        client
+        let hold = client
             .hold(namespace, resource, domain)
-            .max_wait(self.max_wait)
-            .into_future()
+            .max_wait(self.max_wait);
+        if self.for_anyone {
+            hold.for_anyone().into_future()
+        } else {
+            hold.into_future()
+        }
     }
 
     fn verdict<B>(
@@ -85,6 +113,10 @@ fn verdict<B>(
         Ok(hold) if hold.unanswered() && options.fail_closed => {
             Verdict::Answer(reply::unavailable(grpc))
         }
+        Ok(hold) if hold.is_done() => Verdict::Pass(Extra {
+            anyone_done: true,
+            ..Extra::default()
+        }),
         Ok(hold) if !hold.is_granted() => {
             let quota = copy_quota(&resource, &hold);
             // A semaphore cannot say when a copy frees up: try in a second.

@@ -150,6 +150,9 @@ fn next_step<B, R>(
             _ => Next::Answer(super::exceed::redirect(exceed, grpc).unwrap_or(refusal)),
         },
         Verdict::Pass(extra) => {
+            if extra.anyone_done {
+                request.extensions_mut().insert(super::ResultReady);
+            }
             if let Some(resource) = extra.soft_limit.as_ref().and_then(|v| v.to_str().ok()) {
                 request.extensions_mut().insert(SoftLimitExceeded {
                     resource: resource.to_owned(),

@@ -85,7 +85,7 @@ mod throttle;
 pub use adaptive::{AdaptiveError, AdaptiveFuture, AdaptiveThrottle, AdaptiveThrottleLayer};
 pub use body::ResponseBody;
 pub use client_ip::{BadRange, ClientIp};
-pub use concurrency::{Concurrency, ConcurrencyLayer, Copies};
+pub use concurrency::{Concurrency, ConcurrencyLayer, Copies, ResultReady};
 pub use cost::{Admission, CostLimit, CostLimitLayer, PerCost};
 pub use descriptors::{
     Action, Actions, DescriptorLimit, DescriptorLimitLayer, DescriptorsOf, PerDescriptors,

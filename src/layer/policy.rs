@@ -93,15 +93,24 @@ pub struct Extra {
     pub quota: Option<Quota>,
     /// `x-charon-soft-limit`, past the soft limit.
     pub soft_limit: Option<HeaderValue>,
-    /// Released when the body ends.
+    /// Released when the body ends (as done, for a successful response to
+    /// a request that waited for anyone's result).
     pub hold: Option<Hold>,
+    /// Another request did the work and released as done: the handler is
+    /// told so ([`ResultReady`](super::ResultReady)).
+    pub anyone_done: bool,
     /// What the response cost, charged when the body ends.
     pub(super) settle: Option<super::settle::Settle>,
 }
 
 impl Extra {
-    pub(super) fn finish<B>(self, response: Response<B>) -> Response<ResponseBody<B>> {
+    pub(super) fn finish<B>(mut self, response: Response<B>) -> Response<ResponseBody<B>> {
         let (mut parts, body) = response.into_parts();
+        if parts.status.is_success()
+            && let Some(hold) = &mut self.hold
+        {
+            hold.succeeded();
+        }
         if let Some(quota) = self.quota {
             quota.write(&mut parts.headers);
         }

@@ -148,3 +148,78 @@ async fn the_concurrency_layer_waits_for_a_copy_up_to_its_max_wait() {
     assert_eq!(statuses(waiting).await, [StatusCode::OK, StatusCode::OK]);
     assert!(began.elapsed() >= Duration::from_millis(600));
 }
+
+/// PoolCounter's ACQ4ANY through the layer: twenty requests for one page
+/// at once; one renders it (300 ms) and caches it, the nineteen others wait
+/// for anyone's result and are served from the cache as soon as the first
+/// succeeded, told so by `ResultReady`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_layer_serves_waiters_the_result_of_the_one_that_did_the_work() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let client = client();
+    let rendered = Arc::new(AtomicUsize::new(0));
+    let from_cache = Arc::new(AtomicUsize::new(0));
+    let cache: Arc<Mutex<Option<String>>> = Arc::default();
+    let page = {
+        let (rendered, from_cache, cache) = (rendered.clone(), from_cache.clone(), cache.clone());
+        move |request: Request<Body>| {
+            let (rendered, from_cache, cache) =
+                (rendered.clone(), from_cache.clone(), cache.clone());
+            async move {
+                if request
+                    .extensions()
+                    .get::<charon::layer::ResultReady>()
+                    .is_some()
+                {
+                    from_cache.fetch_add(1, Ordering::SeqCst);
+                    return cache
+                        .lock()
+                        .map(|page| page.clone())
+                        .ok()
+                        .flatten()
+                        .unwrap_or_default();
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                rendered.fetch_add(1, Ordering::SeqCst);
+                let page = "<h1>home</h1>".to_owned();
+                if let Ok(mut cached) = cache.lock() {
+                    *cached = Some(page.clone());
+                }
+                page
+            }
+        }
+    };
+    let app = Router::new().route("/", get(page)).layer(
+        ConcurrencyLayer::new(client, "jobs", "encoder")
+            .max_wait(Duration::from_secs(10))
+            .for_anyone(),
+    );
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                let request = Request::get("/")
+                    .header("x-tenant-id", "acme")
+                    .body(Body::empty())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let response = app.oneshot(request).await.unwrap_or_else(|e| match e {});
+                let status = response.status();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+                    .await
+                    .unwrap_or_default();
+                (status, body)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (status, body) = task.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&body[..], b"<h1>home</h1>");
+    }
+    let took = began.elapsed();
+    assert_eq!(rendered.load(Ordering::SeqCst), 1);
+    assert_eq!(from_cache.load(Ordering::SeqCst), 19);
+    // One rendering, not twenty (6 s).
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+}
