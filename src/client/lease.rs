@@ -88,6 +88,36 @@ impl LeaseLimiter {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Takes `n` now if the bucket holds them, or if it will within
+    /// `max_wait`: then they are taken ahead (the bucket owes them) and the
+    /// answer is how long to wait before going on, so that waiters go in
+    /// the order they came at the leased rate and each is counted once in
+    /// the demand the lease renews with. Otherwise how long until they
+    /// would be there (`None`: never at the current rate).
+    pub fn acquire_within(&self, n: u32, max_wait: Duration) -> Result<Duration, Option<Duration>> {
+        let now = Instant::now();
+        let n = f64::from(n);
+        let mut bucket = self.lock();
+        bucket.asked += n;
+        if bucket.unlimited {
+            return Ok(Duration::ZERO);
+        }
+        bucket.refill(now);
+        if bucket.tokens >= n {
+            bucket.tokens -= n;
+            return Ok(Duration::ZERO);
+        }
+        if bucket.rate <= 0.0 || n > capacity_of(bucket.rate) {
+            return Err(None);
+        }
+        let wait = Duration::from_secs_f64((n - bucket.tokens) / bucket.rate);
+        if wait > max_wait {
+            return Err(Some(wait));
+        }
+        bucket.tokens -= n;
+        Ok(wait)
+    }
+
     /// Takes `n` if the bucket holds them; otherwise how long until it
     /// will (`None`: never at the current rate, which is 0 or too low).
     pub fn try_acquire(&self, n: u32) -> Result<(), Option<Duration>> {

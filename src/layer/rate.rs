@@ -22,13 +22,26 @@ pub type RateLimit<S, D = Header, R = Fixed> = Limit<S, PerResource<Hits, D, R>>
 impl RateLimitLayer {
     /// Hits of `resource` in `namespace`, the domain from `x-tenant-id`.
     pub fn new(client: Client, namespace: &str, resource: impl Into<String>) -> Self {
-        Self::per_resource(client, namespace, resource, Hits)
+        Self::per_resource(client, namespace, resource, Hits::default())
     }
 }
 
-/// One hit per request.
+/// One hit per request; waited for up to `max_wait`.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Hits;
+pub struct Hits {
+    max_wait: Duration,
+}
+
+impl<D, R> LimitLayer<PerResource<Hits, D, R>> {
+    /// Over the limit, waits up to `max_wait` for the next refill (the
+    /// server's `retry_after`, asked again then, with the client's jittered
+    /// backoff) before the request is refused, redirected or degraded; once
+    /// `max_wait` is spent, it is answered as its last try came out.
+    /// Default: no wait (docs/client-and-layer.md#waiting-a-bounded-time).
+    pub fn max_wait(self, max_wait: Duration) -> Self {
+        self.map_kind(|_| Hits { max_wait })
+    }
+}
 
 impl Kind for Hits {
     type Decided = Result<RateAnswer, ClientError>;
@@ -40,7 +53,10 @@ impl Kind for Hits {
         resource: String,
         domain: String,
     ) -> Deciding<Self::Decided> {
-        client.request(namespace, resource, domain).into_future()
+        client
+            .request(namespace, resource, domain)
+            .max_wait(self.max_wait)
+            .into_future()
     }
 
     fn verdict<B>(

@@ -723,3 +723,115 @@ async fn a_request_racing_changes_sees_old_or_new_limits_never_a_mix() {
         "both sides were seen"
     );
 }
+
+/// A domain moved to another group through the configuration API while it
+/// holds copies (docs/design.md#reserve-release-transfer-seize): its holds
+/// stay counted in the group they were reserved in until released, and a
+/// release names that group; new reserves count in the new group.
+async fn a_group_move_under_holds(store: &str) {
+    const ROOMS: &str = "
+domain: rooms
+resources:
+  seats:
+    copies:
+      domain_limit: 5
+      groups:
+        - {name: east, limit: 4, domains: [acme]}
+        - {name: west, limit: 2, domains: []}
+";
+    let dir = tempdir();
+    let config = write_config(dir.path(), ROOMS);
+    let sidecar = Sidecar::start(dir.path(), &config, store, &["--store-timeout", "2s"]);
+    sidecar.wait_serving().await;
+    let mut holder = sidecar.session().await;
+    let east = vec!["east".to_owned()];
+    assert_eq!(
+        holder.hold("rooms", "seats", "acme", 3).await,
+        (3, east.clone())
+    );
+
+    let moved = put(
+        &sidecar,
+        "/v1/namespaces/rooms/resources/seats/domains/acme",
+        "{domain_limit: 5, groups: [west]}",
+        &[],
+    )
+    .await;
+    assert_eq!(moved.status, 200, "{moved:?}");
+    let joined = put(
+        &sidecar,
+        "/v1/namespaces/rooms/resources/seats/domains/initech",
+        "{domain_limit: 5, groups: [east]}",
+        &[],
+    )
+    .await;
+    assert_eq!(joined.status, 200, "{joined:?}");
+
+    // New reserves of acme count in west: 2 of its limit of 2 (and 5 of
+    // acme's own, with the 3 still held).
+    let mut other = sidecar.session().await;
+    let west = vec!["west".to_owned()];
+    eventually("acme in west", Duration::from_secs(5), async || match other
+        .hold("rooms", "seats", "acme", 5)
+        .await
+    {
+        (2, groups) if groups == west => Ok(()),
+        (granted, groups) => {
+            if granted > 0 {
+                other
+                    .release("rooms", "seats", "acme", granted as i64, &groups)
+                    .await;
+            }
+            Err(format!("{granted} in {groups:?}"))
+        }
+    })
+    .await;
+    // East still counts acme's 3 held from before the move: initech, now
+    // in east, gets the 1 left of its 4.
+    assert_eq!(
+        other.hold("rooms", "seats", "initech", 4).await,
+        (1, east.clone())
+    );
+
+    // The old hold is released from east, where it was counted; naming
+    // west for it is refused (this session holds none there).
+    match holder.release("rooms", "seats", "acme", 3, &west).await {
+        charon::api::v1::session_response::Result::Error(error) => {
+            assert_eq!(
+                error.kind,
+                charon::api::v1::error::Kind::NotHeld as i32,
+                "{error:?}"
+            );
+        }
+        answer => panic!("released from the wrong group: {answer:?}"),
+    }
+    match holder.release("rooms", "seats", "acme", 3, &east).await {
+        charon::api::v1::session_response::Result::Release(answer) => {
+            assert_eq!(answer.released, 3);
+        }
+        answer => panic!("{answer:?}"),
+    }
+    // East has room again for initech: 3 more (4 in all); west is still
+    // full with acme's 2.
+    assert_eq!(
+        other.hold("rooms", "seats", "initech", 4).await,
+        (3, east.clone())
+    );
+    match holder.reserve("rooms", "seats", "acme", 1, 1).await {
+        charon::api::v1::session_response::Result::Reserve(answer) => {
+            assert_eq!(answer.granted, 0, "west is full: {answer:?}");
+        }
+        answer => panic!("{answer:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_moved_between_groups_keeps_its_holds_where_they_were_counted() {
+    a_group_move_under_holds("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_moved_between_groups_under_holds_on_redis() {
+    let redis = RedisServer::start();
+    a_group_move_under_holds(&redis.url()).await;
+}

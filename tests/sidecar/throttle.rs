@@ -347,7 +347,7 @@ async fn an_upstream_that_fails_is_a_502_one_that_hangs_a_504_and_the_proxy_stay
     assert_eq!(throttle.stats().await["upstream_failures"], 1);
     drop(throttle);
 
-    // Garbage instead of HTTP, and headers too large for any proxy.
+    // Garbage instead of HTTP, headers too large for any proxy, nothing.
     let garbage = raw_upstream(b"this is not http\r\n\r\n").await;
     let huge: &'static [u8] = Box::leak(
         format!(
@@ -358,7 +358,9 @@ async fn an_upstream_that_fails_is_a_502_one_that_hangs_a_504_and_the_proxy_stay
         .into_boxed_slice(),
     );
     let huge = raw_upstream(huge).await;
-    for upstream in [garbage, huge] {
+    // A connection closed without a word (as a reset looks to the proxy).
+    let silent = raw_upstream(b"").await;
+    for upstream in [garbage, huge, silent] {
         let throttle =
             Throttle::start(&format!("http://{upstream}"), &["--max-concurrency", "1"]).await;
         for _ in 0..3 {
