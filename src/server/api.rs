@@ -23,8 +23,9 @@ use crate::api::v1::{
 use super::metrics::Metrics;
 use super::trace::TraceSampler;
 use crate::api::capacity_response;
+use crate::service::OperationEvent;
 use crate::service::Service;
-use crate::service::cost::CostOperation;
+use crate::service::cost::{CostCall, CostOperation};
 use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
 use tracing::Instrument;
@@ -166,8 +167,27 @@ impl Charon for ApiService {
 
     async fn cost(&self, request: Request<CostRequest>) -> Result<Response<CostAnswer>, Status> {
         let operation = CostOperation::try_from(request.into_inner())?;
-        let reply = self.service.cost(operation).await?;
-        Ok(Response::new(reply.into()))
+        let namespace = operation.namespace.clone();
+        let (call, amount) = match &operation.call {
+            CostCall::Reserve { amount, .. } => ("reserve", *amount),
+            CostCall::Commit { actual, .. } => ("commit", *actual),
+            CostCall::Cancel { .. } => ("cancel", 0),
+            CostCall::Refund { amount, .. } => ("refund", *amount),
+        };
+        let reply = self.service.cost(operation).await;
+        self.metrics.operation_answered(&OperationEvent {
+            operation: "cost",
+            namespace: &namespace,
+            resource: call,
+            domain: "",
+            outcome: match &reply {
+                Ok(reply) if !reply.applied => "rejected",
+                Ok(_) => "ok",
+                Err(error) => error.kind.as_str(),
+            },
+            amount,
+        });
+        Ok(Response::new(reply?.into()))
     }
 
     async fn request(
@@ -208,7 +228,19 @@ impl ApiService {
     /// The unary `Request`: parsed, decided, and back on the wire.
     async fn answer_request(&self, op: RequestOp) -> Result<Response<RequestAnswer>, Status> {
         let op = RateRequest::try_from(op)?;
-        let answer = self.service.request(&op).await?;
-        Ok(Response::new(answer.into()))
+        let answer = self.service.request(&op).await;
+        self.metrics.operation_answered(&OperationEvent {
+            operation: "request",
+            namespace: &op.at.namespace,
+            resource: &op.at.resource,
+            domain: &op.at.domain,
+            outcome: match &answer {
+                Ok(answer) if answer.granted == 0 => "rejected",
+                Ok(_) => "ok",
+                Err(error) => error.kind.as_str(),
+            },
+            amount: answer.as_ref().map_or(0, |answer| answer.granted),
+        });
+        Ok(Response::new(answer?.into()))
     }
 }

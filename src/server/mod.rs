@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod api;
 pub mod certificate;
+pub mod decision_log;
 pub mod listen;
 pub mod metrics;
 pub mod parent;
@@ -206,7 +207,8 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
              peers only (kubectl port-forward), 401 to the network"
         );
     }
-    let metrics = Arc::new(Metrics::new());
+    // One decision log for every face, configured with Envoy's options.
+    let metrics = Arc::new(Metrics::with_decision_log(options.envoy.rls.decision_log));
     let store_options = store::StoreOptions {
         observer: Some(metrics.store_call_observer()),
         events: Some(metrics.copy_log_event_observer()),

@@ -356,6 +356,31 @@ impl EnvoyStream {
                 } else {
                     quota
                 };
+                if before != Some(quota) {
+                    let (outcome, per_second) = match quota {
+                        Quota::Assigned {
+                            tokens_per_fill: 0, ..
+                        } => ("deny_all", 0),
+                        Quota::Assigned {
+                            tokens_per_fill,
+                            fill_interval,
+                            ..
+                        } => (
+                            "assigned",
+                            (f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0))
+                                .round() as u64,
+                        ),
+                        Quota::Unlimited { .. } => ("allow_all", 0),
+                        Quota::NotLimited => ("not_limited", 0),
+                    };
+                    metrics.rlqs_assignment(
+                        namespace,
+                        &bucket.name,
+                        &self.client,
+                        outcome,
+                        per_second,
+                    );
+                }
                 self.assigned.insert(
                     bucket.name.clone(),
                     Assigned {

@@ -174,6 +174,34 @@ pub trait Observer: Send + Sync {
     fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {
         let _ = (namespace, resource, hits);
     }
+
+    /// A Charon API operation was answered, with its domain: for a view per
+    /// domain and the decision log.
+    fn operation(&self, event: &OperationEvent<'_>) {
+        let _ = event;
+    }
+
+    /// A global limit's share on this server moved, from its parent's
+    /// grant (or to its safe share, the parent away).
+    fn global_share_moved(&self, namespace: &str, limit: &str, share: u64, on_safe_share: bool) {
+        let _ = (namespace, limit, share, on_safe_share);
+    }
+}
+
+/// One Charon API operation, as [`Observer::operation`] is told it.
+#[derive(Debug, Clone, Copy)]
+pub struct OperationEvent<'a> {
+    /// `request`, `reserve`, `release`, `transfer`, `seize` or `cost`.
+    pub operation: &'static str,
+    pub namespace: &'a str,
+    pub resource: &'a str,
+    /// Empty when the operation names none (a cost call, a refused seize).
+    pub domain: &'a str,
+    /// `ok`, `rejected` (nothing granted), `done` (a reserve for anyone's
+    /// result), or the error kind.
+    pub outcome: &'static str,
+    /// Hits or copies granted or given back; a cost call's amount.
+    pub amount: u64,
 }
 
 /// How a rate request on a burst-tier resource ended, for the metrics.

@@ -74,10 +74,20 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     let dir = tempdir();
     let root = start(dir.path(), "root", &[]);
     root.wait_serving().await;
+    // A logs a hundredth of its decisions, and every move of its share.
     let leaf_a = start(
         dir.path(),
         "leaf-a",
-        &["--parent", &root.grpc_url(), "--level-id", "leaf-a"],
+        &[
+            "--parent",
+            &root.grpc_url(),
+            "--level-id",
+            "leaf-a",
+            "--log-format",
+            "json",
+            "--decision-log-sample",
+            "0.01",
+        ],
     );
     let leaf_b = start(
         dir.path(),
@@ -136,6 +146,26 @@ async fn two_leaves_share_one_global_limit_by_their_demand() {
     }
     rate_a.store(0, Ordering::Relaxed);
     rate_b.store(0, Ordering::Relaxed);
+
+    // A's share moves are in its decision log, each with its new size.
+    let moves: Vec<serde_json::Value> = leaf_a
+        .log()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["target"] == "charon::decision")
+        .map(|event| event["fields"].clone())
+        .filter(|fields| fields["face"] == "global")
+        .collect();
+    assert!(moves.len() >= 2, "{moves:?}");
+    for moved in &moves {
+        assert_eq!(moved["operation"], "share");
+        assert_eq!(moved["namespace"], "api");
+        assert_eq!(moved["resource"], "rate_limit:route_search");
+        assert!(
+            moved["amount"].as_u64().is_some_and(|share| share <= 100),
+            "{moved}"
+        );
+    }
 }
 
 /// Two sidecars of one region on the region's Redis, with one

@@ -9,6 +9,7 @@ mod support;
 mod bench_floor;
 mod config_api;
 mod deploy_manifests;
+mod events;
 mod grpc_tls;
 mod inject_webhook;
 mod rlqs;

@@ -517,7 +517,7 @@ impl ServeArgs {
                         Some(_) => TraceSampler::new(self.trace_sample_ratio),
                         None => TraceSampler::off(),
                     },
-                    decision_log: charon::server::rls::decision_log::DecisionLogOptions::new(
+                    decision_log: charon::server::decision_log::DecisionLogOptions::new(
                         self.decision_log_sample,
                         self.decision_log_max_per_second,
                     ),

@@ -116,6 +116,25 @@ impl crate::service::Observer for Metrics {
         );
     }
 
+    fn operation(&self, event: &crate::service::OperationEvent<'_>) {
+        self.operation_answered(event);
+    }
+
+    fn global_share_moved(&self, namespace: &str, limit: &str, share: u64, on_safe_share: bool) {
+        // Rare (at most once a refresh per limit): logged whenever the log
+        // is on, within its budget, not drawn.
+        self.decision_log()
+            .event(crate::server::decision_log::Event {
+                face: "global",
+                operation: "share",
+                namespace,
+                resource: limit,
+                domain: "",
+                outcome: if on_safe_share { "safe_share" } else { "moved" },
+                amount: share,
+            });
+    }
+
     fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {
         self.unconfigured_hits
             .get_or_create(&ResourceLabels {

@@ -3,10 +3,16 @@
 //! that requests shape (a `detailed_metric` limit, an unconfigured resource)
 //! stop at a cap of distinct values and fold into `overflow` past it.
 
+mod events;
 mod hooks;
 mod labels;
+mod series_cap;
 
+pub use self::events::MAX_DOMAIN_SERIES;
 pub use self::labels::*;
+
+use self::events::DomainView;
+use self::series_cap::SeriesCap;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +63,10 @@ pub struct Metrics {
     copies_held_by_group: Family<CopyGroupLabels, Gauge>,
     transfers_staged: Family<CopyResourceLabels, Gauge>,
     store_calls: Family<StoreCallLabels, Histogram, fn() -> Histogram>,
+    /// Every face's sampled decisions, on the log stream.
+    decision_log: Arc<crate::server::decision_log::DecisionLog>,
+    /// The Charon API's operations per domain, capped.
+    domains: DomainView,
 }
 
 /// Distinct limit keys the per-limit metrics keep before folding new ones
@@ -67,50 +77,6 @@ pub const MAX_LIMIT_SERIES: usize = 10_000;
 /// ones fold into `overflow`: clients name them.
 pub const MAX_UNCONFIGURED_SERIES: usize = 1_000;
 
-/// The distinct keys a label has taken, up to a cap.
-struct SeriesCap {
-    keys: std::sync::RwLock<std::collections::HashSet<Arc<str>>>,
-    max: usize,
-}
-
-impl SeriesCap {
-    fn new(max: usize) -> Self {
-        Self {
-            keys: Default::default(),
-            max,
-        }
-    }
-
-    /// `key` itself while it is counted (or fits under the cap), else
-    /// `overflow`, with `folds` counted.
-    fn label(&self, key: &str, folds: &Counter) -> SharedLabel {
-        let known = self
-            .keys
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .cloned();
-        if let Some(known) = known {
-            return SharedLabel(known);
-        }
-        let mut keys = self
-            .keys
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(known) = keys.get(key) {
-            return SharedLabel(known.clone());
-        }
-        if keys.len() < self.max {
-            let key: Arc<str> = Arc::from(key);
-            keys.insert(key.clone());
-            SharedLabel(key)
-        } else {
-            folds.inc();
-            SharedLabel(Arc::from("overflow"))
-        }
-    }
-}
-
 /// 50 µs .. ~0.8 s: a loopback call, up to well past any sane deadline.
 fn store_call_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_05, 2.0, 15))
@@ -118,7 +84,13 @@ fn store_call_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new() -> Self {
+        Self::with_decision_log(crate::server::decision_log::DecisionLogOptions::default())
+    }
+
+    /// Metrics, and the decision log every face writes to.
+    pub fn with_decision_log(options: crate::server::decision_log::DecisionLogOptions) -> Self {
         let mut registry = Registry::with_prefix("charon");
+        let domains = DomainView::register(&mut registry);
         let decisions = Family::<DecisionLabels, Counter>::default();
         registry.register(
             "decisions",
@@ -307,6 +279,8 @@ impl Metrics {
         );
         Self {
             registry,
+            decision_log: Arc::new(crate::server::decision_log::DecisionLog::new(options)),
+            domains,
             soft_limit_warnings,
             global_shadow,
             limit_hits,
@@ -449,6 +423,11 @@ impl Metrics {
         self.copy_operations
             .get_or_create(&CopyOperationLabels { operation, result })
             .inc();
+    }
+
+    /// The decision log every face writes to.
+    pub fn decision_log(&self) -> Arc<crate::server::decision_log::DecisionLog> {
+        self.decision_log.clone()
     }
 
     pub fn set_copy_log_registered(&self, registered: bool) {

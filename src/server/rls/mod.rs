@@ -4,11 +4,10 @@
 //! around the decision: quota headers for the client (`headers`), dynamic
 //! metadata (`metadata`), the same decision for `POST /json` callers and
 //! `/rlconfig` on the admin port (`http`), the in-flight bound and what to
-//! answer past it (`overload`), and the sampled decision log
-//! (`decision_log`). Everything here serves Envoy's face only; no decision
-//! logic lives here.
+//! answer past it (`overload`), and its events in the sampled decision log
+//! ([`crate::server::decision_log`], shared by every face). Everything here
+//! serves Envoy's face only; no decision logic lives here.
 
-pub mod decision_log;
 mod headers;
 pub mod http;
 mod metadata;
@@ -27,9 +26,9 @@ use tracing::Instrument;
 use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
-use self::decision_log::DecisionLog;
 use self::overload::{Admission, OnOverload};
 use super::metrics::{Decision, LimitOutcome, Metrics};
+use crate::server::decision_log::{self, DecisionLog};
 
 pub use wire::SOFT_LIMIT_HEADER;
 
@@ -42,7 +41,9 @@ pub struct RlsOptions {
     pub dynamic_metadata: bool,
     /// Which requests get a span (`--otlp-endpoint`).
     pub traces: super::trace::TraceSampler,
-    /// Which decisions are logged (`--decision-log-sample`).
+    /// Which decisions are logged (`--decision-log-sample`): the server
+    /// builds the one decision log of every face from it
+    /// ([`Metrics::with_decision_log`]).
     pub decision_log: decision_log::DecisionLogOptions,
     /// The bound on calls in flight, and the answer past it.
     pub overload: overload::OverloadOptions,
@@ -106,8 +107,8 @@ impl<S> RlsService<S> {
     pub fn new(limiter: Arc<Limiter<S>>, metrics: Arc<Metrics>, options: RlsOptions) -> Self {
         Self {
             limiter,
-            metrics,
-            decision_log: Arc::new(DecisionLog::new(options.decision_log)),
+            metrics: metrics.clone(),
+            decision_log: metrics.decision_log(),
             admission: Admission::new(options.overload),
             options: Arc::new(options),
         }

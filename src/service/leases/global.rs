@@ -381,7 +381,7 @@ impl Service {
                             "global share renewed"
                         );
                         if apply {
-                            share.set_requests_per_unit(granted);
+                            let before = share.requests_per_unit();
                             // What it asked for, in whole requests, is its own; the rest is lent.
                             let own = (wants - 1e-9).ceil().max(0.0) as u64;
                             let on_safe = linked
@@ -396,6 +396,15 @@ impl Service {
                                 } else {
                                     tracing::info!(limit = %name, share = granted, "the parent answers again: back on its grant");
                                 }
+                            }
+                            share.set_requests_per_unit(granted);
+                            if granted != before || on_safe != share.on_safe_share() {
+                                self.observer.global_share_moved(
+                                    at.at.namespace,
+                                    name,
+                                    granted,
+                                    on_safe,
+                                );
                             }
                             share.set_provenance(granted.saturating_sub(own), on_safe);
                             // Kept back to the previous window, for the store whose clock is behind.

@@ -163,6 +163,9 @@ impl Session {
         self.service
             .observer
             .copy_operation(operation, outcome_label(&result));
+        self.service
+            .observer
+            .operation(&operation_event(operation, &op, &result));
         if let Ok(answer) = &result {
             self.record_copy_operation(&op, answer);
         }
@@ -311,9 +314,43 @@ impl Session {
 }
 
 /// How an operation ended, as the metrics label it.
+/// What [`Observer::operation`](crate::service::Observer::operation) is
+/// told of an answered operation.
+fn operation_event<'a>(
+    operation: &'static str,
+    op: &'a Operation,
+    result: &'a Result<Answer, Error>,
+) -> crate::service::OperationEvent<'a> {
+    let at = match (op, result) {
+        (Operation::Request(op), _) => Some(&op.at),
+        (Operation::Reserve(op), _) => Some(&op.at),
+        (Operation::Release(op), _) => Some(&op.held.at),
+        (Operation::Transfer(op), _) => Some(&op.held.at),
+        (Operation::Seize(_), Ok(Answer::Seize(answer))) => Some(&answer.at),
+        (Operation::Seize(_), _) => None,
+    };
+    let amount = match result {
+        Ok(Answer::Request(answer)) => answer.granted,
+        Ok(Answer::Reserve(answer)) => answer.granted,
+        Ok(Answer::Release(answer)) => answer.released,
+        Ok(Answer::Transfer(answer)) => answer.copies,
+        Ok(Answer::Seize(answer)) => answer.copies,
+        Err(_) => 0,
+    };
+    crate::service::OperationEvent {
+        operation,
+        namespace: at.map_or("", |at| at.namespace.as_str()),
+        resource: at.map_or("", |at| at.resource.as_str()),
+        domain: at.map_or("", |at| at.domain.as_str()),
+        outcome: outcome_label(result),
+        amount,
+    }
+}
+
 fn outcome_label(result: &Result<Answer, Error>) -> &'static str {
     match result {
         Ok(Answer::Request(answer)) if answer.granted == 0 => "rejected",
+        Ok(Answer::Reserve(answer)) if answer.done => "done",
         Ok(Answer::Reserve(answer)) if answer.granted == 0 => "rejected",
         Ok(_) => "ok",
         Err(error) => error.kind.as_str(),

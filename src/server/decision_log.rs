@@ -1,9 +1,12 @@
-//! The decision log: a structured event for a sample of `ShouldRateLimit`
-//! decisions (namespace, descriptors, outcome, the limit that decided, its
-//! tier and what limited it, the wait), so that limits can be tuned from
-//! real traffic (docs/operations.md#decision-log). It goes to the log
-//! stream (target `charon::decision`), so `--log-format json` makes it one
-//! JSON object per decision for a log pipeline.
+//! The decision log: a structured event for a sample of the decisions of
+//! every face, so that limits can be tuned from real traffic
+//! (docs/operations.md#decision-log): Envoy's `ShouldRateLimit`
+//! (namespace, descriptors, outcome, the limit that decided, its tier and
+//! what limited it, the wait), the Charon API's operations and cost calls,
+//! RLQS assignments, and global limits' share moves ([`Event`]). It goes to
+//! the log stream (target `charon::decision`), so `--log-format json` makes
+//! it one JSON object per decision for a log pipeline. Every face shares
+//! one per-second budget.
 //!
 //! It can never hurt the hot path: the sample is drawn before anything is
 //! formatted, and at most `max_per_second` events leave per second; what is
@@ -40,6 +43,27 @@ impl DecisionLogOptions {
     pub fn is_on(&self) -> bool {
         self.threshold > 0 && self.max_per_second > 0
     }
+}
+
+/// One decision of a face other than `ShouldRateLimit`.
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    /// `charon_api`, `rlqs` or `global`.
+    pub face: &'static str,
+    /// `request`, `reserve`, `release`, `transfer`, `seize`, `cost`,
+    /// `assign`, `share`.
+    pub operation: &'static str,
+    pub namespace: &'a str,
+    /// The resource, RLQS bucket or global limit.
+    pub resource: &'a str,
+    /// The domain (the Charon API), or the Envoy that reported (RLQS).
+    pub domain: &'a str,
+    /// `ok`, `rejected`, `done`, an error kind; `assigned`, `deny_all`,
+    /// `allow_all`, `abandoned`; `moved`, `safe_share`.
+    pub outcome: &'a str,
+    /// Hits or copies granted, released or moved; a reservation's amount;
+    /// an RLQS bucket's rate (tokens a second); a share's new size.
+    pub amount: u64,
 }
 
 /// The log's state: the options and this second's budget.
@@ -89,6 +113,32 @@ impl DecisionLog {
             .collect::<Vec<_>>()
             .join(";");
         Some(Sampled { descriptors })
+    }
+
+    /// Whether the next decision is drawn for the log: `false` for most,
+    /// at the cost of one random number.
+    pub fn draw(&self) -> bool {
+        self.options.is_on() && crate::server::trace::random() < self.options.threshold
+    }
+
+    /// Logs `event` within this second's budget (drawn by the caller with
+    /// [`draw`](Self::draw), or always, for rare events such as a share's
+    /// move, when the log is on).
+    pub fn event(&self, event: Event<'_>) {
+        if !self.options.is_on() || !self.admit() {
+            return;
+        }
+        tracing::info!(
+            target: TARGET,
+            face = event.face,
+            operation = event.operation,
+            namespace = event.namespace,
+            resource = event.resource,
+            domain = event.domain,
+            outcome = event.outcome,
+            amount = event.amount,
+            "decision"
+        );
     }
 
     /// Logs a sampled decision, within this second's budget.
