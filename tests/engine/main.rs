@@ -1,6 +1,7 @@
 //! Decisions in the process, no network: the engine's properties against
 //! reference models, the memory store, the limiter's Envoy semantics, capacity
-//! apportioning, the cookbook's patterns, `charon simulate`, and hostile input.
+//! apportioning, the cookbook's patterns, `charon simulate`, and hostile input
+//! (the RLQS target serves its face on a loopback socket of the process).
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -12,6 +13,7 @@ mod cookbook;
 mod cookbook_copies;
 mod engine_properties;
 mod fuzz;
+mod fuzz_parsers;
 mod hierarchy_properties;
 mod hybrid;
 mod limiter;

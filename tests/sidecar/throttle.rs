@@ -335,6 +335,22 @@ async fn raw_upstream(reply: &'static [u8]) -> SocketAddr {
     addr
 }
 
+/// A TCP upstream that reads the request and resets the connection.
+async fn resetting_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            // Closing with a zero linger sends RST, not FIN.
+            let _ = stream.set_zero_linger();
+            drop(stream);
+        }
+    });
+    addr
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_fails_is_a_502_one_that_hangs_a_504_and_the_proxy_stays() {
     let seen = Arc::new(Seen::default());
@@ -358,9 +374,10 @@ async fn an_upstream_that_fails_is_a_502_one_that_hangs_a_504_and_the_proxy_stay
         .into_boxed_slice(),
     );
     let huge = raw_upstream(huge).await;
-    // A connection closed without a word (as a reset looks to the proxy).
+    // A connection closed without a word, and one reset (RST).
     let silent = raw_upstream(b"").await;
-    for upstream in [garbage, huge, silent] {
+    let reset = resetting_upstream().await;
+    for upstream in [garbage, huge, silent, reset] {
         let throttle =
             Throttle::start(&format!("http://{upstream}"), &["--max-concurrency", "1"]).await;
         for _ in 0..3 {
