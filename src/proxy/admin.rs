@@ -32,6 +32,8 @@ pub struct Stats {
     pub refused_overloaded: u64,
     /// Refused because the drain queue was full.
     pub refused_queue_full: u64,
+    /// Refused 429 by the per-tenant limits (`--config`).
+    pub refused_tenant_limit: u64,
     /// Waiting in the drain queue now.
     pub drain_waiting: usize,
     /// Answered 502: the upstream refused, reset, or did not speak HTTP.
@@ -58,6 +60,7 @@ impl Proxy {
             concurrency_limit: self.throttle.as_ref().map(|layer| layer.limit()),
             refused_overloaded: throttle(|counts| counts.refused.load(Ordering::Relaxed)),
             refused_queue_full: self.drain.as_ref().map_or(0, |queue| queue.refused()),
+            refused_tenant_limit: self.counts.tenant_refused.load(Ordering::Relaxed),
             drain_waiting: self.drain.as_ref().map_or(0, |queue| queue.waiting()),
             upstream_failures: self.counts.upstream_failures.load(Ordering::Relaxed),
             upstream_timeouts: self.counts.upstream_timeouts.load(Ordering::Relaxed),
@@ -145,6 +148,11 @@ impl Collector for StatsCollector {
                 "charon_throttle_refused_queue_full",
                 "Requests refused because the drain queue was full.",
                 stats.refused_queue_full,
+            ),
+            (
+                "charon_throttle_refused_tenant_limit",
+                "Requests refused 429 by the per-tenant limits.",
+                stats.refused_tenant_limit,
             ),
             (
                 "charon_throttle_upstream_failures",

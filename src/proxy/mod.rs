@@ -102,6 +102,8 @@ pub struct TenantLimits {
 #[derive(Debug, Default)]
 pub struct ProxyCounts {
     requests: AtomicU64,
+    /// Refused 429 by the per-tenant limits.
+    tenant_refused: AtomicU64,
     upstream_failures: AtomicU64,
     upstream_timeouts: AtomicU64,
 }
@@ -243,10 +245,15 @@ impl Proxy {
                     tenants.header.as_str(),
                 )]);
                 let limit = DescriptorLimitLayer::new(client, &tenants.namespace, actions);
-                BoxCloneSyncService::new(
-                    tower::Layer::layer(&limit, queued)
-                        .map_response(|response| response.map(|body| body.boxed())),
-                )
+                let counts = counts.clone();
+                BoxCloneSyncService::new(tower::Layer::layer(&limit, queued).map_response(
+                    move |response| {
+                        if response.status() == http::StatusCode::TOO_MANY_REQUESTS {
+                            counts.tenant_refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        response.map(|body| body.boxed())
+                    },
+                ))
             }
             None => queued,
         };

@@ -245,6 +245,20 @@ async fn at_most_the_limit_reaches_the_upstream_and_a_full_queue_refuses() {
     assert_eq!(stats["refused_overloaded"], 3, "{stats}");
     assert_eq!(stats["concurrency_limit"], 2, "{stats}");
     assert_eq!(stats["requests"], 6, "{stats}");
+    let metrics = reqwest::get(throttle.admin_url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for line in [
+        "charon_throttle_requests_total 6",
+        "charon_throttle_refused_overloaded_total 3",
+        "charon_throttle_concurrency_limit 2",
+        "charon_throttle_ready 1",
+    ] {
+        assert!(metrics.contains(line), "{line}\n{metrics}");
+    }
 
     // A criticality that means nothing is the default level, counted.
     let client = reqwest::Client::new();
@@ -525,6 +539,19 @@ async fn sigterm_lets_the_requests_in_flight_finish() {
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
+    // While it drains, it says so to the readiness probe.
+    let draining = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Ok(reply) = reqwest::get(throttle.admin_url("/ready")).await
+                && reply.status() == 503
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(draining.is_ok(), "/ready never said draining");
     let status = in_flight.await.expect("joined").expect("answered");
     assert_eq!(status, 200);
     let exited = tokio::task::spawn_blocking(move || {
@@ -623,6 +650,7 @@ async fn a_tenants_quota_is_a_429_before_the_queue() {
     }
     // acme's three a minute, then 429; another tenant and no tenant pass.
     assert_eq!(statuses, [200, 200, 200, 429, 429, 200, 200]);
+    assert_eq!(throttle.stats().await["refused_tenant_limit"], 2);
     // Refused requests never reached the upstream.
     assert_eq!(seen.arrivals.lock().unwrap().len(), 5);
 }
@@ -633,6 +661,10 @@ fn bad_flags_are_refused_with_a_reason() {
         (
             &["--upstream", "http://127.0.0.1:1", "--drain-rate", "0"][..],
             "--drain-rate",
+        ),
+        (
+            &["--upstream", "http://127.0.0.1:1", "--drain-rate", "0.001"],
+            "one a minute",
         ),
         (
             &["--upstream", "http://127.0.0.1:1", "--max-concurrency", "0"],

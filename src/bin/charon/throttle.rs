@@ -77,10 +77,10 @@ impl ThrottleArgs {
             (None, _, _) => Concurrency::Adaptive,
         };
         if let Some(rate) = self.drain_rate
-            && !(rate.is_finite() && rate > 0.0 && rate <= 1e9)
+            && !(rate.is_finite() && (1.0 / 60.0..=1e9).contains(&rate))
         {
             return Err(format!(
-                "--drain-rate must be a number of requests a second above 0, not {rate}"
+                "--drain-rate must be a number of requests a second, at least one a minute (0.0167), not {rate}"
             ));
         }
         if let Some(budget) = self.cpu_budget_ms {
