@@ -273,6 +273,46 @@ async fn at_most_the_limit_reaches_the_upstream_and_a_full_queue_refuses() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_own_deadline_bounds_its_wait() {
+    let seen = Arc::new(Seen::default());
+    let addr = upstream(seen.clone(), Instant::now()).await;
+    let throttle = Throttle::start(
+        &format!("http://{addr}"),
+        &["--max-concurrency", "1", "--max-wait-ms", "10000"],
+    )
+    .await;
+    // One request holds the only slot for a second.
+    let url = throttle.url("/slow?ms=1000");
+    let holder = tokio::spawn(async move { reqwest::get(url).await.map(|reply| reply.status()) });
+    while seen.running.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Another that may wait 100 ms (gRPC's header, or Envoy's) is refused
+    // well before the proxy's own 10 s, not served late.
+    let client = reqwest::Client::new();
+    for (header, value) in [
+        ("grpc-timeout", "100m"),
+        ("x-envoy-expected-rq-timeout-ms", "100"),
+    ] {
+        let asked = Instant::now();
+        let reply = client
+            .get(throttle.url("/"))
+            .header(header, value)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(reply.status(), 503, "{header}");
+        assert!(reply.headers().contains_key("retry-after"), "{header}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "{header}: {:?}",
+            asked.elapsed()
+        );
+    }
+    assert_eq!(holder.await.expect("joined").expect("answered"), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_drain_queue_releases_requests_at_its_rate() {
     let start = Instant::now();
     let seen = Arc::new(Seen::default());
