@@ -66,7 +66,7 @@ struct Assigned {
     bucket: Bucket,
     id: BucketId,
     /// What it was taken to want, to ask with again.
-    wants: f64,
+    wants: Demand,
     /// What its Envoy was told last.
     told: Quota,
     /// When its Envoy last reported it.
@@ -263,7 +263,7 @@ impl EnvoyStream {
         let Some(namespace) = self.namespace.clone() else {
             return Vec::new();
         };
-        let held: Vec<(Bucket, BucketId, f64, Instant)> = self
+        let held: Vec<(Bucket, BucketId, Demand, Instant)> = self
             .assigned
             .values()
             .map(|assigned| {
@@ -283,7 +283,7 @@ impl EnvoyStream {
                     &namespace,
                     bucket.clone(),
                     id,
-                    Demand::Wants(wants),
+                    wants,
                     reported,
                 )
                 .await;
@@ -350,12 +350,13 @@ impl EnvoyStream {
                 };
                 let quota = if others > 0 {
                     service
-                        .quota(namespace, &bucket, &self.client, Demand::Wants(wants))
+                        .quota(namespace, &bucket, &self.client, wants)
                         .await
                         .map_or(quota, |(again, _)| again)
                 } else {
                     quota
                 };
+                let quota = paced(&service, namespace, &bucket, before, quota);
                 if before != Some(quota) {
                     let (outcome, per_second) = match quota {
                         Quota::Assigned {
@@ -407,6 +408,66 @@ impl EnvoyStream {
             bucket_id: Some(id),
             bucket_action: Some(action),
         })
+    }
+}
+
+/// What an Envoy is told of `bucket` now, `wanted` if the bucket's new
+/// tokens of this second allow it: Envoy starts every new bucket full, and
+/// those tokens add to a second beyond the limit (docs/design.md#rlqs). An
+/// Envoy's first bucket holds one token. A bucket that grows (its rate, or
+/// its tokens) waits for a second with room, keeping what it was told; a
+/// first one, or one whose rate shrinks, goes now, with as many tokens as
+/// are left (at least one).
+fn paced(
+    service: &crate::service::Service,
+    namespace: &str,
+    bucket: &Bucket,
+    told: Option<Quota>,
+    wanted: Quota,
+) -> Quota {
+    let Quota::Assigned {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval,
+        ttl,
+    } = wanted
+    else {
+        return wanted;
+    };
+    if told == Some(wanted) || tokens_per_fill == 0 {
+        return wanted;
+    }
+    let max_tokens = if told.is_none() { 1 } else { max_tokens };
+    let wanted = Quota::Assigned {
+        max_tokens,
+        tokens_per_fill,
+        fill_interval,
+        ttl,
+    };
+    let Err(left) = service.new_bucket_tokens(namespace, bucket, max_tokens) else {
+        return wanted;
+    };
+    let rate = |quota: Quota| match quota {
+        Quota::Assigned {
+            tokens_per_fill,
+            fill_interval,
+            ..
+        } => f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0),
+        _ => f64::INFINITY,
+    };
+    match told {
+        Some(told @ Quota::Assigned { .. }) if rate(wanted) >= rate(told) => told,
+        _ => {
+            let tokens = left.clamp(1, max_tokens);
+            // Counted though it may pass the second's tokens: it cannot wait.
+            let _ = service.new_bucket_tokens(namespace, bucket, tokens.min(left));
+            Quota::Assigned {
+                max_tokens: tokens,
+                tokens_per_fill,
+                fill_interval,
+                ttl,
+            }
+        }
     }
 }
 

@@ -217,15 +217,18 @@ async fn two_envoys_share_a_buckets_limit_through_rlqs() {
     // the tenant's limit of 10 a second together.
     const SECONDS: u64 = 9;
     let per_second = rig.run([30, 30], SECONDS).await;
-    // Each new assignment starts with a full bucket in Envoy, so the first
-    // second admits more (measured: 10 + 10, then 5 + 5 every second).
-    // The later Envoy's first report may find the whole limit leased to
-    // the other, and its own assignment (and full bucket) then comes with
-    // the next second's refresh (measured on a slow machine: 10 + 1, then
-    // 5 + 9). From the third second on, any five seconds: the limit,
+    // Each new assignment starts with a full bucket in Envoy: an Envoy's
+    // first holds one token, and the tokens of new buckets are paced at a
+    // fifth of the limit a second, so no second admits more than 12, the
+    // first included (measured: 6 + 6, then 5 + 4, then 5 + 5; with a
+    // bucket of a second's share it was 10 + 10, with two tokens each
+    // 7 + 7). From the third second on, any five seconds: the limit,
     // within 5 %, half each.
     let context = format!("admitted per second: {per_second:?}");
     eprintln!("{context}");
+    for (second, (a, b)) in per_second[0].iter().zip(&per_second[1]).enumerate() {
+        assert!(a + b <= 12, "{} in second {second}; {context}", a + b);
+    }
     for from in 2..=(SECONDS as usize - 5) {
         let span = |envoy: usize| per_second[envoy][from..from + 5].iter().sum::<u64>();
         let (a, b) = (span(0), span(1));

@@ -48,6 +48,9 @@ pub struct LeaseStates {
     pub nudges: Nudges,
     /// How this server leases its global limits' shares.
     pub global_timing: GlobalTiming,
+    /// Per RLQS bucket: the second and the tokens of new buckets given to
+    /// its Envoys in it (docs/design.md#rlqs).
+    pub rlqs_new_tokens: std::sync::Mutex<std::collections::HashMap<String, (u64, u32)>>,
 }
 
 impl LeaseStates {
@@ -57,6 +60,7 @@ impl LeaseStates {
             parent: ParentShares::default(),
             nudges: Nudges::default(),
             global_timing: GlobalTiming::default(),
+            rlqs_new_tokens: Default::default(),
         }
     }
 }

@@ -80,6 +80,14 @@ const FILL_INTERVAL: Duration = Duration::from_secs(10);
 const BURST: f64 = 0.1;
 const LEAST_BURST: f64 = 2.0;
 
+/// The tokens of new buckets a bucket's Envoys may be given in one second,
+/// as a part of the limit: Envoy starts every new bucket full, so this is
+/// what assignments add to a second beyond the limit. An Envoy's first
+/// bucket holds one token, and a bucket that grows waits for a second with
+/// room: two Envoys on a limit of 10 admit at most 12 in any second, the
+/// first included.
+const NEW_TOKENS: f64 = 0.2;
+
 /// The longest key or value of a bucket id, and the most entries: a
 /// longer id is refused (counted, no assignment) and the stream goes on.
 pub const MAX_BUCKET_ID_BYTES: usize = 1_024;
@@ -162,29 +170,65 @@ fn escape(text: &str) -> String {
 
 impl Service {
     /// `client`'s share of `bucket` in `namespace` for its `demand`, and
-    /// the rate it was taken to want (to ask with again).
+    /// the demand to ask with again (`Unknown` until it was measured).
     pub async fn quota(
         &self,
         namespace: &str,
         bucket: &Bucket,
         client: &str,
         demand: Demand,
-    ) -> Result<(Quota, f64), Error> {
+    ) -> Result<(Quota, Demand), Error> {
         let capacity = match self.bucket_limit(namespace, bucket)? {
             BucketLimit::Leased(capacity) => capacity,
-            BucketLimit::Answered(quota) => return Ok((quota, 0.0)),
+            BucketLimit::Answered(quota) => return Ok((quota, Demand::Unknown)),
+        };
+        let demand = match demand {
+            Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
+                Demand::Wants(requests as f64 / elapsed.as_secs_f64() * HEADROOM)
+            }
+            Demand::Measured { .. } | Demand::Unknown => Demand::Unknown,
+            wants @ Demand::Wants(_) => wants,
         };
         let wants = match demand {
-            Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
-                requests as f64 / elapsed.as_secs_f64() * HEADROOM
-            }
-            Demand::Measured { .. } | Demand::Unknown => capacity.capacity,
             Demand::Wants(wants) => wants,
+            _ => capacity.capacity,
         };
         let granted = self
             .bucket_lease(namespace, bucket, &capacity, client, wants)
             .await?;
-        Ok((token_bucket(granted), wants))
+        Ok((token_bucket(granted, LEAST_BURST), demand))
+    }
+
+    /// How many tokens of new buckets `bucket`'s Envoys of this server may
+    /// still be given in the current second, `tokens` taken if all fit
+    /// (see [`NEW_TOKENS`]); what was left otherwise, nothing taken.
+    pub fn new_bucket_tokens(&self, namespace: &str, bucket: &Bucket, tokens: u32) -> Result<(), u32> {
+        let Ok(BucketLimit::Leased(capacity)) = self.bucket_limit(namespace, bucket) else {
+            return Ok(());
+        };
+        let allowed = (capacity.capacity * NEW_TOKENS).floor().max(1.0) as u32;
+        let second = self.clock.now_ms() / 1_000;
+        let mut spent = self
+            .leases
+            .rlqs_new_tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if spent.len() > 100_000 {
+            spent.retain(|_, (at, _)| *at == second);
+        }
+        let entry = spent
+            .entry(format!("{namespace}\u{0}{}", bucket.name))
+            .or_insert((second, 0));
+        if entry.0 != second {
+            *entry = (second, 0);
+        }
+        let left = allowed.saturating_sub(entry.1);
+        if tokens <= left {
+            entry.1 += tokens;
+            Ok(())
+        } else {
+            Err(left)
+        }
     }
 
     /// What `bucket`'s descriptor in `namespace` makes of it: a capacity
@@ -315,7 +359,7 @@ impl Service {
 /// tokens every [`FILL_INTERVAL`] (every few intervals' worth of seconds for
 /// a share under one token an interval), holding at most [`BURST`] of a
 /// second's share.
-fn token_bucket(per_second: f64) -> Quota {
+fn token_bucket(per_second: f64, least_burst: f64) -> Quota {
     let deny = Quota::Assigned {
         max_tokens: 0,
         tokens_per_fill: 0,
@@ -337,7 +381,7 @@ fn token_bucket(per_second: f64) -> Quota {
     }
     let burst = (per_second * BURST)
         .floor()
-        .clamp(LEAST_BURST, f64::from(u32::MAX)) as u32;
+        .clamp(least_burst, f64::from(u32::MAX)) as u32;
     Quota::Assigned {
         max_tokens: burst,
         tokens_per_fill: tokens,
@@ -367,15 +411,15 @@ mod tests {
         let ten = Duration::from_secs(10);
         // A rate to a tenth of a request a second; a bucket of a tenth of
         // a second's share, at least two tokens.
-        assert_eq!(bucket(token_bucket(10.0)), (2, 100, ten));
-        assert_eq!(bucket(token_bucket(7.95)), (2, 79, ten));
-        assert_eq!(bucket(token_bucket(250.0)), (25, 2_500, ten));
-        assert_eq!(bucket(token_bucket(0.4)), (2, 4, ten));
+        assert_eq!(bucket(token_bucket(10.0, LEAST_BURST)), (2, 100, ten));
+        assert_eq!(bucket(token_bucket(7.95, LEAST_BURST)), (2, 79, ten));
+        assert_eq!(bucket(token_bucket(250.0, LEAST_BURST)), (25, 2_500, ten));
+        assert_eq!(bucket(token_bucket(0.4, LEAST_BURST)), (2, 4, ten));
         // Under one a fill: one token every so many seconds.
-        assert_eq!(bucket(token_bucket(0.04)), (2, 1, Duration::from_secs(25)));
-        assert_eq!(bucket(token_bucket(0.0)), (0, 0, ten));
-        assert_eq!(bucket(token_bucket(f64::NAN)), (0, 0, ten));
-        assert_eq!(bucket(token_bucket(1e-9)), (0, 0, ten));
+        assert_eq!(bucket(token_bucket(0.04, LEAST_BURST)), (2, 1, Duration::from_secs(25)));
+        assert_eq!(bucket(token_bucket(0.0, LEAST_BURST)), (0, 0, ten));
+        assert_eq!(bucket(token_bucket(f64::NAN, LEAST_BURST)), (0, 0, ten));
+        assert_eq!(bucket(token_bucket(1e-9, LEAST_BURST)), (0, 0, ten));
     }
 
     #[test]
