@@ -29,11 +29,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
-use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
-    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+    AbandonAction, BucketAction as Action,
 };
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
@@ -51,6 +49,10 @@ use crate::service::leases::quota::{
 };
 
 use super::metrics::Metrics;
+
+mod assignment;
+
+use self::assignment::{assignment, paced};
 
 /// The most distinct buckets one stream may report (past it, new ones get
 /// no assignment).
@@ -279,13 +281,7 @@ impl EnvoyStream {
         for (bucket, id, wants, reported) in held {
             let before = self.assigned.get(&bucket.name).map(|a| a.told);
             let action = self
-                .decide(
-                    &namespace,
-                    bucket.clone(),
-                    id,
-                    wants,
-                    reported,
-                )
+                .decide(&namespace, bucket.clone(), id, wants, reported)
                 .await;
             // Only what changed is said again.
             if let Some(action) = action {
@@ -408,109 +404,5 @@ impl EnvoyStream {
             bucket_id: Some(id),
             bucket_action: Some(action),
         })
-    }
-}
-
-/// What an Envoy is told of `bucket` now, `wanted` if the bucket's new
-/// tokens of this second allow it: Envoy starts every new bucket full, and
-/// those tokens add to a second beyond the limit (docs/design.md#rlqs). An
-/// Envoy's first bucket holds one token. A bucket that grows (its rate, or
-/// its tokens) waits for a second with room, keeping what it was told; a
-/// first one, or one whose rate shrinks, goes now, with as many tokens as
-/// are left (at least one).
-fn paced(
-    service: &crate::service::Service,
-    namespace: &str,
-    bucket: &Bucket,
-    told: Option<Quota>,
-    wanted: Quota,
-) -> Quota {
-    let Quota::Assigned {
-        max_tokens,
-        tokens_per_fill,
-        fill_interval,
-        ttl,
-    } = wanted
-    else {
-        return wanted;
-    };
-    if told == Some(wanted) || tokens_per_fill == 0 {
-        return wanted;
-    }
-    let max_tokens = if told.is_none() { 1 } else { max_tokens };
-    let wanted = Quota::Assigned {
-        max_tokens,
-        tokens_per_fill,
-        fill_interval,
-        ttl,
-    };
-    let Err(left) = service.new_bucket_tokens(namespace, bucket, max_tokens) else {
-        return wanted;
-    };
-    let rate = |quota: Quota| match quota {
-        Quota::Assigned {
-            tokens_per_fill,
-            fill_interval,
-            ..
-        } => f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0),
-        _ => f64::INFINITY,
-    };
-    match told {
-        Some(told @ Quota::Assigned { .. }) if rate(wanted) >= rate(told) => told,
-        _ => {
-            let tokens = left.clamp(1, max_tokens);
-            // Counted though it may pass the second's tokens: it cannot wait.
-            let _ = service.new_bucket_tokens(namespace, bucket, tokens.min(left));
-            Quota::Assigned {
-                max_tokens: tokens,
-                tokens_per_fill,
-                fill_interval,
-                ttl,
-            }
-        }
-    }
-}
-
-fn duration(duration: Duration) -> envoy_types::pb::google::protobuf::Duration {
-    envoy_types::pb::google::protobuf::Duration {
-        seconds: i64::try_from(duration.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(duration.subsec_nanos()).unwrap_or(0),
-    }
-}
-
-fn assignment(quota: Quota) -> QuotaAssignmentAction {
-    let (strategy, ttl) = match quota {
-        Quota::Assigned {
-            tokens_per_fill: 0,
-            ttl,
-            ..
-        } => (Strategy::BlanketRule(BlanketRule::DenyAll as i32), ttl),
-        Quota::Assigned {
-            max_tokens,
-            tokens_per_fill,
-            fill_interval,
-            ttl,
-        } => (
-            Strategy::TokenBucket(TokenBucket {
-                max_tokens,
-                tokens_per_fill: Some(envoy_types::pb::google::protobuf::UInt32Value {
-                    value: tokens_per_fill,
-                }),
-                fill_interval: Some(duration(fill_interval)),
-            }),
-            ttl,
-        ),
-        Quota::Unlimited { ttl } => (Strategy::BlanketRule(BlanketRule::AllowAll as i32), ttl),
-        // Answered by abandoning the bucket, not with an assignment.
-        Quota::NotLimited => (
-            Strategy::BlanketRule(BlanketRule::AllowAll as i32),
-            crate::service::leases::quota::LEASE,
-        ),
-    };
-    QuotaAssignmentAction {
-        assignment_time_to_live: Some(duration(ttl)),
-        rate_limit_strategy: Some(RateLimitStrategy {
-            strategy: Some(strategy),
-        }),
     }
 }

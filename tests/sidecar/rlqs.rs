@@ -122,7 +122,9 @@ impl Envoy {
                                     let most = (per_fill.value / 100).max(2);
                                     assert!(
                                         (1..=most).contains(&bucket.max_tokens),
-                                        "{} tokens of a share of {}", bucket.max_tokens, per_fill.value
+                                        "{} tokens of a share of {}",
+                                        bucket.max_tokens,
+                                        per_fill.value
                                     );
                                     Told::Tokens(per_fill.value / 10)
                                 }

@@ -202,7 +202,12 @@ impl Service {
     /// How many tokens of new buckets `bucket`'s Envoys of this server may
     /// still be given in the current second, `tokens` taken if all fit
     /// (see [`NEW_TOKENS`]); what was left otherwise, nothing taken.
-    pub fn new_bucket_tokens(&self, namespace: &str, bucket: &Bucket, tokens: u32) -> Result<(), u32> {
+    pub fn new_bucket_tokens(
+        &self,
+        namespace: &str,
+        bucket: &Bucket,
+        tokens: u32,
+    ) -> Result<(), u32> {
         let Ok(BucketLimit::Leased(capacity)) = self.bucket_limit(namespace, bucket) else {
             return Ok(());
         };
@@ -416,7 +421,10 @@ mod tests {
         assert_eq!(bucket(token_bucket(250.0, LEAST_BURST)), (25, 2_500, ten));
         assert_eq!(bucket(token_bucket(0.4, LEAST_BURST)), (2, 4, ten));
         // Under one a fill: one token every so many seconds.
-        assert_eq!(bucket(token_bucket(0.04, LEAST_BURST)), (2, 1, Duration::from_secs(25)));
+        assert_eq!(
+            bucket(token_bucket(0.04, LEAST_BURST)),
+            (2, 1, Duration::from_secs(25))
+        );
         assert_eq!(bucket(token_bucket(0.0, LEAST_BURST)), (0, 0, ten));
         assert_eq!(bucket(token_bucket(f64::NAN, LEAST_BURST)), (0, 0, ten));
         assert_eq!(bucket(token_bucket(1e-9, LEAST_BURST)), (0, 0, ten));
