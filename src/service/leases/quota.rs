@@ -201,7 +201,8 @@ impl Service {
 
     /// How many tokens of new buckets `bucket`'s Envoys of this server may
     /// still be given in the current second, `tokens` taken if all fit
-    /// (see [`NEW_TOKENS`]); what was left otherwise, nothing taken.
+    /// (a fifth of the limit, docs/design.md#rlqs); what was left
+    /// otherwise, nothing taken.
     pub fn new_bucket_tokens(
         &self,
         namespace: &str,
