@@ -121,24 +121,7 @@ impl LeaseLimiter {
     /// Takes `n` if the bucket holds them; otherwise how long until it
     /// will (`None`: never at the current rate, which is 0 or too low).
     pub fn try_acquire(&self, n: u32) -> Result<(), Option<Duration>> {
-        let now = Instant::now();
-        let n = f64::from(n);
-        let mut bucket = self.lock();
-        bucket.asked += n;
-        if bucket.unlimited {
-            return Ok(());
-        }
-        bucket.refill(now);
-        if bucket.tokens >= n {
-            bucket.tokens -= n;
-            return Ok(());
-        }
-        if bucket.rate <= 0.0 || n > capacity_of(bucket.rate) {
-            return Err(None);
-        }
-        Err(Some(Duration::from_secs_f64(
-            (n - bucket.tokens) / bucket.rate,
-        )))
+        self.acquire_within(n, Duration::ZERO).map(|_| ())
     }
 
     /// The leased rate now.

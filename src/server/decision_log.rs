@@ -3,7 +3,8 @@
 //! (docs/operations.md#decision-log): Envoy's `ShouldRateLimit`
 //! (namespace, descriptors, outcome, the limit that decided, its tier and
 //! what limited it, the wait), the Charon API's operations and cost calls,
-//! RLQS assignments, and global limits' share moves ([`Event`]). It goes to
+//! RLQS assignments, and global limits' share moves (an
+//! [`OperationEvent`] and the face it came from). It goes to
 //! the log stream (target `charon::decision`), so `--log-format json` makes
 //! it one JSON object per decision for a log pipeline. Every face shares
 //! one per-second budget.
@@ -18,6 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
 use crate::limiter::{DescriptorStatus, RateLimitAnswer};
+use crate::service::OperationEvent;
 
 /// The log target the events carry.
 pub const TARGET: &str = "charon::decision";
@@ -43,27 +45,6 @@ impl DecisionLogOptions {
     pub fn is_on(&self) -> bool {
         self.threshold > 0 && self.max_per_second > 0
     }
-}
-
-/// One decision of a face other than `ShouldRateLimit`.
-#[derive(Debug, Clone, Copy)]
-pub struct Event<'a> {
-    /// `charon_api`, `rlqs` or `global`.
-    pub face: &'static str,
-    /// `request`, `reserve`, `release`, `transfer`, `seize`, `cost`,
-    /// `assign`, `share`.
-    pub operation: &'static str,
-    pub namespace: &'a str,
-    /// The resource, RLQS bucket or global limit.
-    pub resource: &'a str,
-    /// The domain (the Charon API), or the Envoy that reported (RLQS).
-    pub domain: &'a str,
-    /// `ok`, `rejected`, `done`, an error kind; `assigned`, `deny_all`,
-    /// `allow_all`, `abandoned`; `moved`, `safe_share`.
-    pub outcome: &'a str,
-    /// Hits or copies granted, released or moved; a reservation's amount;
-    /// an RLQS bucket's rate (tokens a second); a share's new size.
-    pub amount: u64,
 }
 
 /// The log's state: the options and this second's budget.
@@ -121,16 +102,17 @@ impl DecisionLog {
         self.options.is_on() && crate::server::trace::random() < self.options.threshold
     }
 
-    /// Logs `event` within this second's budget (drawn by the caller with
-    /// [`draw`](Self::draw), or always, for rare events such as a share's
-    /// move, when the log is on).
-    pub fn event(&self, event: Event<'_>) {
+    /// Logs `event` of `face` (`charon_api`, `rlqs` or `global`) within
+    /// this second's budget (drawn by the caller with [`draw`](Self::draw),
+    /// or always, for rare events such as a share's move, when the log is
+    /// on).
+    pub fn event(&self, face: &'static str, event: &OperationEvent<'_>) {
         if !self.options.is_on() || !self.admit() {
             return;
         }
         tracing::info!(
             target: TARGET,
-            face = event.face,
+            face,
             operation = event.operation,
             namespace = event.namespace,
             resource = event.resource,

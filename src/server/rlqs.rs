@@ -52,7 +52,7 @@ use super::metrics::Metrics;
 
 mod assignment;
 
-use self::assignment::{assignment, paced};
+use self::assignment::{assignment, described, paced};
 
 /// The most distinct buckets one stream may report (past it, new ones get
 /// no assignment).
@@ -354,22 +354,7 @@ impl EnvoyStream {
                 };
                 let quota = paced(&service, namespace, &bucket, before, quota);
                 if before != Some(quota) {
-                    let (outcome, per_second) = match quota {
-                        Quota::Assigned {
-                            tokens_per_fill: 0, ..
-                        } => ("deny_all", 0),
-                        Quota::Assigned {
-                            tokens_per_fill,
-                            fill_interval,
-                            ..
-                        } => (
-                            "assigned",
-                            (f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0))
-                                .round() as u64,
-                        ),
-                        Quota::Unlimited { .. } => ("allow_all", 0),
-                        Quota::NotLimited => ("not_limited", 0),
-                    };
+                    let (outcome, per_second) = described(quota);
                     metrics.rlqs_assignment(
                         namespace,
                         &bucket.name,

@@ -188,19 +188,25 @@ pub trait Observer: Send + Sync {
     }
 }
 
-/// One Charon API operation, as [`Observer::operation`] is told it.
+/// One decision of a face, as [`Observer::operation`] is told a Charon
+/// API operation and the decision log records every face's.
 #[derive(Debug, Clone, Copy)]
 pub struct OperationEvent<'a> {
-    /// `request`, `reserve`, `release`, `transfer`, `seize` or `cost`.
+    /// `request`, `reserve`, `release`, `transfer`, `seize`, `cost`;
+    /// `assign` (RLQS), `share` (a global limit).
     pub operation: &'static str,
     pub namespace: &'a str,
+    /// The resource, RLQS bucket or global limit.
     pub resource: &'a str,
-    /// Empty when the operation names none (a cost call, a refused seize).
+    /// The domain; the Envoy's stream for RLQS; empty when there is none
+    /// (a cost call, a refused seize, a share).
     pub domain: &'a str,
     /// `ok`, `rejected` (nothing granted), `done` (a reserve for anyone's
-    /// result), or the error kind.
+    /// result), or the error kind; `assigned`, `deny_all`, `allow_all`;
+    /// `moved`, `safe_share`.
     pub outcome: &'static str,
-    /// Hits or copies granted or given back; a cost call's amount.
+    /// Hits or copies granted or given back; a cost call's amount; an RLQS
+    /// bucket's rate a second; a share's new size.
     pub amount: u64,
 }
 

@@ -134,38 +134,9 @@ fn the_memory_overlays_sidecar_starts_with_its_configmap_and_becomes_ready() {
         })
         .collect();
     assert_eq!(args[0], "serve");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("charon starts");
-    let probe = |pointer: &str| {
-        let path = sidecar
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .expect("a probe path");
-        format!("http://127.0.0.1:{admin}{path}")
-    };
+    let mut child = spawn(&args);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let ready = runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let live = reqwest::get(probe("/livenessProbe/httpGet/path")).await;
-            let ready = reqwest::get(probe("/readinessProbe/httpGet/path")).await;
-            if let (Ok(live), Ok(ready)) = (live, ready)
-                && live.status() == 200
-                && ready.status() == 200
-            {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    });
+    let ready = runtime.block_on(passes_its_probes(&sidecar, admin));
     let _ = child.kill();
     let _ = child.wait();
     assert!(
@@ -241,41 +212,56 @@ fn the_demo_apps_throttling_sidecar_is_the_injectors_and_fronts_the_app() {
         })
         .collect();
     assert_eq!(args[0], "throttle");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
-        .args(&args)
+    let mut child = spawn(&args);
+    let answered = runtime.block_on(async {
+        if !passes_its_probes(throttle, admin).await {
+            return None;
+        }
+        let reply = reqwest::get(format!("http://127.0.0.1:{port}/"))
+            .await
+            .ok()?;
+        reply.text().await.ok()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answered.as_deref(), Some("hello"));
+}
+
+/// `charon` with a manifest's arguments (rewritten for the test's paths and
+/// ports), its output discarded.
+fn spawn(args: &[String]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("charon throttle starts");
+        .expect("charon starts")
+}
+
+/// Whether `container`'s liveness and readiness probes, asked on the
+/// admin port `admin`, both answer 200 within 30 s.
+async fn passes_its_probes(container: &Value, admin: u16) -> bool {
     let probe = |pointer: &str| {
-        let path = throttle
+        let path = container
             .pointer(pointer)
             .and_then(Value::as_str)
             .expect("a probe path");
         format!("http://127.0.0.1:{admin}{path}")
     };
-    let answered = runtime.block_on(async {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let live = reqwest::get(probe("/livenessProbe/httpGet/path")).await;
-            let ready = reqwest::get(probe("/readinessProbe/httpGet/path")).await;
-            if let (Ok(live), Ok(ready)) = (live, ready)
-                && live.status() == 200
-                && ready.status() == 200
-            {
-                let reply = reqwest::get(format!("http://127.0.0.1:{port}/"))
-                    .await
-                    .ok()?;
-                return reply.text().await.ok();
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let live = reqwest::get(probe("/livenessProbe/httpGet/path")).await;
+        let ready = reqwest::get(probe("/readinessProbe/httpGet/path")).await;
+        if let (Ok(live), Ok(ready)) = (live, ready)
+            && live.status() == 200
+            && ready.status() == 200
+        {
+            return true;
         }
-    });
-    let _ = child.kill();
-    let _ = child.wait();
-    assert_eq!(answered.as_deref(), Some("hello"));
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

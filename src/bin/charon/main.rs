@@ -264,6 +264,14 @@ fn configure(args: config::ConfigArgs) -> ExitCode {
 
 fn inject(options: charon::inject::InjectOptions, log: &LogOptions) -> ExitCode {
     logging::init(log, None);
+    run_to_end(charon::inject::run(options))
+}
+
+/// Runs a server's future on a multi-threaded runtime until it ends: its
+/// error, if any, on stderr.
+fn run_to_end<E: std::fmt::Display>(
+    served: impl std::future::Future<Output = Result<(), E>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -271,7 +279,7 @@ fn inject(options: charon::inject::InjectOptions, log: &LogOptions) -> ExitCode 
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(charon::inject::run(options)) {
+    match runtime.block_on(served) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");

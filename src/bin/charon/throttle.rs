@@ -126,11 +126,10 @@ fn tenant_limits(
         .namespaces()
         .map(|namespace| namespace.name.clone())
         .collect();
-    let mut names = names.into_iter();
-    let namespace = match (names.next(), names.next()) {
-        (Some(namespace), None) => namespace,
-        (None, _) => return Err(format!("--config {}: no domain", path.display())),
-        (Some(_), Some(_)) => {
+    let namespace = match names.as_slice() {
+        [namespace] => namespace.clone(),
+        [] => return Err(format!("--config {}: no domain", path.display())),
+        _ => {
             return Err(format!(
                 "--config {}: one domain, not several (one file)",
                 path.display()
@@ -153,22 +152,9 @@ pub fn run(args: ThrottleArgs, log: &LogOptions) -> ExitCode {
         }
     };
     logging::init(log, None);
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(charon::proxy::run(
+    crate::run_to_end(charon::proxy::run(
         args.listen,
         Some(args.admin_addr),
         options,
-    )) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    ))
 }

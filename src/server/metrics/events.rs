@@ -9,7 +9,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::server::decision_log::Event;
 use crate::service::OperationEvent;
 
 use super::series_cap::SeriesCap;
@@ -59,11 +58,9 @@ impl DomainView {
         // The pair is what is capped: one domain name in two namespaces is
         // two tenants.
         let key = format!("{}\u{0}{}", event.namespace, event.domain);
-        let label = self.keys.label(&key, &self.folds);
-        let domain = if label.0.as_ref() == "overflow" {
-            label
-        } else {
-            SharedLabel(event.domain.into())
+        let domain = match self.keys.admit(&key, &self.folds) {
+            Some(_) => SharedLabel(event.domain.into()),
+            None => SharedLabel("overflow".into()),
         };
         self.operations
             .get_or_create(&DomainLabels {
@@ -84,15 +81,7 @@ impl Metrics {
             self.domains.count(event);
         }
         if self.decision_log.draw() {
-            self.decision_log.event(Event {
-                face: "charon_api",
-                operation: event.operation,
-                namespace: event.namespace,
-                resource: event.resource,
-                domain: event.domain,
-                outcome: event.outcome,
-                amount: event.amount,
-            });
+            self.decision_log.event("charon_api", event);
         }
     }
 
@@ -103,19 +92,21 @@ impl Metrics {
         namespace: &str,
         bucket: &str,
         envoy: &str,
-        outcome: &str,
+        outcome: &'static str,
         per_second: u64,
     ) {
         if self.decision_log.draw() {
-            self.decision_log.event(Event {
-                face: "rlqs",
-                operation: "assign",
-                namespace,
-                resource: bucket,
-                domain: envoy,
-                outcome,
-                amount: per_second,
-            });
+            self.decision_log.event(
+                "rlqs",
+                &OperationEvent {
+                    operation: "assign",
+                    namespace,
+                    resource: bucket,
+                    domain: envoy,
+                    outcome,
+                    amount: per_second,
+                },
+            );
         }
     }
 }

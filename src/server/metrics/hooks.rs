@@ -123,16 +123,17 @@ impl crate::service::Observer for Metrics {
     fn global_share_moved(&self, namespace: &str, limit: &str, share: u64, on_safe_share: bool) {
         // Rare (at most once a refresh per limit): logged whenever the log
         // is on, within its budget, not drawn.
-        self.decision_log()
-            .event(crate::server::decision_log::Event {
-                face: "global",
+        self.decision_log.event(
+            "global",
+            &crate::service::OperationEvent {
                 operation: "share",
                 namespace,
                 resource: limit,
                 domain: "",
                 outcome: if on_safe_share { "safe_share" } else { "moved" },
                 amount: share,
-            });
+            },
+        );
     }
 
     fn unconfigured_request(&self, namespace: &str, resource: &str, hits: u64) {

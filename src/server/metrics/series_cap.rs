@@ -25,6 +25,13 @@ impl SeriesCap {
     /// `key` itself while it is counted (or fits under the cap), else
     /// `overflow`, with `folds` counted.
     pub(super) fn label(&self, key: &str, folds: &Counter) -> SharedLabel {
+        self.admit(key, folds)
+            .map_or_else(|| SharedLabel(Arc::from("overflow")), SharedLabel)
+    }
+
+    /// `key` while it is counted (or fits under the cap); `None`, with
+    /// `folds` counted, past the cap.
+    pub(super) fn admit(&self, key: &str, folds: &Counter) -> Option<Arc<str>> {
         let known = self
             .keys
             .read()
@@ -32,22 +39,22 @@ impl SeriesCap {
             .get(key)
             .cloned();
         if let Some(known) = known {
-            return SharedLabel(known);
+            return Some(known);
         }
         let mut keys = self
             .keys
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(known) = keys.get(key) {
-            return SharedLabel(known.clone());
+            return Some(known.clone());
         }
         if keys.len() < self.max {
             let key: Arc<str> = Arc::from(key);
             keys.insert(key.clone());
-            SharedLabel(key)
+            Some(key)
         } else {
             folds.inc();
-            SharedLabel(Arc::from("overflow"))
+            None
         }
     }
 }

@@ -39,36 +39,39 @@ pub(super) fn paced(
         return wanted;
     }
     let max_tokens = if told.is_none() { 1 } else { max_tokens };
-    let wanted = Quota::Assigned {
+    let with_tokens = |max_tokens| Quota::Assigned {
         max_tokens,
         tokens_per_fill,
         fill_interval,
         ttl,
     };
-    let Err(left) = service.new_bucket_tokens(namespace, bucket, max_tokens) else {
-        return wanted;
+    // A first bucket, or a shrinking rate, cannot wait.
+    let urgent = match told.and_then(Quota::per_second) {
+        Some(before) => wanted.per_second().is_some_and(|now| now < before),
+        None => true,
     };
-    let rate = |quota: Quota| match quota {
-        Quota::Assigned {
-            tokens_per_fill,
-            fill_interval,
-            ..
-        } => f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0),
-        _ => f64::INFINITY,
-    };
+    let taken = service.new_bucket_tokens(namespace, bucket, max_tokens, urgent);
     match told {
-        Some(told @ Quota::Assigned { .. }) if rate(wanted) >= rate(told) => told,
-        _ => {
-            let tokens = left.clamp(1, max_tokens);
-            // Counted though it may pass the second's tokens: it cannot wait.
-            let _ = service.new_bucket_tokens(namespace, bucket, tokens.min(left));
-            Quota::Assigned {
-                max_tokens: tokens,
-                tokens_per_fill,
-                fill_interval,
-                ttl,
-            }
-        }
+        _ if taken == max_tokens => with_tokens(max_tokens),
+        _ if urgent => with_tokens(taken.max(1)),
+        Some(told) => told,
+        None => with_tokens(1),
+    }
+}
+
+/// What the decision log says of an assignment: its kind, and its rate in
+/// whole requests a second.
+pub(super) fn described(quota: Quota) -> (&'static str, u64) {
+    match quota {
+        Quota::Assigned {
+            tokens_per_fill: 0, ..
+        } => ("deny_all", 0),
+        Quota::Assigned { .. } => (
+            "assigned",
+            quota.per_second().map_or(0, |rate| rate.round() as u64),
+        ),
+        Quota::Unlimited { .. } => ("allow_all", 0),
+        Quota::NotLimited => ("not_limited", 0),
     }
 }
 

@@ -133,6 +133,21 @@ pub enum Quota {
     NotLimited,
 }
 
+impl Quota {
+    /// The requests a second a token bucket refills at (`None` for a
+    /// blanket rule).
+    pub fn per_second(self) -> Option<f64> {
+        match self {
+            Quota::Assigned {
+                tokens_per_fill,
+                fill_interval,
+                ..
+            } => Some(f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0)),
+            Quota::Unlimited { .. } | Quota::NotLimited => None,
+        }
+    }
+}
+
 /// One bucket, as its lease is named.
 #[derive(Debug, Clone)]
 pub struct Bucket {
@@ -199,18 +214,19 @@ impl Service {
         Ok((token_bucket(granted, LEAST_BURST), demand))
     }
 
-    /// How many tokens of new buckets `bucket`'s Envoys of this server may
-    /// still be given in the current second, `tokens` taken if all fit
-    /// (a fifth of the limit, docs/design.md#rlqs); what was left
-    /// otherwise, nothing taken.
+    /// Takes `tokens` of the new buckets `bucket`'s Envoys of this server
+    /// may be given in the current second (a fifth of the limit,
+    /// docs/design.md#rlqs), and says how many it took: all if they fit;
+    /// otherwise, with `partial`, what was left, else none.
     pub fn new_bucket_tokens(
         &self,
         namespace: &str,
         bucket: &Bucket,
         tokens: u32,
-    ) -> Result<(), u32> {
+        partial: bool,
+    ) -> u32 {
         let Ok(BucketLimit::Leased(capacity)) = self.bucket_limit(namespace, bucket) else {
-            return Ok(());
+            return tokens;
         };
         let allowed = (capacity.capacity * NEW_TOKENS).floor().max(1.0) as u32;
         let second = self.clock.now_ms() / 1_000;
@@ -229,12 +245,15 @@ impl Service {
             *entry = (second, 0);
         }
         let left = allowed.saturating_sub(entry.1);
-        if tokens <= left {
-            entry.1 += tokens;
-            Ok(())
+        let taken = if tokens <= left {
+            tokens
+        } else if partial {
+            left
         } else {
-            Err(left)
-        }
+            0
+        };
+        entry.1 += taken;
+        taken
     }
 
     /// What `bucket`'s descriptor in `namespace` makes of it: a capacity

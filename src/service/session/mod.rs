@@ -160,12 +160,11 @@ impl Session {
                 .map(Answer::Transfer),
             Operation::Seize(seize) => Box::pin(self.seize(seize)).await.map(Answer::Seize),
         };
+        let outcome = outcome_label(&result);
+        self.service.observer.copy_operation(operation, outcome);
         self.service
             .observer
-            .copy_operation(operation, outcome_label(&result));
-        self.service
-            .observer
-            .operation(&operation_event(operation, &op, &result));
+            .operation(&operation_event(operation, &op, &result, outcome));
         if let Ok(answer) = &result {
             self.record_copy_operation(&op, answer);
         }
@@ -320,6 +319,7 @@ fn operation_event<'a>(
     operation: &'static str,
     op: &'a Operation,
     result: &'a Result<Answer, Error>,
+    outcome: &'static str,
 ) -> crate::service::OperationEvent<'a> {
     let at = match (op, result) {
         (Operation::Request(op), _) => Some(&op.at),
@@ -342,7 +342,7 @@ fn operation_event<'a>(
         namespace: at.map_or("", |at| at.namespace.as_str()),
         resource: at.map_or("", |at| at.resource.as_str()),
         domain: at.map_or("", |at| at.domain.as_str()),
-        outcome: outcome_label(result),
+        outcome,
         amount,
     }
 }
