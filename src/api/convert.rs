@@ -220,6 +220,7 @@ impl From<Kind> for v1::error::Kind {
             Kind::StoreUnavailable => v1::error::Kind::StoreUnavailable,
             Kind::Resigned => v1::error::Kind::Resigned,
             Kind::Internal => v1::error::Kind::Internal,
+            Kind::Cancelled => v1::error::Kind::Cancelled,
         }
     }
 }
@@ -235,6 +236,7 @@ pub fn error_code(kind: Kind) -> tonic::Code {
         Kind::TooMany => tonic::Code::ResourceExhausted,
         Kind::StoreUnavailable | Kind::Resigned => tonic::Code::Unavailable,
         Kind::Internal => tonic::Code::Internal,
+        Kind::Cancelled => tonic::Code::Cancelled,
     }
 }
 
@@ -403,6 +405,7 @@ mod tests {
             Kind::StoreUnavailable,
             Kind::Resigned,
             Kind::Internal,
+            Kind::Cancelled,
         ] {
             // The metrics' label is the API's name of the kind.
             assert_eq!(kind.as_str(), v1::error::Kind::from(kind).as_str_name());

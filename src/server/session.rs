@@ -2,8 +2,8 @@
 //! read, each parsed once into an operation and answered by the service's
 //! [`Session`] as soon as it is decided (up to [`MAX_IN_FLIGHT`] at a time,
 //! so one stream multiplexes), and the stream's end (the client's, the
-//! sidecar's resignation, or shutdown) turned into the release of the hold
-//! set.
+//! sidecar's resignation, or shutdown) turned into the end of its waits and
+//! the release of the hold set.
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -41,13 +41,17 @@ pub async fn run(
         tokio::select! {
             message = inbound.message(), if reading && in_flight.len() < MAX_IN_FLIGHT => match message {
                 Ok(Some(request)) => in_flight.push(answer(&session, request)),
-                // Half-closed: answer what is in flight, then end.
-                Ok(None) | Err(_) => {
+                // Half-closed: the client still reads; answer what is in
+                // flight, then end.
+                Ok(None) => {
                     reading = false;
                     if in_flight.is_empty() {
                         break End::Client;
                     }
                 }
+                // Cancelled (RST_STREAM), the connection closed, or the
+                // stream broken: nobody reads the answers.
+                Err(_) => break End::Client,
             },
             Some(response) = in_flight.next() => {
                 if outbound.send(Ok(response)).await.is_err() {
@@ -70,9 +74,11 @@ pub async fn run(
             () = outbound.closed() => break End::Client,
         }
     };
-    // Operations already sent to the store finish (and land in the hold
+    // Waits end now (a reserve waiting for copies is granted nothing);
+    // operations already sent to the store finish (and land in the hold
     // set) before the hold set is released; their answers still go out if
     // the client listens (one answer per message).
+    session.end();
     while let Some(response) = in_flight.next().await {
         let _ = outbound.send(Ok(response)).await;
     }

@@ -31,6 +31,9 @@ pub enum Kind {
     Resigned,
     /// A bug, or state the server cannot read.
     Internal,
+    /// The session ended while the operation waited; no client reads the
+    /// answer, but the metrics count it.
+    Cancelled,
 }
 
 impl Kind {
@@ -48,6 +51,7 @@ impl Kind {
             Kind::StoreUnavailable => "STORE_UNAVAILABLE",
             Kind::Resigned => "RESIGNED",
             Kind::Internal => "INTERNAL",
+            Kind::Cancelled => "CANCELLED",
         }
     }
 

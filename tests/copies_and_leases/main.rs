@@ -11,3 +11,4 @@ mod global_edges;
 mod global_limits;
 mod hierarchy;
 mod lease_spaces;
+mod waiters_that_leave;

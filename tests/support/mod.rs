@@ -2,8 +2,8 @@
 //! servers on free ports (`redis`), a sidecar harness that runs
 //! `charon serve` (`sidecar`), the Python tools of the test venv (`venv`),
 //! the generators of the property tests (`properties`), an OTLP collector
-//! that keeps the spans it is sent (`otlp`), a TCP proxy that stalls on
-//! demand (`proxy`), and where the examples' programs are
+//! that keeps the spans it is sent (`otlp`), TCP proxies that stall or
+//! close on demand (`proxy`), and where the examples' programs are
 //! ([`example_binary`]) with a guard that stops them ([`KilledOnDrop`]).
 //!
 //! Each binary declares `mod support;` and uses what it needs, so the rest

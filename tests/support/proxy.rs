@@ -1,5 +1,6 @@
-//! A TCP proxy the tests put between a sidecar and Redis, to cut the link
-//! the way a partition does: bytes stop moving, connections stay open.
+//! TCP proxies the tests put between a sidecar and its peers: one that cuts
+//! the link the way a partition does (bytes stop moving, connections stay
+//! open), one that closes its connections the way a client that dies does.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,4 +53,32 @@ async fn pipe(
             return;
         }
     }
+}
+
+/// A TCP proxy to `upstream` whose connections all close at once when
+/// `close` is set: what the upstream sees when a client process dies (the
+/// kernel closes its sockets), with no HTTP/2 or gRPC goodbye.
+pub async fn closing_proxy(upstream: u16, close: tokio::sync::watch::Receiver<bool>) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port for the proxy");
+    let port = listener.local_addr().expect("its address").port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut close = close.clone();
+            tokio::spawn(async move {
+                let Ok(mut outbound) =
+                    tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                // Both sockets are dropped, so closed, on either event.
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    _ = close.wait_for(|closed| *closed) => {}
+                }
+            });
+        }
+    });
+    port
 }

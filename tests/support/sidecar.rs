@@ -263,6 +263,30 @@ impl Session {
         self.call_raw(Some(op)).await
     }
 
+    /// Sends `op` without waiting for its answer; its id.
+    pub async fn send(&mut self, op: Op) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let outbound = self.outbound.as_ref().expect("the session is open");
+        outbound
+            .send(SessionRequest { id, op: Some(op) })
+            .await
+            .expect("the session's sender is open");
+        id
+    }
+
+    /// The next answer, with the id of its operation, within `within`.
+    pub async fn answer(&mut self, within: Duration) -> Result<(u64, Answer), tonic::Status> {
+        let response = tokio::time::timeout(within, self.inbound.message())
+            .await
+            .map_err(|_| tonic::Status::deadline_exceeded(format!("no answer within {within:?}")))??
+            .ok_or_else(|| tonic::Status::unavailable("the stream ended"))?;
+        Ok((
+            response.id,
+            response.result.expect("an answer has a result"),
+        ))
+    }
+
     /// [`call`](Self::call) with any `op`, even none.
     pub async fn call_raw(&mut self, op: Option<Op>) -> Result<Answer, tonic::Status> {
         let id = self.next_id;

@@ -58,6 +58,8 @@ pub struct Session {
     service: Arc<Service>,
     number: u64,
     holds: Mutex<Holds>,
+    /// Set when the session's client is gone: its waits end at once.
+    ended: watch::Sender<bool>,
 }
 
 impl Session {
@@ -66,7 +68,36 @@ impl Session {
             service,
             number: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             holds: Mutex::new(Holds::default()),
+            ended: watch::Sender::new(false),
         }
+    }
+
+    /// The session's client is gone (its stream was cancelled, its
+    /// connection closed) or the sidecar ends it: every reserve still
+    /// waiting leaves its queue now, granted nothing, so the copies go to
+    /// the next live waiter. Operations already at the store finish; what
+    /// they grant is released with the rest of the hold set.
+    pub fn end(&self) {
+        self.ended.send_replace(true);
+    }
+
+    fn has_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Until [`Self::end`].
+    async fn ended(&self) {
+        let mut ended = self.ended.subscribe();
+        // The sender lives as long as the session, so this only returns
+        // once the session ended.
+        let _ = ended.wait_for(|ended| *ended).await;
+    }
+
+    fn ended_error(&self) -> Error {
+        Error::new(
+            Kind::Cancelled,
+            "the session ended while this reserve waited: nothing was granted",
+        )
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds> {

@@ -6,6 +6,7 @@
 use tokio::time::Instant;
 
 use crate::engine::copies::{CopyLimits, canonical_groups};
+use crate::store::copies::Reserved;
 
 use crate::service::core::Target;
 use crate::service::error::{Error, Kind};
@@ -17,7 +18,7 @@ use super::{MAX_HOLDS, Session};
 impl Session {
     pub(super) async fn reserve(&self, op: &Reserve) -> Result<ReserveAnswer, Error> {
         if op.max_wait.is_zero() {
-            return self.reserve_now(op).await;
+            return self.reserve_now(op, None).await;
         }
         let deadline = Instant::now() + op.max_wait;
         let waiting = &self.service.waiting;
@@ -47,21 +48,27 @@ impl Session {
             place = Some(join()?);
         }
         loop {
-            if let Some(before) = done_before
-                && place.is_some()
+            // A session that ended leaves every queue at once: nothing is
+            // granted to it, and its place goes to the next live waiter.
+            if self.has_ended() {
+                return Err(self.ended_error());
+            }
+            if place.as_ref().is_none_or(Place::is_head) {
+                // The head's try answers `done` itself, atomically with the
+                // grant: no release as done can fall between a look at the
+                // count and the try.
+                let answer = self.reserve_now(op, done_before).await?;
+                if answer.done || answer.granted > 0 || Instant::now() >= deadline {
+                    // Leaving the queue hands the head to the next.
+                    return Ok(answer);
+                }
+            } else if let Some(before) = done_before
                 && self.done_count(op).await? > before
             {
                 return Ok(ReserveAnswer {
                     done: true,
                     ..ReserveAnswer::default()
                 });
-            }
-            if place.as_ref().is_none_or(Place::is_head) {
-                let answer = self.reserve_now(op).await?;
-                if answer.granted > 0 || Instant::now() >= deadline {
-                    // Leaving the queue hands the head to the next.
-                    return Ok(answer);
-                }
             }
             let Some(waiter) = &place else {
                 place = Some(join()?);
@@ -70,10 +77,11 @@ impl Session {
             tokio::select! {
                 () = waiter.woken() => {}
                 () = tokio::time::sleep(POLL) => {}
+                () = self.ended() => return Err(self.ended_error()),
                 () = tokio::time::sleep_until(deadline) => {
                     drop(place);
                     // At its deadline: one last try, answered as it comes.
-                    return self.reserve_now(op).await;
+                    return self.reserve_now(op, done_before).await;
                 }
             }
         }
@@ -88,7 +96,13 @@ impl Session {
             .map_err(|error| self.copy_error(&membership, error))
     }
 
-    async fn reserve_now(&self, op: &Reserve) -> Result<ReserveAnswer, Error> {
+    /// One try at the store; with `done_past`, answered `done` instead if
+    /// the count of work done has moved past it.
+    async fn reserve_now(
+        &self,
+        op: &Reserve,
+        done_past: Option<u64>,
+    ) -> Result<ReserveAnswer, Error> {
         let at = &op.at;
         let (limits, decide_with) = match self.service.target(&at.namespace, &at.resource)? {
             Target::Copies(namespace, resource) => {
@@ -136,7 +150,7 @@ impl Session {
             }
         }
         let membership = self.serving(&at.namespace, &at.resource)?;
-        let changed = self
+        let reserved = self
             .service
             .copies
             .reserve(
@@ -145,9 +159,19 @@ impl Session {
                 &decide_with,
                 op.copies,
                 op.min_copies,
+                done_past,
             )
             .await
             .map_err(|error| self.copy_error(&membership, error))?;
+        let changed = match reserved {
+            Reserved::Decided(changed) => changed,
+            Reserved::Done => {
+                return Ok(ReserveAnswer {
+                    done: true,
+                    ..ReserveAnswer::default()
+                });
+            }
+        };
         let groups: Vec<String> = decide_with.group_names().map(str::to_owned).collect();
         if changed.copies > 0 {
             self.hold(key, changed.copies);

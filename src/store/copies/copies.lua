@@ -11,7 +11,8 @@
 -- atomic, on Redis and on a Redis Cluster alike.
 --
 -- KEYS: 1 counts, 2 contributors (SET), 3 reaped (ZSET), 4 transfers (ZSET
--- by expiry), 5 staged (HASH secret -> JSON), 6 a session's contribution.
+-- by expiry), 5 staged (HASH secret -> JSON), 6 a session's contribution;
+-- for 'reserve', 7 the domain's count of work done (a number).
 -- ARGV[1] is the operation. Replies are arrays whose first element is a
 -- status: 'ok', 'resigned' (this sidecar was reaped: it must resign) or
 -- 'unknown' (no such transfer).
@@ -101,14 +102,22 @@ end
 
 if op == 'reserve' then
   -- contributor, sidecar, domain, copies, min, domain limit (-1: none),
-  -- global limit (-1: none), then the groups as n, names..., n, limits...
+  -- global limit (-1: none), then the groups as n, names..., n, limits...,
+  -- then the count of work done to answer 'done' past (-1: none).
   local contributor, server, domain = ARGV[2], ARGV[3], ARGV[4]
   local copies, min = tonumber(ARGV[5]), tonumber(ARGV[6])
   local domain_limit, global_limit = tonumber(ARGV[7]), tonumber(ARGV[8])
   local groups, next = strings(9)
-  local limits = strings(next)
+  local limits, after = strings(next)
+  local done_past = tonumber(ARGV[after]) or -1
   if is_reaped(server) then
     return { 'resigned' }
+  end
+  -- A waiter for anyone's result: work released as done since it began
+  -- waiting answers it, in the same step as the grant, so that a copy
+  -- released as done is never taken by one who should read the result.
+  if done_past >= 0 and num(redis.call('GET', KEYS[7])) > done_past then
+    return { 'done' }
   end
   local before = context(domain, groups)
   local room = copies

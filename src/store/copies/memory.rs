@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use super::{Changed, CopyError, Membership, Seized, Staged, hold_fields};
+use super::{Changed, CopyError, Membership, Reserved, Seized, Staged, hold_fields};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::ResourceRef;
@@ -71,6 +71,26 @@ impl Log {
                 .iter()
                 .map(|group| self.get(&format!("p:{group}")))
                 .collect(),
+        }
+    }
+
+    /// All `copies`, or the most between `min_copies` and them that fit.
+    fn grant(
+        &mut self,
+        domain: &str,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+    ) -> Changed {
+        let groups: Vec<&str> = limits.group_names().collect();
+        let before = self.context(domain, &groups);
+        let granted = copies::grantable(limits, &before, copies, min_copies);
+        if granted > 0 {
+            self.add(&hold_fields(domain, groups.iter().copied()), granted);
+        }
+        Changed {
+            copies: granted,
+            counts: self.context(domain, &groups),
         }
     }
 
@@ -163,16 +183,31 @@ impl<C: Clock> MemoryCopies<C> {
         copies: u64,
         min_copies: u64,
     ) -> Changed {
-        let groups: Vec<&str> = limits.group_names().collect();
+        self.with_log(at, |log| log.grant(at.domain, limits, copies, min_copies))
+    }
+
+    /// [`Self::reserve`], unless the count of work done on `at` is already
+    /// past `done_past`: checked under the same lock as the grant, so a
+    /// waiter for anyone's result never takes a copy released as done.
+    pub fn reserve_unless_done(
+        &self,
+        at: ResourceRef<'_>,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+        done_past: u64,
+    ) -> Reserved {
+        let now = self.clock.now_ms();
         self.with_log(at, |log| {
-            let before = log.context(at.domain, &groups);
-            let granted = copies::grantable(limits, &before, copies, min_copies);
-            if granted > 0 {
-                log.add(&hold_fields(at.domain, groups.iter().copied()), granted);
-            }
-            Changed {
-                copies: granted,
-                counts: log.context(at.domain, &groups),
+            forget_old_done(log, now);
+            if log
+                .done
+                .get(at.domain)
+                .is_some_and(|(count, _)| *count > done_past)
+            {
+                Reserved::Done
+            } else {
+                Reserved::Decided(log.grant(at.domain, limits, copies, min_copies))
             }
         })
     }
@@ -317,6 +352,57 @@ mod tests {
             domain_limit: Some(4),
             global_limit: Some(6),
             groups: vec![("big".into(), 5)],
+        }
+    }
+
+    /// The holder releases as done in two steps (the count, then the
+    /// copies); a waiter for anyone's result, which read the count before,
+    /// tries at any point between them, once or twice: it is never granted
+    /// the copy, and it is told done whenever the count has moved.
+    #[test]
+    fn a_waiter_for_anyones_result_never_takes_a_copy_released_as_done() {
+        let one = CopyLimits {
+            domain_limit: Some(1),
+            global_limit: None,
+            groups: Vec::new(),
+        };
+        // Waiter tries at positions among the holder's steps (0: before
+        // the count moves, 1: between, 2: after the release).
+        for tries in [
+            vec![0],
+            vec![1],
+            vec![2],
+            vec![0, 1],
+            vec![0, 2],
+            vec![1, 2],
+        ] {
+            let log = MemoryCopies::new();
+            assert_eq!(log.reserve(at("a"), &one, 1, 1).copies, 1);
+            let before = log.done_count(at("a"));
+            let mut answers = Vec::new();
+            for step in 0..=2 {
+                for _ in tries.iter().filter(|at| **at == step) {
+                    answers.push(log.reserve_unless_done(at("a"), &one, 1, 1, before));
+                }
+                match step {
+                    0 => {
+                        log.mark_done(at("a"));
+                    }
+                    1 => {
+                        log.release(at("a"), &[], 1, &[]);
+                    }
+                    _ => {}
+                }
+            }
+            for (position, answer) in tries.iter().zip(&answers) {
+                match answer {
+                    Reserved::Done => assert!(*position >= 1, "{tries:?}: {answers:?}"),
+                    Reserved::Decided(changed) => {
+                        assert_eq!(*position, 0, "{tries:?}: {answers:?}");
+                        assert_eq!(changed.copies, 0, "{tries:?}: the copy is still held");
+                    }
+                }
+            }
         }
     }
 

@@ -51,6 +51,16 @@ pub struct Changed {
     pub counts: CopyCounts,
 }
 
+/// What a reserve did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// Copies granted (perhaps none) and the holds after.
+    Decided(Changed),
+    /// The work was released as done since the reserve began waiting for
+    /// anyone's result: nothing granted.
+    Done,
+}
+
 /// Copies moved into the staging area.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Staged {
@@ -107,6 +117,10 @@ pub enum CopyStore {
 }
 
 impl CopyStore {
+    /// Grants `copies` (or the most between `min_copies` and them that
+    /// fit); with `done_past`, grants nothing and answers [`Reserved::Done`]
+    /// if the count of work done on `at` has moved past it, in the same
+    /// atomic step as the grant (docs/design.md#waiting-for-anyones-result).
     pub async fn reserve(
         &self,
         who: Contributor<'_>,
@@ -114,10 +128,18 @@ impl CopyStore {
         limits: &CopyLimits,
         copies: u64,
         min_copies: u64,
-    ) -> Result<Changed, CopyError> {
+        done_past: Option<u64>,
+    ) -> Result<Reserved, CopyError> {
         match self {
-            CopyStore::Memory(memory) => Ok(memory.reserve(at, limits, copies, min_copies)),
-            CopyStore::Redis(redis) => redis.reserve(who, at, limits, copies, min_copies).await,
+            CopyStore::Memory(memory) => Ok(match done_past {
+                Some(past) => memory.reserve_unless_done(at, limits, copies, min_copies, past),
+                None => Reserved::Decided(memory.reserve(at, limits, copies, min_copies)),
+            }),
+            CopyStore::Redis(redis) => {
+                redis
+                    .reserve(who, at, limits, copies, min_copies, done_past)
+                    .await
+            }
         }
     }
 

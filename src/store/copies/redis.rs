@@ -9,7 +9,7 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use super::CopyTimings;
-use super::{Changed, Contributor, CopyError, Membership, Seized, Staged};
+use super::{Changed, Contributor, CopyError, Membership, Reserved, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::ResourceRef;
 use crate::store::keys::{self, CopyKeys};
@@ -130,11 +130,15 @@ impl RedisCopies {
         limits: &CopyLimits,
         copies: u64,
         min_copies: u64,
-    ) -> Result<Changed, CopyError> {
+        done_past: Option<u64>,
+    ) -> Result<Reserved, CopyError> {
         self.ensure_indexed(at.namespace, at.resource).await?;
         let keys = self.redis.copy_keys(at.namespace, at.resource);
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "reserve");
+        // The count of work done shares the copy log's hash tag: read in the
+        // same script as the grant, on a Cluster too.
+        invocation.key(self.done_key(at));
         invocation
             .arg(name.as_str())
             .arg(who.server)
@@ -151,9 +155,12 @@ impl RedisCopies {
         for (_, limit) in &limits.groups {
             invocation.arg(*limit);
         }
+        invocation.arg(done_past.map_or(-1, |past| i64::try_from(past).unwrap_or(i64::MAX)));
         let reply = array(self.redis.invoke("reserve", &invocation).await?)?;
-        if status(&reply) == Some("resigned") {
-            return Err(CopyError::Resigned("its holds were reaped".into()));
+        match status(&reply) {
+            Some("resigned") => return Err(CopyError::Resigned("its holds were reaped".into())),
+            Some("done") => return Ok(Reserved::Done),
+            _ => {}
         }
         let granted = int(reply.first())?;
         let before = counts(&reply, limits.groups.len())?;
@@ -175,10 +182,10 @@ impl RedisCopies {
                 *group += granted;
             }
         }
-        Ok(Changed {
+        Ok(Reserved::Decided(Changed {
             copies: granted,
             counts: after,
-        })
+        }))
     }
 
     pub async fn release(
