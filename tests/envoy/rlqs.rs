@@ -33,6 +33,8 @@ fn tenant_limits(dir: &std::path::Path, per_second: u64) -> std::path::PathBuf {
 /// Admitted and refused requests per second of the run, for one Envoy.
 struct Tally {
     admitted: Vec<AtomicU64>,
+    /// Requests sent, per second: what was really offered.
+    sent: Vec<AtomicU64>,
 }
 
 /// Sends `per_second` requests a second for tenant acme through `port`
@@ -60,6 +62,9 @@ async fn load(
             .send()
             .await
             .map_or(0, |reply| reply.status().as_u16());
+        if let Some(count) = tally.sent.get(second) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
         if status == 200
             && let Some(count) = tally.admitted.get(second)
         {
@@ -157,12 +162,22 @@ impl Rig {
     /// `rates[i]` requests a second through Envoy i for `seconds`; what
     /// each admitted, per second.
     async fn run(&self, rates: impl AsRef<[u64]>, seconds: u64) -> Vec<Vec<u64>> {
+        self.run_offered(rates, seconds).await.0
+    }
+
+    /// [`Self::run`], and what each Envoy was really sent, per second.
+    async fn run_offered(
+        &self,
+        rates: impl AsRef<[u64]>,
+        seconds: u64,
+    ) -> (Vec<Vec<u64>>, Vec<Vec<u64>>) {
         let rates = rates.as_ref().to_vec();
         let start = tokio::time::Instant::now() + Duration::from_millis(100);
         let tallies: Vec<Arc<Tally>> = (0..self.listens.len())
             .map(|_| {
                 Arc::new(Tally {
                     admitted: (0..seconds).map(|_| AtomicU64::new(0)).collect(),
+                    sent: (0..seconds).map(|_| AtomicU64::new(0)).collect(),
                 })
             })
             .collect();
@@ -186,16 +201,16 @@ impl Rig {
         for run in runs {
             run.await.expect("a load");
         }
-        tallies
-            .iter()
-            .map(|tally| {
-                tally
-                    .admitted
-                    .iter()
-                    .map(|count| count.load(Ordering::Relaxed))
-                    .collect()
-            })
-            .collect()
+        let read = |counts: &[AtomicU64]| -> Vec<u64> {
+            counts
+                .iter()
+                .map(|count| count.load(Ordering::Relaxed))
+                .collect()
+        };
+        (
+            tallies.iter().map(|tally| read(&tally.admitted)).collect(),
+            tallies.iter().map(|tally| read(&tally.sent)).collect(),
+        )
     }
 
     async fn metrics(&self) -> String {
@@ -408,6 +423,21 @@ async fn envoys_bucket_settings_work_with_charons_answers() {
     }
 }
 
+/// Water-filling: each demand in turn from the smallest gets the most of
+/// what is left that an equal split allows.
+fn max_min_fair(limit: f64, demands: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by(|a, b| demands[*a].total_cmp(&demands[*b]));
+    let mut left = limit;
+    let mut shares = vec![0.0; demands.len()];
+    for (done, &i) in order.iter().enumerate() {
+        let share = demands[i].min(left / (demands.len() - done) as f64);
+        shares[i] = share;
+        left -= share;
+    }
+    shares
+}
+
 /// The load benchmark of RLQS against the only other open-source RLQS
 /// server's behaviour (each Envoy the whole limit: N Envoys admit N ×):
 /// four real Envoys (`--concurrency 1`) on one bucket of 100 a second, 150
@@ -439,10 +469,21 @@ async fn four_envoys_hold_one_buckets_limit_within_two_percent() {
     eprintln!("150 a second, even: {steady:?}");
     let even = spans(&steady, 10);
     eprintln!("every 5 s from the 10th: {even:?}");
-    let shifted = rig.run([12, 12, 12, 114], 30).await;
+    let (shifted, offered) = rig.run_offered([12, 12, 12, 114], 30).await;
     eprintln!("150 a second, one Envoy ten times the others: {shifted:?}");
     let after = spans(&shifted, 0);
     eprintln!("every 5 s after the shift: {after:?}");
+    // Each Envoy's share once converged (from the 10th second), against its
+    // max-min fair share of the limit for what it was really sent.
+    let rate = |counts: &[u64]| counts[10..].iter().sum::<u64>() as f64 / 20.0;
+    let sent: Vec<f64> = offered.iter().map(|envoy| rate(envoy)).collect();
+    let fair = max_min_fair(100.0, &sent);
+    let shares: Vec<f64> = shifted
+        .iter()
+        .zip(&fair)
+        .map(|(envoy, fair)| rate(envoy) / fair)
+        .collect();
+    eprintln!("sent {sent:?} a second, fair shares {fair:?}, admitted / fair {shares:?}");
     rig.processes.0.kill();
     let killed = rig.run([37, 38, 37, 38], 14).await;
     eprintln!("Charon killed: {killed:?}");
@@ -456,6 +497,9 @@ async fn four_envoys_hold_one_buckets_limit_within_two_percent() {
     // Two of Envoy's 5-s report intervals to converge.
     for share in &after[2..] {
         assert!((0.98..=1.02).contains(share), "after the shift: {after:?}");
+    }
+    for share in &shares {
+        assert!(*share >= 0.98, "fair shares after the shift: {shares:?}");
     }
     // The assignments stand for their time to live (10 s), within the limit.
     for &total in &totals[..9] {

@@ -10,7 +10,7 @@
 //!   namespace's `descriptors:` tree as Envoy's `ShouldRateLimit` is.
 //! - An Envoy's demand is what it reported, allowed and denied, per second
 //!   since its previous report (by this server's clock: Envoy's
-//!   `time_elapsed` is whole seconds), with a twentieth more so growth
+//!   `time_elapsed` is whole seconds), with a fiftieth more so growth
 //!   shows;
 //!   before it has reported over a time (its first report comes with its
 //!   first request), the whole limit.
@@ -58,9 +58,11 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// steady demand is not refused, little enough that what small Envoys hold
 /// and do not use costs the others little. Measured with four Envoys on a
 /// bucket of 100, three offering 12 a second and one 114: with a tenth
-/// more, 96 % of the limit admitted; with a twentieth, 98 %. A demand that
-/// grows shows in the denials Envoy reports, which count as demand.
-const HEADROOM: f64 = 1.05;
+/// more, 96 % of the limit admitted; with a twentieth, 98 % (the big Envoy
+/// 97 % of its max-min fair share); with a fiftieth, 99.2 % (98.75 %). A
+/// demand that grows shows in the denials Envoy reports, which count as
+/// demand, and a burst within a report's interval is the bucket's to take.
+const HEADROOM: f64 = 1.02;
 
 /// How long a fill of an assigned token bucket is: Envoy refills its bucket
 /// continuously at `tokens_per_fill` per whole second of the interval, so a
