@@ -79,6 +79,10 @@ pub struct ServeOptions {
     /// How this server leases global limits' shares
     /// (`--global-refresh-interval`, `--global-lease`).
     pub global_timing: crate::config::global::GlobalTiming,
+    /// After SIGTERM, how long to go on serving while not ready, before the
+    /// gRPC port stops taking calls: the time a Service takes to drop the
+    /// endpoint (a central Deployment; a native sidecar needs none).
+    pub shutdown_delay: Duration,
 }
 
 /// `--parent` and `--level-id` (docs/design.md#a-hierarchy-of-servers).
@@ -150,7 +154,7 @@ pub async fn run(options: ServeOptions) -> anyhow::Result<()> {
     let mut serving = serve(started, &options).await?;
     tokio::spawn(release_startup_pages());
     shutdown::until_signal(&mut serving).await?;
-    let stopped = shutdown::stop(serving).await;
+    let stopped = shutdown::stop(serving, options.shutdown_delay).await;
     if let Some(uds) = &options.grpc.uds {
         listen::remove_uds(&uds.path);
     }

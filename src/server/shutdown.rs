@@ -1,7 +1,8 @@
 //! Stopping the sidecar: wait for SIGTERM or SIGINT (or a server that stops
-//! on its own), then stop being ready, tell health checks, let requests in
-//! flight finish, give sessions time to release their holds, and leave the
-//! copy log's membership.
+//! on its own), then stop being ready, tell health checks, go on serving
+//! for the shutdown delay (while a Service drops the endpoint), let
+//! requests in flight finish, give sessions time to release their holds,
+//! and leave the copy log's membership.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -43,9 +44,9 @@ pub(super) async fn until_signal(serving: &mut Serving) -> anyhow::Result<()> {
 }
 
 /// Stops serving, in the order that loses nothing: not ready, not serving
-/// (health), requests in flight drained (up to a limit), sessions' holds
-/// released, membership left.
-pub(super) async fn stop(serving: Serving) -> anyhow::Result<()> {
+/// (health), still answering for `delay`, requests in flight drained (up to
+/// a limit), sessions' holds released, membership left.
+pub(super) async fn stop(serving: Serving, delay: Duration) -> anyhow::Result<()> {
     let Serving {
         mut grpc_task,
         admin_task,
@@ -65,6 +66,18 @@ pub(super) async fn stop(serving: Serving) -> anyhow::Result<()> {
         .set_not_serving::<RateLimitServiceServer<RlsService<SidecarStore>>>()
         .await;
     health.set_not_serving::<CharonServer<ApiService>>().await;
+    if !delay.is_zero() {
+        // Endpoint removal is asynchronous: calls still arrive for a while,
+        // and are answered rather than refused. A second signal cuts it.
+        tracing::info!(
+            ?delay,
+            "not ready; still answering until the shutdown delay is over"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = shutdown_signal() => {}
+        }
+    }
     let _ = shutdown_tx.send(true);
     // A client that never reads its closed stream must not hold the process.
     match tokio::time::timeout(DRAIN_LIMIT, &mut grpc_task).await {

@@ -624,6 +624,53 @@ async fn sigterm_shuts_down_cleanly() {
     assert!(status.success(), "{status:?}");
 }
 
+/// A central Deployment's shutdown: after SIGTERM, `--shutdown-delay` of
+/// not ready yet still answering (calls sent before the Service drops the
+/// endpoint, on an open connection and on a new one), then a clean exit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_with_a_shutdown_delay_answers_while_not_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), "edge.yaml", CONFIG);
+    let mut sidecar = Sidecar::start_with(&config, &["--shutdown-delay", "5s"], Stdio::null)
+        .ready()
+        .await;
+    let mut open = sidecar.client().await;
+    ask(&mut open, request("edge", &[("tenant", "a")])).await;
+    sidecar.signal("TERM");
+    let signalled = Instant::now();
+    eventually("/readyz says not ready", || {
+        let url = sidecar.admin_url("/readyz");
+        async move {
+            reqwest::get(url)
+                .await
+                .is_ok_and(|reply| reply.status() == 503)
+        }
+    })
+    .await;
+    // Well inside the delay: both connections are still answered.
+    let answer = ask(&mut open, request("edge", &[("tenant", "b")])).await;
+    assert_eq!(answer.overall_code(), Code::Ok);
+    let mut fresh = sidecar.client().await;
+    let answer = ask(&mut fresh, request("edge", &[("tenant", "c")])).await;
+    assert_eq!(answer.overall_code(), Code::Ok);
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "the calls took the whole delay; the test proves nothing"
+    );
+    assert!(
+        sidecar.wait_exit(Duration::from_secs(1)).is_none(),
+        "exited before the delay"
+    );
+    let status = sidecar
+        .wait_exit(Duration::from_secs(20))
+        .expect("exits after the delay");
+    assert!(status.success(), "{status:?}");
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(5),
+        "exited before the delay"
+    );
+}
+
 #[test]
 fn refuses_to_start_on_an_invalid_config() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// need it.
     #[arg(long, env = "CHARON_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// After SIGTERM, go on answering this long while /readyz and gRPC
+    /// health say not ready, before the gRPC port stops taking calls: for a
+    /// central Deployment behind a Service, whose endpoint removal is
+    /// asynchronous. A native sidecar needs none (default 0s).
+    #[arg(long, env = "CHARON_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_shutdown_delay)]
+    pub shutdown_delay: std::time::Duration,
     /// Also serve /metrics on this address, on a listener of its own
     /// (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is always on the admin
     /// port too.
@@ -459,6 +465,7 @@ impl ServeArgs {
             admin_addr: self.admin_addr,
             admin_token_file: self.admin_token_file,
             metrics_addr: self.metrics_addr,
+            shutdown_delay: self.shutdown_delay,
             config_state: self.config_state,
             grpc: charon::server::GrpcOptions {
                 max_concurrent_streams: self.grpc_max_concurrent_streams,
@@ -561,6 +568,16 @@ fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!(
             "{text:?}: a deadline must be at least 1ms and finite"
         ));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// `--shutdown-delay`: none, or a whole number of ms, s or m up to 5 min
+/// (longer would outlast any termination grace period).
+fn parse_shutdown_delay(text: &str) -> Result<std::time::Duration, String> {
+    let ms = charon::config::parse_duration(text)?;
+    if ms > 300_000 {
+        return Err(format!("{text:?}: a shutdown delay is at most 5m"));
     }
     Ok(std::time::Duration::from_millis(ms))
 }
