@@ -6,13 +6,17 @@
 #     on a copy, in a temporary directory);
 #   - what they render validates against Kubernetes' OpenAPI schemas
 #     (`kubernetes-validate --strict`, Kubernetes $K8S_VERSION, default 1.29,
-#     the first with native sidecars on by default). cert-manager's kinds
-#     (cert-manager.io/v1 Issuer and Certificate) have no schema there: they,
-#     and only they, are taken out before, and checked by hand instead (the
-#     fields this repository relies on). Any other kind without a schema
-#     fails;
+#     the first with native sidecars on by default). The custom resources
+#     of other projects (cert-manager's Issuer and Certificate, the
+#     Prometheus Operator's ServiceMonitor, Istio's EnvoyFilter, Contour's
+#     HTTPProxy and ExtensionService) have no schema there: they, and only
+#     they, are taken out before, and checked by hand instead (the fields
+#     this repository relies on). Any other kind without a schema fails;
 #   - the project's own rules on what they render: the Charon sidecar is
-#     exactly the one `charon inject` adds (with each overlay's store), every
+#     exactly the one `charon inject` adds (with each overlay's store); a
+#     central Charon (charon.io/topology: central) has replicas on a shared
+#     store, a shutdown delay inside its grace period, a Service, an
+#     autoscaler, a disruption budget and a network policy; every
 #     container runs non-root on a read-only root filesystem with resources
 #     and probes, images are pinned, mounted ConfigMaps exist, the webhook is
 #     configured as documented;
@@ -100,10 +104,16 @@ def sidecar(store):
         "volumeMounts": [{"name": "charon-config", "mountPath": "/etc/charon", "readOnly": True}],
     }
 
-CRD_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+CRD_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate"),
+             ("monitoring.coreos.com/v1", "ServiceMonitor"),
+             ("networking.istio.io/v1alpha3", "EnvoyFilter"),
+             ("projectcontour.io/v1alpha1", "ExtensionService"), ("projectcontour.io/v1", "HTTPProxy")}
 CLUSTER_SCOPED = {"Namespace", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
                   "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 INJECTOR_HOST = "charon-injector.charon-system.svc"
+# Namespaces of other products that manifests here may put objects in
+# without rendering them (Istio's EnvoyFilters go in istio-system).
+EXTERNAL_NAMESPACES = {"istio-system"}
 
 errors = []
 
@@ -165,7 +175,10 @@ def check_pod(doc, store, names):
                 if probe not in c:
                     err(cw, f"no {probe}")
     charons = [c for c in inits if c.get("name") == "charon"]
-    if any(c.get("name") == "charon" for c in spec.get("containers", [])):
+    central = doc.get("metadata", {}).get("labels", {}).get("charon.io/topology") == "central"
+    if central:
+        check_central(doc, spec, store)
+    elif any(c.get("name") == "charon" for c in spec.get("containers", [])):
         err(where, "charon is a regular container, not a native sidecar (initContainers)")
     for c in charons:
         args = c.get("args", [])
@@ -194,6 +207,211 @@ def check_pod(doc, store, names):
             err(where, f"charon.io/config names ConfigMap {cm}, which is not rendered")
         if charons:
             err(where, "annotated for injection but already has the sidecar")
+
+
+def arg(args, flag):
+    return args[args.index(flag) + 1] if flag in args[:-1] else None
+
+
+def check_central(doc, spec, store):
+    """A central Charon (charon.io/topology: central): a Deployment of
+    replicas on a shared store, drained the way a Service needs."""
+    where = name_of(doc)
+    charons = [c for c in spec.get("containers", []) if c.get("name") == "charon"]
+    if len(charons) != 1:
+        return err(where, "a central Charon has exactly one container named charon")
+    c = charons[0]
+    args = c.get("args", [])
+    if c.get("image") != sidecar("memory")["image"]:
+        err(where, f"image {c.get('image')!r} is not the sidecar's")
+    if args[:1] != ["serve"]:
+        err(where, "not `charon serve`")
+    if arg(args, "--grpc-addr") != "0.0.0.0:8081":
+        err(where, "--grpc-addr is not 0.0.0.0:8081 (the other pods call it)")
+    got = arg(args, "--store")
+    if got in (None, "memory"):
+        err(where, "replicas on --store memory would each count alone")
+    elif store is not None and got != store:
+        err(where, f"the store is {got!r}, expected {store!r}")
+    delay = arg(args, "--shutdown-delay")
+    if not (delay and delay.endswith("s") and delay[:-1].isdigit()):
+        err(where, "no --shutdown-delay in whole seconds (endpoint removal is asynchronous)")
+    else:
+        grace = spec.get("terminationGracePeriodSeconds", 30)
+        # The delay, the drain (10 s) and the sessions' releases (5 s).
+        if grace < int(delay[:-1]) + 15:
+            err(where, f"terminationGracePeriodSeconds {grace} < --shutdown-delay {delay} + 15 s")
+    probes = {p: c.get(p, {}).get("httpGet", {}).get("path")
+              for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+    if probes != {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}:
+        err(where, f"probes are {probes}")
+    ports = {p.get("name"): p.get("containerPort") for p in c.get("ports", [])}
+    if ports.get("grpc") != 8081:
+        err(where, f"no container port grpc 8081: {ports}")
+    if doc.get("spec", {}).get("replicas", 1) < 2:
+        err(where, "fewer than 2 replicas")
+
+
+def check_central_neighbours(docs):
+    """What a central Charon needs around it: a Service on its gRPC port, an
+    autoscaler from 2, a disruption budget, a network policy."""
+    centrals = [d for d in docs if d.get("kind") == "Deployment"
+                and d["metadata"].get("labels", {}).get("charon.io/topology") == "central"]
+    for d in centrals:
+        where = name_of(d)
+        labels = d["spec"]["template"]["metadata"].get("labels", {})
+
+        def selects(selector):
+            return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+        services = [s for s in docs if s.get("kind") == "Service" and selects(s["spec"].get("selector", {}))]
+        if not any(p.get("port") == 8081 and p.get("name") == "grpc"
+                   for s in services for p in s["spec"].get("ports", [])):
+            err(where, "no Service selects it with port grpc 8081")
+        hpas = [h for h in docs if h.get("kind") == "HorizontalPodAutoscaler"
+                and h["spec"].get("scaleTargetRef", {}).get("name") == d["metadata"]["name"]]
+        if len(hpas) != 1 or hpas[0]["spec"].get("minReplicas", 1) < 2:
+            err(where, "no HorizontalPodAutoscaler from at least 2 replicas")
+        if not any(p.get("kind") == "PodDisruptionBudget"
+                   and selects(p["spec"].get("selector", {}).get("matchLabels", {})) for p in docs):
+            err(where, "no PodDisruptionBudget selects it")
+        if not any(n.get("kind") == "NetworkPolicy"
+                   and selects(n["spec"].get("podSelector", {}).get("matchLabels", {})) for n in docs):
+            err(where, "no NetworkPolicy selects it")
+
+
+def check_service_monitor(doc, docs):
+    where, spec = name_of(doc), doc.get("spec", {})
+    wanted = spec.get("selector", {}).get("matchLabels", {})
+    services = [s for s in docs if s.get("kind") == "Service" and wanted
+                and all(s["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+    if not services:
+        return err(where, f"selector {wanted} matches no rendered Service")
+    for endpoint in spec.get("endpoints", []):
+        port = endpoint.get("port")
+        if not any(p.get("name") == port for s in services for p in s["spec"].get("ports", [])):
+            err(where, f"no selected Service has a port named {port!r}")
+        if endpoint.get("path", "/metrics") != "/metrics":
+            err(where, f"path {endpoint.get('path')!r} is not /metrics")
+    if set(spec) - {"selector", "endpoints", "namespaceSelector", "jobLabel", "targetLabels"}:
+        err(where, f"unexpected spec fields {sorted(spec)}")
+
+
+def limits_by_domain(docs):
+    """Domain -> the descriptor keys (every level) of the charon-limits files."""
+    domains = {}
+    for d in docs:
+        if d.get("kind") == "ConfigMap" and d["metadata"].get("name") == "charon-limits":
+            for text in d.get("data", {}).values():
+                config = yaml.safe_load(text) or {}
+                keys = domains.setdefault(config.get("domain"), set())
+                stack = list(config.get("descriptors", []))
+                while stack:
+                    node = stack.pop()
+                    keys.add(node.get("key"))
+                    stack.extend(node.get("descriptors", []))
+    return domains
+
+
+def service_port(docs, name, namespace, port):
+    return any(s.get("kind") == "Service" and s["metadata"].get("name") == name
+               and s["metadata"].get("namespace") == namespace
+               and any(p.get("port") == port for p in s["spec"].get("ports", []))
+               for s in docs)
+
+
+def check_istio(docs, envoy_out):
+    """Istio's EnvoyFilters: the rate-limit filter names a rendered Service's
+    gRPC port through Istio's cluster, a configured domain, and routes whose
+    descriptor keys the limits know. Their Envoy parts, in a bootstrap of
+    their own, go to `envoy --mode validate` (written to envoy_out)."""
+    filters = [d for d in docs if d.get("kind") == "EnvoyFilter"]
+    if not filters:
+        return
+    domains = limits_by_domain(docs)
+    http_filter, rate_limits, domain = None, None, None
+    for d in filters:
+        for patch in d.get("spec", {}).get("configPatches", []):
+            value = patch.get("patch", {}).get("value", {})
+            if patch.get("applyTo") == "HTTP_FILTER" and value.get("name") == "envoy.filters.http.ratelimit":
+                http_filter = value
+                config = value.get("typed_config", {})
+                domain = config.get("domain")
+                if domain not in domains:
+                    err(name_of(d), f"domain {domain!r} is in no charon-limits file")
+                cluster = (config.get("rate_limit_service", {}).get("grpc_service", {})
+                           .get("envoy_grpc", {}).get("cluster_name", ""))
+                parts = cluster.split("|")
+                host = parts[3].split(".") if len(parts) == 4 else []
+                if (len(parts) != 4 or parts[0] != "outbound" or len(host) < 3
+                        or not service_port(docs, host[0], host[1], int(parts[1] or 0))):
+                    err(name_of(d), f"cluster {cluster!r} is not a rendered Service's port")
+                if config.get("rate_limit_service", {}).get("transport_api_version") != "V3":
+                    err(name_of(d), "transport_api_version is not V3")
+            if patch.get("applyTo") == "VIRTUAL_HOST":
+                rate_limits = value.get("rate_limits")
+    if http_filter is None or rate_limits is None:
+        return err("EnvoyFilter", "no rate-limit HTTP filter and virtual host rate_limits")
+    for limit in rate_limits:
+        for action in limit.get("actions", []):
+            key = action.get("request_headers", {}).get("descriptor_key")
+            if key is not None and key not in domains.get(domain, set()):
+                err("EnvoyFilter", f"descriptor key {key!r} is limited in no file of domain {domain!r}")
+    typed = dict(http_filter["typed_config"])
+    service = dict(typed["rate_limit_service"])
+    service["grpc_service"] = {"envoy_grpc": {"cluster_name": "charon"}}
+    typed["rate_limit_service"] = service
+    bootstrap = {"static_resources": {
+        "listeners": [{"name": "gateway", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 8080}},
+                       "filter_chains": [{"filters": [{
+                           "name": "envoy.filters.network.http_connection_manager",
+                           "typed_config": {
+                               "@type": "type.googleapis.com/envoy.extensions.filters.network."
+                                        "http_connection_manager.v3.HttpConnectionManager",
+                               "stat_prefix": "gateway",
+                               "route_config": {"virtual_hosts": [{
+                                   "name": "all", "domains": ["*"], "rate_limits": rate_limits,
+                                   "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 200}}]}]},
+                               "http_filters": [{"name": http_filter["name"], "typed_config": typed},
+                                                {"name": "envoy.filters.http.router", "typed_config": {
+                                                    "@type": "type.googleapis.com/envoy.extensions.filters."
+                                                             "http.router.v3.Router"}}]}}]}]}],
+        "clusters": [{"name": "charon", "type": "STATIC",
+                      "typed_extension_protocol_options": {
+                          "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                              "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                              "explicit_http_config": {"http2_protocol_options": {}}}},
+                      "load_assignment": {"cluster_name": "charon", "endpoints": [{"lb_endpoints": [{
+                          "endpoint": {"address": {"socket_address": {
+                              "address": "127.0.0.1", "port_value": 8081}}}}]}]}}]}}
+    with open(envoy_out, "w") as f:
+        yaml.safe_dump(bootstrap, f, sort_keys=False)
+
+
+def check_contour(docs):
+    """Contour's objects: the ExtensionService names a rendered Service's
+    port; an HTTPProxy's descriptors are limited in domain `contour`."""
+    keys = limits_by_domain(docs).get("contour", set())
+    for d in docs:
+        where, spec = name_of(d), d.get("spec", {})
+        if d.get("kind") == "ExtensionService":
+            if spec.get("protocol") != "h2c":
+                err(where, "protocol is not h2c (Charon's gRPC port is plaintext here)")
+            for service in spec.get("services", []):
+                if not service_port(docs, service.get("name"), d["metadata"].get("namespace"), service.get("port")):
+                    err(where, f"service {service} is not a rendered Service's port")
+        if d.get("kind") == "HTTPProxy":
+            policies = [spec.get("virtualhost", {}).get("rateLimitPolicy", {})]
+            policies += [r.get("rateLimitPolicy", {}) for r in spec.get("routes", [])]
+            entries = [e for p in policies for desc in p.get("global", {}).get("descriptors", [])
+                       for e in desc.get("entries", [])]
+            if not entries:
+                err(where, "no global rate-limit descriptors")
+            for entry in entries:
+                key = {"remoteAddress": "remote_address", "genericKey": "generic_key",
+                       "requestHeader": (entry.get("requestHeader") or {}).get("descriptorKey")}.get(next(iter(entry)))
+                if key not in keys:
+                    err(where, f"descriptor {entry} sends key {key!r}, limited in no file of domain 'contour'")
 
 
 def check_webhook(doc, docs):
@@ -298,12 +516,17 @@ def main():
             ns = d.get("metadata", {}).get("namespace")
             if not ns:
                 err(name_of(d), "no namespace")
-            elif namespaces and ns not in namespaces:
+            elif namespaces and ns not in namespaces and ns not in EXTERNAL_NAMESPACES:
                 err(name_of(d), f"namespace {ns} is not rendered")
         if pod_spec(d) is not None:
             check_pod(d, store, names)
         if kind == "MutatingWebhookConfiguration":
             check_webhook(d, docs)
+        if kind == "ServiceMonitor":
+            check_service_monitor(d, docs)
+    check_central_neighbours(docs)
+    check_istio(docs, core_out.replace(".core.yaml", ".envoy.yaml"))
+    check_contour(docs)
     check_crds(docs)
     # What kubernetes-validate gets: everything but the cert-manager kinds.
     with open(core_out, "w") as f:
@@ -337,6 +560,11 @@ render_and_check() {
     check "$what: $label" "$BIN/python" "$TMP/checks.py" "$out.yaml" "$out.core.yaml" "$store"
     [ -s "$out.core.yaml" ] || return 0
     check "kubernetes-validate --strict -k $K8S_VERSION: $label" validate_schemas "$out.core.yaml"
+    # Istio's EnvoyFilters: their Envoy parts, as a bootstrap (checks.py).
+    if [ -s "$out.envoy.yaml" ]; then
+        check "envoy --mode validate: the EnvoyFilters of $label" \
+            "$BIN/envoy" --mode validate -c "$out.envoy.yaml" -l warn
+    fi
 }
 validate_schemas() {
     # A kind without a schema is only a warning to kubernetes-validate: fail
@@ -352,11 +580,17 @@ validate_schemas() {
 K="${DEPLOY_DIR:-deploy/kubernetes}"
 CLUSTER_SEEDS="charon-redis-cluster-0.charon-redis-cluster:6379,charon-redis-cluster-1.charon-redis-cluster:6379"
 CLUSTER_SEEDS="$CLUSTER_SEEDS,charon-redis-cluster-2.charon-redis-cluster:6379"
+SENTINELS="charon-redis-sentinel-0.charon-redis-sentinel:26379,charon-redis-sentinel-1.charon-redis-sentinel:26379"
+SENTINELS="$SENTINELS,charon-redis-sentinel-2.charon-redis-sentinel:26379"
 declare -A STORE=(
     ["$K/base"]=memory
     ["$K/overlays/memory"]=memory
     ["$K/overlays/redis"]="redis://charon-redis:6379"
     ["$K/overlays/redis-cluster"]="redis+cluster://$CLUSTER_SEEDS"
+    ["$K/central/base"]="redis://charon-redis:6379"
+    ["$K/central/redis"]="redis://charon-redis:6379"
+    ["$K/central/redis-cluster"]="redis+cluster://$CLUSTER_SEEDS"
+    ["$K/central/sentinel"]="redis+sentinel://$SENTINELS/charon"
 )
 # Every directory with a kustomization, entry point or not (a base renders
 # on its own too); a new overlay is checked without being listed here.
@@ -411,7 +645,8 @@ if [ -z "$CHARON" ]; then
         if [ -x "$candidate" ]; then CHARON="$candidate"; break; fi
     done
 fi
-for limits in "$K/base/ratelimit.yaml" "$K/injector/example/limits.yaml"; do
+for limits in "$K/base/ratelimit.yaml" "$K/injector/example/limits.yaml" \
+    "$K/central/base/ratelimit.yaml" "$K/central/base/contour.yaml"; do
     if [ -n "$CHARON" ]; then
         check "charon check $limits ($CHARON)" "$CHARON" check "$limits"
     else

@@ -5,7 +5,11 @@
 //!   two ways of deploying cannot drift apart;
 //! - the real `charon` binary, started with the arguments of the memory
 //!   overlay's sidecar and the rendered `charon-limits` ConfigMap as its
-//!   mounted directory, becomes live and ready on the probes' paths.
+//!   mounted directory, becomes live and ready on the probes' paths;
+//! - two replicas of each central overlay (`central/redis`,
+//!   `central/sentinel`, `central/redis-cluster`), started with the
+//!   Deployment's arguments on a real Redis, Sentinel or Cluster, share
+//!   Istio's limits whichever replica is asked.
 //!
 //! `scripts/validate-deploy.sh` (part of the test command) checks the rest:
 //! schemas, security settings, yamllint and `envoy --mode validate`.
@@ -225,6 +229,117 @@ fn the_demo_apps_throttling_sidecar_is_the_injectors_and_fronts_the_app() {
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(answered.as_deref(), Some("hello"));
+}
+
+/// The central Charon of each `central/` overlay, as it would run: two
+/// replicas started with the Deployment's own arguments (the mount path,
+/// the ports and the store's address rewritten to this test's Redis,
+/// Sentinel or Cluster) become live and ready on the manifest's probes, and
+/// share Istio's limits: the product page once a minute, whichever replica
+/// Envoy's call reaches.
+#[test]
+fn the_central_replicas_share_istios_limits_on_each_store() {
+    use support::redis::{RedisCluster, RedisSentinel, RedisServer};
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let redis = RedisServer::start();
+    let sentinel = RedisSentinel::start();
+    let cluster = RedisCluster::start(3);
+    for (overlay, store) in [
+        ("central/redis", redis.url()),
+        ("central/sentinel", sentinel.url()),
+        ("central/redis-cluster", cluster.url()),
+    ] {
+        let objects = render(overlay);
+        let deployment = objects
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "charon")
+            .unwrap_or_else(|| panic!("{overlay}: the charon Deployment"));
+        let container = deployment
+            .pointer("/spec/template/spec/containers/0")
+            .expect("its container");
+        let config = objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "charon-limits")
+            .expect("the charon-limits ConfigMap");
+        let dir = tempfile::Builder::new()
+            .prefix("charon-central-")
+            .tempdir()
+            .expect("tempdir");
+        for (file, text) in config["data"].as_object().expect("data") {
+            std::fs::write(dir.path().join(file), text.as_str().expect("text")).expect("write");
+        }
+        let args = container["args"].as_array().expect("args");
+        let replica = |grpc: u16, admin: u16| -> Vec<String> {
+            let mut previous = "";
+            args.iter()
+                .map(|arg| {
+                    let arg = arg.as_str().expect("a string");
+                    let rewritten = match (previous, arg) {
+                        (_, "/etc/charon") => dir.path().display().to_string(),
+                        (_, "0.0.0.0:8081") => format!("127.0.0.1:{grpc}"),
+                        (_, "0.0.0.0:9102") => format!("127.0.0.1:{admin}"),
+                        ("--store", _) => store.clone(),
+                        (_, other) => other.to_owned(),
+                    };
+                    previous = arg;
+                    rewritten
+                })
+                .collect()
+        };
+        let ports: Vec<(u16, u16)> = (0..2)
+            .map(|_| (support::redis::free_port(), support::redis::free_port()))
+            .collect();
+        let mut children: Vec<_> = ports
+            .iter()
+            .map(|(grpc, admin)| spawn(&replica(*grpc, *admin)))
+            .collect();
+        let codes = runtime.block_on(async {
+            for (_, admin) in &ports {
+                if !passes_its_probes(container, *admin).await {
+                    return None;
+                }
+            }
+            let mut codes = Vec::new();
+            for (grpc, _) in &ports {
+                codes.push(product_page(*grpc).await?);
+            }
+            Some(codes)
+        });
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(
+            codes,
+            Some(vec![1, 2]),
+            "{overlay}: the first call to the product page is OK (1), the second, on the other replica, OVER_LIMIT (2)"
+        );
+    }
+}
+
+/// Istio's descriptor for a request to /productpage, asked of the replica
+/// on `grpc`: the overall code (1 OK, 2 OVER_LIMIT).
+async fn product_page(grpc: u16) -> Option<i32> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let mut client = RateLimitServiceClient::connect(format!("http://127.0.0.1:{grpc}"))
+        .await
+        .ok()?;
+    let request = RateLimitRequest {
+        domain: "ratelimit".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "PATH".into(),
+                value: "/productpage".into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    let answer = client.should_rate_limit(request).await.ok()?;
+    Some(answer.into_inner().overall_code)
 }
 
 /// `charon` with a manifest's arguments (rewritten for the test's paths and
