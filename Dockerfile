@@ -2,8 +2,13 @@
 # The Charon image: the `charon` binary (sidecar: `serve`; admission webhook:
 # `inject`; `check`) on distroless, as uid/gid 65532 (nonroot).
 #
-#   docker build -t charon:0.1.0 .
-#   kind load docker-image charon:0.1.0        # or push it to your registry
+#   docker build -t charon:0.9.0 --build-arg CHARON_COMMIT="$(git rev-parse --short=12 HEAD)" .
+#   kind load docker-image charon:0.9.0        # or push it to your registry
+#
+# Tags: `charon:<version>` (Cargo.toml's version; what deploy/ runs, and
+# what `charon --version` prints), and if you like the commit's. The build
+# context has no .git: CHARON_COMMIT names the commit for --version and the
+# image's labels (`unknown` without it).
 #
 # BuildKit (the default builder) caches Cargo's registry and target folder
 # between builds.
@@ -23,10 +28,11 @@ COPY benches ./benches
 # for profiling on the host; the image drops them by default.
 # --build-arg STRIP=none keeps them.
 ARG STRIP=debuginfo
+ARG CHARON_COMMIT=unknown
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    CARGO_PROFILE_DIST_STRIP="$STRIP" cargo build --profile dist --locked --bin charon \
+    CARGO_PROFILE_DIST_STRIP="$STRIP" CHARON_COMMIT="$CHARON_COMMIT" cargo build --profile dist --locked --bin charon \
     && install -D -m 0755 target/dist/charon /out/charon \
     && install -D -m 0755 target/dist/charon /usr/local/bin/charon \
     && ln -s /usr/local/bin/charon /out/ratelimit
@@ -34,6 +40,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # glibc and libgcc (the binary links them), CA certificates, tzdata; no
 # shell, no package manager.
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG CHARON_COMMIT=unknown
+LABEL org.opencontainers.image.title="charon" \
+      org.opencontainers.image.version="0.9.0" \
+      org.opencontainers.image.revision="$CHARON_COMMIT"
 COPY --from=builder /out/charon /usr/local/bin/charon
 # Started as /bin/ratelimit (Envoy Gateway's command), charon reads
 # envoyproxy/ratelimit's environment (docs/envoy-compatibility.md).

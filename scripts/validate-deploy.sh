@@ -51,6 +51,10 @@ if ! tools_ok; then
     tools_ok || { echo "FAIL  tools missing from $BIN"; exit 1; }
 fi
 
+# The release deploy/ must run (checks.py compares every charon image).
+CHARON_VERSION="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
+export CHARON_VERSION
+
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 failures=0
@@ -74,15 +78,20 @@ skip() { printf 'skip  %s\n' "$*"; }
 # --- the checker for rendered manifests (Python, PyYAML from the venv) -----
 cat >"$TMP/checks.py" <<'PYTHON'
 """Project rules on a rendered kustomization (see validate-deploy.sh)."""
+import os
 import sys
 
 import yaml
+
+# This release's image: deploy/ runs the version Cargo.toml says.
+IMAGE = "charon:" + os.environ["CHARON_VERSION"]
+
 
 # The sidecar `charon inject` adds (src/inject/review.rs), store aside.
 def sidecar(store):
     return {
         "name": "charon",
-        "image": "charon:0.1.0",
+        "image": IMAGE,
         "imagePullPolicy": "IfNotPresent",
         "restartPolicy": "Always",
         "args": ["serve", "--config", "/etc/charon", "--grpc-addr", "127.0.0.1:8081",
@@ -151,6 +160,8 @@ def check_pod(doc, store, names):
         tag = image.rsplit("/", 1)[-1]
         if "@sha256:" not in image and (":" not in tag or tag.endswith(":latest")):
             err(cw, f"image {image!r} is not pinned to a tag or digest")
+        if image.startswith("charon:") and image != IMAGE:
+            err(cw, f"image {image!r} is not this release's, {IMAGE}")
         sc = c.get("securityContext", {})
         if not (sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot")) is True):
             err(cw, "runAsNonRoot is not true")
@@ -653,6 +664,23 @@ for limits in "$K/base/ratelimit.yaml" "$K/injector/example/limits.yaml" \
         skip "charon check $limits: no charon binary (set CHARON_BIN or build)"
     fi
 done
+
+# --- the release -----------------------------------------------------------
+same_release() {
+    grep -q "org.opencontainers.image.version=\"$CHARON_VERSION\"" Dockerfile || {
+        echo "Dockerfile's image version label is not $CHARON_VERSION"
+        return 1
+    }
+    grep -q "^## \[$CHARON_VERSION\]" CHANGELOG.md || {
+        echo "CHANGELOG.md has no section for $CHARON_VERSION"
+        return 1
+    }
+    grep -q "^## \[Unreleased\]" CHANGELOG.md || {
+        echo "CHANGELOG.md has no Unreleased section"
+        return 1
+    }
+}
+check "Cargo.toml's version $CHARON_VERSION in the Dockerfile's label and CHANGELOG.md" same_release
 
 # --- yamllint -------------------------------------------------------------
 check "yamllint -s deploy examples (.yamllint)" "$BIN/yamllint" -s -c .yamllint deploy examples

@@ -72,10 +72,13 @@ pub struct SidecarTemplate {
     pub store: String,
 }
 
+/// The image of this release, as `deploy/` names it: `charon:<version>`.
+pub const IMAGE: &str = concat!("charon:", env!("CARGO_PKG_VERSION"));
+
 impl Default for SidecarTemplate {
     fn default() -> Self {
         Self {
-            image: "charon:0.1.0".into(),
+            image: IMAGE.into(),
             store: "memory".into(),
         }
     }

@@ -79,9 +79,8 @@ pub struct ServeOptions {
     /// How this server leases global limits' shares
     /// (`--global-refresh-interval`, `--global-lease`).
     pub global_timing: crate::config::global::GlobalTiming,
-    /// After SIGTERM, how long to go on serving while not ready, before the
-    /// gRPC port stops taking calls: the time a Service takes to drop the
-    /// endpoint (a central Deployment; a native sidecar needs none).
+    /// After SIGTERM, how long to answer while not ready (a Service drops
+    /// the endpoint meanwhile), before the gRPC port stops taking calls.
     pub shutdown_delay: Duration,
 }
 

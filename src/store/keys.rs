@@ -258,6 +258,23 @@ pub fn copy_done_key(namespace: &str, resource: &str, domain: &str) -> String {
     key
 }
 
+/// The version of the Redis state's layout (every key and value below, and
+/// the scripts' readings of them): raised when a release writes state the
+/// one before it cannot read, with the migration or mixed-fleet rule that
+/// change ships (docs/releases.md#the-redis-state). Format 1: release
+/// 0.9.0 and every build before it.
+pub const STATE_FORMAT: u64 = 1;
+
+/// Where a Redis records [`STATE_FORMAT`] of the sidecars that use it: set
+/// by the first, checked by every one as it connects, so that a sidecar
+/// never decides on state of a newer layout than it reads.
+pub fn state_format_key() -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8);
+    push_tag(&mut key, ["state-format"]);
+    key.push_str("format");
+    key
+}
+
 /// The lease that elects the one sidecar reaping dead sidecars' holds.
 pub fn reaper_lease_key() -> String {
     let mut key = String::with_capacity(TAG_LEN + 8);

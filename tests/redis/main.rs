@@ -12,3 +12,4 @@ mod redis_sidecars;
 mod redis_store;
 mod redis_tls;
 mod refunds;
+mod state_format;

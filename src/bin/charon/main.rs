@@ -21,10 +21,18 @@ use clap::{ArgAction, Parser, Subcommand};
 
 use logging::LogOptions;
 
+/// `charon --version`: the release and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CHARON_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "charon",
-    version,
+    version = VERSION,
     about = "Rate limits and copy limits for Envoy and Tower services"
 )]
 struct Cli {
@@ -56,7 +64,7 @@ enum Command {
         #[arg(long)]
         tls_key: PathBuf,
         /// The sidecar's image.
-        #[arg(long, default_value = "charon:0.1.0")]
+        #[arg(long, default_value = charon::inject::review::IMAGE)]
         image: String,
         /// The sidecar's --store, unless the pod's `charon.io/store` annotation names one.
         #[arg(long, default_value = "memory")]

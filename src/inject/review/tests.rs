@@ -62,7 +62,7 @@ fn a_throttled_pod_gets_the_throttling_sidecar_in_front_of_its_port() {
     assert_eq!(patch[1]["path"], json!("/spec/initContainers/1"));
     assert_eq!(
         patch[1]["value"],
-        throttle::throttle_sidecar("charon:0.1.0", 8080)
+        throttle::throttle_sidecar(super::IMAGE, 8080)
     );
     // A port that is none, or the sidecar's own: left alone, with why.
     for bad in ["http", "8090", "0"] {

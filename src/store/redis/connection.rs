@@ -27,9 +27,13 @@ use tokio::sync::{Mutex, Notify};
 
 use super::RedisError;
 use super::url::{MasterAuth, Target};
+use crate::store::keys::STATE_FORMAT;
 
 pub struct Connection {
     kind: Kind,
+    /// Where this Redis records the state format (behind the key prefix):
+    /// checked on every new connection.
+    format_key: Arc<str>,
     /// The live connection, once made.
     live: Arc<Background>,
     /// For the `ConnectionManager`s of one Redis and of Sentinel's masters.
@@ -53,6 +57,49 @@ struct SentinelLookup {
     sentinel: Mutex<redis::sentinel::Sentinel>,
     service: String,
     node: redis::sentinel::SentinelNodeConnectionInfo,
+}
+
+/// `live`, once its Redis says its state is of a format this build reads
+/// (docs/releases.md#the-redis-state): the first sidecar records
+/// [`STATE_FORMAT`]; a newer one recorded is [`RedisError::NewerState`],
+/// so nothing is decided on state this build might misread.
+async fn readable(live: Live, format_key: &str) -> Result<Live, RedisError> {
+    let mut record = redis::cmd("SET");
+    record.arg(format_key).arg(STATE_FORMAT).arg("NX");
+    let mut read = redis::cmd("GET");
+    read.arg(format_key);
+    let asked = match live.clone() {
+        Live::Manager(mut manager) => match record.query_async::<Value>(&mut manager).await {
+            Ok(_) => read.query_async::<Value>(&mut manager).await,
+            Err(error) => Err(error),
+        },
+        Live::Cluster(mut cluster) => match record.query_async::<Value>(&mut cluster).await {
+            Ok(_) => read.query_async::<Value>(&mut cluster).await,
+            Err(error) => Err(error),
+        },
+    };
+    let found = match asked {
+        Ok(found) => found,
+        // An ACL user that may run Charon's scripts and nothing else: the
+        // check is skipped, never the decisions.
+        Err(error) if error.code() == Some("NOPERM") => return Ok(live),
+        Err(error) => return Err(error.into()),
+    };
+    let text = match &found {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::Int(n) => n.to_string(),
+        // Gone in between (a FLUSHALL): the next connection records it.
+        Value::Nil => return Ok(live),
+        other => format!("{other:?}"),
+    };
+    match text.parse::<u64>() {
+        Ok(format) if format <= STATE_FORMAT => Ok(live),
+        _ => Err(RedisError::NewerState {
+            found: text,
+            known: STATE_FORMAT,
+        }),
+    }
 }
 
 /// Reconnection: try again soon, a few times; the failover layer's probes
@@ -84,6 +131,7 @@ impl Connection {
         timeout: Duration,
         tls: Option<&super::StoreTls>,
         sentinel_password: Option<&str>,
+        format_key: String,
     ) -> Result<Self, RedisError> {
         let certificates = tls.map(super::StoreTls::certificates);
         let kind = match target {
@@ -134,6 +182,7 @@ impl Connection {
         };
         Ok(Self {
             kind,
+            format_key: format_key.into(),
             live: Arc::new(Background::new()),
             config: manager_config(timeout),
         })
@@ -145,21 +194,26 @@ impl Connection {
 
     async fn live(&self) -> Result<Live, RedisError> {
         let config = self.config.clone();
+        let format_key = self.format_key.clone();
         match &self.kind {
             Kind::Single(client) => {
                 let client = (**client).clone();
                 self.live
                     .get(async move {
-                        Ok(Live::Manager(
+                        let live = Live::Manager(
                             ConnectionManager::new_with_config(client, config).await?,
-                        ))
+                        );
+                        readable(live, &format_key).await
                     })
                     .await
             }
             Kind::Cluster(client) => {
                 let client = (**client).clone();
                 self.live
-                    .get(async move { Ok(Live::Cluster(client.get_async_connection().await?)) })
+                    .get(async move {
+                        let live = Live::Cluster(client.get_async_connection().await?);
+                        readable(live, &format_key).await
+                    })
                     .await
             }
             Kind::Sentinel(lookup) => {
@@ -172,9 +226,10 @@ impl Connection {
                                 .async_master_for(&lookup.service, Some(&lookup.node))
                                 .await?
                         };
-                        Ok(Live::Manager(
+                        let live = Live::Manager(
                             ConnectionManager::new_with_config(client, config).await?,
-                        ))
+                        );
+                        readable(live, &format_key).await
                     })
                     .await
             }

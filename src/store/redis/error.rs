@@ -31,6 +31,12 @@ pub enum RedisError {
     Reply(String),
     #[error("a key holds state Charon cannot read: {0}")]
     State(String),
+    /// The Redis records a state layout newer than this build reads: a
+    /// newer Charon wrote it. Deciding on it could be wrong, so nothing is.
+    #[error(
+        "the Redis state is format {found}, written by a newer Charon; this one reads format {known} at most: upgrade this sidecar, or give it another Redis or --store-key-prefix"
+    )]
+    NewerState { found: String, known: u64 },
 }
 
 impl From<redis::RedisError> for RedisError {
@@ -52,7 +58,10 @@ impl RedisError {
     /// Whether this says Redis is away, rather than that one request failed.
     /// A login refused or a permission denied: a misconfiguration.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, RedisError::Refused(_) | RedisError::Forbidden(_))
+        matches!(
+            self,
+            RedisError::Refused(_) | RedisError::Forbidden(_) | RedisError::NewerState { .. }
+        )
     }
 
     pub fn is_outage(&self) -> bool {

@@ -110,6 +110,10 @@ impl RedisStore {
                 options.timeout,
                 options.tls.as_ref(),
                 options.sentinel_password.as_deref(),
+                options
+                    .key_prefix
+                    .apply(&crate::store::keys::state_format_key())
+                    .into_owned(),
             )?),
             scripts: Scripts::new(),
             options,
