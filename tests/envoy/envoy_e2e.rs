@@ -211,6 +211,11 @@ impl Proc {
         }
     }
 
+    /// Its PID, while it runs (to signal it).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Its exit status, if it exited on its own.
     pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child

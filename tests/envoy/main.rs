@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod central;
 mod client_ip;
 mod concurrency;
 mod envoy_dropin;
