@@ -665,6 +665,28 @@ for limits in "$K/base/ratelimit.yaml" "$K/injector/example/limits.yaml" \
     fi
 done
 
+# --- observability ---------------------------------------------------------
+# The PodMonitor (a Prometheus Operator kind, no schema): the ports it keeps
+# are the ones the sidecars declare.
+pod_monitor() {
+    "$BIN/python" - <<'PYTHON'
+import sys
+import yaml
+
+doc = yaml.safe_load(open("deploy/observability/pod-monitor.yaml"))
+assert (doc["apiVersion"], doc["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor"), doc["kind"]
+spec = doc["spec"]
+assert set(spec) <= {"namespaceSelector", "selector", "podMetricsEndpoints"}, sorted(spec)
+ports = [e["port"] for e in spec["podMetricsEndpoints"]]
+assert ports == ["charon-admin", "throttle-admin"], ports
+assert all(e.get("path") == "/metrics" for e in spec["podMetricsEndpoints"])
+declared = open("deploy/kubernetes/base/demo-app.yaml").read()
+for port in ports:
+    assert f"name: {port}," in declared, f"no container port {port} in the demo app"
+PYTHON
+}
+check "observability/pod-monitor.yaml keeps the sidecars' admin ports" pod_monitor
+
 # --- the release -----------------------------------------------------------
 same_release() {
     grep -q "org.opencontainers.image.version=\"$CHARON_VERSION\"" Dockerfile || {

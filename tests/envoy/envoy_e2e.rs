@@ -778,7 +778,50 @@ async fn envoy_scenario(h: &mut Harness) {
         2,
         "Envoy's failure_mode_allowed counter (stats {after:?})"
     );
+    // Every answer kind has been counted: the dashboard's Envoy-side
+    // series are all on Envoy's Prometheus endpoint.
+    let prometheus = h
+        .client
+        .get(format!("{}/stats/prometheus", h.envoy_admin))
+        .send()
+        .await
+        .expect("Envoy's stats")
+        .text()
+        .await
+        .expect("their text");
+    for name in dashboard_envoy_series() {
+        assert!(
+            prometheus
+                .lines()
+                .any(|line| line.starts_with(&format!("{name}{{"))
+                    || line.starts_with(&format!("{name} "))),
+            "the dashboard queries {name}, which Envoy does not export"
+        );
+    }
     h.check_alive();
+}
+
+/// The `envoy_…` series deploy/observability/grafana-dashboard.json queries
+/// (scraped from the Envoys, not from Charon).
+fn dashboard_envoy_series() -> std::collections::BTreeSet<String> {
+    let text =
+        fs::read_to_string(manifest_dir().join("deploy/observability/grafana-dashboard.json"))
+            .expect("the dashboard");
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("envoy_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        // Label names (`envoy_cluster_name`) are not series.
+        if name != "envoy_cluster_name" {
+            names.insert(name);
+        }
+    }
+    assert!(names.len() >= 4, "{names:?}");
+    names
 }
 
 /// What reaches the HTTP client behind Envoy (docs/design.md#resets): a 429

@@ -1197,8 +1197,25 @@ async fn sentinels_with_a_password_are_asked_with_it() {
 }
 
 /// The sample names (`charon_…`, with their `_total`, `_bucket` or `_count`
-/// suffix) that the dashboard and alert rules in deploy/observability query.
+/// suffix) that the dashboard and alert rules in deploy/observability query,
+/// but `charon throttle`'s (`charon_throttle_…`, see
+/// [`throttle_observability_series`]).
 fn observability_series() -> std::collections::BTreeSet<String> {
+    all_observability_series()
+        .into_iter()
+        .filter(|name| !name.starts_with("charon_throttle_"))
+        .collect()
+}
+
+/// The `charon_throttle_…` sample names the dashboard queries.
+fn throttle_observability_series() -> std::collections::BTreeSet<String> {
+    all_observability_series()
+        .into_iter()
+        .filter(|name| name.starts_with("charon_throttle_"))
+        .collect()
+}
+
+fn all_observability_series() -> std::collections::BTreeSet<String> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/observability");
     let mut names = std::collections::BTreeSet::new();
     for file in ["grafana-dashboard.json", "prometheus-rules.yaml"] {
@@ -1216,15 +1233,110 @@ fn observability_series() -> std::collections::BTreeSet<String> {
     names
 }
 
+/// One RLQS usage report of one bucket, as an Envoy sends it, and its
+/// answer.
+async fn rlqs_report(url: &str) {
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+    use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+        BucketId, RateLimitQuotaUsageReports,
+    };
+    let mut client = RateLimitQuotaServiceClient::connect(url.to_owned())
+        .await
+        .expect("the sidecar's gRPC port");
+    let report = RateLimitQuotaUsageReports {
+        domain: "edge".into(),
+        bucket_quota_usages: vec![BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("tenant".to_owned(), "acme".to_owned())].into(),
+            }),
+            time_elapsed: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 1,
+                nanos: 0,
+            }),
+            num_requests_allowed: 1,
+            num_requests_denied: 0,
+        }],
+    };
+    let mut answers = client
+        .stream_rate_limit_quotas(tokio_stream::iter([report]))
+        .await
+        .expect("a stream")
+        .into_inner();
+    let answer = tokio::time::timeout(ANSWER_TIMEOUT, answers.message()).await;
+    assert!(
+        matches!(answer, Ok(Ok(Some(_)))),
+        "the report is answered: {answer:?}"
+    );
+}
+
+/// `charon throttle` in front of a small upstream, after a request:
+/// every `charon_throttle_…` series the dashboard queries is on its admin
+/// port's `/metrics`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_throttle_series_the_dashboard_queries_is_exported() {
+    let series = throttle_observability_series();
+    assert!(series.len() >= 5, "{series:?}");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let upstream_port = upstream.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(|| async { "ok" });
+        axum::serve(upstream, app).await.expect("upstream");
+    });
+    let (listen, admin) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_charon"))
+        .args(["throttle", "--max-concurrency", "4"])
+        .args(["--listen", &format!("127.0.0.1:{listen}")])
+        .args(["--upstream", &format!("http://127.0.0.1:{upstream_port}")])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("charon throttle starts");
+    let metrics = eventually("every throttle series", READY_TIMEOUT, async || {
+        let _ = reqwest::get(format!("http://127.0.0.1:{listen}/")).await;
+        let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+            .await
+            .map_err(|error| error.to_string())?
+            .text()
+            .await
+            .map_err(|error| error.to_string())?;
+        let missing: Vec<&String> = series
+            .iter()
+            .filter(|name| {
+                !metrics.lines().any(|line| {
+                    line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
+                })
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(metrics)
+        } else {
+            Err(format!("missing {missing:?} in\n{metrics}"))
+        }
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(metrics.contains("charon_throttle_requests_total"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_the_dashboard_and_alerts_query_is_exported() {
     let series = observability_series();
     assert!(series.len() >= 10, "{series:?}");
     let redis = RedisServer::start();
     let dir = tempdir();
+    // A global limit too, for its share's series.
     let yaml = format!(
         "{}  seats:\n    copies: {{domain_limit: 1, groups: [{{name: vip, limit: 5, domains: [acme]}}]}}\n",
-        edge_config(1)
+        edge_config(1).replacen(
+            "descriptors:\n",
+            "descriptors:\n  - key: region\n    value: eu\n    rate_limit: {unit: second, requests_per_unit: 1000, global: true}\n",
+            1
+        )
     );
     let config = write_config(dir.path(), &yaml);
     let sidecar = Sidecar::start(
@@ -1234,6 +1346,8 @@ async fn every_series_the_dashboard_and_alerts_query_is_exported() {
         &["--store-timeout", "2s"],
     );
     sidecar.wait_reachable().await;
+    // One RLQS report, for the buckets' series.
+    rlqs_report(&sidecar.grpc_url()).await;
     // Within, over, a copy reserved, and a configuration that does not load.
     let mut client = sidecar.rls_client().await;
     assert_eq!(ask(&mut client, request("tenant", "acme")).await, "OK");
