@@ -15,4 +15,5 @@ mod inject_webhook;
 mod rlqs;
 mod server;
 mod throttle;
+mod throttle_attacks;
 mod ui;
