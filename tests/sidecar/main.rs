@@ -16,4 +16,5 @@ mod rlqs;
 mod server;
 mod throttle;
 mod throttle_attacks;
+mod throttle_load;
 mod ui;

@@ -32,7 +32,8 @@ pub(crate) struct Seen {
 
 type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-/// An upstream on HTTP/1.1 and h2c: `/slow?ms=N` answers after N ms,
+/// An upstream on HTTP/1.1 and h2c: `/slow?ms=N` reads the request's
+/// body, then answers after N ms;
 /// `/stream` sends a chunk, waits 600 ms, sends another, `/big` sends
 /// 16 MiB at once, `/hang` never answers, anything else answers at once.
 pub(crate) async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
@@ -54,6 +55,8 @@ pub(crate) async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
                         let query = request.uri().query().unwrap_or("").to_owned();
                         let body: UpstreamBody = match path.as_str() {
                             "/slow" => {
+                                // As an app would, it reads the request first.
+                                let _ = request.into_body().collect().await;
                                 let ms: u64 = query
                                     .strip_prefix("ms=")
                                     .and_then(|ms| ms.parse().ok())
@@ -154,6 +157,10 @@ impl Throttle {
             assert!(Instant::now() < deadline, "charon throttle not ready");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.0.id()
     }
 
     pub(crate) fn url(&self, path: &str) -> String {

@@ -71,7 +71,8 @@ pub struct ThrottleArgs {
     protection: ProtectionArgs,
 }
 
-/// The bounds against hostile clients (docs/operations.md#charon-throttle).
+/// The bounds against hostile clients
+/// (docs/operations.md#charon-throttle-against-hostile-clients).
 #[derive(clap::Args)]
 struct ProtectionArgs {
     /// The most of a request body read before the request queues (larger:
