@@ -57,6 +57,13 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// Gives the throttle's slot back now, before the body ends: for a
+    /// proxy that has read what it keeps of the answer and sends the rest
+    /// at its client's pace.
+    pub fn release_slot(self: Pin<&mut Self>) {
+        self.project().permit.take();
+    }
+
     pub(super) fn full(data: Bytes) -> Self {
         Self {
             kind: Kind::Layer {

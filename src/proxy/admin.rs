@@ -1,6 +1,7 @@
 //! The throttling sidecar's admin port: `/ready` (200 while it serves, 503
 //! once it drains: the kubelet's readiness probe), `/healthz`, `/stats`
-//! (JSON) and `/metrics` (Prometheus text).
+//! (JSON) and `/metrics` (Prometheus text), the protections against
+//! hostile clients among them (`charon_throttle_protection_total`).
 
 use std::sync::atomic::Ordering;
 
@@ -17,6 +18,7 @@ use prometheus_client::registry::Registry;
 use serde::Serialize;
 
 use super::Proxy;
+use super::protect::Reason;
 use crate::layer::ThrottleLayer;
 
 /// What `/stats` shows.
@@ -46,6 +48,12 @@ pub struct Stats {
     pub bad_deadlines: u64,
     /// Each request class's (path's) predicted and reported cost.
     pub classes: Vec<crate::layer::ClassCost>,
+    /// Client connections open now.
+    pub open_connections: u64,
+    /// The most client connections open at once.
+    pub max_connections: usize,
+    /// What each protection stopped, by [`Reason::name`].
+    pub protection: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl Proxy {
@@ -73,6 +81,15 @@ impl Proxy {
                 .as_ref()
                 .map(ThrottleLayer::costs)
                 .unwrap_or_default(),
+            open_connections: self
+                .protection_counts
+                .open_connections
+                .load(Ordering::Relaxed),
+            max_connections: self.max_connections,
+            protection: Reason::ALL
+                .into_iter()
+                .map(|reason| (reason.name(), self.protection_counts.get(reason)))
+                .collect(),
         }
     }
 
@@ -175,6 +192,18 @@ impl Collector for StatsCollector {
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(metric)?;
         }
+        let protection = ConstCounter::new(0u64);
+        let mut family = encoder.encode_descriptor(
+            "charon_throttle_protection",
+            "What the protections against hostile clients stopped, by reason.",
+            None,
+            protection.metric_type(),
+        )?;
+        for (reason, count) in &stats.protection {
+            let labels = [("reason", *reason)];
+            let metric = family.encode_family(&labels)?;
+            ConstCounter::new(*count).encode(metric)?;
+        }
         let gauges = [
             (
                 "charon_throttle_concurrency_limit",
@@ -185,6 +214,16 @@ impl Collector for StatsCollector {
                 "charon_throttle_drain_waiting",
                 "Requests waiting in the drain queue now.",
                 stats.drain_waiting,
+            ),
+            (
+                "charon_throttle_open_connections",
+                "Client connections open now.",
+                usize::try_from(stats.open_connections).unwrap_or(usize::MAX),
+            ),
+            (
+                "charon_throttle_max_connections",
+                "The most client connections open at once.",
+                stats.max_connections,
             ),
         ];
         for (name, help, value) in gauges {

@@ -1,6 +1,6 @@
 //! Forwarding to the one upstream: the request goes on as it came (HTTP/1.1
-//! as HTTP/1.1, h2c as h2c), its body streamed, without the hop-by-hop
-//! headers; the upstream's answer comes back the same way. What the
+//! as HTTP/1.1, h2c as h2c), its body as [`super::buffer`] read it, without
+//! the hop-by-hop headers; the upstream's answer comes back streamed. What the
 //! upstream cannot answer becomes the proxy's own answer: 502 when it
 //! refused, reset or answered something that is not HTTP, 504 when it gave
 //! no response headers in time. An upgrade (WebSocket) is passed through:
@@ -19,12 +19,15 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::ProxyCounts;
+
+/// The body of a request the proxy forwards: read whole
+/// ([`super::buffer::read_request`]).
+pub type Buffered = Full<Bytes>;
 
 /// What the proxy answers with: the upstream's body, or its own.
 pub type ProxyBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
@@ -49,8 +52,8 @@ pub struct Forward {
 struct Shared {
     /// The upstream's scheme and authority.
     upstream: Uri,
-    http1: Client<HttpConnector, Incoming>,
-    h2c: Client<HttpConnector, Incoming>,
+    http1: Client<HttpConnector, Buffered>,
+    h2c: Client<HttpConnector, Buffered>,
     /// The longest the upstream may take to send its response headers.
     timeout: Duration,
     counts: Arc<ProxyCounts>,
@@ -79,7 +82,7 @@ impl Forward {
     }
 }
 
-impl tower::Service<Request<Incoming>> for Forward {
+impl tower::Service<Request<Buffered>> for Forward {
     type Response = Response<ProxyBody>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
@@ -88,14 +91,14 @@ impl tower::Service<Request<Incoming>> for Forward {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, request: Request<Buffered>) -> Self::Future {
         let shared = self.shared.clone();
         Box::pin(async move { Ok(shared.forward(request).await) })
     }
 }
 
 impl Shared {
-    async fn forward(&self, mut request: Request<Incoming>) -> Response<ProxyBody> {
+    async fn forward(&self, mut request: Request<Buffered>) -> Response<ProxyBody> {
         let upgrade = upgrade_of(request.headers());
         let client_side = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
         let h2 = request.version() == Version::HTTP_2;

@@ -9,8 +9,17 @@
 //! queue released at a fixed rate ([`drain`]). Refusals are 503 with
 //! `Retry-After`; an upstream that fails is 502, one that hangs 504.
 //!
-//! - [`forward`]: the request to the upstream and back (bodies streamed,
+//! A slow or hostile client holds a connection, never a slot
+//! ([`protect`]): a request queues once its body is in ([`buffer`]), its
+//! slot is given back once the upstream's answer is in, and connections
+//! are capped and timed ([`conn`]).
+//!
+//! - [`forward`]: the request to the upstream and back (answers streamed,
 //!   upgrades joined).
+//! - [`buffer`]: the request body read before the queue, the answer read
+//!   ahead of the client.
+//! - [`conn`]: the connection cap, the reset budget, the write timeout.
+//! - [`protect`]: the bounds, what they stopped, the descriptor limit.
 //! - [`drain`]: the queue released at a fixed rate.
 //! - [`admin`]: readiness, `/stats` and `/metrics` on their own port.
 //!
@@ -18,8 +27,11 @@
 //! requests in flight finish (up to a limit) before it returns.
 
 pub mod admin;
+pub mod buffer;
+pub mod conn;
 pub mod drain;
 pub mod forward;
+pub mod protect;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -30,18 +42,26 @@ use std::time::Duration;
 use http::{Request, Response, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use crate::layer::{Action, Actions, DescriptorLimitLayer, ThrottleCounts, ThrottleLayer};
 
+use self::conn::{Admitted, Connections, WriteStall};
 use self::drain::DrainQueue;
-use self::forward::{Forward, ProxyBody};
+use self::forward::{Buffered, Forward, ProxyBody};
+use self::protect::{Protection, ProtectionCounts, Reason};
+
+/// HTTP/2 streams a client may reset before the proxy has accepted them,
+/// at once, before the connection is closed (hyper's own guard).
+const MAX_PENDING_ACCEPT_RESETS: usize = 20;
+/// HTTP/2 streams the proxy may reset for a client's protocol errors
+/// before it closes the connection.
+const MAX_LOCAL_ERROR_RESETS: usize = 256;
 
 /// How many requests may reach the upstream at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,6 +105,8 @@ pub struct ProxyOptions {
     pub upstream_timeout: Duration,
     /// The longest requests in flight are awaited on shutdown.
     pub drain_timeout: Duration,
+    /// The bounds a client's requests and connections live under.
+    pub protection: Protection,
 }
 
 /// Per-tenant limits in front of the throttle: quota and overload in one
@@ -148,7 +170,13 @@ pub async fn run(
             .await
             .map_err(|source| ProxyError::Listen { addr, source })
     };
-    let listener = bind(listen).await?;
+    let listener =
+        protect::listen(listen, options.protection.listen_backlog).map_err(|source| {
+            ProxyError::Listen {
+                addr: listen,
+                source,
+            }
+        })?;
     let admin_task = match admin {
         Some(addr) => {
             let admin_listener = bind(addr).await?;
@@ -164,6 +192,7 @@ pub async fn run(
         upstream = %options.upstream,
         concurrency = ?options.concurrency,
         drain_rate = ?options.drain_rate,
+        max_connections = proxy.max_connections,
         "charon throttle serving"
     );
     proxy
@@ -184,7 +213,10 @@ pub struct Proxy {
     pub(crate) throttle: Option<ThrottleLayer>,
     pub(crate) throttle_counts: Option<Arc<ThrottleCounts>>,
     pub(crate) drain: Option<DrainQueue>,
-    service: BoxCloneSyncService<Request<Incoming>, Response<ProxyBody>, Infallible>,
+    pub(crate) protection_counts: Arc<ProtectionCounts>,
+    pub(crate) max_connections: usize,
+    protection: Arc<Protection>,
+    service: BoxCloneSyncService<Request<Buffered>, Response<ProxyBody>, Infallible>,
     drain_timeout: Duration,
 }
 
@@ -201,6 +233,11 @@ impl Proxy {
             return Err(ProxyError::Upstream(upstream.to_string()));
         }
         let counts = Arc::new(ProxyCounts::default());
+        let protection_counts = Arc::new(ProtectionCounts::default());
+        let max_connections = options
+            .protection
+            .max_connections
+            .unwrap_or_else(|| protect::connections_for(protect::raise_descriptor_limit()));
         let forward = Forward::new(
             options.upstream.clone(),
             options.upstream_timeout,
@@ -223,11 +260,16 @@ impl Proxy {
                 None => layer,
             }
         });
+        let bound = options.protection.max_buffered_body;
+        let read_ahead_counts = protection_counts.clone();
         let limited: BoxCloneSyncService<_, _, Infallible> = match &throttle {
-            Some(layer) => BoxCloneSyncService::new(
-                tower::Layer::layer(layer, forward)
-                    .map_response(|response| response.map(|body| body.boxed())),
-            ),
+            // The answer is read ahead of the client, so the slot is free
+            // once the upstream is done, whatever the client's pace.
+            Some(layer) => {
+                BoxCloneSyncService::new(tower::Layer::layer(layer, forward).map_response(
+                    move |response| buffer::read_ahead(response, bound, read_ahead_counts.clone()),
+                ))
+            }
             None => BoxCloneSyncService::new(forward),
         };
         let drain = options
@@ -263,6 +305,9 @@ impl Proxy {
             throttle,
             drain,
             counts,
+            protection_counts,
+            max_connections,
+            protection: Arc::new(options.protection.clone()),
             service,
             drain_timeout: options.drain_timeout,
         })
@@ -270,7 +315,21 @@ impl Proxy {
 
     /// Serves `listener` until `shutdown` ends, then drains.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let protection = self.protection.clone();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // Without a timer hyper keeps no header-read timeout at all.
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(protection.header_read_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(protection.max_streams_per_connection)
+            .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESETS)
+            .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESETS);
+        let builder = Arc::new(builder);
+        let connections = Connections::new(self.max_connections, self.protection_counts.clone());
         let graceful = GracefulShutdown::new();
         self.ready.store(true, Ordering::SeqCst);
         tokio::pin!(shutdown);
@@ -288,22 +347,39 @@ impl Proxy {
                     continue;
                 }
             };
+            // At the cap with none idle: closed now, not left in the backlog.
+            let Some(admitted) = connections.admit(protection.max_resets_per_connection) else {
+                continue;
+            };
             let _ = stream.set_nodelay(true);
-            let counts = self.counts.clone();
-            let service = self.service.clone().map_request(move |request| {
-                counts.took();
-                request
-            });
-            let connection = builder
-                .serve_connection_with_upgrades(
-                    TokioIo::new(stream),
-                    TowerToHyperService::new(service),
-                )
-                .into_owned();
-            let connection = graceful.watch(connection);
+            let admitted = Arc::new(admitted);
+            let service = connection_service(self.clone(), admitted.clone());
+            let (builder, watcher) = (builder.clone(), graceful.watcher());
+            let counts = self.protection_counts.clone();
+            let protection = protection.clone();
             tokio::spawn(async move {
-                if let Err(error) = connection.await {
-                    tracing::debug!(%error, "a connection ended with an error");
+                let Some(stream) = first_byte(stream, &admitted, &protection, &counts).await else {
+                    return;
+                };
+                let io = TokioIo::new(WriteStall::new(
+                    stream,
+                    protection.response_write_timeout,
+                    counts.clone(),
+                ));
+                let connection = builder
+                    .serve_connection_with_upgrades(io, service)
+                    .into_owned();
+                tokio::select! {
+                    ended = watcher.watch(connection) => {
+                        if let Err(error) = ended {
+                            if is_header_timeout(&*error) {
+                                counts.count(Reason::HeaderTimeout);
+                            }
+                            tracing::debug!(%error, "a connection ended with an error");
+                        }
+                    }
+                    // Evicted, or past its reset budget: closed now.
+                    () = admitted.connection.close.notified() => {}
                 }
             });
         }
@@ -316,4 +392,72 @@ impl Proxy {
             }
         }
     }
+}
+
+/// What serves one connection's requests: each body read whole before
+/// the request goes on, each request counted busy until its answer.
+fn connection_service(
+    proxy: Proxy,
+    admitted: Arc<Admitted>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<ProxyBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<ProxyBody>, Infallible>> + Send,
+> + Clone
++ Send
++ 'static {
+    hyper::service::service_fn(move |request: Request<Incoming>| {
+        proxy.counts.took();
+        let in_flight = admitted.begin();
+        let proxy = proxy.clone();
+        async move {
+            let read = buffer::read_request(request, &proxy.protection, &proxy.protection_counts);
+            let response = match read.await {
+                Ok(request) => proxy.service.oneshot(request).await?,
+                Err(answer) => answer,
+            };
+            in_flight.answered();
+            Ok(response)
+        }
+    })
+}
+
+/// Waits for a new connection's first byte, under the header timeout
+/// (hyper's own starts only once it reads a request); `None` if it never
+/// came, or the connection was told to close meanwhile.
+async fn first_byte(
+    stream: TcpStream,
+    admitted: &Admitted,
+    protection: &Protection,
+    counts: &ProtectionCounts,
+) -> Option<TcpStream> {
+    let mut byte = [0u8; 1];
+    let peeked = tokio::select! {
+        peeked = tokio::time::timeout(protection.header_read_timeout, stream.peek(&mut byte)) => peeked,
+        () = admitted.connection.close.notified() => return None,
+    };
+    match peeked {
+        Ok(Ok(read)) if read > 0 => Some(stream),
+        Ok(_) => None,
+        Err(_) => {
+            counts.count(Reason::HeaderTimeout);
+            None
+        }
+    }
+}
+
+/// Whether a connection ended because its client sent headers too slowly.
+fn is_header_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_timeout)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }

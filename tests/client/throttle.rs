@@ -2,7 +2,8 @@
 //! requests over capacity wait and run by criticality then arrival; a full
 //! queue evicts the newest of the least critical; a request that could not
 //! start before its deadline is refused at once, one that waited past it at
-//! its deadline; a slot is freed when the response body ends or is dropped.
+//! its deadline; a slot is freed when the response body ends or is dropped,
+//! and a turn that reached a request dropped before it ran is given back.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -437,4 +438,31 @@ async fn a_handler_that_panics_frees_its_slot_and_settles_its_cost() {
     let costs = layer.costs();
     let panicked = costs.iter().find(|c| c.class == "/panic");
     assert_eq!(panicked.map(|c| c.requests), Some(3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_sent_to_a_request_dropped_before_it_ran_frees_its_slot() {
+    let probe = Probe::default();
+    let app = app(
+        &probe,
+        ThrottleLayer::new(1)
+            .max_queue(10)
+            .max_wait(Duration::from_secs(3_600)),
+    );
+    let mut service = app.clone();
+    probe.gate.add_permits(1);
+    let running = tower::Service::call(&mut service, request("running", &[]));
+    let response = running.await.unwrap_or_else(|e| match e {});
+    // Queued (polled once, so it waits its turn); its client is about to go.
+    let mut queued = Box::pin(tower::Service::call(&mut service, request("gone", &[])));
+    assert!(futures_util::poll!(&mut queued).is_pending());
+    // The running request's body ends: its slot goes to the queued one...
+    let _ = response.into_body().collect().await;
+    // ...which is dropped before it reads its turn (a reset, a disconnect).
+    drop(queued);
+    let next = send(&app, request("next", &[]));
+    settle().await;
+    probe.gate.add_permits(1);
+    assert_eq!(status(next).await, StatusCode::OK);
+    assert_eq!(started(&probe), ["running", "next"]);
 }

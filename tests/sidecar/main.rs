@@ -15,4 +15,6 @@ mod inject_webhook;
 mod rlqs;
 mod server;
 mod throttle;
+mod throttle_attacks;
+mod throttle_load;
 mod ui;

@@ -22,20 +22,21 @@ use crate::support::redis::free_port;
 
 /// What the upstream saw.
 #[derive(Default)]
-struct Seen {
-    running: AtomicUsize,
+pub(crate) struct Seen {
+    pub(crate) running: AtomicUsize,
     most_running: AtomicUsize,
     /// When each request reached it, from the test's start.
-    arrivals: std::sync::Mutex<Vec<Duration>>,
+    pub(crate) arrivals: std::sync::Mutex<Vec<Duration>>,
     versions: std::sync::Mutex<Vec<http::Version>>,
 }
 
 type UpstreamBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-/// An upstream on HTTP/1.1 and h2c: `/slow?ms=N` answers after N ms,
-/// `/stream` sends a chunk, waits 600 ms, sends another, `/hang` never
-/// answers, anything else answers at once.
-async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
+/// An upstream on HTTP/1.1 and h2c: `/slow?ms=N` reads the request's
+/// body, then answers after N ms;
+/// `/stream` sends a chunk, waits 600 ms, sends another, `/big` sends
+/// 16 MiB at once, `/hang` never answers, anything else answers at once.
+pub(crate) async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
@@ -54,6 +55,8 @@ async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
                         let query = request.uri().query().unwrap_or("").to_owned();
                         let body: UpstreamBody = match path.as_str() {
                             "/slow" => {
+                                // As an app would, it reads the request first.
+                                let _ = request.into_body().collect().await;
                                 let ms: u64 = query
                                     .strip_prefix("ms=")
                                     .and_then(|ms| ms.parse().ok())
@@ -89,6 +92,7 @@ async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
                                     .insert("x-cpu-ms", http::HeaderValue::from_static("100"));
                                 return Ok::<_, Infallible>(response);
                             }
+                            "/big" => Full::new(Bytes::from(vec![b'x'; 16 << 20])).boxed(),
                             "/hang" => {
                                 std::future::pending::<()>().await;
                                 Full::new(Bytes::new()).boxed()
@@ -109,16 +113,25 @@ async fn upstream(seen: Arc<Seen>, start: Instant) -> SocketAddr {
 }
 
 /// `charon throttle` in front of `upstream`, ready; its port and admin port.
-struct Throttle {
+pub(crate) struct Throttle {
     child: KilledOnDrop,
-    port: u16,
+    pub(crate) port: u16,
     admin: u16,
 }
 
 impl Throttle {
-    async fn start(upstream: &str, flags: &[&str]) -> Throttle {
+    pub(crate) async fn start(upstream: &str, flags: &[&str]) -> Throttle {
+        Self::start_with(upstream, flags, Command::new(env!("CARGO_BIN_EXE_charon"))).await
+    }
+
+    /// Started from `command` (the binary, with limits of its own).
+    pub(crate) async fn start_with(
+        upstream: &str,
+        flags: &[&str],
+        mut command: Command,
+    ) -> Throttle {
         let (port, admin) = (free_port(), free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_charon"))
+        let child = command
             .arg("throttle")
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
@@ -146,15 +159,19 @@ impl Throttle {
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    fn admin_url(&self, path: &str) -> String {
+    pub(crate) fn admin_url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.admin)
     }
 
-    async fn stats(&self) -> serde_json::Value {
+    pub(crate) async fn stats(&self) -> serde_json::Value {
         let text = reqwest::get(self.admin_url("/stats"))
             .await
             .expect("stats")

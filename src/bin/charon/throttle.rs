@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use charon::proxy::protect::Protection;
 use charon::proxy::{Concurrency, ProxyOptions, TenantLimits};
 
 use crate::logging::{self, LogOptions};
@@ -66,6 +67,72 @@ pub struct ThrottleArgs {
     /// Where `/ready`, `/healthz`, `/stats` and `/metrics` are served.
     #[arg(long, default_value = "127.0.0.1:9103")]
     admin_addr: SocketAddr,
+    #[command(flatten)]
+    protection: ProtectionArgs,
+}
+
+/// The bounds against hostile clients
+/// (docs/operations.md#charon-throttle-against-hostile-clients).
+#[derive(clap::Args)]
+struct ProtectionArgs {
+    /// The most of a request body read before the request queues (larger:
+    /// 413), and of an answer read ahead of its client (larger: the rest
+    /// streams at the client's pace, without its slot), in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_buffered_body: usize,
+    /// The longest a request body may take to arrive whole, in
+    /// milliseconds (then 408).
+    #[arg(long, default_value_t = 30_000)]
+    request_body_timeout_ms: u64,
+    /// The longest a client may take to send a request's headers (or, on
+    /// a new or idle connection, its first byte), in milliseconds; then
+    /// the connection closes.
+    #[arg(long, default_value_t = 10_000)]
+    header_read_timeout_ms: u64,
+    /// The longest a write to a client may make no progress, in
+    /// milliseconds; then the connection closes.
+    #[arg(long, default_value_t = 30_000)]
+    response_write_timeout_ms: u64,
+    /// The most client connections open at once (default: half the
+    /// descriptor limit, raised to its hard limit at start, less 64). At
+    /// the cap, the connection idle longest is closed for a new one.
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// The listen backlog (the kernel caps it at net.core.somaxconn).
+    #[arg(long, default_value_t = 1_024)]
+    listen_backlog: u32,
+    /// The most HTTP/2 streams open at once on one connection.
+    #[arg(long, default_value_t = 100)]
+    max_streams_per_connection: u32,
+    /// The most requests one connection may cancel (RST_STREAM, or gone
+    /// before its answer) in 10 s; then it is closed.
+    #[arg(long, default_value_t = 100)]
+    max_resets_per_connection: u32,
+}
+
+impl ProtectionArgs {
+    fn protection(&self) -> Result<Protection, String> {
+        if self.max_buffered_body == 0 {
+            return Err("--max-buffered-body must be at least 1".into());
+        }
+        if self.max_connections == Some(0) {
+            return Err("--max-connections must be at least 1".into());
+        }
+        if self.max_streams_per_connection == 0 {
+            return Err("--max-streams-per-connection must be at least 1".into());
+        }
+        let millis = |ms: u64| Duration::from_millis(ms.max(1));
+        Ok(Protection {
+            max_buffered_body: self.max_buffered_body,
+            request_body_timeout: millis(self.request_body_timeout_ms),
+            header_read_timeout: millis(self.header_read_timeout_ms),
+            response_write_timeout: millis(self.response_write_timeout_ms),
+            max_connections: self.max_connections,
+            listen_backlog: self.listen_backlog.max(1),
+            max_streams_per_connection: self.max_streams_per_connection,
+            max_resets_per_connection: self.max_resets_per_connection,
+        })
+    }
 }
 
 impl ThrottleArgs {
@@ -111,6 +178,7 @@ impl ThrottleArgs {
             cost_header: self.cost_header.clone(),
             upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(1)),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            protection: self.protection.protection()?,
         })
     }
 }

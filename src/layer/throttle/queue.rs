@@ -235,6 +235,16 @@ impl Admission {
         self.drain(now);
     }
 
+    /// A slot started for a waiter that was gone before it could run: free
+    /// again, its predicted cost refunded, nothing measured.
+    pub fn give_back(&mut self, cost_ms: f64, now: Instant) {
+        self.in_progress = self.in_progress.saturating_sub(1);
+        if let Some(budget) = &mut self.budget {
+            budget.tokens += cost_ms;
+        }
+        self.drain(now);
+    }
+
     /// Starts waiting requests, the most critical and longest waiting
     /// first, while they may start.
     pub fn drain(&mut self, now: Instant) {

@@ -277,9 +277,10 @@ where
             ticket,
             queued: true,
             cost,
+            turn,
         };
         ThrottleFuture::Waiting {
-            future: Box::pin(waiting.run(turn, patience, expected, grpc, inner, request)),
+            future: Box::pin(waiting.run(patience, expected, grpc, inner, request)),
         }
     }
 }
@@ -297,7 +298,7 @@ impl<S> Throttle<S> {
 }
 
 /// A queued request: leaves the queue if it is dropped while waiting (its
-/// client went away).
+/// client went away), and gives back a turn that came as it was dropped.
 struct Waiting {
     admission: Arc<Mutex<Admission>>,
     counts: Arc<ThrottleCounts>,
@@ -305,12 +306,12 @@ struct Waiting {
     ticket: u64,
     queued: bool,
     cost: Option<Cost>,
+    turn: tokio::sync::oneshot::Receiver<Turn>,
 }
 
 impl Waiting {
     async fn run<S, ReqBody, ResBody>(
         mut self,
-        mut turn: tokio::sync::oneshot::Receiver<Turn>,
         patience: Duration,
         expected: Duration,
         grpc: bool,
@@ -321,14 +322,14 @@ impl Waiting {
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     {
         let told = tokio::select! {
-            told = &mut turn => told,
+            told = &mut self.turn => told,
             () = tokio::time::sleep(patience) => {
                 if lock(&self.admission).abandon(self.level, self.ticket) {
                     self.queued = false;
                     return Ok(refused(&self.counts, grpc, expected));
                 }
                 // Its turn came as the deadline passed: take it.
-                turn.await
+                (&mut self.turn).await
             }
         };
         self.queued = false;
@@ -353,8 +354,19 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if self.queued {
-            lock(&self.admission).abandon(self.level, self.ticket);
+        if !self.queued {
+            return;
+        }
+        let mut admission = lock(&self.admission);
+        if admission.abandon(self.level, self.ticket) {
+            return;
+        }
+        // Its turn was sent (under the lock just taken) but never read: the
+        // slot started for it is free again, or it would be lost for good.
+        if let Ok(Turn::Run) = self.turn.try_recv() {
+            let cost_ms = self.cost.as_ref().map_or(0.0, |cost| cost.predicted_ms);
+            admission.give_back(cost_ms, Instant::now());
+            drain_later(&self.admission, &mut admission);
         }
     }
 }
