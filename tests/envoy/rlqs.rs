@@ -281,7 +281,7 @@ async fn an_envoy_that_wants_little_gets_it_and_the_other_the_rest() {
     let rig = Rig::start().await;
     // A offers 30 a second, B 3: B gets all it asks for in every second
     // (its share of 5 until its first report over a time, then its demand
-    // and a twentieth more), A the rest once B's report shows its demand:
+    // and a fiftieth more, at least a request and a half), A the rest once B's report shows its demand:
     // Envoy 1.40 reports every 5 s, so that comes within the first 5 s or
     // so (measured: A at 5 a second, then 6 or 7 from the 6th second on,
     // 96-97 % of the limit in all).

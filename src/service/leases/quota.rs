@@ -64,6 +64,20 @@ const REFRESH: Duration = Duration::from_secs(1);
 /// demand, and a burst within a report's interval is the bucket's to take.
 const HEADROOM: f64 = 1.02;
 
+/// `requests` counted in one report, as the demand to ask for: a
+/// fiftieth more, and at least a request and a half more. A count is
+/// whole: a steady 3 a second shows as 14, 15 or 16 in 5 s as the window's
+/// edges fall, and asking for 14, or for 15 over a report a millisecond
+/// late, would refuse one each window. Past 75 requests a report, the
+/// fiftieth is the larger.
+fn with_headroom(requests: u64) -> f64 {
+    let counted = requests as f64;
+    match requests {
+        0 => 0.0,
+        _ => (counted * HEADROOM).max(counted + 1.5),
+    }
+}
+
 /// How long a fill of an assigned token bucket is: Envoy refills its bucket
 /// continuously at `tokens_per_fill` per whole second of the interval, so a
 /// longer interval says a rate to a tenth of a request a second. Always the
@@ -201,7 +215,7 @@ impl Service {
         };
         let demand = match demand {
             Demand::Measured { requests, elapsed } if elapsed >= SHORTEST_REPORT => {
-                Demand::Wants(requests as f64 / elapsed.as_secs_f64() * HEADROOM)
+                Demand::Wants(with_headroom(requests) / elapsed.as_secs_f64())
             }
             Demand::Measured { .. } | Demand::Unknown => Demand::Unknown,
             wants @ Demand::Wants(_) => wants,
@@ -450,6 +464,22 @@ mod tests {
         assert_eq!(bucket(token_bucket(0.0, LEAST_BURST)), (0, 0, ten));
         assert_eq!(bucket(token_bucket(f64::NAN, LEAST_BURST)), (0, 0, ten));
         assert_eq!(bucket(token_bucket(1e-9, LEAST_BURST)), (0, 0, ten));
+    }
+
+    #[test]
+    fn a_small_steady_demand_is_never_asked_for_under_its_rate() {
+        // 3 a second, seen as 14 or 15 in a report 50 µs late: still 30
+        // tokens in 10 s.
+        for requests in [14, 15] {
+            let rate = with_headroom(requests) / 5.000_05;
+            assert_eq!(
+                bucket(token_bucket(rate, LEAST_BURST)).1 / 10,
+                3,
+                "{requests}"
+            );
+        }
+        assert_eq!(with_headroom(0), 0.0);
+        assert_eq!(with_headroom(600), 612.0);
     }
 
     #[test]
