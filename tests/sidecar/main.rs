@@ -17,4 +17,5 @@ mod server;
 mod throttle;
 mod throttle_attacks;
 mod throttle_load;
+mod traces;
 mod ui;

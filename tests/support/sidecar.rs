@@ -80,6 +80,37 @@ impl Sidecar {
         }
     }
 
+    /// Started as `ratelimit` (a link to the binary, as Envoy Gateway's
+    /// image has it) with upstream's environment: `vars` and the ports,
+    /// nothing else.
+    pub fn start_as_ratelimit(dir: &Path, vars: &[(&str, &str)]) -> Sidecar {
+        let (grpc, admin) = (free_port(), free_port());
+        let link = dir.join("ratelimit");
+        if !link.exists() {
+            std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_charon"), &link).expect("a link");
+        }
+        let log = dir.join(format!("ratelimit-{grpc}.log"));
+        let stderr = File::create(&log).expect("the sidecar log can be created");
+        let child = Command::new(&link)
+            .env_clear()
+            .envs(vars.iter().copied())
+            .env("HOST", "127.0.0.1")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("PORT", admin.to_string())
+            .env("GRPC_PORT", grpc.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("ratelimit starts");
+        Sidecar {
+            child,
+            grpc,
+            admin,
+            log,
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log)
             .unwrap_or_else(|error| format!("(cannot read {}: {error})", self.log.display()))

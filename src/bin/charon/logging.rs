@@ -2,11 +2,7 @@
 
 use std::io::IsTerminal;
 
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig as _;
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing::Level;
-use tracing_subscriber::filter::Targets;
+use charon::server::trace::otlp::Traces;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};
@@ -67,51 +63,4 @@ pub fn init(options: &LogOptions, traces: Option<&Traces>) {
         layers.push(traces.layer());
     }
     tracing_subscriber::registry().with(layers).init();
-}
-
-/// The OTLP trace exporter (`--otlp-endpoint`): batches the spans of traced
-/// requests to a collector over gRPC.
-pub struct Traces {
-    provider: SdkTracerProvider,
-}
-
-impl Traces {
-    /// Starts the exporter. Call within the runtime: its gRPC channel lives
-    /// there. The collector need not be up: spans wait in the batch.
-    pub fn start(endpoint: &str) -> anyhow::Result<Self> {
-        let exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_tonic()
-            .with_endpoint(endpoint)
-            .build()
-            .map_err(|error| anyhow::anyhow!("--otlp-endpoint {endpoint}: {error}"))?;
-        let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
-            .with_resource(
-                opentelemetry_sdk::Resource::builder()
-                    .with_service_name("charon")
-                    .build(),
-            )
-            .build();
-        Ok(Self { provider })
-    }
-
-    /// The layer that turns the request spans (and only those) into
-    /// OpenTelemetry spans.
-    fn layer(&self) -> Box<dyn Layer<Registry> + Send + Sync> {
-        tracing_opentelemetry::layer()
-            .with_tracer(self.provider.tracer("charon"))
-            .with_filter(Targets::new().with_target(charon::server::trace::TARGET, Level::TRACE))
-            .boxed()
-    }
-
-    /// Sends what is batched and stops. Off the runtime's threads: the
-    /// flush waits on the exporter, which runs on the runtime.
-    pub async fn shutdown(self) {
-        let provider = self.provider;
-        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "the trace exporter did not flush"),
-            Err(error) => tracing::warn!(%error, "the trace exporter did not stop"),
-        }
-    }
 }

@@ -7,6 +7,7 @@ mod logging;
 mod secrets;
 mod serve;
 mod throttle;
+mod traces;
 mod upstream;
 
 use std::net::SocketAddr;

@@ -13,6 +13,7 @@ use clap::builder::BoolishValueParser;
 
 use crate::logging::{self, LogOptions};
 use crate::secrets::{secret, store_tls, with_store_password};
+use crate::traces::TraceArgs;
 
 /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
 #[derive(clap::Args)]
@@ -215,16 +216,8 @@ pub struct ServeArgs {
     /// into fewer writes); 1 for single-threaded.
     #[arg(long, env = "CHARON_THREADS", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub threads: u16,
-    /// Send traces over OTLP/gRPC to this collector (`http://collector:4317`):
-    /// a span per traced ShouldRateLimit and per Redis call it makes,
-    /// joined to the caller's trace by its W3C `traceparent`.
-    #[arg(long, env = "CHARON_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
-    /// With --otlp-endpoint: the share of requests without a `traceparent`
-    /// that are traced, 0 to 1. A caller's sampled or unsampled
-    /// `traceparent` decides for its own requests.
-    #[arg(long, env = "CHARON_TRACE_SAMPLE_RATIO", default_value_t = 0.01, value_parser = parse_ratio)]
-    pub trace_sample_ratio: f64,
+    #[command(flatten)]
+    pub traces: TraceArgs,
     /// Log this share of ShouldRateLimit decisions (0 to 1; 0, the default,
     /// logs none) as structured events with target `charon::decision`.
     #[arg(long, env = "CHARON_DECISION_LOG_SAMPLE", default_value_t = 0.0, value_parser = parse_ratio)]
@@ -385,7 +378,7 @@ pub enum HeaderMode {
 /// `ratelimit` invocation did not take from the environment).
 pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
     let threads = args.threads;
-    let otlp_endpoint = args.otlp_endpoint.clone();
+    let export = args.traces.export();
     let options = match args.into_options() {
         Ok(options) => options,
         Err(error) => {
@@ -401,10 +394,7 @@ pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
         }
     };
     let served = runtime.block_on(async {
-        let traces = otlp_endpoint
-            .as_deref()
-            .map(logging::Traces::start)
-            .transpose()?;
+        let traces = charon::server::trace::otlp::Traces::start(&export)?;
         logging::init(log, traces.as_ref());
         for note in notes {
             tracing::warn!("{note}");
@@ -429,6 +419,7 @@ impl ServeArgs {
     fn into_options(self) -> anyhow::Result<charon::server::ServeOptions> {
         use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
         use charon::server::trace::TraceSampler;
+        let tracing = self.traces.export().is_on();
         let headers = match self.response_headers {
             HeaderMode::None => ResponseHeaders::None,
             HeaderMode::Ratelimit => ResponseHeaders::RateLimit(HeaderNames {
@@ -520,9 +511,9 @@ impl ServeArgs {
                 rls: RlsOptions {
                     headers,
                     dynamic_metadata: self.response_dynamic_metadata,
-                    traces: match self.otlp_endpoint {
-                        Some(_) => TraceSampler::new(self.trace_sample_ratio),
-                        None => TraceSampler::off(),
+                    traces: match tracing {
+                        true => TraceSampler::new(self.traces.trace_sample_ratio),
+                        false => TraceSampler::off(),
                     },
                     decision_log: charon::server::decision_log::DecisionLogOptions::new(
                         self.decision_log_sample,
@@ -539,7 +530,7 @@ impl ServeArgs {
 }
 
 /// `--trace-sample-ratio`: a share, 0 to 1.
-fn parse_ratio(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_ratio(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio),
         _ => Err(format!("{text:?} is not a share from 0 to 1")),

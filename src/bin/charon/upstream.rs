@@ -83,19 +83,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "keys expire when their window ends",
     ),
     ("EXTRA_TAGS", "add labels when scraping"),
-    ("TRACING_SERVICE_NAME", "traces name the service `charon`"),
-    (
-        "TRACING_SERVICE_NAMESPACE",
-        "traces name the service `charon`",
-    ),
-    (
-        "TRACING_SERVICE_INSTANCE_ID",
-        "traces name the service `charon`",
-    ),
-    (
-        "TRACING_EXPORTER_PROTOCOL",
-        "traces are exported over OTLP/gRPC",
-    ),
 ];
 
 /// The translation of `env` (a lookup of upstream's variables).
@@ -306,14 +293,7 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         );
     }
     if on("TRACING_ENABLED")? {
-        let endpoint = set("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .ok_or("TRACING_ENABLED=true needs OTEL_EXPORTER_OTLP_ENDPOINT")?;
-        out.args.push("--otlp-endpoint".into());
-        out.args.push(endpoint);
-        if let Some(rate) = set("TRACING_SAMPLING_RATE") {
-            out.args.push("--trace-sample-ratio".into());
-            out.args.push(rate);
-        }
+        out.args.extend(crate::traces::upstream_args(&set)?);
     }
     for (name, why) in UNSUPPORTED {
         if set(name).is_some() {
