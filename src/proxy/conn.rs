@@ -5,7 +5,8 @@
 //! sending a first byte, and how long a write to it may stall
 //! ([`WriteStall`]). Each connection counts the requests its client
 //! cancelled; past its budget it is closed, so a client that resets
-//! streams as fast as it opens them pays a new handshake for each batch.
+//! streams as fast as it opens them pays a new handshake for each batch;
+//! and how many of its requests may be past it at once ([`super::credit`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -20,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
+use super::credit::Credit;
 use super::protect::{ProtectionCounts, RESET_WINDOW, Reason};
 
 /// The open connections, capped.
@@ -41,6 +43,8 @@ pub struct Connection {
     last_active_ms: AtomicU64,
     /// Told to close (evicted, or past its reset budget).
     pub(super) close: Notify,
+    /// How many of its requests may be past it at once.
+    pub(super) credit: Credit,
     /// Cancelled requests in the current window, and when it began.
     resets: Mutex<(Instant, u32)>,
     max_resets: u32,
@@ -61,7 +65,7 @@ impl Connections {
     /// A place for a new connection: at the cap, the connection idle
     /// longest is told to close; `None` if none is idle (the new one is
     /// closed at once, before the listen backlog fills).
-    pub fn admit(self: &Arc<Self>, max_resets: u32) -> Option<Admitted> {
+    pub fn admit(self: &Arc<Self>, max_resets: u32, max_streams: u32) -> Option<Admitted> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.len() >= self.max {
             let victim = open
@@ -86,6 +90,7 @@ impl Connections {
             in_flight: AtomicUsize::new(0),
             last_active_ms: AtomicU64::new(self.now_ms()),
             close: Notify::new(),
+            credit: Credit::new(max_streams),
             resets: Mutex::new((Instant::now(), 0)),
             max_resets,
             counts: self.counts.clone(),

@@ -19,6 +19,7 @@
 //! - [`buffer`]: the request body read before the queue, the answer read
 //!   ahead of the client.
 //! - [`conn`]: the connection cap, the reset budget, the write timeout.
+//! - [`credit`]: how many of a connection's requests may queue at once.
 //! - [`protect`]: the bounds, what they stopped, the descriptor limit.
 //! - [`drain`]: the queue released at a fixed rate.
 //! - [`admin`]: readiness, `/stats` and `/metrics` on their own port.
@@ -29,6 +30,7 @@
 pub mod admin;
 pub mod buffer;
 pub mod conn;
+pub mod credit;
 pub mod drain;
 pub mod forward;
 pub mod protect;
@@ -348,7 +350,10 @@ impl Proxy {
                 }
             };
             // At the cap with none idle: closed now, not left in the backlog.
-            let Some(admitted) = connections.admit(protection.max_resets_per_connection) else {
+            let Some(admitted) = connections.admit(
+                protection.max_resets_per_connection,
+                protection.max_streams_per_connection,
+            ) else {
                 continue;
             };
             let _ = stream.set_nodelay(true);
@@ -411,10 +416,16 @@ fn connection_service(
         proxy.counts.took();
         let in_flight = admitted.begin();
         let proxy = proxy.clone();
+        let admitted = admitted.clone();
         async move {
             let read = buffer::read_request(request, &proxy.protection, &proxy.protection_counts);
             let response = match read.await {
-                Ok(request) => proxy.service.oneshot(request).await?,
+                Ok(request) => {
+                    let turn = admitted.connection.credit.turn().await;
+                    let response = proxy.service.oneshot(request).await?;
+                    turn.answered();
+                    response
+                }
                 Err(answer) => answer,
             };
             in_flight.answered();

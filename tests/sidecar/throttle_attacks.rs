@@ -239,6 +239,69 @@ async fn streams_reset_once_accepted_leave_the_queue_and_close_the_connection() 
     assert_eq!(seen.arrivals.lock().unwrap().len(), 2);
 }
 
+/// Opens `n` HTTP/2 streams on `client` to `path`, each its own request.
+async fn streams(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    throttle: &Throttle,
+    path: &str,
+    n: usize,
+) -> Vec<h2::SendStream<bytes::Bytes>> {
+    let mut opened = Vec::new();
+    for _ in 0..n {
+        *client = client
+            .clone()
+            .ready()
+            .await
+            .expect("the connection is open");
+        let request = http::Request::get(throttle.url(path))
+            .body(())
+            .expect("request");
+        let (_, stream) = client.send_request(request, true).expect("a stream");
+        opened.push(stream);
+    }
+    opened
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_only_cancels_keeps_one_place_in_the_queue() {
+    let (_, throttle) = started(&[
+        "--max-concurrency",
+        "1",
+        "--queue",
+        "6",
+        "--max-wait-ms",
+        "10000",
+    ])
+    .await;
+    let busy = tokio::spawn(reqwest::get(throttle.url("/slow?ms=1500")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let tcp = TcpStream::connect(("127.0.0.1", throttle.port))
+        .await
+        .expect("connect");
+    let (mut client, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    let connection = tokio::spawn(connection);
+    // Twenty streams, reset once the proxy has had them: the queue's six
+    // places would be its, but a new connection has four, and each
+    // cancel takes one back.
+    for mut stream in streams(&mut client, &throttle, "/slow?ms=10", 20).await {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        stream.send_reset(h2::Reason::CANCEL);
+    }
+    // Twenty more, held open: one place in the queue.
+    let _held = streams(&mut client, &throttle, "/slow?ms=10", 20).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Five honest clients of the same level still find a place each.
+    let honest: Vec<_> = (0..5)
+        .map(|_| tokio::spawn(reqwest::get(throttle.url("/"))))
+        .collect();
+    for request in honest {
+        let answer = request.await.expect("joined").expect("answered");
+        assert_eq!(answer.status(), 200, "an honest request lost its place");
+    }
+    assert_eq!(busy.await.expect("joined").expect("answered").status(), 200);
+    connection.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_dripped_or_never_sent_get_the_connection_closed() {
     let (_, throttle) = started(&["--header-read-timeout-ms", "1000"]).await;
