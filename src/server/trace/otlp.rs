@@ -8,7 +8,7 @@
 //! collector that is slow, down or unreachable costs the decision path
 //! nothing: the batch fills, then drops, and the request never waits. That
 //! thread has no Tokio runtime, so the HTTP exporter's requests are run on
-//! the server's runtime through [`RuntimeHttp`], and the gRPC exporter's
+//! the server's runtime through a client of its own, and the gRPC exporter's
 //! channel is made on it.
 
 use std::time::Duration;
