@@ -30,11 +30,11 @@ use crate::service::configuration::Configuration;
 use crate::service::error::Error;
 use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
-use crate::service::store::ConfigLogError;
-use crate::service::store::{StoreOptions, Stores};
 use crate::service::{Service, Unobserved};
 use crate::store::RedisError;
 use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
+use crate::store::open::ConfigLogError;
+use crate::store::open::{StoreOptions, Stores};
 
 use super::backend::{
     Awaited, Backend, BackendFuture, CapacityFuture, LimitsFuture, NudgeStream, Reply, Unreachable,
@@ -72,7 +72,7 @@ impl Embedded {
     /// its housekeeping when called within a Tokio runtime.
     pub fn memory(config: Config) -> Self {
         let stores = Stores {
-            rate: crate::service::store::SidecarStore::Memory(crate::store::MemoryStore::new()),
+            rate: crate::store::open::SidecarStore::Memory(crate::store::MemoryStore::new()),
             copies: CopyStore::Memory(crate::store::copies::MemoryCopies::new()),
             leases: crate::store::leases::LeaseStore::Memory(
                 crate::store::leases::MemoryLeases::new(),

@@ -49,7 +49,7 @@ use self::metrics::Metrics;
 use self::rls::{RlsOptions, RlsService};
 use crate::service::Service;
 use crate::service::configuration::Configuration;
-use crate::service::store::{self, SidecarStore, StoreOptions, Stores};
+use crate::store::open::{SidecarStore, StoreOptions, Stores};
 
 /// What `charon serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -212,7 +212,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     }
     // One decision log for every face, configured with Envoy's options.
     let metrics = Arc::new(Metrics::with_decision_log(options.envoy.rls.decision_log));
-    let store_options = store::StoreOptions {
+    let store_options = StoreOptions {
         observer: Some(metrics.store_call_observer()),
         events: Some(metrics.copy_log_event_observer()),
         ..options.store.clone()

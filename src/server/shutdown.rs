@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::sync::watch;
 
 use crate::api::v1::charon_server::CharonServer;
-use crate::service::store::SidecarStore;
 use crate::store::copies::CopyStore;
+use crate::store::open::SidecarStore;
 
 use super::Serving;
 use super::api::ApiService;

@@ -9,8 +9,8 @@
 //! session's hold set ([`session`]); the lease wing under one roof
 //! ([`leases`]: capacity leases, global limits' shares and RLQS buckets,
 //! taken from a parent ([`leases::parent`]) and pushed down as nudges
-//! ([`leases::nudge`])); the stores `--store` selects ([`store`]); and,
-//! for an engine on configuration
+//! ([`leases::nudge`])); and, for an engine on
+//! configuration
 //! files, the configuration API ([`configuration`]). The faces in `server`
 //! and the embedded client parse their wire into these calls (`api`).
 
@@ -21,7 +21,6 @@ pub mod error;
 pub mod leases;
 pub mod ops;
 pub mod session;
-pub mod store;
 pub mod waiting;
 
 use std::sync::Arc;
@@ -37,8 +36,8 @@ use crate::store::copies::CopyStore;
 use crate::store::leases::LeaseStore;
 
 use self::configuration::Configuration;
-use self::store::{SidecarStore, Stores};
 use crate::store::config_log::ConfigLog;
+use crate::store::open::{SidecarStore, Stores};
 
 /// The one owner of what every face decides with.
 pub struct Service {

@@ -19,6 +19,8 @@ pub mod keys;
 pub mod leases;
 mod memory;
 #[cfg(feature = "redis")]
+pub mod open;
+#[cfg(feature = "redis")]
 pub mod redis;
 
 use std::future::Future;

@@ -170,7 +170,7 @@ async fn an_embedded_client_on_redis_shares_its_holds_with_a_sidecar() {
     sidecar.wait_serving().await;
     let embedded = charon::client::Embedded::open(
         config(),
-        &charon::service::store::StoreOptions {
+        &charon::store::open::StoreOptions {
             url: redis.url(),
             ..Default::default()
         },
@@ -519,7 +519,7 @@ async fn an_embedded_engine_recovers_after_resigning() {
     let mut redis = support::redis::RedisServer::start();
     let embedded = charon::client::Embedded::open(
         config(),
-        &charon::service::store::StoreOptions {
+        &charon::store::open::StoreOptions {
             url: redis.url(),
             ..Default::default()
         },

@@ -12,9 +12,9 @@ use std::time::Duration;
 use charon::client::{Client, Embedded};
 use charon::config::LoadOptions;
 use charon::service::configuration::WriteError;
-use charon::service::store::StoreOptions;
 use charon::store::config_log::{Expect, ObjectPath, Write};
 use charon::store::copies::CopyTimings;
+use charon::store::open::StoreOptions;
 use support::redis::RedisServer;
 use support::sidecar::{Sidecar, eventually, tempdir, write_config};
 

@@ -21,10 +21,10 @@ use charon::limiter::{Descriptor, RateLimitRequest};
 use charon::service::Service;
 use charon::service::leases::quota::{Bucket, Demand, Quota};
 use charon::service::ops::{CapacityWant, GetCapacity, ResourceKey};
-use charon::service::store::StoreOptions;
 use charon::store::ResourceRef;
 use charon::store::copies::CopyTimings;
 use charon::store::leases::{LeaseKey, LeaseSpace};
+use charon::store::open::StoreOptions;
 use support::redis::RedisServer;
 use support::sidecar::{Sidecar, eventually, tempdir, write_config};
 

@@ -21,7 +21,7 @@ use charon::client::{Backend, Embedded};
 use charon::server::admin::{self, AdminState, access::Access, state::StateSources};
 use charon::server::metrics::Metrics;
 use charon::server::rls::{RlsOptions, RlsService};
-use charon::service::store::SidecarStore;
+use charon::store::open::SidecarStore;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,

@@ -478,7 +478,7 @@ impl ServeArgs {
                         mode: self.grpc_uds_mode,
                     }),
             },
-            store: charon::service::store::StoreOptions {
+            store: charon::store::open::StoreOptions {
                 url: store,
                 timeout: self.store_timeout,
                 on_error: self.on_store_error,

@@ -32,7 +32,7 @@ use axum::routing::{delete, get, post};
 use crate::store::OnStoreError;
 
 use super::metrics::Metrics;
-use crate::service::store::StoreStatus;
+use crate::store::open::StoreStatus;
 
 use self::access::Access;
 use self::simulator::Simulations;

@@ -33,7 +33,7 @@ use crate::store::keys;
 use crate::store::{SlotKey, Store};
 
 use super::simulator::Refusal;
-use crate::service::store::SidecarStore;
+use crate::store::open::SidecarStore;
 
 /// What the state view reads from.
 #[derive(Clone)]

@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::service::store::StoreStatus;
+use crate::store::open::StoreStatus;
 
 /// Every metric the sidecar exports.
 pub struct Metrics {
