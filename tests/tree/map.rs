@@ -1,6 +1,7 @@
-//! ARCHITECTURE.md is the map of the tree: every path it names exists, and
-//! every file under `src/`, `scripts/` and `examples/` is on it, so the map
-//! cannot drift from the house. `src/lib.rs`'s doc comment is the map of the
+//! ARCHITECTURE.md is the map of the tree: every path it names exists,
+//! every file under `src/`, `scripts/` and `examples/` is on it, and every
+//! `Type` a row of `src/` names is used by that row's files (or is a name
+//! of the wire), so the map cannot drift from the house. `src/lib.rs`'s doc comment is the map of the
 //! library: it names every public module.
 //!
 //! A file counts as named when its path is written out, or when a line of
@@ -262,5 +263,182 @@ fn the_crate_doc_reader_finds_public_modules_and_the_doc() {
     assert_eq!(
         crate_doc(lib),
         " - [`clock`]: time.\n - `server` (feature `server`)."
+    );
+}
+
+/// Envoy's wire names the map may name: Envoy's protos define them, not
+/// the tree's.
+const ENVOY_NAMES: &[&str] = &[
+    "ShouldRateLimit",
+    "RateLimitService",
+    "RateLimitConfig",
+    "RateLimitQuotaService",
+    "StreamRateLimitQuotas",
+];
+
+/// A type (or a type's item) in backticks: `GlobalShare`,
+/// `Config::namespace`, `Stores::open`, `Client::watch_capacity`.
+fn type_name(text: &str) -> Option<&str> {
+    let name = text.split("::").next()?.split('(').next()?;
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    let second = chars.next()?;
+    (first.is_ascii_uppercase()
+        && second.is_ascii_lowercase()
+        && name.chars().all(|c| c.is_ascii_alphanumeric()))
+    .then_some(name)
+}
+
+/// `text` with `//` comments cut: the map's types must be in code.
+fn code_of(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether `word` stands alone somewhere in `text`.
+fn mentions(text: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// The names each keyword in `keywords` declares in `text`.
+fn declared<'a>(text: &'a str, keywords: &[&str]) -> Vec<&'a str> {
+    let mut names = Vec::new();
+    for keyword in keywords {
+        for (at, _) in text.match_indices(keyword) {
+            let rest = &text[at + keyword.len()..];
+            let name: &str = rest
+                .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                .next()
+                .unwrap_or("");
+            let starts_word = text[..at]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !c.is_ascii_alphanumeric() && c != '_');
+            if starts_word && !name.is_empty() {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+/// Every file under the paths a row names (folders whole), with its bare
+/// names resolved in the row's folders.
+fn row_files(line: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let folders = folders_of(line);
+    for text in quoted(line) {
+        let path = if is_path(text) {
+            root().join(text)
+        } else if is_file_name(text) {
+            match folders
+                .iter()
+                .map(|dir| root().join(dir).join(text))
+                .find(|p| p.exists())
+            {
+                Some(path) => path,
+                None => continue,
+            }
+        } else {
+            continue;
+        };
+        if path.is_dir() {
+            files_under(&path, &mut files);
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+#[test]
+fn every_type_on_the_map_is_where_its_row_says() {
+    let mut sources = Vec::new();
+    files_under(&root().join("src"), &mut sources);
+    let mut defined: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for file in sources
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "rs"))
+    {
+        let code = code_of(file);
+        for name in declared(&code, &["struct ", "enum ", "trait ", "type "]) {
+            let relative = file.strip_prefix(root()).unwrap_or(file);
+            defined
+                .entry(name.to_owned())
+                .or_default()
+                .push(relative.display().to_string());
+        }
+    }
+    let mut protos = Vec::new();
+    files_under(&root().join("proto"), &mut protos);
+    let wire: BTreeSet<String> = protos
+        .iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "proto"))
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap_or_default();
+            declared(&text, &["message ", "rpc ", "service ", "enum "])
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut wrong = Vec::new();
+    for (number, line) in map().lines().enumerate() {
+        if !line.starts_with("| `src/") {
+            continue;
+        }
+        let files = row_files(line);
+        let code: Vec<String> = files.iter().map(|file| code_of(file)).collect();
+        for name in quoted(line).into_iter().filter_map(type_name) {
+            if wire.contains(name) || ENVOY_NAMES.contains(&name) {
+                continue;
+            }
+            let Some(homes) = defined.get(name) else {
+                wrong.push(format!(
+                    "ARCHITECTURE.md:{}: `{name}` is defined nowhere",
+                    number + 1
+                ));
+                continue;
+            };
+            if !code.iter().any(|text| mentions(text, name)) {
+                wrong.push(format!(
+                    "ARCHITECTURE.md:{}: `{name}` is in {homes:?}, and no file of its row uses it",
+                    number + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the map puts types where they are not:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn the_type_reader_takes_types_and_their_items_only() {
+    assert_eq!(type_name("GlobalShare"), Some("GlobalShare"));
+    assert_eq!(type_name("Stores::open"), Some("Stores"));
+    assert_eq!(type_name("Client::watch_capacity"), Some("Client"));
+    assert_eq!(type_name("CANCELLED"), None);
+    assert_eq!(type_name("src/lib.rs"), None);
+    assert_eq!(type_name("max_hold"), None);
+    assert!(mentions("use x::GlobalShare;", "GlobalShare"));
+    assert!(!mentions("GlobalShares::new()", "GlobalShare"));
+    assert_eq!(
+        declared(
+            "pub struct A<T>; enum Bee { } structure",
+            &["struct ", "enum "]
+        ),
+        ["A", "Bee"]
     );
 }
