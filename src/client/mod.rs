@@ -12,6 +12,13 @@
 //! multi-resource pattern of docs/design.md#multi-resource-acquire
 //! ([`Client::acquire`]).
 //!
+//! Beside hits and copies: Envoy-style requests, several descriptors
+//! decided as one (`limits.rs`, [`Client::should_rate_limit`]);
+//! reservations on budgets of a cost known after the response ([`cost`]);
+//! capacity leases, a token bucket at the leased rate renewed in the
+//! background ([`lease`]), through the one renewer a server's link to its
+//! parent also uses ([`renewal`]); and the retry policy ([`retry`]).
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), charon::client::ClientError> {
 //! use std::time::Duration;

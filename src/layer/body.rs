@@ -1,7 +1,10 @@
-//! The response body of both layers: the service's own, or the layer's
-//! short answer. The concurrency layer's hold rides along and is released
-//! when the body ends or is dropped (a client that disconnects mid-response
-//! gives its copy back).
+//! The response body of every Charon layer: the service's own, or the
+//! layer's short answer (429, 503). What a layer keeps until the response
+//! is over rides along and is let go when the body ends or is dropped: the
+//! concurrency layer's hold (a client that disconnects mid-response gives
+//! its copy back), the throttle's slot ([`Permit`], with the cost the
+//! request is measured or reported at), and a cost budget's settlement
+//! (charged with what the response reported).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

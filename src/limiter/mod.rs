@@ -6,9 +6,12 @@
 //!
 //! `request` holds what comes in and goes out, and its validation;
 //! `resolve` matches descriptors to the configuration; `batch` turns the
-//! matches into engine items and keys; `status` turns outcomes into
-//! statuses; [`global`] keeps this server's shares of its global limits,
-//! the runtime state the configuration does not carry.
+//! matches into engine items and keys; `prepare` makes a request's batch of
+//! hits and its batch of refunds (negative hits, given back); `status`
+//! turns outcomes into statuses; `cost` reserves, commits, cancels and
+//! refunds on `cost: after_response` budgets for the callers that can say
+//! an estimate first; [`global`] keeps this server's shares of its global
+//! limits, the runtime state the configuration does not carry.
 //!
 //! ```rust
 //! # tokio_test_block_on(async {

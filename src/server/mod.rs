@@ -1,11 +1,11 @@
-//! The sidecar: Envoy's RateLimitService and gRPC health on one port, admin
-//! HTTP on another, configuration reload, and graceful shutdown on SIGTERM or
-//! SIGINT (stop being ready, finish what is in flight, exit).
+//! The sidecar, `charon serve`: on the gRPC port Envoy's RateLimitService
+//! ([`rls`]), its quota service ([`rlqs`]), the Charon API ([`api`]) and
+//! health; admin HTTP ([`admin`], [`metrics`]); files reloaded ([`reload`])
+//! or xDS ([`xds`]); a parent ([`parent`]); traces ([`trace`]); graceful
+//! shutdown on SIGTERM or SIGINT (unready, finish what is in flight, exit).
 //!
 //! One piece: `charon serve` is one sequence, start, serve, stop, whose
-//! steps hand each other what they opened (listeners, stores, the shutdown
-//! channel); the parts that stand alone have their own files (`shutdown.rs`,
-//! `listen.rs`, `reload.rs`, `parent.rs`).
+//! steps hand each other what they opened (listeners, stores, shutdown).
 
 pub mod admin;
 pub mod api;
