@@ -456,6 +456,74 @@ descriptors:
     assert!(answer.dynamic_metadata.is_none());
 }
 
+/// `--response-deciding-limit`: the limit that decided, named in the
+/// answer's dynamic metadata (docs/operations.md#which-limit-fired), over
+/// its limit and within it, with no other metadata asked for.
+#[tokio::test]
+async fn the_deciding_limit_is_named_in_dynamic_metadata_when_asked() {
+    let dir = tempdir();
+    let sidecar = sidecar_on(
+        dir.path(),
+        "memory",
+        r#"
+domain: m
+descriptors:
+  - key: tenant
+    rate_limit: {name: per-tenant, unit: hour, requests_per_unit: 1}
+  - key: route
+    rate_limit: {name: per-route, unit: minute, requests_per_unit: 100}
+"#,
+        &["--response-deciding-limit"],
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    let both = || {
+        vec![
+            descriptor(&[("tenant", "acme")], None),
+            descriptor(&[("route", "api")], None),
+        ]
+    };
+    let field = |s: &envoy_types::pb::google::protobuf::Struct, k: &str| {
+        s.fields.get(k).and_then(|v| v.kind.clone())
+    };
+    let deciding = |answer: &RateLimitResponse| {
+        let metadata = answer.dynamic_metadata.clone().expect("dynamic metadata");
+        assert!(field(&metadata, "descriptors").is_none(), "{metadata:?}");
+        match field(&metadata, "decidingLimit") {
+            Some(Kind::StructValue(deciding)) => deciding,
+            other => panic!("decidingLimit: {other:?}"),
+        }
+    };
+    // Within both: the one with the fewest hits left, as the headers pick.
+    let first = deciding(&ask(&mut client, "m", both()).await);
+    assert_eq!(
+        field(&first, "name"),
+        Some(Kind::StringValue("per-tenant".into()))
+    );
+    assert_eq!(
+        field(&first, "key"),
+        Some(Kind::StringValue("m.tenant".into()))
+    );
+    assert_eq!(field(&first, "overLimit"), Some(Kind::BoolValue(false)));
+    // Over it: the one that refused.
+    let answer = ask(&mut client, "m", both()).await;
+    assert_eq!(answer.overall_code, Code::OverLimit as i32);
+    let second = deciding(&answer);
+    assert_eq!(
+        field(&second, "name"),
+        Some(Kind::StringValue("per-tenant".into()))
+    );
+    assert_eq!(field(&second, "overLimit"), Some(Kind::BoolValue(true)));
+    assert_eq!(
+        field(&second, "requestsPerUnit"),
+        Some(Kind::NumberValue(1.0))
+    );
+    assert_eq!(
+        field(&second, "unit"),
+        Some(Kind::StringValue("HOUR".into()))
+    );
+}
+
 #[tokio::test]
 async fn detailed_metric_and_value_to_metric_shape_the_limit_label() {
     let dir = tempdir();
