@@ -74,7 +74,8 @@ impl LimitStats {
 }
 
 /// The response time, as statsd_exporter keeps a histogram: whole
-/// milliseconds observed (as upstream's timer reports them), scaled.
+/// milliseconds observed (as upstream's timer reports them), scaled; each
+/// bucket counts the calls that fall in it alone.
 struct ResponseTime {
     scale: f64,
     buckets: [AtomicU64; BUCKETS.len()],
@@ -131,16 +132,18 @@ impl UpstreamMetrics {
 
     /// Adds one descriptor's `split` to its limit's statistics.
     pub fn count(&self, stats_key: &Arc<str>, split: Split) {
-        let known = self
+        // Added under the read lock: cloning the handle out would be two
+        // more atomic operations on a line every decision shares.
+        if let Some(stats) = self
             .by_key
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(&**stats_key)
-            .cloned();
-        match known {
-            Some(stats) => stats.add(split),
-            None => self.resolve(stats_key).add(split),
+        {
+            stats.add(split);
+            return;
         }
+        self.resolve(stats_key).add(split);
     }
 
     /// The handle of a key seen for the first time: its label set's, or
@@ -178,10 +181,10 @@ impl UpstreamMetrics {
         let time = &self.response_time;
         let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
         let value = ms as f64 * time.scale;
-        for (bucket, bound) in time.buckets.iter().zip(BUCKETS) {
-            if value <= bound {
-                bucket.fetch_add(1, Ordering::Relaxed);
-            }
+        // One bucket counted per call; the cumulative counts are summed at
+        // each scrape. Past the last bound, only `count` (`+Inf`) counts it.
+        if let Some(bucket) = BUCKETS.iter().position(|bound| value <= *bound) {
+            time.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         }
         time.count.fetch_add(1, Ordering::Relaxed);
         time.sum_ms.fetch_add(ms, Ordering::Relaxed);
@@ -319,12 +322,10 @@ impl UpstreamMetrics {
         let name = "ratelimit_service_response_time_seconds";
         family(out, name, "histogram");
         let labels = "grpc_method=\"ShouldRateLimit\"";
+        let mut cumulative = 0;
         for (bucket, bound) in time.buckets.iter().zip(BUCKETS) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{{labels},le=\"{bound}\"}} {}",
-                bucket.load(Ordering::Relaxed)
-            );
+            cumulative += bucket.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{bound}\"}} {cumulative}");
         }
         let count = time.count.load(Ordering::Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");

@@ -37,28 +37,32 @@ fn counters_are_bare_names_in_the_classic_format_and_unknown_in_openmetrics() {
 
 #[test]
 fn the_response_time_follows_the_mappers_scale() {
-    for (mapper, sum, first_bucket) in [
-        (Mapper::default_with(false), "0.007", 0),
-        // Envoy Gateway's copy: milliseconds under the `_seconds` name.
-        (Mapper::default_with(true), "7", 0),
+    for (mapper, sum, at_10ms) in [
+        // 7 ms is in the 0.01 bucket; 20 s past the last.
+        (Mapper::default_with(false), "20.007", ("0.01", 1)),
+        // Envoy Gateway's copy: milliseconds under the `_seconds` name, so
+        // 7 is in the bucket of 10 and 20 000 past it.
+        (Mapper::default_with(true), "20007", ("10", 1)),
     ] {
         let metrics = UpstreamMetrics::new(&mapper);
         metrics.request(Duration::from_micros(7_900));
+        metrics.request(Duration::from_secs(20));
         let text = encoded(&metrics, false);
-        assert!(
-            text.contains("ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 1"),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!(
-                "ratelimit_service_response_time_seconds_sum{{grpc_method=\"ShouldRateLimit\"}} {sum}"
+        let line = |suffix: &str| format!("ratelimit_service_response_time_seconds{suffix}");
+        for expected in [
+            "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 2".to_owned(),
+            line(&format!("_sum{{grpc_method=\"ShouldRateLimit\"}} {sum}")),
+            line("_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.005\"} 0"),
+            line(&format!(
+                "_bucket{{grpc_method=\"ShouldRateLimit\",le=\"{}\"}} {}",
+                at_10ms.0, at_10ms.1
             )),
-            "{text}"
-        );
-        assert!(text.contains(&format!(
-            "ratelimit_service_response_time_seconds_bucket{{grpc_method=\"ShouldRateLimit\",le=\"0.005\"}} {first_bucket}"
-        )));
-        assert!(text.contains("le=\"+Inf\"} 1"));
+            line("_bucket{grpc_method=\"ShouldRateLimit\",le=\"10\"} 1"),
+            line("_bucket{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"} 2"),
+            line("_count{grpc_method=\"ShouldRateLimit\"} 2"),
+        ] {
+            assert!(text.lines().any(|l| l == expected), "{expected} in\n{text}");
+        }
     }
 }
 
