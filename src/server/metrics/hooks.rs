@@ -50,30 +50,38 @@ impl Metrics {
 
     /// Replaces the gauge of configured limits with `config`'s: each
     /// fixed-window limit's requests per unit, by namespace and statistics
-    /// key, the keys under the per-limit series' cap.
+    /// key, at most as many as the per-limit series keep.
     pub fn set_configured_limits(&self, config: &crate::config::Config) {
         self.configured_limits.clear();
+        let mut room = MAX_LIMIT_SERIES;
         for namespace in config.namespaces() {
-            self.configured_level(&namespace.descriptors, &namespace.name, &namespace.name);
+            let (level, name) = (&namespace.descriptors, namespace.name.as_str());
+            self.configured_level(level, name, name, &mut room);
         }
     }
 
-    fn configured_level(&self, level: &crate::config::Level, namespace: &str, prefix: &str) {
+    fn configured_level(
+        &self,
+        level: &crate::config::Level,
+        namespace: &str,
+        prefix: &str,
+        room: &mut usize,
+    ) {
         for node in level.nodes() {
             let key = format!("{prefix}.{}", node.written);
-            if let crate::config::Leaf::Limit(limit) = &node.leaf {
-                let ignored = Counter::default();
-                if let Some(admitted) = self.limit_keys.admit(&key, &ignored) {
-                    self.configured_limits
-                        .get_or_create(&ConfiguredLimitLabels {
-                            namespace: namespace.to_owned(),
-                            limit: SharedLabel(admitted),
-                            unit: unit_label(limit.unit),
-                        })
-                        .set(i64::try_from(limit.requests_per_unit).unwrap_or(i64::MAX));
-                }
+            if let crate::config::Leaf::Limit(limit) = &node.leaf
+                && *room > 0
+            {
+                *room -= 1;
+                self.configured_limits
+                    .get_or_create(&ConfiguredLimitLabels {
+                        namespace: namespace.to_owned(),
+                        limit: SharedLabel(Arc::from(key.as_str())),
+                        unit: unit_label(limit.unit),
+                    })
+                    .set(i64::try_from(limit.requests_per_unit).unwrap_or(i64::MAX));
             }
-            self.configured_level(&node.children, namespace, &key);
+            self.configured_level(&node.children, namespace, &key, room);
         }
     }
 

@@ -438,5 +438,15 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
             "{expr}"
         );
     }
+    // Charon's own gauge of each configured limit: the four of the domain.
+    let limits = prometheus
+        .query(&format!(
+            "charon_limit_requests_per_unit{{namespace=\"{DOMAIN}\",unit=\"day\"}}"
+        ))
+        .await
+        .expect("a query");
+    let mut values: Vec<&str> = limits.iter().map(|(_, v)| v.as_str()).collect();
+    values.sort_unstable();
+    assert_eq!(values, ["10", "2", "3", "5"], "{limits:?}");
     let _ = charon.pid();
 }
