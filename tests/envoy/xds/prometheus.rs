@@ -448,5 +448,9 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
     let mut values: Vec<&str> = limits.iter().map(|(_, v)| v.as_str()).collect();
     values.sort_unstable();
     assert_eq!(values, ["10", "2", "3", "5"], "{limits:?}");
+    // Envoy Gateway's mapper is followed whole: nothing logged against it.
+    let log = std::fs::read_to_string(dir.path().join("ratelimit.log")).unwrap_or_default();
+    assert!(log.contains("USE_STATSD is set but not used"), "{log}");
+    assert!(!log.contains("PROMETHEUS_MAPPER_YAML"), "{log}");
     let _ = charon.pid();
 }
