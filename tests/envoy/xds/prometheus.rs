@@ -50,14 +50,15 @@ fn level(key: &str, value: &str, below: Vec<RateLimitDescriptor>) -> RateLimitDe
     }
 }
 
-/// A limit a day: no window ends during the test but at midnight.
-fn limited(key: &str, value: &str, per_day: u32, shadow: bool) -> RateLimitDescriptor {
+/// A limit a year: its window (aligned to the epoch) ends once a year, so
+/// a run of the test is not cut in two by a new window.
+fn limited(key: &str, value: &str, per_year: u32, shadow: bool) -> RateLimitDescriptor {
     RateLimitDescriptor {
         key: key.into(),
         value: value.into(),
         rate_limit: Some(RateLimitPolicy {
-            unit: RateLimitUnit::Day as i32,
-            requests_per_unit: per_day,
+            unit: RateLimitUnit::Year as i32,
+            requests_per_unit: per_year,
             ..Default::default()
         }),
         shadow_mode: shadow,
@@ -236,7 +237,7 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
     let (http_route, cidr_route) = (route("http-ratelimit"), route("cidr-ratelimit"));
     let (shadow_route, deep_route) = (route("shadow-ratelimit"), route("deep-ratelimit"));
     let traffic = [
-        // 10 a day, hits of 5, 4, 3, 1: 0→5, 5→9 (one past the near
+        // 10 a year, hits of 5, 4, 3, 1: 0→5, 5→9 (one past the near
         // threshold of 8), 9→12 (2 over, 1 near), 12→13 (1 over).
         (request(&[(&http_route, &http_route), rule], 5), Code::Ok),
         (request(&[(&http_route, &http_route), rule], 4), Code::Ok),
@@ -248,7 +249,7 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
             request(&[(&http_route, &http_route), rule], 1),
             Code::OverLimit,
         ),
-        // 3 a day (threshold 2), one hit at a time: the third near, the
+        // 3 a year (threshold 2), one hit at a time: the third near, the
         // fourth over.
         (
             request(
@@ -290,7 +291,7 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
             ),
             Code::OverLimit,
         ),
-        // 2 a day in shadow mode (threshold 1): the third is over, and OK.
+        // 2 a year in shadow mode (threshold 1): the third is over, and OK.
         (
             request(&[(&shadow_route, &shadow_route), rule], 1),
             Code::Ok,
@@ -441,7 +442,7 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
     // Charon's own gauge of each configured limit: the four of the domain.
     let limits = prometheus
         .query(&format!(
-            "charon_limit_requests_per_unit{{namespace=\"{DOMAIN}\",unit=\"day\"}}"
+            "charon_limit_requests_per_unit{{namespace=\"{DOMAIN}\",unit=\"year\"}}"
         ))
         .await
         .expect("a query");
