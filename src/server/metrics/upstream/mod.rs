@@ -167,9 +167,19 @@ impl UpstreamMetrics {
                 }
             }
         };
-        let mut by_key = self.by_key.write().unwrap_or_else(PoisonError::into_inner);
-        if by_key.len() < MAX_KEYS {
-            by_key.insert(stats_key.clone(), stats.clone());
+        // Past the cap of keys remembered, the write lock is not taken:
+        // decisions on keys requests keep making stay on read locks.
+        let room = self
+            .by_key
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+            < MAX_KEYS;
+        if room {
+            let mut by_key = self.by_key.write().unwrap_or_else(PoisonError::into_inner);
+            if by_key.len() < MAX_KEYS {
+                by_key.insert(stats_key.clone(), stats.clone());
+            }
         }
         stats
     }

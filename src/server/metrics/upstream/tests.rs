@@ -104,3 +104,20 @@ fn errors_loads_and_global_shadow_mode_are_counted() {
     }
     assert!(!text.contains("service_error"));
 }
+
+#[test]
+fn keys_past_the_ones_remembered_still_count_in_their_series() {
+    let metrics = UpstreamMetrics::new(&Mapper::default_with(false));
+    let one = split(100, 0, 1, false, false);
+    // detailed_metric's keys: each request's value below the third level,
+    // every one folded into the same series.
+    let keys = MAX_KEYS + 10;
+    for n in 0..keys {
+        metrics.count(&key(&format!("d.route.rule.user_{n}")), one);
+    }
+    let text = encoded(&metrics, false);
+    assert!(text.contains(&format!(
+        "ratelimit_service_rate_limit_total_hits{{domain=\"d\",key1=\"route\",key2=\"rule\"}} {keys}"
+    )));
+    assert!(text.contains("charon_upstream_series_folded_total 0"));
+}
