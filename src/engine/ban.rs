@@ -105,6 +105,11 @@ pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) ->
         limit: if banned { 0 } else { limit.limit },
         period: if banned { limit.duration } else { limit.window },
         remaining,
+        before: if decision.over {
+            state.count
+        } else {
+            state.count.saturating_sub(hits)
+        },
         reset_after: until(state.banned_until.max(interval_end)),
         retry_after,
         wait,

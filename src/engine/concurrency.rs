@@ -149,6 +149,7 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, hold: Hold, hits: u64) -> Ou
         Some(Slot::SlidingLog(state)) => state,
         _ => &mut fresh,
     };
+    let before = state.log.count(now, max_hold);
     if commit {
         if hits > 0 && !over {
             sliding_log::record(state, limit, max_hold, hits, now);
@@ -163,6 +164,7 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, hold: Hold, hits: u64) -> Ou
         limit,
         period: max_hold,
         remaining: seen.remaining,
+        before,
         reset_after: seen.reset_after,
         wait: seen.wait,
         retry_after: seen.retry_after,

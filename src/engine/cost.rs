@@ -516,6 +516,7 @@ pub(super) fn run_item(
         limit,
         period,
         remaining: limit.saturating_sub(spent),
+        before: seen.spent(),
         reset_after,
         wait,
         retry_after: Some(if spent < limit { 0 } else { reset_after }),

@@ -212,6 +212,10 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, quota: u64, window: u64, hit
         limit: quota,
         period: window,
         remaining: seen.remaining,
+        // Its tokens, not a count: what the quota had spent before.
+        before: quota
+            .saturating_sub(seen.remaining)
+            .saturating_sub(if seen.over { 0 } else { hits }),
         reset_after: seen.reset_after,
         wait: seen.wait,
         retry_after: seen.retry_after,

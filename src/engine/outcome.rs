@@ -43,6 +43,11 @@ pub struct WindowOutcome {
     pub period: u64,
     /// Hits left in this window after this decision.
     pub remaining: u64,
+    /// Hits the limit had counted before this request's: envoyproxy/
+    /// ratelimit's statistics split a request's hits at the near-limit
+    /// threshold and at the limit from it
+    /// (docs/envoy-compatibility.md#metrics).
+    pub before: u64,
     /// Until the window ends.
     pub reset_after: u64,
     /// Until a one-hit request would pass; `None`: never (limit 0).

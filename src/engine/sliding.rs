@@ -188,6 +188,7 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, limit: u64, period: u64, hit
         limit,
         period,
         remaining: limit.saturating_sub(counted.estimate),
+        before: seen.estimate,
         reset_after,
         wait: if seen.over {
             retry_after(&before, limit, period, hits, now)

@@ -143,6 +143,7 @@ pub(super) fn run_item(
         _ => &mut fresh,
     };
     let over = is_over(state, limit, period, hits, now);
+    let before = state.log.count(now, period);
     if hits > 0 && (count_rejected || (commit && !over)) {
         record(state, limit, period, hits, now);
     }
@@ -152,6 +153,7 @@ pub(super) fn run_item(
         limit,
         period,
         remaining: seen.remaining,
+        before,
         reset_after: seen.reset_after,
         wait: seen.wait,
         retry_after: seen.retry_after,

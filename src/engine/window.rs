@@ -137,6 +137,7 @@ pub(super) fn run_item(
         limit,
         period,
         remaining: limit.saturating_sub(count),
+        before: check.count,
         reset_after: check.window_end - now,
         wait,
         retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),

@@ -4,7 +4,7 @@
 //! `charon.io/throttle: "PORT"`, [`throttle`]).
 //!
 //! It owns the HTTPS endpoint (`POST /mutate`, AdmissionReview v1 in and out,
-//! JSONPatch; `GET /healthz`), its certificate (reloaded when the files
+//! JSONPatch; `GET /healthz`; `GET /metrics`, the process's series), its certificate (reloaded when the files
 //! change, see [`tls`]), and the decision ([`review`], pure). It is safe by
 //! construction: a pod it does not understand is admitted unchanged and the
 //! reason logged; a body that is not an AdmissionReview gets a 400 and a body
@@ -56,8 +56,21 @@ pub fn router(template: SidecarTemplate) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(template))
+}
+
+/// The process's series (`process_*`), as every metrics endpoint has them.
+async fn metrics(headers: axum::http::HeaderMap) -> Response {
+    let mut registry = prometheus_client::registry::Registry::default();
+    crate::server::metrics::process::register(&mut registry);
+    let accept = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let (content_type, text) =
+        crate::server::metrics::exposition::render(&[&registry], accept, |_, _| {});
+    ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
 async fn mutate(State(template): State<Arc<SidecarTemplate>>, body: Bytes) -> Response {

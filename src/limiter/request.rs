@@ -125,6 +125,10 @@ pub struct DescriptorStatus {
     pub metadata: Option<Arc<Metadata>>,
     /// The hits this descriptor asked for (0: a check).
     pub hits: u64,
+    /// The hits its limit had counted before this request's, from which
+    /// envoyproxy/ratelimit's statistics split them at the near-limit
+    /// threshold and at the limit (docs/envoy-compatibility.md#metrics).
+    pub before: u64,
     /// Over its limit, but reported OK: shadow mode or `ignore_configured`.
     pub shadowed: bool,
     /// Its `hits` were given back (docs/design.md#refunds).
@@ -150,6 +154,7 @@ impl DescriptorStatus {
             quota: false,
             metadata: None,
             hits: 0,
+            before: 0,
             shadowed: false,
             refund: false,
             unreturned: 0,

@@ -24,6 +24,7 @@ pub(super) fn status(
                 window_ms: limit.period(),
             }),
             remaining: if w.over { 0 } else { w.remaining },
+            before: w.before,
             reset_after_ms: Some(if w.over {
                 w.wait.unwrap_or(w.reset_after)
             } else {
@@ -46,6 +47,11 @@ pub(super) fn status(
                 window_ms: limit.period(),
             }),
             remaining: if g.over { 0 } else { g.remaining },
+            // A bucket has no count: the burst it had spent.
+            before: limit
+                .requests_per_unit()
+                .saturating_sub(g.remaining)
+                .saturating_sub(if g.over { 0 } else { hits }),
             // Rejected: when these hits pass (never: a period from now);
             // granted: when the bucket is full again (TAT - now),
             // docs/design.md#resets.
@@ -91,6 +97,7 @@ pub(super) fn status(
                     window_ms: t.snapshot.tier_window,
                 }),
                 remaining: if t.over { 0 } else { t.snapshot.remaining },
+                before: t.snapshot.tier_hits.saturating_sub(t.granted),
                 // Rejected and never to fit: a window of the shown tier.
                 reset_after_ms: Some(if t.over {
                     t.wait.unwrap_or(t.snapshot.tier_window)

@@ -1,7 +1,8 @@
 //! The throttling sidecar's admin port: `/ready` (200 while it serves, 503
 //! once it drains: the kubelet's readiness probe), `/healthz`, `/stats`
-//! (JSON) and `/metrics` (Prometheus text), the protections against
-//! hostile clients among them (`charon_throttle_protection_total`).
+//! (JSON) and `/metrics` (Prometheus text, classic unless OpenMetrics is
+//! asked for), the protections against hostile clients among them
+//! (`charon_throttle_protection_total`), and the process's series.
 
 use std::sync::atomic::Ordering;
 
@@ -20,6 +21,7 @@ use serde::Serialize;
 use super::Proxy;
 use super::protect::Reason;
 use crate::layer::ThrottleLayer;
+use crate::server::metrics::exposition;
 
 /// What `/stats` shows.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -97,6 +99,7 @@ impl Proxy {
     pub fn admin_router(&self) -> Router {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(StatsCollector(self.clone())));
+        crate::server::metrics::process::register(&mut registry);
         let registry = std::sync::Arc::new(registry);
         Router::new()
             .route("/ready", get(ready))
@@ -105,21 +108,15 @@ impl Proxy {
             .with_state(self.clone())
             .route(
                 "/metrics",
-                get(move || {
+                get(move |headers: axum::http::HeaderMap| {
                     let registry = registry.clone();
                     async move {
-                        let mut text = String::new();
-                        match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                            Ok(()) => (
-                                [(
-                                    header::CONTENT_TYPE,
-                                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                )],
-                                text,
-                            )
-                                .into_response(),
-                            Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-                        }
+                        let accept = headers
+                            .get(header::ACCEPT)
+                            .and_then(|value| value.to_str().ok());
+                        let (content_type, text) =
+                            exposition::render(&[&registry], accept, |_, _| {});
+                        ([(header::CONTENT_TYPE, content_type)], text)
                     }
                 }),
             )

@@ -60,9 +60,8 @@ pub struct ServeOptions {
     /// The bearer token of the admin routes that read tenant state
     /// (see [`admin::access`]).
     pub admin_token_file: Option<PathBuf>,
-    /// `/metrics` on a listener of its own too (envoyproxy/ratelimit's
-    /// `PROMETHEUS_ADDR`), besides the admin port's.
-    pub metrics_addr: Option<SocketAddr>,
+    /// The metrics' own listener, and envoyproxy/ratelimit's series.
+    pub metrics: metrics::MetricsOptions,
     /// Where the configuration API keeps its changes on the memory store
     /// (none: in memory only).
     pub config_state: Option<PathBuf>,
@@ -211,7 +210,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         );
     }
     // One decision log for every face, configured with Envoy's options.
-    let metrics = Arc::new(Metrics::with_decision_log(options.envoy.rls.decision_log));
+    let metrics = Metrics::serving(options.envoy.rls.decision_log, &options.metrics);
     let store_options = StoreOptions {
         observer: Some(metrics.store_call_observer()),
         events: Some(metrics.copy_log_event_observer()),
@@ -240,6 +239,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
         tracing::info!(%note, "normalized");
     }
     metrics.set_namespaces(configuration.running().load().namespaces().count());
+    metrics.first_load(options.xds.is_some());
     let configuration = Arc::new(configuration);
     let mut service = Service::on_configuration(
         configuration.clone(),
@@ -301,7 +301,7 @@ async fn start(options: &ServeOptions) -> anyhow::Result<Started> {
     let grpc_listener = TcpListener::bind(options.grpc_addr)
         .await
         .with_context(|| format!("cannot listen on --grpc-addr {}", options.grpc_addr))?;
-    let metrics_listener = match options.metrics_addr {
+    let metrics_listener = match options.metrics.addr {
         Some(addr) => Some(
             TcpListener::bind(addr)
                 .await
@@ -457,7 +457,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     if let Some(listener) = metrics_listener {
         let metrics_only = axum::serve(
             listener,
-            admin::metrics_router(admin_state.clone(), sources.clone()),
+            admin::metrics_router(admin_state.clone(), sources.clone(), &options.metrics.path),
         )
         .with_graceful_shutdown(shutdown::wait_for(shutdown_rx.clone()));
         tokio::spawn(async move {

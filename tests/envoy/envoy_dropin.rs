@@ -456,6 +456,124 @@ descriptors:
     assert!(answer.dynamic_metadata.is_none());
 }
 
+/// `charon serve --upstream-metrics` with a mapper file that is not
+/// upstream's: what it changes is logged as not followed, its response
+/// time's `scale` is, and upstream's series are on the admin port's
+/// `/metrics`, in the classic text format for a plain GET.
+#[tokio::test]
+async fn another_mapper_is_read_and_what_it_changes_is_logged() {
+    let dir = tempdir();
+    let mapper = dir.path().join("mapper.yaml");
+    std::fs::write(
+        &mapper,
+        "mappings:\n  - match: \"ratelimit_server.*.response_time\"\n    name: \"ratelimit_service_response_time_seconds\"\n    timer_type: histogram\n    scale: 0.001\n    labels:\n      grpc_method: \"$1\"\n  - match: \"ratelimit.service.rate_limit.*.*.*.total_hits\"\n    name: \"deep_hits\"\n",
+    )
+    .expect("mapper written");
+    let mapper = mapper.display().to_string();
+    let sidecar = sidecar_on(
+        dir.path(),
+        "memory",
+        "domain: m\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 5}\n",
+        &["--upstream-metrics", "--upstream-metrics-mapper", &mapper],
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    ask(
+        &mut client,
+        "m",
+        vec![descriptor(&[("tenant", "a")], Some(2))],
+    )
+    .await;
+    let log = sidecar.log();
+    assert!(
+        log.contains("\"deep_hits\" is not upstream's: not followed"),
+        "{log}"
+    );
+    assert!(
+        log.contains("is not in the file: exported all the same"),
+        "{log}"
+    );
+    let text = sidecar.metrics().await.expect("/metrics");
+    for line in [
+        "# TYPE ratelimit_service_rate_limit_total_hits counter",
+        "ratelimit_service_rate_limit_total_hits{domain=\"m\",key1=\"tenant\"} 2",
+        "ratelimit_service_rate_limit_within_limit{domain=\"m\",key1=\"tenant\"} 2",
+        "ratelimit_service_rate_limit_limit{domain=\"m\",key1=\"tenant\"} 5",
+        "ratelimit_service_config_load_success 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+    assert!(!text.contains("deep_hits"), "{text}");
+}
+
+/// `--response-deciding-limit`: the limit that decided, named in the
+/// answer's dynamic metadata (docs/operations.md#which-limit-fired), over
+/// its limit and within it, with no other metadata asked for.
+#[tokio::test]
+async fn the_deciding_limit_is_named_in_dynamic_metadata_when_asked() {
+    let dir = tempdir();
+    let sidecar = sidecar_on(
+        dir.path(),
+        "memory",
+        r#"
+domain: m
+descriptors:
+  - key: tenant
+    rate_limit: {name: per-tenant, unit: hour, requests_per_unit: 1}
+  - key: route
+    rate_limit: {name: per-route, unit: minute, requests_per_unit: 100}
+"#,
+        &["--response-deciding-limit"],
+    )
+    .await;
+    let mut client = rls(&sidecar).await;
+    let both = || {
+        vec![
+            descriptor(&[("tenant", "acme")], None),
+            descriptor(&[("route", "api")], None),
+        ]
+    };
+    let field = |s: &envoy_types::pb::google::protobuf::Struct, k: &str| {
+        s.fields.get(k).and_then(|v| v.kind.clone())
+    };
+    let deciding = |answer: &RateLimitResponse| {
+        let metadata = answer.dynamic_metadata.clone().expect("dynamic metadata");
+        assert!(field(&metadata, "descriptors").is_none(), "{metadata:?}");
+        match field(&metadata, "decidingLimit") {
+            Some(Kind::StructValue(deciding)) => deciding,
+            other => panic!("decidingLimit: {other:?}"),
+        }
+    };
+    // Within both: the one with the fewest hits left, as the headers pick.
+    let first = deciding(&ask(&mut client, "m", both()).await);
+    assert_eq!(
+        field(&first, "name"),
+        Some(Kind::StringValue("per-tenant".into()))
+    );
+    assert_eq!(
+        field(&first, "key"),
+        Some(Kind::StringValue("m.tenant".into()))
+    );
+    assert_eq!(field(&first, "overLimit"), Some(Kind::BoolValue(false)));
+    // Over it: the one that refused.
+    let answer = ask(&mut client, "m", both()).await;
+    assert_eq!(answer.overall_code, Code::OverLimit as i32);
+    let second = deciding(&answer);
+    assert_eq!(
+        field(&second, "name"),
+        Some(Kind::StringValue("per-tenant".into()))
+    );
+    assert_eq!(field(&second, "overLimit"), Some(Kind::BoolValue(true)));
+    assert_eq!(
+        field(&second, "requestsPerUnit"),
+        Some(Kind::NumberValue(1.0))
+    );
+    assert_eq!(
+        field(&second, "unit"),
+        Some(Kind::StringValue("HOUR".into()))
+    );
+}
+
 #[tokio::test]
 async fn detailed_metric_and_value_to_metric_shape_the_limit_label() {
     let dir = tempdir();

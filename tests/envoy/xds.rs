@@ -31,6 +31,7 @@ use super::envoy_e2e::{Proc, find_envoy, free_ports, spawn_envoy};
 use crate::support::certs;
 
 mod ai_gateway;
+mod prometheus;
 
 const TYPE: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";
 const READY: Duration = Duration::from_secs(30);
@@ -377,6 +378,17 @@ static_resources:
 /// `charon` as Envoy Gateway starts its rate-limit container: the link
 /// `ratelimit`, Envoy Gateway's environment and nothing else.
 fn start_ratelimit(dir: &Path, tls: &Tls, port: u16, grpc: u16, xds: u16) -> Proc {
+    start_ratelimit_with(dir, tls, [port, grpc, xds], &[])
+}
+
+/// [`start_ratelimit`] with more of Envoy Gateway's variables (those it
+/// sets when Prometheus or tracing is on).
+fn start_ratelimit_with(
+    dir: &Path,
+    tls: &Tls,
+    [port, grpc, xds]: [u16; 3],
+    more: &[(&str, String)],
+) -> Proc {
     let link = dir.join("ratelimit");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_charon"), &link).expect("a link");
     let file = |path: &PathBuf| path.display().to_string();
@@ -408,7 +420,8 @@ fn start_ratelimit(dir: &Path, tls: &Tls, port: u16, grpc: u16, xds: u16) -> Pro
         "ratelimit",
         Command::new(&link)
             .env_clear()
-            .envs(vars.iter().map(|(k, v)| (*k, v.as_str()))),
+            .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .envs(more.iter().map(|(k, v)| (*k, v.as_str()))),
         dir,
     )
 }

@@ -1321,6 +1321,17 @@ async fn every_throttle_series_the_dashboard_queries_is_exported() {
     let _ = child.kill();
     let _ = child.wait();
     assert!(metrics.contains("charon_throttle_requests_total"));
+    // The process's series, as on every metrics endpoint.
+    for name in [
+        "process_resident_memory_bytes ",
+        "process_virtual_memory_bytes ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name} in\n{metrics}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -389,6 +389,22 @@ fn bad_requests_get_clear_answers_and_the_webhook_keeps_serving() {
         assert_eq!(code, 413);
     }
 
+    // Its metrics: the process's series, in the classic text format.
+    let (code, metrics) = webhook
+        .curl("first-ca.pem", &[], "/metrics")
+        .expect("the webhook answers /metrics");
+    assert_eq!(code, 200);
+    for name in [
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_cpu_seconds_total ",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name} in\n{metrics}"
+        );
+    }
+
     // A client that never finishes its handshake does not block the others.
     let stalled = std::net::TcpStream::connect(("127.0.0.1", webhook.port)).expect("connect");
     let (code, _) = webhook.post(Path::new(&format!("{FIXTURES}/opted-in-minimal.json")));

@@ -2,7 +2,8 @@
 //! servers on free ports (`redis`), a sidecar harness that runs
 //! `charon serve` (`sidecar`), the Python tools of the test venv (`venv`),
 //! the generators of the property tests (`properties`), an OTLP collector
-//! that keeps the spans it is sent (`otlp`), TCP proxies that stall or
+//! that keeps the spans it is sent (`otlp`), a real Prometheus scraping
+//! a sidecar and asked through its query API (`prometheus`), TCP proxies that stall or
 //! close on demand (`proxy`), and where the examples' programs are
 //! ([`example_binary`]) with a guard that stops them ([`KilledOnDrop`]).
 //!
@@ -12,6 +13,7 @@
 
 pub mod certs;
 pub mod otlp;
+pub mod prometheus;
 pub mod properties;
 pub mod proxy;
 pub mod redis;

@@ -4,6 +4,7 @@
 
 mod config;
 mod logging;
+mod metrics;
 mod secrets;
 mod serve;
 mod throttle;

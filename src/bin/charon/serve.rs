@@ -75,11 +75,6 @@ pub struct ServeArgs {
     /// asynchronous. A native sidecar needs none (default 0s).
     #[arg(long, env = "CHARON_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_shutdown_delay)]
     pub shutdown_delay: std::time::Duration,
-    /// Also serve /metrics on this address, on a listener of its own
-    /// (envoyproxy/ratelimit's PROMETHEUS_ADDR); it is always on the admin
-    /// port too.
-    #[arg(long, env = "CHARON_METRICS_ADDR")]
-    pub metrics_addr: Option<SocketAddr>,
     /// On the memory store: the file where the configuration API's changes
     /// are kept across restarts (written atomically). Without it they last
     /// as long as the process. On Redis they live in Redis.
@@ -240,6 +235,8 @@ pub struct ServeArgs {
     pub on_overload: charon::server::rls::overload::OnOverload,
     #[command(flatten)]
     pub xds: XdsArgs,
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// Configuration over xDS (docs/envoy-compatibility.md#configuration-over-xds):
@@ -455,7 +452,11 @@ impl ServeArgs {
             grpc_addr: self.grpc_addr,
             admin_addr: self.admin_addr,
             admin_token_file: self.admin_token_file,
-            metrics_addr: self.metrics_addr,
+            metrics: charon::server::metrics::MetricsOptions {
+                upstream: self.metrics.upstream(),
+                addr: self.metrics.metrics_addr,
+                path: self.metrics.metrics_path,
+            },
             shutdown_delay: self.shutdown_delay,
             config_state: self.config_state,
             grpc: charon::server::GrpcOptions {
@@ -511,6 +512,7 @@ impl ServeArgs {
                 rls: RlsOptions {
                     headers,
                     dynamic_metadata: self.response_dynamic_metadata,
+                    deciding_limit: self.metrics.response_deciding_limit,
                     traces: match tracing {
                         true => TraceSampler::new(self.traces.trace_sample_ratio),
                         false => TraceSampler::off(),

@@ -6,6 +6,11 @@
 //! is set but has no Charon equivalent is named in the log at start, once,
 //! never ignored silently; one whose value cannot be honoured stops the
 //! start, naming it.
+//!
+//! One piece: the translation of every upstream variable and the tests of
+//! it against Envoy Gateway's and upstream's environments are read side by
+//! side with upstream's settings; split, a variable would be checked in
+//! two places.
 
 /// `serve`'s arguments, and a note per variable set but not honoured.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -39,11 +44,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "USE_DOG_STATSD",
         "no DogStatsD: Prometheus metrics are on PORT at /metrics",
-    ),
-    ("PROMETHEUS_PATH", "metrics are at /metrics"),
-    (
-        "PROMETHEUS_MAPPER_YAML",
-        "metrics are native Prometheus metrics with labels",
     ),
     (
         "GRPC_MAX_CONNECTION_AGE",
@@ -273,6 +273,8 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         out.args.push("--count-rejected-hits".into());
     }
     // Upstream's default PROMETHEUS_ADDR is :9090; metrics are also on PORT.
+    // Its series, with its names and meaning, beside Charon's own
+    // (docs/envoy-compatibility.md#metrics).
     if on("USE_PROMETHEUS")? {
         let addr = set("PROMETHEUS_ADDR").unwrap_or_else(|| ":9090".into());
         let addr = match addr.strip_prefix(':') {
@@ -286,11 +288,35 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         }
         out.args.push("--metrics-addr".into());
         out.args.push(addr);
-    } else if set("PROMETHEUS_ADDR").is_some() {
-        out.notes.push(
-            "PROMETHEUS_ADDR is set but USE_PROMETHEUS is not true: metrics are on PORT at /metrics"
-                .into(),
-        );
+        if let Some(path) = set("PROMETHEUS_PATH") {
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "PROMETHEUS_PATH={path}: expected a path such as /metrics"
+                ));
+            }
+            out.args.push("--metrics-path".into());
+            out.args.push(path);
+        }
+        out.args.push("--upstream-metrics".into());
+        if let Some(mapper) = set("PROMETHEUS_MAPPER_YAML") {
+            out.args.push("--upstream-metrics-mapper".into());
+            out.args.push(mapper);
+        } else if on("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS")? {
+            out.args.push("--upstream-response-time-ms".into());
+        }
+    } else {
+        for name in [
+            "PROMETHEUS_ADDR",
+            "PROMETHEUS_PATH",
+            "PROMETHEUS_MAPPER_YAML",
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        ] {
+            if set(name).is_some() {
+                out.notes.push(format!(
+                    "{name} is set but USE_PROMETHEUS is not true: Charon's metrics are on PORT at /metrics"
+                ));
+            }
+        }
     }
     if on("TRACING_ENABLED")? {
         out.args.extend(crate::traces::upstream_args(&set)?);
@@ -348,6 +374,7 @@ mod tests {
             ("REDIS_AUTH", "user:p@ss"),
             ("USE_PROMETHEUS", "true"),
             ("PROMETHEUS_ADDR", ":19001"),
+            ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
         ])
         .expect("translated");
         assert_eq!(
@@ -372,6 +399,9 @@ mod tests {
                 "--count-rejected-hits",
                 "--metrics-addr",
                 "0.0.0.0:19001",
+                "--upstream-metrics",
+                "--upstream-metrics-mapper",
+                "/etc/statsd-exporter/conf.yaml",
             ]
         );
         assert_eq!(translated.notes.len(), 3, "{:?}", translated.notes);
@@ -380,6 +410,32 @@ mod tests {
                 .notes
                 .iter()
                 .any(|n| n.starts_with("USE_STATSD is set"))
+        );
+    }
+
+    #[test]
+    fn upstreams_prometheus_variables_become_the_metrics_flags() {
+        let translated = translate(&[
+            ("USE_PROMETHEUS", "true"),
+            ("PROMETHEUS_PATH", "/stats/prometheus"),
+            ("PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "true"),
+        ])
+        .expect("translated");
+        assert!(
+            translated.args.join(" ").ends_with(
+                "--metrics-addr 0.0.0.0:9090 --metrics-path /stats/prometheus --upstream-metrics --upstream-response-time-ms"
+            ),
+            "{:?}",
+            translated.args
+        );
+        let off = translate(&[("PROMETHEUS_MAPPER_YAML", "/etc/m.yaml")]).expect("translated");
+        assert!(!off.args.contains(&"--upstream-metrics".to_owned()));
+        assert!(
+            off.notes
+                .iter()
+                .any(|n| n.starts_with("PROMETHEUS_MAPPER_YAML is set but USE_PROMETHEUS")),
+            "{:?}",
+            off.notes
         );
     }
 

@@ -124,18 +124,28 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         .route("/healthcheck", get(readyz))
         .route(
             "/metrics",
-            get(move |State(admin): State<AdminState>| metrics(admin, sources.clone())),
+            get(
+                move |State(admin): State<AdminState>, headers: axum::http::HeaderMap| {
+                    metrics(admin, sources.clone(), headers)
+                },
+            ),
         )
         .with_state(admin)
         .merge(pages)
 }
 
-/// `/metrics` alone, for a listener of its own (`--metrics-addr`).
-pub fn metrics_router(admin: AdminState, sources: StateSources) -> Router {
+/// The metrics alone at `path`, for a listener of its own
+/// (`--metrics-addr`, `--metrics-path`).
+pub fn metrics_router(admin: AdminState, sources: StateSources, path: &str) -> Router {
+    let path = if path.is_empty() { "/metrics" } else { path };
     Router::new()
         .route(
-            "/metrics",
-            get(move |State(admin): State<AdminState>| metrics(admin, sources.clone())),
+            path,
+            get(
+                move |State(admin): State<AdminState>, headers: axum::http::HeaderMap| {
+                    metrics(admin, sources.clone(), headers)
+                },
+            ),
         )
         .with_state(admin)
 }
@@ -229,7 +239,11 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(state: AdminState, sources: StateSources) -> impl IntoResponse {
+async fn metrics(
+    state: AdminState,
+    sources: StateSources,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
     state.metrics.set_store((state.store_status)());
     state
         .metrics
@@ -237,13 +251,13 @@ async fn metrics(state: AdminState, sources: StateSources) -> impl IntoResponse 
     state
         .metrics
         .set_copy_holds(&state::copy_holds(&sources).await);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok());
+    let config = sources.limiter.config();
+    state.metrics.set_configured_limits(&config);
+    let (content_type, body) = state.metrics.exposition(&config, accept);
+    ([(header::CONTENT_TYPE, content_type)], body)
 }
 
 #[cfg(test)]

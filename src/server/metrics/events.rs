@@ -141,4 +141,26 @@ mod tests {
         assert!(!text.contains("latecomer"));
         assert!(text.contains("charon_domain_series_folded_total 2"));
     }
+
+    #[test]
+    fn limit_labels_past_the_cap_fold_into_overflow() {
+        let metrics = Metrics::new();
+        for n in 0..super::super::MAX_LIMIT_SERIES {
+            let key: std::sync::Arc<str> = std::sync::Arc::from(format!("ns.key_{n}"));
+            metrics.limit_hits("ns", &key, super::super::LimitOutcome::WithinLimit, 1);
+        }
+        let known: std::sync::Arc<str> = std::sync::Arc::from("ns.key_0");
+        let late: std::sync::Arc<str> = std::sync::Arc::from("ns.late");
+        metrics.limit_hits("ns", &known, super::super::LimitOutcome::OverLimit, 2);
+        metrics.limit_hits("ns", &late, super::super::LimitOutcome::WithinLimit, 3);
+        let text = metrics.encode();
+        assert!(text.contains(
+            "charon_limit_hits_total{namespace=\"ns\",limit=\"ns.key_0\",outcome=\"over_limit\"} 2"
+        ));
+        assert!(text.contains(
+            "charon_limit_hits_total{namespace=\"ns\",limit=\"overflow\",outcome=\"within_limit\"} 3"
+        ));
+        assert!(!text.contains("ns.late"));
+        assert!(text.contains("charon_limit_series_folded_total 1"));
+    }
 }

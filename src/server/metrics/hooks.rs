@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::store::open::StoreStatus;
+
 use super::*;
 
 impl Metrics {
@@ -27,6 +29,60 @@ impl Metrics {
                 .get_or_create(&CopyLogEventLabels { event })
                 .inc_by(count);
         })
+    }
+
+    pub fn set_store(&self, status: StoreStatus) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let stats = status.memory;
+        self.store_keys.set(gauge(stats.keys as u64));
+        self.store_max_keys.set(gauge(stats.max_keys as u64));
+        self.store_unrecorded.set(gauge(stats.unrecorded));
+        // Without Redis the memory store is the store, always reachable.
+        let redis = status.redis.unwrap_or_default();
+        self.store_reachable
+            .set(i64::from(status.redis.is_none() || redis.reachable));
+        // Totals kept by the store, copied at each scrape.
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        self.store_degraded.inner().store(redis.degraded, ordering);
+        self.store_errors.inner().store(redis.errors, ordering);
+        self.store_outages.inner().store(redis.opened, ordering);
+    }
+
+    /// Replaces the gauge of configured limits with `config`'s: each
+    /// fixed-window limit's requests per unit, by namespace and statistics
+    /// key, at most as many as the per-limit series keep.
+    pub fn set_configured_limits(&self, config: &crate::config::Config) {
+        self.configured_limits.clear();
+        let mut room = MAX_LIMIT_SERIES;
+        for namespace in config.namespaces() {
+            let (level, name) = (&namespace.descriptors, namespace.name.as_str());
+            self.configured_level(level, name, name, &mut room);
+        }
+    }
+
+    fn configured_level(
+        &self,
+        level: &crate::config::Level,
+        namespace: &str,
+        prefix: &str,
+        room: &mut usize,
+    ) {
+        for node in level.nodes() {
+            let key = format!("{prefix}.{}", node.written);
+            if let crate::config::Leaf::Limit(limit) = &node.leaf
+                && *room > 0
+            {
+                *room -= 1;
+                self.configured_limits
+                    .get_or_create(&ConfiguredLimitLabels {
+                        namespace: namespace.to_owned(),
+                        limit: SharedLabel(Arc::from(key.as_str())),
+                        unit: unit_label(limit.unit),
+                    })
+                    .set(i64::try_from(limit.requests_per_unit).unwrap_or(i64::MAX));
+            }
+            self.configured_level(&node.children, namespace, &key, room);
+        }
     }
 
     /// Each global limit's share on this server, read at each scrape.
@@ -145,5 +201,18 @@ impl crate::service::Observer for Metrics {
                     .label(resource, &self.unconfigured_folds),
             })
             .inc_by(hits);
+    }
+}
+
+fn unit_label(unit: crate::config::Unit) -> &'static str {
+    use crate::config::Unit;
+    match unit {
+        Unit::Second => "second",
+        Unit::Minute => "minute",
+        Unit::Hour => "hour",
+        Unit::Day => "day",
+        Unit::Week => "week",
+        Unit::Month => "month",
+        Unit::Year => "year",
     }
 }

@@ -194,3 +194,12 @@ pub struct QuotaLabels {
 pub struct PolicyLabels {
     pub policy: &'static str,
 }
+
+/// A configured limit: its namespace, statistics key and unit.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfiguredLimitLabels {
+    pub namespace: String,
+    pub limit: SharedLabel,
+    /// `second`, `minute`, `hour`, `day`, `week`, `month` or `year`.
+    pub unit: &'static str,
+}

@@ -4,11 +4,15 @@
 //! stop at a cap of distinct values and fold into `overflow` past it.
 
 mod events;
+pub mod exposition;
 mod hooks;
 mod labels;
+pub mod process;
 mod series_cap;
+pub mod upstream;
 
 pub use self::events::MAX_DOMAIN_SERIES;
+pub use self::exposition::MetricsOptions;
 pub use self::labels::*;
 
 use self::events::DomainView;
@@ -22,8 +26,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use crate::store::open::StoreStatus;
 
 /// Every metric the sidecar exports.
 pub struct Metrics {
@@ -51,6 +53,8 @@ pub struct Metrics {
     /// The unconfigured resources counted so far.
     unconfigured_keys: SeriesCap,
     unconfigured_folds: Counter,
+    /// Each configured limit's requests per unit (set at each scrape).
+    configured_limits: Family<ConfiguredLimitLabels, Gauge>,
     copy_operations: Family<CopyOperationLabels, Counter>,
     copy_serving: Gauge,
     copies_held: Family<CopyResourceLabels, Gauge>,
@@ -67,6 +71,10 @@ pub struct Metrics {
     decision_log: Arc<crate::server::decision_log::DecisionLog>,
     /// The Charon API's operations per domain, capped.
     domains: DomainView,
+    /// The `process_*` series, under no prefix.
+    process: Registry,
+    /// envoyproxy/ratelimit's series, when asked for (`--upstream-metrics`).
+    upstream: Option<upstream::UpstreamMetrics>,
 }
 
 /// Distinct limit keys the per-limit metrics keep before folding new ones
@@ -89,6 +97,29 @@ impl Metrics {
 
     /// Metrics, and the decision log every face writes to.
     pub fn with_decision_log(options: crate::server::decision_log::DecisionLogOptions) -> Self {
+        Self::build(options, &MetricsOptions::default())
+    }
+
+    /// Metrics with the decision log every face writes to and, if asked
+    /// for, envoyproxy/ratelimit's series (what their mapper file changes
+    /// and Charon does not follow, logged), shared by the faces.
+    pub fn serving(
+        options: crate::server::decision_log::DecisionLogOptions,
+        served: &MetricsOptions,
+    ) -> Arc<Self> {
+        Arc::new(Self::build(options, served))
+    }
+
+    fn build(
+        options: crate::server::decision_log::DecisionLogOptions,
+        served: &MetricsOptions,
+    ) -> Self {
+        let upstream = served.upstream.as_ref();
+        for note in upstream.iter().flat_map(|mapper| &mapper.notes) {
+            tracing::warn!("PROMETHEUS_MAPPER_YAML: {note}");
+        }
+        let mut process = Registry::default();
+        process::register(&mut process);
         let mut registry = Registry::with_prefix("charon");
         let domains = DomainView::register(&mut registry);
         let decisions = Family::<DecisionLabels, Counter>::default();
@@ -184,6 +215,12 @@ impl Metrics {
         );
         let sessions = Gauge::default();
         registry.register("sessions", "Open Charon API sessions", sessions.clone());
+        let configured_limits = Family::<ConfiguredLimitLabels, Gauge>::default();
+        registry.register(
+            "limit_requests_per_unit",
+            "The requests per unit of each configured envoyproxy/ratelimit-style limit, by its statistics key (limit) and unit; past the cap of limit keys, not shown",
+            configured_limits.clone(),
+        );
         let copy_operations = Family::<CopyOperationLabels, Counter>::default();
         registry.register(
             "session_operations",
@@ -279,6 +316,8 @@ impl Metrics {
         );
         Self {
             registry,
+            process,
+            upstream: upstream.map(upstream::UpstreamMetrics::new),
             decision_log: Arc::new(crate::server::decision_log::DecisionLog::new(options)),
             domains,
             soft_limit_warnings,
@@ -290,6 +329,7 @@ impl Metrics {
             unconfigured_hits,
             unconfigured_keys: SeriesCap::new(MAX_UNCONFIGURED_SERIES),
             unconfigured_folds,
+            configured_limits,
             sessions,
             copy_operations,
             copy_serving,
@@ -329,28 +369,14 @@ impl Metrics {
 
     pub fn reload(&self, result: ReloadResult) {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+        if let Some(upstream) = &self.upstream {
+            upstream.config_load(result == ReloadResult::Ok);
+        }
     }
 
     pub fn set_namespaces(&self, count: usize) {
         self.namespaces
             .set(i64::try_from(count).unwrap_or(i64::MAX));
-    }
-
-    pub fn set_store(&self, status: StoreStatus) {
-        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let stats = status.memory;
-        self.store_keys.set(gauge(stats.keys as u64));
-        self.store_max_keys.set(gauge(stats.max_keys as u64));
-        self.store_unrecorded.set(gauge(stats.unrecorded));
-        // Without Redis the memory store is the store, always reachable.
-        let redis = status.redis.unwrap_or_default();
-        self.store_reachable
-            .set(i64::from(status.redis.is_none() || redis.reachable));
-        // Totals kept by the store, copied at each scrape.
-        let ordering = std::sync::atomic::Ordering::Relaxed;
-        self.store_degraded.inner().store(redis.degraded, ordering);
-        self.store_errors.inner().store(redis.errors, ordering);
-        self.store_outages.inner().store(redis.opened, ordering);
     }
 
     pub fn soft_limit_warning(&self, namespace: &str) {
@@ -447,32 +473,5 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limit_labels_past_the_cap_fold_into_overflow() {
-        let metrics = Metrics::new();
-        for n in 0..MAX_LIMIT_SERIES {
-            let key: Arc<str> = Arc::from(format!("ns.key_{n}"));
-            metrics.limit_hits("ns", &key, LimitOutcome::WithinLimit, 1);
-        }
-        let known: Arc<str> = Arc::from("ns.key_0");
-        let late: Arc<str> = Arc::from("ns.late");
-        metrics.limit_hits("ns", &known, LimitOutcome::OverLimit, 2);
-        metrics.limit_hits("ns", &late, LimitOutcome::WithinLimit, 3);
-        let text = metrics.encode();
-        assert!(text.contains(
-            "charon_limit_hits_total{namespace=\"ns\",limit=\"ns.key_0\",outcome=\"over_limit\"} 2"
-        ));
-        assert!(text.contains(
-            "charon_limit_hits_total{namespace=\"ns\",limit=\"overflow\",outcome=\"within_limit\"} 3"
-        ));
-        assert!(!text.contains("ns.late"));
-        assert!(text.contains("charon_limit_series_folded_total 1"));
     }
 }

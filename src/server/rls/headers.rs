@@ -30,7 +30,7 @@ pub(super) fn header(key: &str, value: String) -> HeaderValue {
 /// The status the headers describe, as envoyproxy/ratelimit picks it: the
 /// last descriptor over its limit that is not a quota descriptor; otherwise
 /// the limited one with the fewest hits left (the first on ties).
-fn deciding(answer: &RateLimitAnswer) -> Option<&DescriptorStatus> {
+pub(super) fn deciding(answer: &RateLimitAnswer) -> Option<&DescriptorStatus> {
     let limited = || answer.statuses.iter().filter(|s| s.limit.is_some());
     limited().rfind(|s| s.over_limit && !s.quota).or_else(|| {
         limited().fold(None, |best: Option<&DescriptorStatus>, s| match best {
@@ -119,6 +119,7 @@ mod tests {
             shadowed: false,
             refund: false,
             unreturned: 0,
+            before: 0,
             stats_key: None,
         }
     }

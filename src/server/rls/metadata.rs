@@ -3,7 +3,11 @@
 //! matched a limit and is not over it, merged, so that Envoy's later filters
 //! and access logs can read what applied. The shape is upstream's:
 //! `{domain, descriptors: [{entries: ["k=v"], hitsAddend?, limit?}],
-//! hitsAddend?, metadata?}`.
+//! hitsAddend?, metadata?}`. With `--response-deciding-limit`, Charon adds
+//! `decidingLimit`: the limit the answer's headers describe (the one over,
+//! else the one with the fewest hits left), by name, statistics key,
+//! requests per unit and unit, so that Envoy's access log can say which
+//! limit fired (docs/operations.md#which-limit-fired).
 
 use std::collections::HashMap;
 
@@ -82,6 +86,32 @@ impl Echo {
         }
         Struct { fields }
     }
+}
+
+/// `decidingLimit`: the limit that decided `answer`, if any was matched.
+pub(super) fn deciding_limit(answer: &RateLimitAnswer) -> Option<Value> {
+    let status = super::headers::deciding(answer)?;
+    let limit = status.limit.as_ref()?;
+    let mut fields = HashMap::new();
+    if let Some(name) = &limit.name {
+        fields.insert("name".to_owned(), string(name.clone()));
+    }
+    if let Some(key) = &status.stats_key {
+        fields.insert("key".to_owned(), string(key.to_string()));
+    }
+    fields.insert(
+        "requestsPerUnit".to_owned(),
+        number(limit.requests_per_unit as f64),
+    );
+    fields.insert("unit".to_owned(), string(limit.unit.as_upper().to_owned()));
+    fields.insert(
+        "overLimit".to_owned(),
+        Value {
+            kind: Some(Kind::BoolValue(status.over_limit)),
+        },
+    );
+    fields.insert("remaining".to_owned(), number(status.remaining as f64));
+    Some(structure(fields))
 }
 
 /// Adds `later`'s keys that `into` lacks; two maps under one key merge the

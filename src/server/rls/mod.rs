@@ -27,6 +27,7 @@ use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
 use self::overload::{Admission, OnOverload};
+use super::metrics::upstream::{ErrorType, UpstreamMetrics};
 use super::metrics::{Decision, LimitOutcome, Metrics};
 use crate::server::decision_log::{self, DecisionLog};
 
@@ -39,6 +40,9 @@ pub struct RlsOptions {
     pub headers: ResponseHeaders,
     /// Fill `dynamic_metadata` (upstream `RESPONSE_DYNAMIC_METADATA`).
     pub dynamic_metadata: bool,
+    /// Name the deciding limit in `dynamic_metadata`
+    /// (`--response-deciding-limit`).
+    pub deciding_limit: bool,
     /// Which requests get a span (`--otlp-endpoint`).
     pub traces: super::trace::TraceSampler,
     /// Which decisions are logged (`--decision-log-sample`): the server
@@ -126,6 +130,23 @@ impl<S: Store> RateLimitService for RlsService<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        // upstream's server interceptor times every call, answered or not;
+        // without its series, no clock is read here.
+        let Some(upstream) = self.metrics.upstream() else {
+            return self.answer(request).await;
+        };
+        let started = Instant::now();
+        let answer = self.answer(request).await;
+        upstream.request(started.elapsed());
+        answer
+    }
+}
+
+impl<S: Store> RlsService<S> {
+    async fn answer(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
         let (metadata, _, request) = request.into_parts();
         let Some(_permit) = self.admission.enter() else {
             return Ok(Response::new(self.overloaded(&request)));
@@ -174,6 +195,9 @@ impl<S: Store> RlsService<S> {
             Err(message) => {
                 self.metrics
                     .decision(error_label(), Decision::InvalidArgument, started.elapsed());
+                if let Some(upstream) = self.metrics.upstream() {
+                    upstream.error(ErrorType::Service);
+                }
                 return Err(Status::invalid_argument(message));
             }
         };
@@ -198,11 +222,22 @@ impl<S: Store> RlsService<S> {
                 if answer.namespace_known {
                     count_limits(&self.metrics, label, &answer);
                 }
+                if let Some(upstream) = self.metrics.upstream() {
+                    count_upstream(upstream, &answer);
+                }
                 if let Some(logged) = logged {
                     self.decision_log.record(logged, label, &answer);
                 }
                 self.metrics.decision(label, result, started.elapsed());
-                let dynamic_metadata = echo.map(|echo| echo.into_struct(&answer));
+                let mut dynamic_metadata = echo.map(|echo| echo.into_struct(&answer));
+                if self.options.deciding_limit
+                    && let Some(deciding) = metadata::deciding_limit(&answer)
+                {
+                    dynamic_metadata
+                        .get_or_insert_with(Default::default)
+                        .fields
+                        .insert("decidingLimit".to_owned(), deciding);
+                }
                 let mut response = wire::to_wire(answer, &self.options.headers);
                 response.dynamic_metadata = dynamic_metadata;
                 Ok(response)
@@ -210,11 +245,17 @@ impl<S: Store> RlsService<S> {
             Err(LimitError::InvalidArgument(message)) => {
                 self.metrics
                     .decision(error_label(), Decision::InvalidArgument, started.elapsed());
+                if let Some(upstream) = self.metrics.upstream() {
+                    upstream.error(ErrorType::Service);
+                }
                 Err(Status::invalid_argument(message))
             }
             Err(LimitError::Store(error)) => {
                 self.metrics
                     .decision(error_label(), Decision::StoreError, started.elapsed());
+                if let Some(upstream) = self.metrics.upstream() {
+                    upstream.error(ErrorType::Redis);
+                }
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }
@@ -295,5 +336,32 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
         if near {
             metrics.limit_hits(namespace, key, LimitOutcome::NearLimit, hits);
         }
+    }
+}
+
+/// envoyproxy/ratelimit's per-limit statistics of an answer
+/// (docs/envoy-compatibility.md#metrics): each descriptor with a limit,
+/// its hits split at the near-limit threshold and the limit from its count
+/// before them; a refund or a check of no hits adds nothing.
+fn count_upstream(upstream: &UpstreamMetrics, answer: &crate::limiter::RateLimitAnswer) {
+    if answer.shadowed {
+        upstream.global_shadow();
+    }
+    for status in &answer.statuses {
+        let (Some(key), Some(limit)) = (&status.stats_key, &status.limit) else {
+            continue;
+        };
+        if status.refund {
+            continue;
+        }
+        let over = status.over_limit || status.shadowed;
+        let split = super::metrics::upstream::split(
+            limit.requests_per_unit,
+            status.before,
+            status.hits,
+            over,
+            status.shadowed,
+        );
+        upstream.count(key, split);
     }
 }

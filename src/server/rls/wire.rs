@@ -150,6 +150,7 @@ mod tests {
             shadowed: false,
             refund: false,
             unreturned: 0,
+            before: 0,
             stats_key: None,
         }
     }
