@@ -484,6 +484,16 @@ async fn another_mapper_is_read_and_what_it_changes_is_logged() {
         vec![descriptor(&[("tenant", "a")], Some(2))],
     )
     .await;
+    // A refund counts as upstream's PR #1140 counts it, and nowhere else.
+    ask(
+        &mut client,
+        "m",
+        vec![RateLimitDescriptor {
+            is_negative_hits: true,
+            ..descriptor(&[("tenant", "a")], Some(1))
+        }],
+    )
+    .await;
     let log = sidecar.log();
     assert!(
         log.contains("\"deep_hits\" is not upstream's: not followed"),
@@ -498,6 +508,7 @@ async fn another_mapper_is_read_and_what_it_changes_is_logged() {
         "# TYPE ratelimit_service_rate_limit_total_hits counter",
         "ratelimit_service_rate_limit_total_hits{domain=\"m\",key1=\"tenant\"} 2",
         "ratelimit_service_rate_limit_within_limit{domain=\"m\",key1=\"tenant\"} 2",
+        "ratelimit_service_rate_limit_total_negative_hits{domain=\"m\",key1=\"tenant\"} 1",
         "ratelimit_service_rate_limit_limit{domain=\"m\",key1=\"tenant\"} 5",
         "ratelimit_service_config_load_success 1",
     ] {

@@ -342,7 +342,7 @@ fn count_limits(metrics: &Metrics, namespace: &str, answer: &crate::limiter::Rat
 /// envoyproxy/ratelimit's per-limit statistics of an answer
 /// (docs/envoy-compatibility.md#metrics): each descriptor with a limit,
 /// its hits split at the near-limit threshold and the limit from its count
-/// before them; a refund or a check of no hits adds nothing.
+/// before them; a refund adds its hits to `total_negative_hits` alone.
 fn count_upstream(upstream: &UpstreamMetrics, answer: &crate::limiter::RateLimitAnswer) {
     if answer.shadowed {
         upstream.global_shadow();
@@ -352,6 +352,11 @@ fn count_upstream(upstream: &UpstreamMetrics, answer: &crate::limiter::RateLimit
             continue;
         };
         if status.refund {
+            let split = super::metrics::upstream::Split {
+                total_negative_hits: status.hits,
+                ..Default::default()
+            };
+            upstream.count(key, split);
             continue;
         }
         let over = status.over_limit || status.shadowed;

@@ -1,7 +1,8 @@
 //! envoyproxy/ratelimit's Prometheus series, with its names, labels and
 //! meaning (docs/envoy-compatibility.md#metrics), beside Charon's own:
 //! `ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
-//! within_limit,shadow_mode}{domain,key1,key2}` per limit, the service's
+//! within_limit,shadow_mode}{domain,key1,key2}` per limit (and
+//! `total_negative_hits` for refunds, as upstream's PR #1140), the service's
 //! `total_requests`, `response_time_seconds`, `should_rate_limit_error`,
 //! `config_load_{success,error}` and `global_shadow_mode`, and the gauge
 //! of each configured limit, `ratelimit_service_rate_limit_limit`.
@@ -41,19 +42,20 @@ const BUCKETS: [f64; 11] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// The five counters of one label set, in the order of [`STATS`].
+/// The counters of one label set, in the order of [`STATS`].
 #[derive(Default)]
 struct LimitStats {
-    counts: [AtomicU64; 5],
+    counts: [AtomicU64; STATS.len()],
 }
 
 /// The per-limit families, in [`LimitStats::counts`] order.
-const STATS: [&str; 5] = [
+const STATS: [&str; 6] = [
     "total_hits",
     "over_limit",
     "near_limit",
     "within_limit",
     "shadow_mode",
+    "total_negative_hits",
 ];
 
 impl LimitStats {
@@ -64,6 +66,7 @@ impl LimitStats {
             split.near_limit,
             split.within_limit,
             split.shadow_mode,
+            split.total_negative_hits,
         ];
         for (count, value) in self.counts.iter().zip(values) {
             if value > 0 {

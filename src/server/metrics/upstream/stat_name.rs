@@ -86,6 +86,9 @@ pub struct Split {
     pub near_limit: u64,
     pub within_limit: u64,
     pub shadow_mode: u64,
+    /// Hits given back (Envoy's `is_negative_hits`), as upstream's PR
+    /// #1140 counts them; nothing else of a refund counts.
+    pub total_negative_hits: u64,
 }
 
 /// upstream's near-limit threshold: `floor(limit × 0.8)`, in the float32
@@ -256,6 +259,7 @@ mod tests {
                     near_limit: n,
                     within_limit: w,
                     shadow_mode: s,
+                    total_negative_hits: 0,
                 },
                 "limit {limit}, {before} before, {hits} hits"
             );

@@ -121,3 +121,25 @@ fn keys_past_the_ones_remembered_still_count_in_their_series() {
     )));
     assert!(text.contains("charon_upstream_series_folded_total 0"));
 }
+
+#[test]
+fn a_refund_counts_its_hits_as_negative_and_nothing_else() {
+    let metrics = UpstreamMetrics::new(&Mapper::default_with(false));
+    let limit = key("gw.route_route");
+    metrics.count(&limit, split(10, 0, 4, false, false));
+    metrics.count(
+        &limit,
+        Split {
+            total_negative_hits: 3,
+            ..Split::default()
+        },
+    );
+    let text = encoded(&metrics, false);
+    for line in [
+        "ratelimit_service_rate_limit_total_hits{domain=\"gw\",key1=\"route_route\"} 4",
+        "ratelimit_service_rate_limit_within_limit{domain=\"gw\",key1=\"route_route\"} 4",
+        "ratelimit_service_rate_limit_total_negative_hits{domain=\"gw\",key1=\"route_route\"} 3",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
+}
