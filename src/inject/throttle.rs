@@ -12,7 +12,8 @@ pub const THROTTLE: &str = "charon.io/throttle";
 pub const THROTTLE_SIDECAR: &str = "charon-throttle";
 /// Where the throttling sidecar listens, for the pod's traffic.
 pub const THROTTLE_PORT: u16 = 8090;
-/// Its admin port: `/ready`, `/healthz`, `/stats`, `/metrics`.
+/// Its admin port: `/readyz` (and its alias `/ready`), `/healthz`,
+/// `/stats`, `/metrics`.
 pub const THROTTLE_ADMIN_PORT: u16 = 9103;
 
 /// The app port an annotation names, or why it names none.
@@ -44,7 +45,7 @@ pub fn throttle_sidecar(image: &str, app_port: u16) -> Value {
         ],
         "startupProbe": {"httpGet": {"path": "/healthz", "port": "throttle-admin"}, "periodSeconds": 1, "failureThreshold": 30},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "throttle-admin"}, "periodSeconds": 10, "failureThreshold": 3},
-        "readinessProbe": {"httpGet": {"path": "/ready", "port": "throttle-admin"}, "periodSeconds": 5, "failureThreshold": 2},
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "throttle-admin"}, "periodSeconds": 5, "failureThreshold": 2},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
         "securityContext": {
             "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
@@ -64,5 +65,11 @@ mod tests {
         for bad in ["0", "65536", "", "http", "-1", "8090", "9103", "８０"] {
             assert!(app_port(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_sidecar_is_probed_where_every_program_answers_readiness() {
+        let sidecar = throttle_sidecar("charon:test", 8080);
+        assert_eq!(sidecar["readinessProbe"]["httpGet"]["path"], "/readyz");
     }
 }

@@ -1,5 +1,6 @@
-//! The throttling sidecar's admin port: `/ready` (200 while it serves, 503
-//! once it drains: the kubelet's readiness probe), `/healthz`, `/stats`
+//! The throttling sidecar's admin port: `/readyz` (200 while it serves, 503
+//! once it drains: the kubelet's readiness probe; `/ready` is its alias),
+//! `/healthz`, `/stats`
 //! (JSON) and `/metrics` (Prometheus text, classic unless OpenMetrics is
 //! asked for), the protections against hostile clients among them
 //! (`charon_throttle_protection_total`), and the process's series.
@@ -102,6 +103,9 @@ impl Proxy {
         crate::server::metrics::process::register(&mut registry);
         let registry = std::sync::Arc::new(registry);
         Router::new()
+            // `/readyz`, as `charon serve` names it; `/ready` for the pods
+            // deployed before the two programs agreed on one name.
+            .route("/readyz", get(ready))
             .route("/ready", get(ready))
             .route("/healthz", get(|| async { "ok" }))
             .route("/stats", get(stats))

@@ -149,7 +149,7 @@ impl Throttle {
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(reply) = reqwest::get(throttle.admin_url("/ready")).await
+            if let Ok(reply) = reqwest::get(throttle.admin_url("/readyz")).await
                 && reply.status() == 200
             {
                 return throttle;
@@ -599,9 +599,16 @@ async fn sigterm_lets_the_requests_in_flight_finish() {
     // While it drains, it says so to the readiness probe.
     let draining = tokio::time::timeout(Duration::from_secs(5), async {
         loop {
-            if let Ok(reply) = reqwest::get(throttle.admin_url("/ready")).await
-                && reply.status() == 503
-            {
+            let mut unready = 0;
+            // `/readyz`, and `/ready`, its alias for pods deployed before.
+            for path in ["/readyz", "/ready"] {
+                if let Ok(reply) = reqwest::get(throttle.admin_url(path)).await
+                    && reply.status() == 503
+                {
+                    unready += 1;
+                }
+            }
+            if unready == 2 {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -64,7 +64,8 @@ pub struct ThrottleArgs {
     /// it is not limited.
     #[arg(long, requires = "config")]
     domain_header: Option<http::HeaderName>,
-    /// Where `/ready`, `/healthz`, `/stats` and `/metrics` are served.
+    /// Where `/readyz` (alias `/ready`), `/healthz`, `/stats` and `/metrics`
+    /// are served.
     #[arg(long, default_value = "127.0.0.1:9103")]
     admin_addr: SocketAddr,
     #[command(flatten)]
