@@ -171,6 +171,17 @@ impl Level {
         })
     }
 
+    /// Every node at and under this level, each with its statistics key
+    /// (`prefix.key_value…`, as envoyproxy/ratelimit names a limit), in no
+    /// set order.
+    pub fn each_node(&self, prefix: &str, visit: &mut dyn FnMut(&str, &Node)) {
+        for node in self.nodes() {
+            let key = format!("{prefix}.{}", node.written);
+            visit(&key, node);
+            node.children.each_node(&key, visit);
+        }
+    }
+
     /// Adds `other`'s descriptors to this level (files of one domain merged):
     /// the composite key (`key` or `key_value`) of the first descriptor both
     /// define, if any, and then nothing is added.
@@ -308,6 +319,19 @@ impl Unit {
         .into_iter()
         .find(|unit| unit.millis() >= ms)
         .unwrap_or(Unit::Year)
+    }
+
+    /// The name as the YAML spells it (`minute`).
+    pub fn as_lower(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
     }
 
     /// The name as Envoy's enum spells it (`MINUTE`).

@@ -65,11 +65,9 @@ pub fn router(template: SidecarTemplate) -> Router {
 async fn metrics(headers: axum::http::HeaderMap) -> Response {
     let mut registry = prometheus_client::registry::Registry::default();
     crate::server::metrics::process::register(&mut registry);
-    let accept = headers
-        .get(axum::http::header::ACCEPT)
-        .and_then(|value| value.to_str().ok());
+    use crate::server::metrics::exposition;
     let (content_type, text) =
-        crate::server::metrics::exposition::render(&[&registry], accept, |_, _| {});
+        exposition::render(&[&registry], exposition::accept(&headers), |_, _| {});
     ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
 }
 

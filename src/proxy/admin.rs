@@ -115,9 +115,7 @@ impl Proxy {
                 get(move |headers: axum::http::HeaderMap| {
                     let registry = registry.clone();
                     async move {
-                        let accept = headers
-                            .get(header::ACCEPT)
-                            .and_then(|value| value.to_str().ok());
+                        let accept = exposition::accept(&headers);
                         let (content_type, text) =
                             exposition::render(&[&registry], accept, |_, _| {});
                         ([(header::CONTENT_TYPE, content_type)], text)

@@ -251,11 +251,9 @@ async fn metrics(
     state
         .metrics
         .set_copy_holds(&state::copy_holds(&sources).await);
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|value| value.to_str().ok());
     let config = sources.limiter.config();
     state.metrics.set_configured_limits(&config);
+    let accept = super::metrics::exposition::accept(&headers);
     let (content_type, body) = state.metrics.exposition(&config, accept);
     ([(header::CONTENT_TYPE, content_type)], body)
 }

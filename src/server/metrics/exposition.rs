@@ -59,6 +59,13 @@ pub const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// OpenMetrics' content type.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// A scrape's `Accept` header, what [`render`] chooses the format by.
+pub fn accept(headers: &http::HeaderMap) -> Option<&str> {
+    headers
+        .get(http::header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+}
+
 /// Whether `accept` (the request's header, if any) ranks OpenMetrics above
 /// the classic text format.
 pub fn wants_openmetrics(accept: Option<&str>) -> bool {

@@ -55,33 +55,22 @@ impl Metrics {
         self.configured_limits.clear();
         let mut room = MAX_LIMIT_SERIES;
         for namespace in config.namespaces() {
-            let (level, name) = (&namespace.descriptors, namespace.name.as_str());
-            self.configured_level(level, name, name, &mut room);
-        }
-    }
-
-    fn configured_level(
-        &self,
-        level: &crate::config::Level,
-        namespace: &str,
-        prefix: &str,
-        room: &mut usize,
-    ) {
-        for node in level.nodes() {
-            let key = format!("{prefix}.{}", node.written);
-            if let crate::config::Leaf::Limit(limit) = &node.leaf
-                && *room > 0
-            {
-                *room -= 1;
-                self.configured_limits
-                    .get_or_create(&ConfiguredLimitLabels {
-                        namespace: namespace.to_owned(),
-                        limit: SharedLabel(Arc::from(key.as_str())),
-                        unit: unit_label(limit.unit),
-                    })
-                    .set(i64::try_from(limit.requests_per_unit).unwrap_or(i64::MAX));
-            }
-            self.configured_level(&node.children, namespace, &key, room);
+            namespace
+                .descriptors
+                .each_node(&namespace.name, &mut |key, node| {
+                    if let crate::config::Leaf::Limit(limit) = &node.leaf
+                        && room > 0
+                    {
+                        room -= 1;
+                        self.configured_limits
+                            .get_or_create(&ConfiguredLimitLabels {
+                                namespace: namespace.name.clone(),
+                                limit: SharedLabel(Arc::from(key)),
+                                unit: limit.unit.as_lower(),
+                            })
+                            .set(i64::try_from(limit.requests_per_unit).unwrap_or(i64::MAX));
+                    }
+                });
         }
     }
 
@@ -201,18 +190,5 @@ impl crate::service::Observer for Metrics {
                     .label(resource, &self.unconfigured_folds),
             })
             .inc_by(hits);
-    }
-}
-
-fn unit_label(unit: crate::config::Unit) -> &'static str {
-    use crate::config::Unit;
-    match unit {
-        Unit::Second => "second",
-        Unit::Minute => "minute",
-        Unit::Hour => "hour",
-        Unit::Day => "day",
-        Unit::Week => "week",
-        Unit::Month => "month",
-        Unit::Year => "year",
     }
 }

@@ -357,7 +357,16 @@ impl Metrics {
         }
     }
 
+    /// One `ShouldRateLimit` answered: counted, timed, and, with upstream's
+    /// series, an error counted as upstream's `should_rate_limit_error`.
     pub fn decision(&self, namespace: &str, result: Decision, elapsed: Duration) {
+        if let Some(upstream) = &self.upstream {
+            match result {
+                Decision::InvalidArgument => upstream.error(upstream::ErrorType::Service),
+                Decision::StoreError => upstream.error(upstream::ErrorType::Redis),
+                Decision::Ok | Decision::OverLimit => {}
+            }
+        }
         self.decisions
             .get_or_create(&DecisionLabels {
                 namespace: namespace.to_owned(),

@@ -27,7 +27,7 @@ use crate::limiter::{LimitError, Limiter};
 use crate::store::Store;
 
 use self::overload::{Admission, OnOverload};
-use super::metrics::upstream::{ErrorType, UpstreamMetrics};
+use super::metrics::upstream::UpstreamMetrics;
 use super::metrics::{Decision, LimitOutcome, Metrics};
 use crate::server::decision_log::{self, DecisionLog};
 
@@ -195,9 +195,6 @@ impl<S: Store> RlsService<S> {
             Err(message) => {
                 self.metrics
                     .decision(error_label(), Decision::InvalidArgument, started.elapsed());
-                if let Some(upstream) = self.metrics.upstream() {
-                    upstream.error(ErrorType::Service);
-                }
                 return Err(Status::invalid_argument(message));
             }
         };
@@ -245,17 +242,11 @@ impl<S: Store> RlsService<S> {
             Err(LimitError::InvalidArgument(message)) => {
                 self.metrics
                     .decision(error_label(), Decision::InvalidArgument, started.elapsed());
-                if let Some(upstream) = self.metrics.upstream() {
-                    upstream.error(ErrorType::Service);
-                }
                 Err(Status::invalid_argument(message))
             }
             Err(LimitError::Store(error)) => {
                 self.metrics
                     .decision(error_label(), Decision::StoreError, started.elapsed());
-                if let Some(upstream) = self.metrics.upstream() {
-                    upstream.error(ErrorType::Redis);
-                }
                 tracing::warn!(%error, "store error");
                 Err(Status::unavailable(error.to_string()))
             }

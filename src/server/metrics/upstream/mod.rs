@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::config::{Config, Leaf, Level};
+use crate::config::{Config, Leaf};
 
 /// Distinct `{domain, key1, key2}` sets counted before new ones fold into
 /// the overflow series (as `MAX_LIMIT_SERIES` caps Charon's own).
@@ -391,23 +391,19 @@ fn escape(value: &str) -> String {
 pub fn configured_limits(config: &Config) -> BTreeMap<StatLabels, u64> {
     let mut limits = BTreeMap::new();
     for namespace in config.namespaces() {
-        walk(&namespace.descriptors, &namespace.name, &mut limits);
+        namespace
+            .descriptors
+            .each_node(&namespace.name, &mut |key, node| {
+                if let Leaf::Limit(limit) = &node.leaf
+                    && let Some(labels) = StatLabels::of(key)
+                    && (limits.len() < MAX_UPSTREAM_SERIES || limits.contains_key(&labels))
+                {
+                    let value = limits.entry(labels).or_insert(u64::MAX);
+                    *value = (*value).min(limit.requests_per_unit);
+                }
+            });
     }
     limits
-}
-
-fn walk(level: &Level, prefix: &str, limits: &mut BTreeMap<StatLabels, u64>) {
-    for node in level.nodes() {
-        let key = format!("{prefix}.{}", node.written);
-        if let Leaf::Limit(limit) = &node.leaf
-            && let Some(labels) = StatLabels::of(&key)
-            && (limits.len() < MAX_UPSTREAM_SERIES || limits.contains_key(&labels))
-        {
-            let value = limits.entry(labels).or_insert(u64::MAX);
-            *value = (*value).min(limit.requests_per_unit);
-        }
-        walk(&node.children, &key, limits);
-    }
 }
 
 #[cfg(test)]
