@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use charon::clock::ManualClock;
 use charon::config::{Config, RatePolicy, RateResource, Resource};
-use charon::engine::{self, Item, Slot, SlotKind};
+use charon::engine::{self, GcraItem, Item, Slot, SlotKind, TiersItem, WindowItem};
 use charon::limiter::{Descriptor, Limiter, RateLimitRequest};
 use charon::store::MemoryStore;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
@@ -183,15 +183,15 @@ fn bench_engine(c: &mut Criterion) {
     let policy: &RatePolicy = rate.policy_for("t0");
     let uploads = rate_resource(&config, "uploads");
     let bucket_policy: &RatePolicy = uploads.policy_for("t0");
-    let fixed = [Item::Window {
+    let fixed = [Item::Window(WindowItem {
         slot: 0,
         limit: 1_000_000_000,
         period: HOUR_MS,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    }];
-    let gcra = [Item::Gcra {
+    })];
+    let gcra = [Item::Gcra(GcraItem {
         slot: 0,
         limit: engine::GcraLimit {
             count: 1_000,
@@ -200,8 +200,8 @@ fn bench_engine(c: &mut Criterion) {
         },
         hits: 1,
         shadow: false,
-    }];
-    let tiers = [Item::Tiers {
+    })];
+    let tiers = [Item::Tiers(TiersItem {
         slot: 0,
         global_slot: Some(1),
         policy,
@@ -210,8 +210,8 @@ fn bench_engine(c: &mut Criterion) {
         min_copies: 1,
         check_only: false,
         shadow: false,
-    }];
-    let bucketed = [Item::Tiers {
+    })];
+    let bucketed = [Item::Tiers(TiersItem {
         slot: 0,
         global_slot: Some(1),
         policy: bucket_policy,
@@ -220,7 +220,7 @@ fn bench_engine(c: &mut Criterion) {
         min_copies: 1,
         check_only: false,
         shadow: false,
-    }];
+    })];
     let mut group = c.benchmark_group("engine");
     for (kind, items, slots) in [
         ("fixed", &fixed[..], vec![Slot::new(SlotKind::Window)]),

@@ -9,7 +9,7 @@
 //! interval shown as tier 1, the ban as tier 2), so that every face reads it
 //! as it reads burst tiers.
 
-use super::{Outcome, Slot, Step};
+use super::{Kind, Outcome, Slot, Step};
 
 use super::outcome::{TierOutcome, WindowOutcome};
 pub use crate::config::BanLimit;
@@ -124,8 +124,39 @@ pub fn outcome(decision: &BanDecision, limit: &BanLimit, hits: u64, now: u64) ->
     outcome
 }
 
-// A ban's item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// A resource's ban in a batch: the hit that trips it is refused and
+/// recorded. `hits == 0` only checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BanItem {
+    pub slot: usize,
+    pub limit: BanLimit,
+    pub hits: u64,
+    pub shadow: bool,
+}
+
+impl Kind for BanItem {
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.limit, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(step, self.slot, self.limit, self.hits)
+    }
+
+    /// The trip, if these hits trip it.
+    fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        if self.hits > 0
+            && let Some(Slot::Ban(state)) = slots.get_mut(self.slot)
+        {
+            let decision = decide(state, &self.limit, self.hits, now);
+            if decision.over {
+                *state = decision.after;
+            }
+        }
+    }
+}
 
 /// The ban state in `slots[index]`, or a fresh one.
 fn state_in(slots: &[Slot], index: usize) -> BanState {

@@ -15,7 +15,7 @@
 
 use super::hit_log::HitLog;
 use super::sliding_log::{self, LogState};
-use super::{Outcome, Slot, Step, WindowOutcome, WindowState};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome, WindowState};
 
 /// When a held log stops mattering: `max_hold` after its last hit leaves,
 /// so that hits held past their time are still there to be counted by the
@@ -115,6 +115,96 @@ pub(super) fn item_is_over(
     )
 }
 
+/// A concurrency limit in a batch: hits held until given back or for
+/// `max_hold`; a hit not held is owed its refund instead. `hits == 0` only
+/// checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConcurrencyItem {
+    pub slot: usize,
+    pub hold: Hold,
+    pub hits: u64,
+    pub shadow: bool,
+}
+
+impl Kind for ConcurrencyItem {
+    const REFUNDABLE: bool = true;
+
+    fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    fn slots(&self) -> [Option<usize>; 2] {
+        [Some(self.slot), Some(self.hold.owed_slot)]
+    }
+
+    fn map_slots(&mut self, map: &dyn Fn(usize) -> usize) {
+        self.slot = map(self.slot);
+        self.hold.owed_slot = map(self.hold.owed_slot);
+    }
+
+    fn hits(&self) -> u64 {
+        self.hits
+    }
+
+    fn set_hits(&mut self, hits: u64) {
+        self.hits = hits;
+    }
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(
+            slots,
+            self.slot,
+            self.hold.limit,
+            self.hold.max_hold,
+            self.hits,
+            now,
+        )
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(step, self.slot, self.hold, self.hits)
+    }
+
+    /// Not held: its refund is owed.
+    fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        if self.hits > 0 {
+            owe(
+                slots,
+                self.hold.owed_slot,
+                self.hold.max_hold,
+                self.hits,
+                now,
+            );
+        }
+    }
+
+    /// What is owed first, then held hits; hits held past their time leave
+    /// the log here too, counted as they go.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        let Step { slots, now, commit } = step;
+        let Hold {
+            owed_slot,
+            max_hold,
+            ..
+        } = self.hold;
+        let mut gone = 0;
+        if commit {
+            gone = unreturned(slots, self.slot, max_hold, now);
+            refund_in(slots, self.slot, owed_slot, max_hold, self.hits, now);
+        }
+        let seen = Step {
+            slots,
+            now,
+            commit: false,
+        };
+        let mut outcome = run_item(seen, self.slot, self.hold, 0);
+        if let Outcome::Window(w) = &mut outcome {
+            w.unreturned = gone;
+        }
+        outcome
+    }
+}
+
 /// The limits of a concurrency item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hold {
@@ -184,7 +274,7 @@ mod tests {
     }
 
     fn take(slots: &mut [Slot], now: u64) -> bool {
-        let item = Item::Concurrency {
+        let item = Item::Concurrency(ConcurrencyItem {
             slot: 0,
             hold: Hold {
                 owed_slot: 1,
@@ -193,20 +283,21 @@ mod tests {
             },
             hits: 1,
             shadow: false,
-        };
+        });
         engine::decide(&[item], slots, now).granted
     }
 
     fn give_back(slots: &mut [Slot], now: u64) {
-        let item = Item::Refund {
+        let item = Item::Refund(engine::Refundable::Concurrency(ConcurrencyItem {
             slot: 0,
-            hits: 1,
-            of: engine::Refundable::Concurrency(Hold {
+            hold: Hold {
                 owed_slot: 1,
                 limit: 2,
                 max_hold: HOLD,
-            }),
-        };
+            },
+            hits: 1,
+            shadow: false,
+        }));
         assert!(engine::decide(&[item], slots, now).granted);
     }
 

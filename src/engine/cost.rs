@@ -35,7 +35,7 @@
 //! Integers only, so that `decide.lua` computes the same state to the unit:
 //! the mean and deviation are kept in sixteenths.
 
-use super::{Outcome, Slot, Step, WindowOutcome};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome};
 
 use super::window::window_start;
 
@@ -454,8 +454,102 @@ pub fn apply(state: &mut CostState, period: u64, op: CostOp, now: u64) {
     touch(state, period, now);
 }
 
-// A cost budget's item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// A cost known after the response, in a batch: a charge (recorded
+/// whatever the verdict), a check that, admitted, counts one request in
+/// flight, or a reservation and its settling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CostItem {
+    pub slot: usize,
+    pub limit: u64,
+    pub period: u64,
+    pub op: CostOp,
+    pub shadow: bool,
+    /// The cost of one request before any was charged.
+    pub initial_cost: u64,
+}
+
+impl Kind for CostItem {
+    const REFUNDABLE: bool = true;
+
+    fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    fn slots(&self) -> [Option<usize>; 2] {
+        [Some(self.slot), None]
+    }
+
+    fn map_slots(&mut self, map: &dyn Fn(usize) -> usize) {
+        self.slot = map(self.slot);
+    }
+
+    fn hits(&self) -> u64 {
+        self.op.amount()
+    }
+
+    fn set_hits(&mut self, hits: u64) {
+        self.op = CostOp::Hits(hits);
+    }
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(
+            slots,
+            self.slot,
+            self.limit,
+            self.period,
+            self.op,
+            self.initial_cost,
+            now,
+        )
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(
+            step,
+            self.slot,
+            self.limit,
+            self.period,
+            self.op,
+            self.initial_cost,
+        )
+    }
+
+    /// A charge is recorded whatever the verdict.
+    fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        if let CostOp::Hits(hits) = self.op
+            && hits > 0
+            && let Some(Slot::Cost(state)) = slots.get_mut(self.slot)
+        {
+            charge(state, self.period, hits, now);
+        }
+    }
+
+    /// Cost units back, in the current window: a refund is its own
+    /// operation, applied as it is decided.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        let hits = self.op.amount();
+        let op = if hits > 0 {
+            CostOp::Refund {
+                amount: hits,
+                charged_at: step.now,
+            }
+        } else {
+            CostOp::Hits(0)
+        };
+        let step = Step {
+            commit: step.commit && hits > 0,
+            ..step
+        };
+        run_item(
+            step,
+            self.slot,
+            self.limit,
+            self.period,
+            op,
+            self.initial_cost,
+        )
+    }
+}
 
 /// Whether a cost budget's item is over its limit at `now`.
 pub(super) fn item_is_over(

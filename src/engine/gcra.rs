@@ -12,7 +12,7 @@
 //! arithmetic relative to `now`, which keeps its numbers small enough for
 //! Lua's doubles.
 
-use super::{Outcome, Slot, Step};
+use super::{Kind, Outcome, Slot, Step};
 
 /// The limit is configuration; the engine only reads it.
 pub use crate::config::GcraLimit;
@@ -182,6 +182,37 @@ pub fn full_after(limit: &GcraLimit, state: &GcraState, now: u64) -> u64 {
 
 // A GCRA item in a batch (`super::Item`): this algorithm's own
 // part of the engine's decision.
+
+/// A token bucket in a batch. `hits == 0` only checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GcraItem {
+    pub slot: usize,
+    pub limit: GcraLimit,
+    pub hits: u64,
+    pub shadow: bool,
+}
+
+impl Kind for GcraItem {
+    const REFUNDABLE: bool = true;
+
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.limit, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(step, self.slot, self.limit, self.hits)
+    }
+
+    /// Tokens back, up to its burst.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        if step.commit {
+            refund_in(step.slots, self.slot, self.limit, self.hits, step.now);
+        }
+        run_item(step.seeing(), self.slot, self.limit, 0)
+    }
+}
 
 /// The TAT in `slots[index]`, or a fresh one.
 fn state_in(slots: &[Slot], index: usize) -> GcraState {

@@ -11,7 +11,7 @@
 //! tokens is `quota × elapsed` units. The configuration keeps
 //! `quota × window` below 2^53, so `decide.lua` computes the same state.
 
-use super::{Outcome, Slot, Step, WindowOutcome};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome};
 
 /// Whether a key is in bursty or smooth mode.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -172,8 +172,28 @@ pub fn decide(state: &HybridState, quota: u64, window: u64, hits: u64, now: u64)
     }
 }
 
-// A hybrid limiter's item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// The hybrid quota-linear limiter in a batch: `quota` per `window`.
+/// `hits == 0` only checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HybridItem {
+    pub slot: usize,
+    pub quota: u64,
+    pub window: u64,
+    pub hits: u64,
+    pub shadow: bool,
+}
+
+impl Kind for HybridItem {
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.quota, self.window, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(step, self.slot, self.quota, self.window, self.hits)
+    }
+}
 
 /// The hybrid state in `slots[index]`, or a fresh one.
 fn state_in(slots: &[Slot], index: usize) -> HybridState {

@@ -1,194 +1,216 @@
-//! One limit to check in a batch: an [`Item`] of each algorithm's shape,
-//! over the slots of the batch it reads. Each algorithm decides its own
-//! item in its own file (`window.rs`, `gcra.rs`, `tiers/item.rs`…).
+//! The list of kinds: one line per algorithm, from which [`Item`] and
+//! [`Refundable`] are made and every dispatch over them is generated.
+//!
+//! Adding an algorithm is a line in `kinds!` and the algorithm's
+//! own file, whose item type implements [`Kind`]: its check, its run, what
+//! it records for refused hits, and its refunds. Nothing here, nor in the
+//! hub (`mod.rs`), names an algorithm; the stores dispatch their own wire
+//! with the same list (CONTRIBUTING.md, "Adding an algorithm").
 
-use crate::config::RatePolicy;
+use super::{
+    BanItem, ConcurrencyItem, CostItem, GcraItem, HybridItem, Outcome, SlidingItem, SlidingLogItem,
+    Slot, Step, TiersItem, WindowItem,
+};
 
-use super::{BanLimit, CostOp, GcraLimit, Hold, Refundable};
+/// The one list of kinds, and what is made from it: `kinds!(value, Enum,
+/// |item| body; other arms)` is `match value { Enum::Kind(item) => body, …,
+/// other arms }` over every kind (the other arms for an enum with more
+/// variants than the kinds, as [`Item`]). Each store dispatches its own
+/// wire the same way, through a trait of its own on the item types.
+macro_rules! kinds {
+    ($value:expr, $enum:ident, |$item:ident| $body:expr $(; $($arm:tt)*)?) => {
+        $crate::engine::kinds!(@list arms ($value), $enum, $item, ($body), ($($($arm)*)?))
+    };
+    // The list: every rule below is called with it, after its arguments.
+    (@list $rule:ident $($argument:tt)*) => {
+        $crate::engine::kinds! { @$rule $($argument)* ('a) [
+            Window(WindowItem),
+            Cost(CostItem),
+            Sliding(SlidingItem),
+            Hybrid(HybridItem),
+            Ban(BanItem),
+            SlidingLog(SlidingLogItem),
+            Gcra(GcraItem),
+            Concurrency(ConcurrencyItem),
+            Tiers(TiersItem<'a>),
+        ] }
+    };
+    (@arms ($value:expr), $enum:ident, $item:ident, ($body:expr), ($($arm:tt)*)
+        ($lifetime:lifetime) [$($kind:ident($($type:tt)+)),* $(,)?]) => {
+        match $value {
+            $($enum::$kind($item) => $body,)*
+            $($arm)*
+        }
+    };
+    (@refund ($value:expr), $hits:ident ($lifetime:lifetime) [$($kind:ident($($type:tt)+)),* $(,)?]) => {
+        match $value {
+            $(Item::$kind(mut item) if refundable(&item) => {
+                item.set_hits($hits);
+                Some(Item::Refund(Refundable::$kind(item)))
+            })*
+            _ => None,
+        }
+    };
+    (@define ($lifetime:lifetime) [$($kind:ident($($type:tt)+)),* $(,)?]) => {
+        /// One limit to check in a batch, of one algorithm's shape, over the
+        /// slots of the batch it reads. `hits == 0` only checks.
+        #[derive(Debug, Clone, Copy)]
+        pub enum Item<$lifetime> {
+            $($kind($($type)+),)*
+            /// Hits given back (`refund.rs`), the item's `hits` of them:
+            /// never over, and applied only if its batch is granted; the
+            /// limiter gives refunds a batch of their own.
+            Refund(Refundable<$lifetime>),
+        }
 
-/// One limit to check in a batch.
-#[derive(Debug, Clone, Copy)]
-pub enum Item<'a> {
-    /// A fixed window (envoyproxy/ratelimit). `hits == 0` only checks.
-    Window {
-        slot: usize,
-        limit: u64,
-        period: u64,
-        hits: u64,
-        shadow: bool,
-        /// Its hits are recorded even when it, or the batch, is rejected, as
-        /// envoyproxy/ratelimit records them (docs/design.md#all-or-nothing).
-        count_rejected: bool,
-    },
-    /// A cost known after the response (`cost.rs`): a charge (recorded
-    /// whatever the verdict), a check that, admitted, counts one request in
-    /// flight, or a reservation and its settling.
-    Cost {
-        slot: usize,
-        limit: u64,
-        period: u64,
-        op: CostOp,
-        shadow: bool,
-        /// The cost of one request before any was charged.
-        initial_cost: u64,
-    },
-    /// A sliding window counter (`sliding.rs`). `hits == 0` only checks.
-    Sliding {
-        slot: usize,
-        limit: u64,
-        period: u64,
-        hits: u64,
-        shadow: bool,
-    },
-    /// The hybrid quota-linear limiter (`hybrid.rs`): `quota` per
-    /// `window`. `hits == 0` only checks.
-    Hybrid {
-        slot: usize,
-        quota: u64,
-        window: u64,
-        hits: u64,
-        shadow: bool,
-    },
-    /// A resource's ban as Cloud Armor defines it (`ban.rs`): the hit that
-    /// trips it is refused and recorded. `hits == 0` only checks.
-    Ban {
-        slot: usize,
-        limit: BanLimit,
-        hits: u64,
-        shadow: bool,
-    },
-    /// A sliding window log (`sliding_log.rs`). `hits == 0` only checks.
-    SlidingLog {
-        slot: usize,
-        limit: u64,
-        period: u64,
-        hits: u64,
-        shadow: bool,
-        /// Refused hits are logged too, whatever the verdict.
-        count_rejected: bool,
-    },
-    /// GCRA (a token bucket). `hits == 0` only checks.
-    Gcra {
-        slot: usize,
-        limit: GcraLimit,
-        hits: u64,
-        shadow: bool,
-    },
-    /// A concurrency limit (`concurrency.rs`): hits held until given back
-    /// or for `max_hold`; a hit not held is owed its refund instead.
-    /// `hits == 0` only checks.
-    Concurrency {
-        slot: usize,
-        hold: Hold,
-        hits: u64,
-        shadow: bool,
-    },
-    /// Hits given back (`refund.rs`): never over, and applied only if its
-    /// batch is granted; the limiter gives refunds a batch of their own.
-    Refund {
-        slot: usize,
-        hits: u64,
-        of: Refundable,
-    },
-    /// Burst tiers: grant the largest `k` in `[min_copies, copies]`.
-    Tiers {
-        slot: usize,
-        /// The resource's global log, when it has a global limit.
-        global_slot: Option<usize>,
-        policy: &'a RatePolicy,
-        global_limit: Option<u64>,
-        copies: u64,
-        min_copies: u64,
-        /// Only ask whether one more hit would be granted.
-        check_only: bool,
-        shadow: bool,
-    },
+        /// The item a refund gives back to: only kinds that can take hits
+        /// back are ever refunded ([`Item::refund_of`]).
+        #[derive(Debug, Clone, Copy)]
+        pub enum Refundable<$lifetime> {
+            $($kind($($type)+),)*
+        }
+
+        $(
+            impl<$lifetime> From<$($type)+> for Item<$lifetime> {
+                fn from(item: $($type)+) -> Self {
+                    Item::$kind(item)
+                }
+            }
+        )*
+    };
+}
+pub(crate) use kinds;
+
+kinds!(@list define);
+
+/// [`Kind`]'s bookkeeping for an item of one `slot`, `hits` and `shadow`.
+macro_rules! one_slot {
+    () => {
+        fn shadow(&self) -> bool {
+            self.shadow
+        }
+
+        fn slots(&self) -> [Option<usize>; 2] {
+            [Some(self.slot), None]
+        }
+
+        fn map_slots(&mut self, map: &dyn Fn(usize) -> usize) {
+            self.slot = map(self.slot);
+        }
+
+        fn hits(&self) -> u64 {
+            self.hits
+        }
+
+        fn set_hits(&mut self, hits: u64) {
+            self.hits = hits;
+        }
+    };
+}
+pub(crate) use one_slot;
+
+fn refundable<K: Kind>(_: &K) -> bool {
+    K::REFUNDABLE
+}
+
+/// What each algorithm's item does in a batch, in the algorithm's file.
+pub(crate) trait Kind {
+    /// Whether a refund can give this kind hits back (docs/design.md#refunds).
+    const REFUNDABLE: bool = false;
+
+    /// Whether this item only reports, never rejects.
+    fn shadow(&self) -> bool;
+
+    /// The slots this item reads: its own, then a second if it has one.
+    fn slots(&self) -> [Option<usize>; 2];
+
+    /// The same item over renumbered slots.
+    fn map_slots(&mut self, map: &dyn Fn(usize) -> usize);
+
+    /// Whether it is over its limit at `now`.
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool;
+
+    /// Decides it and, if `step.commit` and it passes, records it.
+    fn run(&self, step: Step<'_>) -> Outcome;
+
+    /// In a refused batch, records what counts whatever the verdict, in
+    /// order with the batch's other items.
+    fn record_refused(&self, _slots: &mut [Slot], _now: u64) {}
+
+    /// Gives its `hits` back (committing) and answers with the state after,
+    /// never over. Only called when [`Kind::REFUNDABLE`].
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        self.run(step)
+    }
+
+    /// The hits it asks for (for a refund, gives back).
+    fn hits(&self) -> u64;
+
+    /// The same item asking for (giving back) `hits`.
+    fn set_hits(&mut self, hits: u64);
 }
 
 impl Item<'_> {
     /// Whether this item only reports, never rejects.
     pub fn shadow(&self) -> bool {
-        match self {
-            Item::Window { shadow, .. }
-            | Item::Tiers { shadow, .. }
-            | Item::Cost { shadow, .. }
-            | Item::Sliding { shadow, .. }
-            | Item::Hybrid { shadow, .. }
-            | Item::SlidingLog { shadow, .. }
-            | Item::Ban { shadow, .. }
-            | Item::Gcra { shadow, .. }
-            | Item::Concurrency { shadow, .. } => *shadow,
-            // A refund never rejects.
-            Item::Refund { .. } => true,
-        }
+        // A refund never rejects.
+        kinds!(self, Item, |item| item.shadow(); Item::Refund(_) => true)
     }
 
-    /// The slots this item reads: its own, then the global log if any.
+    /// The slots this item reads: its own, then a second if any (a
+    /// resource's global log, a concurrency limit's owed refunds).
     pub fn slots(&self) -> [Option<usize>; 2] {
-        match self {
-            Item::Window { slot, .. }
-            | Item::Gcra { slot, .. }
-            | Item::Cost { slot, .. }
-            | Item::Hybrid { slot, .. }
-            | Item::SlidingLog { slot, .. }
-            | Item::Ban { slot, .. }
-            | Item::Sliding { slot, .. } => [Some(*slot), None],
-            Item::Tiers {
-                slot, global_slot, ..
-            } => [Some(*slot), *global_slot],
-            Item::Concurrency { slot, hold, .. }
-            | Item::Refund {
-                slot,
-                of: Refundable::Concurrency(hold),
-                ..
-            } => [Some(*slot), Some(hold.owed_slot)],
-            Item::Refund { slot, .. } => [Some(*slot), None],
-        }
+        kinds!(self, Item, |item| item.slots(); Item::Refund(of) => of.slots())
     }
 
     /// The item's own slot (a domain's tier log, a window's counter).
     pub fn slot(&self) -> usize {
-        match self {
-            Item::Window { slot, .. }
-            | Item::Tiers { slot, .. }
-            | Item::Gcra { slot, .. }
-            | Item::Cost { slot, .. }
-            | Item::Hybrid { slot, .. }
-            | Item::SlidingLog { slot, .. }
-            | Item::Ban { slot, .. }
-            | Item::Sliding { slot, .. }
-            | Item::Concurrency { slot, .. }
-            | Item::Refund { slot, .. } => *slot,
-        }
+        self.slots()[0].unwrap_or(0)
+    }
+
+    /// The hits it asks for, or a refund gives back.
+    pub fn hits(&self) -> u64 {
+        kinds!(self, Item, |item| item.hits(); Item::Refund(of) => of.hits())
     }
 
     /// The same item over renumbered slots (a store deciding part of a batch).
     pub fn map_slots(mut self, map: impl Fn(usize) -> usize) -> Self {
-        match &mut self {
-            Item::Window { slot, .. }
-            | Item::Gcra { slot, .. }
-            | Item::Cost { slot, .. }
-            | Item::Hybrid { slot, .. }
-            | Item::SlidingLog { slot, .. }
-            | Item::Ban { slot, .. }
-            | Item::Sliding { slot, .. } => *slot = map(*slot),
-            Item::Concurrency { slot, hold, .. }
-            | Item::Refund {
-                slot,
-                of: Refundable::Concurrency(hold),
-                ..
-            } => {
-                *slot = map(*slot);
-                hold.owed_slot = map(hold.owed_slot);
-            }
-            Item::Refund { slot, .. } => *slot = map(*slot),
-            Item::Tiers {
-                slot, global_slot, ..
-            } => {
-                *slot = map(*slot);
-                *global_slot = global_slot.map(&map);
-            }
-        }
+        kinds!(&mut self, Item, |item| item.map_slots(&map);
+            Item::Refund(of) => kinds!(of, Refundable, |item| item.map_slots(&map)));
         self
+    }
+
+    /// A refund of `hits` to this item's limit; `None` for a kind that
+    /// cannot take hits back (burst tiers, bans, the hybrid limiter), or a
+    /// refund.
+    pub fn refund_of(self, hits: u64) -> Option<Self> {
+        kinds!(@list refund (self), hits)
+    }
+
+    pub(super) fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        kinds!(self, Item, |item| item.is_over(slots, now); Item::Refund(_) => false)
+    }
+
+    pub(super) fn run(&self, step: Step<'_>) -> Outcome {
+        kinds!(self, Item, |item| item.run(step);
+        Item::Refund(of) => super::refund::never_over(
+            kinds!(of, Refundable, |item| item.refund(step))
+        ))
+    }
+
+    pub(super) fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        kinds!(self, Item, |item| item.record_refused(slots, now); Item::Refund(_) => {})
+    }
+}
+
+impl Refundable<'_> {
+    /// The slots the refunded item reads.
+    pub fn slots(&self) -> [Option<usize>; 2] {
+        kinds!(self, Refundable, |item| item.slots())
+    }
+
+    /// The hits given back.
+    pub fn hits(&self) -> u64 {
+        kinds!(self, Refundable, |item| item.hits())
     }
 }

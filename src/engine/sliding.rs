@@ -7,7 +7,7 @@
 //! The weight is kept in fixed point (1/65 536) and every product stays
 //! below 2^53, so that `decide.lua` computes the same estimate to the hit.
 
-use super::{Outcome, Slot, Step, WindowOutcome};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome};
 
 use super::window::window_start;
 
@@ -129,8 +129,37 @@ pub fn retry_after(
     Some((start + 2 * period).saturating_sub(now))
 }
 
-// A sliding window counter's item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// A sliding window counter in a batch. `hits == 0` only checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingItem {
+    pub slot: usize,
+    pub limit: u64,
+    pub period: u64,
+    pub hits: u64,
+    pub shadow: bool,
+}
+
+impl Kind for SlidingItem {
+    const REFUNDABLE: bool = true;
+
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(step, self.slot, self.limit, self.period, self.hits)
+    }
+
+    /// The current window's count, never below 0.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        if step.commit {
+            refund_in(step.slots, self.slot, self.period, self.hits, step.now);
+        }
+        run_item(step.seeing(), self.slot, self.limit, self.period, 0)
+    }
+}
 
 /// The counters in `slots[index]`, or empty ones.
 fn state_in(slots: &[Slot], index: usize) -> SlidingState {

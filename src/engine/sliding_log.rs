@@ -9,7 +9,7 @@
 //! newest hits leaves, so a longer log could never decide otherwise. That
 //! bounds a key's state by the limit, even for a client hammering it.
 
-use super::{Outcome, Slot, Step, WindowOutcome};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome};
 
 use super::hit_log::HitLog;
 
@@ -93,8 +93,55 @@ pub fn outcome(
     }
 }
 
-// A sliding window log's item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// A sliding window log in a batch. `hits == 0` only checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingLogItem {
+    pub slot: usize,
+    pub limit: u64,
+    pub period: u64,
+    pub hits: u64,
+    pub shadow: bool,
+    /// Refused hits are logged too, whatever the verdict.
+    pub count_rejected: bool,
+}
+
+impl Kind for SlidingLogItem {
+    const REFUNDABLE: bool = true;
+
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(
+            step,
+            self.slot,
+            self.limit,
+            self.period,
+            self.hits,
+            self.count_rejected,
+        )
+    }
+
+    fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        if self.count_rejected
+            && self.hits > 0
+            && let Some(Slot::SlidingLog(state)) = slots.get_mut(self.slot)
+        {
+            record(state, self.limit, self.period, self.hits, now);
+        }
+    }
+
+    /// Its oldest hits that still count.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        if step.commit {
+            refund_in(step.slots, self.slot, self.period, self.hits, step.now);
+        }
+        run_item(step.seeing(), self.slot, self.limit, self.period, 0, false)
+    }
+}
 
 /// The log in `slots[index]`, if it holds one.
 fn state_in(slots: &[Slot], index: usize) -> Option<&LogState> {

@@ -15,7 +15,7 @@
 
 mod item;
 
-pub(super) use self::item::{TierAsk, item_is_over, run_item};
+pub use self::item::TiersItem;
 
 use smallvec::SmallVec;
 

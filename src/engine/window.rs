@@ -1,7 +1,7 @@
 //! The envoyproxy/ratelimit fixed window: a counter per window aligned to the
 //! Unix epoch, reset when the next window starts.
 
-use super::{Outcome, Slot, Step, WindowOutcome};
+use super::{Kind, Outcome, Slot, Step, WindowOutcome};
 
 /// The counter of the current window.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,8 +73,54 @@ pub fn retry_after(check: &WindowCheck, limit: u64, now: u64) -> Option<u64> {
     }
 }
 
-// A fixed-window item in a batch (`super::Item`): this algorithm's own
-// part of the engine's decision.
+/// A fixed window in a batch (envoyproxy/ratelimit's). `hits == 0` only
+/// checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowItem {
+    pub slot: usize,
+    pub limit: u64,
+    pub period: u64,
+    pub hits: u64,
+    pub shadow: bool,
+    /// Its hits are recorded even when it, or the batch, is rejected, as
+    /// envoyproxy/ratelimit records them (docs/design.md#all-or-nothing).
+    pub count_rejected: bool,
+}
+
+impl Kind for WindowItem {
+    const REFUNDABLE: bool = true;
+
+    super::one_slot!();
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(
+            step,
+            self.slot,
+            self.limit,
+            self.period,
+            self.hits,
+            self.count_rejected,
+        )
+    }
+
+    fn record_refused(&self, slots: &mut [Slot], now: u64) {
+        if self.count_rejected && self.hits > 0 {
+            record_in(slots, self.slot, self.period, self.hits, now);
+        }
+    }
+
+    /// The current window's count, never below 0.
+    fn refund(&self, step: Step<'_>) -> Outcome {
+        if step.commit {
+            refund_in(step.slots, self.slot, self.period, self.hits, step.now);
+        }
+        run_item(step.seeing(), self.slot, self.limit, self.period, 0, false)
+    }
+}
 
 /// The window in `slots[index]`, or an empty one.
 fn state_in(slots: &[Slot], index: usize) -> WindowState {

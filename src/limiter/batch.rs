@@ -1,7 +1,10 @@
 //! Engine items and store keys for resolved descriptors.
 
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
-use crate::engine::{CostOp, GcraLimit, Hold, Item, Refundable, SlotKind};
+use crate::engine::{
+    BanItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold, HybridItem, Item,
+    SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+};
 use crate::store::Batch;
 use crate::store::keys;
 
@@ -49,26 +52,26 @@ pub(super) fn add_item<'c>(
                 Algorithm::FixedWindow => {
                     let key =
                         keys::descriptor_key(SlotKind::Window, &namespace.name, entries, period);
-                    Item::Window {
+                    Item::Window(WindowItem {
                         slot: batch.slot(key, SlotKind::Window),
                         limit: limit.requests_per_unit(),
                         period,
                         hits,
                         shadow: *shadow || ignore,
                         count_rejected: count_rejected || limit.count_rejected(),
-                    }
+                    })
                 }
                 Algorithm::AfterResponse { initial_cost, .. } => {
                     let key =
                         keys::descriptor_key(SlotKind::Cost, &namespace.name, entries, period);
-                    Item::Cost {
+                    Item::Cost(CostItem {
                         slot: batch.slot(key, SlotKind::Cost),
                         limit: limit.requests_per_unit(),
                         period,
                         op: CostOp::Hits(hits),
                         shadow: *shadow || ignore,
                         initial_cost,
-                    }
+                    })
                 }
                 Algorithm::SlidingLog => {
                     let key = keys::descriptor_key(
@@ -77,41 +80,41 @@ pub(super) fn add_item<'c>(
                         entries,
                         period,
                     );
-                    Item::SlidingLog {
+                    Item::SlidingLog(SlidingLogItem {
                         slot: batch.slot(key, SlotKind::SlidingLog),
                         limit: limit.requests_per_unit(),
                         period,
                         hits,
                         shadow: *shadow || ignore,
                         count_rejected: count_rejected || limit.count_rejected(),
-                    }
+                    })
                 }
                 Algorithm::Hybrid => {
                     let key =
                         keys::descriptor_key(SlotKind::Hybrid, &namespace.name, entries, period);
-                    Item::Hybrid {
+                    Item::Hybrid(HybridItem {
                         slot: batch.slot(key, SlotKind::Hybrid),
                         quota: limit.requests_per_unit(),
                         window: period,
                         hits,
                         shadow: *shadow || ignore,
-                    }
+                    })
                 }
                 Algorithm::SlidingWindow => {
                     let key =
                         keys::descriptor_key(SlotKind::Sliding, &namespace.name, entries, period);
-                    Item::Sliding {
+                    Item::Sliding(SlidingItem {
                         slot: batch.slot(key, SlotKind::Sliding),
                         limit: limit.requests_per_unit(),
                         period,
                         hits,
                         shadow: *shadow || ignore,
-                    }
+                    })
                 }
                 Algorithm::Concurrency { max_hold } => {
                     let held = keyed_entries(descriptor, shared_values);
                     let owed = held.clone().chain(std::iter::once((OWED_KEY, "")));
-                    Item::Concurrency {
+                    Item::Concurrency(ConcurrencyItem {
                         slot: batch.slot(
                             keys::descriptor_key(
                                 SlotKind::SlidingLog,
@@ -136,12 +139,12 @@ pub(super) fn add_item<'c>(
                         },
                         hits,
                         shadow: *shadow || ignore,
-                    }
+                    })
                 }
                 Algorithm::Gcra { burst } => {
                     let key =
                         keys::descriptor_key(SlotKind::Gcra, &namespace.name, entries, period);
-                    Item::Gcra {
+                    Item::Gcra(GcraItem {
                         slot: batch.slot(key, SlotKind::Gcra),
                         limit: GcraLimit {
                             count: limit.requests_per_unit(),
@@ -150,7 +153,7 @@ pub(super) fn add_item<'c>(
                         },
                         hits,
                         shadow: *shadow || ignore,
-                    }
+                    })
                 }
             }
         }
@@ -184,34 +187,17 @@ pub(super) fn add_refund<'c>(
     hits: u64,
 ) -> Option<usize> {
     let index = add_item(batch, namespace, descriptor, resolved, hits, false, false)?;
-    let item = batch.items.get(index).copied()?;
-    let of = match item {
-        Item::Window { limit, period, .. } => Refundable::Window { limit, period },
-        Item::Sliding { limit, period, .. } => Refundable::Sliding { limit, period },
-        Item::SlidingLog { limit, period, .. } => Refundable::SlidingLog { limit, period },
-        Item::Gcra { limit, .. } => Refundable::Gcra(limit),
-        Item::Cost {
-            limit,
-            period,
-            initial_cost,
-            ..
-        } => Refundable::Cost {
-            limit,
-            period,
-            initial_cost,
-        },
-        Item::Concurrency { hold, .. } => Refundable::Concurrency(hold),
-        Item::Tiers { .. } | Item::Ban { .. } | Item::Hybrid { .. } | Item::Refund { .. } => {
-            batch.items.pop();
-            return None;
+    let refund = batch.items.get(index).copied()?.refund_of(hits);
+    match refund {
+        Some(refund) => {
+            batch.items[index] = refund;
+            Some(index)
         }
-    };
-    batch.items[index] = Item::Refund {
-        slot: item.slot(),
-        hits,
-        of,
-    };
-    Some(index)
+        None => {
+            batch.items.pop();
+            None
+        }
+    }
 }
 
 /// A descriptor's entries as its key names them: a value shared by
@@ -253,51 +239,51 @@ pub(super) fn tiers_item<'c>(
             )
         };
         return match alternative {
-            ResourceLimit::Ban(limit) => Item::Ban {
+            ResourceLimit::Ban(limit) => Item::Ban(BanItem {
                 slot: slot(SlotKind::Ban),
                 limit,
                 hits,
                 shadow,
-            },
-            ResourceLimit::Hybrid { quota, window } => Item::Hybrid {
+            }),
+            ResourceLimit::Hybrid { quota, window } => Item::Hybrid(HybridItem {
                 slot: slot(SlotKind::Hybrid),
                 quota,
                 window,
                 hits,
                 shadow,
-            },
-            ResourceLimit::SlidingWindow { limit, window } => Item::Sliding {
+            }),
+            ResourceLimit::SlidingWindow { limit, window } => Item::Sliding(SlidingItem {
                 slot: slot(SlotKind::Sliding),
                 limit,
                 period: window,
                 hits,
                 shadow,
-            },
+            }),
             ResourceLimit::Budget {
                 limit,
                 window,
                 initial_cost,
                 ..
-            } => Item::Cost {
+            } => Item::Cost(CostItem {
                 slot: slot(SlotKind::Cost),
                 limit,
                 period: window,
                 op: CostOp::Hits(hits),
                 shadow,
                 initial_cost,
-            },
+            }),
             ResourceLimit::SlidingLog {
                 limit,
                 window,
                 count_rejected,
-            } => Item::SlidingLog {
+            } => Item::SlidingLog(SlidingLogItem {
                 slot: slot(SlotKind::SlidingLog),
                 limit,
                 period: window,
                 hits,
                 shadow,
                 count_rejected,
-            },
+            }),
         };
     }
     let has_global = rate.global_limit.is_some();
@@ -308,7 +294,7 @@ pub(super) fn tiers_item<'c>(
     let global_slot = rate
         .global_limit
         .map(|_| batch.slot(keys::global_key(namespace, &rate.name), SlotKind::Log));
-    Item::Tiers {
+    Item::Tiers(TiersItem {
         slot,
         global_slot,
         policy: rate.policy_for(domain),
@@ -317,7 +303,7 @@ pub(super) fn tiers_item<'c>(
         min_copies: min_hits.max(1),
         check_only: hits == 0,
         shadow,
-    }
+    })
 }
 
 /// `<resource>/tier<N>/<window>`: Envoy's units cannot say "10 s", so the

@@ -9,7 +9,7 @@
 use smallvec::SmallVec;
 
 use crate::config::{Algorithm, ResourceLimit};
-use crate::engine::{CostOp, Item, SlotKind};
+use crate::engine::{CostItem, CostOp, Item, SlotKind};
 use crate::store::{Batch, Store, keys};
 
 use super::Limiter;
@@ -111,7 +111,7 @@ impl<S: Store> Limiter<S> {
                     // (unshadowed, as below).
                     let mut item =
                         tiers_item(&mut batch, &namespace.name, rate, domain, 0, 0, false);
-                    if let Item::Cost { op, .. } = &mut item {
+                    if let Item::Cost(CostItem { op, .. }) = &mut item {
                         *op = request.op;
                     }
                     batch.items.push(item);
@@ -147,14 +147,14 @@ impl<S: Store> Limiter<S> {
             // Shadow mode is the Envoy face's: a reservation is enforced,
             // else its commit would name one that was never held.
             let slot = batch.slot(key, SlotKind::Cost);
-            batch.items.push(Item::Cost {
+            batch.items.push(Item::Cost(CostItem {
                 slot,
                 limit: limit.requests_per_unit(),
                 period,
                 op: request.op,
                 shadow: false,
                 initial_cost,
-            });
+            }));
             item_of.push(Some(batch.items.len() - 1));
         }
         let budgets = batch.items.len();

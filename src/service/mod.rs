@@ -295,7 +295,7 @@ mod tests {
     use std::cell::Cell;
 
     use crate::clock::ManualClock;
-    use crate::engine::{Item, SlotKind};
+    use crate::engine::{Item, SlotKind, WindowItem};
     use crate::store::{Batch, MemoryStore};
 
     use super::sweep_yielding;
@@ -306,14 +306,14 @@ mod tests {
         for tenant in 0..1_000 {
             let mut batch = Batch::default();
             let slot = batch.slot(format!("t{tenant}"), SlotKind::Window);
-            batch.items.push(Item::Window {
+            batch.items.push(Item::Window(WindowItem {
                 slot,
                 limit: 5,
                 period: 1_000,
                 hits: 1,
                 shadow: false,
                 count_rejected: false,
-            });
+            }));
             store.decide_at(batch, 10);
         }
         store.clock().set(5_000);

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::config::{FOREVER, RateResource, Resource, duration, load_path, load_str};
-use crate::engine::{self, Item, Outcome, Slot, SlotKind};
+use crate::engine::{self, Item, Outcome, Slot, SlotKind, TiersItem};
 
 pub use pattern::{MAX_REQUESTS, MAX_SPAN_MS, Pattern, parse as parse_pattern};
 pub use timeline::{PhaseName, Tick, TierConfig, TierView, Timeline, read_back, tier_configs};
@@ -261,7 +261,7 @@ impl Simulation {
         self.advance(at_ms, closed)?;
         let policy = self.rate.policy_for(&self.domain);
         let global_limit = self.rate.global_limit;
-        let item = Item::Tiers {
+        let item = Item::Tiers(TiersItem {
             slot: 0,
             global_slot: global_limit.map(|_| 1),
             policy,
@@ -270,7 +270,7 @@ impl Simulation {
             min_copies: 1,
             check_only: false,
             shadow: false,
-        };
+        });
         let mut decided = Totals::default();
         for _ in 0..count {
             let decision = engine::decide(&[item], &mut self.slots, EPOCH + at_ms);

@@ -9,7 +9,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use charon::engine::{self, CostOp, Item, Slot, SlotKind};
+use charon::engine::{self, CostItem, CostOp, Item, Slot, SlotKind, WindowItem};
 use charon::simulate::costs::{CostDraws, max_tokens};
 
 const PERIOD: u64 = 60_000;
@@ -188,13 +188,15 @@ fn distribution(mut windows: Vec<f64>) -> Distribution {
 }
 
 fn predicted(period: u64) -> impl Fn(Step) -> Item<'static> + Copy {
-    envoy(move |hits| Item::Cost {
-        slot: 0,
-        limit: LIMIT,
-        period,
-        op: CostOp::Hits(hits),
-        shadow: false,
-        initial_cost: 1_000,
+    envoy(move |hits| {
+        Item::Cost(CostItem {
+            slot: 0,
+            limit: LIMIT,
+            period,
+            op: CostOp::Hits(hits),
+            shadow: false,
+            initial_cost: 1_000,
+        })
     })
 }
 
@@ -228,25 +230,29 @@ fn predicted_admission_holds_the_budget_in_nearly_every_window() {
 #[test]
 fn predicted_admission_holds_a_budget_on_average_where_check_then_charge_does_not() {
     let (predicted, predicted_max) = mean_and_max(
-        envoy(|hits| Item::Cost {
-            slot: 0,
-            limit: LIMIT,
-            period: PERIOD,
-            op: CostOp::Hits(hits),
-            shadow: false,
-            initial_cost: 1_000,
+        envoy(|hits| {
+            Item::Cost(CostItem {
+                slot: 0,
+                limit: LIMIT,
+                period: PERIOD,
+                op: CostOp::Hits(hits),
+                shadow: false,
+                initial_cost: 1_000,
+            })
         }),
         SlotKind::Cost,
         false,
     );
     let (counted, counted_max) = mean_and_max(
-        envoy(|hits| Item::Window {
-            slot: 0,
-            limit: LIMIT,
-            period: PERIOD,
-            hits,
-            shadow: false,
-            count_rejected: true,
+        envoy(|hits| {
+            Item::Window(WindowItem {
+                slot: 0,
+                limit: LIMIT,
+                period: PERIOD,
+                hits,
+                shadow: false,
+                count_rejected: true,
+            })
         }),
         SlotKind::Window,
         false,
@@ -277,14 +283,14 @@ fn reserving_max_tokens_never_overshoots_and_uses_most_of_the_budget() {
                 actual: cost,
             },
         };
-        Item::Cost {
+        Item::Cost(CostItem {
             slot: 0,
             limit: LIMIT,
             period: PERIOD,
             op,
             shadow: false,
             initial_cost: 1_000,
-        }
+        })
     };
     let (mean, max) = mean_and_max(reserve, SlotKind::Cost, true);
     eprintln!(

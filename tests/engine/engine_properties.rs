@@ -5,7 +5,7 @@
 use crate::support;
 
 use charon::config::RatePolicy;
-use charon::engine::{self, Item, Outcome, Slot, SlotKind, TierOutcome};
+use charon::engine::{self, Item, Outcome, Slot, SlotKind, TierOutcome, TiersItem};
 use proptest::prelude::*;
 use support::properties::arb_policy;
 
@@ -185,7 +185,7 @@ impl Engine {
     }
 
     fn ask(&mut self, d: usize, n: u64, m: u64, check_only: bool, now: u64) -> TierOutcome {
-        let items = [Item::Tiers {
+        let items = [Item::Tiers(TiersItem {
             slot: d,
             global_slot: Some(GLOBAL_SLOT),
             policy: &self.policy,
@@ -194,7 +194,7 @@ impl Engine {
             min_copies: m,
             check_only,
             shadow: false,
-        }];
+        })];
         match engine::decide(&items, &mut self.slots, now).outcomes[0] {
             Outcome::Tiers(outcome) => outcome,
             Outcome::Window(_) | Outcome::Gcra(_) => unreachable!(),

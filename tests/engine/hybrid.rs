@@ -7,7 +7,7 @@
 
 use charon::clock::ManualClock;
 use charon::config;
-use charon::engine::{self, GcraLimit, Item, Slot, SlotKind};
+use charon::engine::{self, GcraItem, GcraLimit, HybridItem, Item, Slot, SlotKind};
 use charon::limiter::{Descriptor, Limiter, RateLimitRequest};
 use charon::store::MemoryStore;
 use proptest::prelude::*;
@@ -114,13 +114,13 @@ impl Model {
 }
 
 fn hybrid(quota: u64, window: u64, hits: u64) -> Item<'static> {
-    Item::Hybrid {
+    Item::Hybrid(HybridItem {
         slot: 0,
         quota,
         window,
         hits,
         shadow: false,
-    }
+    })
 }
 
 proptest! {
@@ -184,7 +184,7 @@ fn a_client_at_twice_the_rate_gets_one_quota_in_the_first_window_not_two() {
         2 * quota,
         5,
     );
-    let bucket = Item::Gcra {
+    let bucket = Item::Gcra(GcraItem {
         slot: 0,
         limit: GcraLimit {
             count: quota,
@@ -193,7 +193,7 @@ fn a_client_at_twice_the_rate_gets_one_quota_in_the_first_window_not_two() {
         },
         hits: 1,
         shadow: false,
-    };
+    });
     let gcra = granted_per_window(bucket, SlotKind::Gcra, window, 2 * quota, 5);
     eprintln!("granted per window at twice the rate: hybrid {hybrid:?}, GCRA {gcra:?}");
     assert_eq!(hybrid[0], quota, "one quota in the first window");

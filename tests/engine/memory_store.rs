@@ -4,7 +4,7 @@
 use crate::support;
 
 use charon::clock::ManualClock;
-use charon::engine::{self, Item, Outcome, Slot, SlotKind};
+use charon::engine::{self, Item, Outcome, Slot, SlotKind, TiersItem, WindowItem};
 use charon::store::{Batch, MemoryStore};
 use proptest::prelude::*;
 use support::properties::arb_policy;
@@ -12,14 +12,14 @@ use support::properties::arb_policy;
 fn window_batch(key: &str, limit: u64) -> Batch<'static> {
     let mut batch = Batch::default();
     let slot = batch.slot(key.to_owned(), SlotKind::Window);
-    batch.items.push(Item::Window {
+    batch.items.push(Item::Window(WindowItem {
         slot,
         limit,
         period: 60_000,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    });
+    }));
     batch
 }
 
@@ -107,14 +107,14 @@ fn a_full_store_makes_room_from_expired_keys_without_a_timer() {
 }
 
 fn window_item(slot: usize, limit: u64, period: u64) -> Item<'static> {
-    Item::Window {
+    Item::Window(WindowItem {
         slot,
         limit,
         period,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    }
+    })
 }
 
 #[test]
@@ -196,7 +196,7 @@ proptest! {
         for (advance, domain, copies) in ops {
             now += advance;
             clock.set(now);
-            let item = |slot, global_slot| Item::Tiers {
+            let item = |slot, global_slot| Item::Tiers(TiersItem {
                 slot,
                 global_slot,
                 policy: &policy,
@@ -205,7 +205,7 @@ proptest! {
                 min_copies: 1,
                 check_only: false,
                 shadow: false,
-            };
+            });
             let expected = engine::decide(&[item(domain, Some(3))], &mut kept, now);
             let mut batch = Batch::default();
             let slot = batch.slot(format!("d{domain}"), SlotKind::Tiers);

@@ -4,21 +4,21 @@
 //! more than the estimate errors of the reservations in flight when it
 //! filled, refunds stay in their window, and reservations expire.
 
-use charon::engine::{self, CostOp, CostState, Item, Slot, SlotKind};
+use charon::engine::{self, CostItem, CostOp, CostState, Item, Slot, SlotKind};
 use proptest::prelude::*;
 
 const LIMIT: u64 = 10_000;
 const PERIOD: u64 = 60_000;
 
 fn item(op: CostOp) -> Item<'static> {
-    Item::Cost {
+    Item::Cost(CostItem {
         slot: 0,
         limit: LIMIT,
         period: PERIOD,
         op,
         shadow: false,
         initial_cost: 100,
-    }
+    })
 }
 
 fn state(slots: &[Slot]) -> &CostState {

@@ -102,13 +102,13 @@ proptest::proptest! {
         period in proptest::sample::select(vec![100u64, 1_000, 60_000]),
         requests in proptest::collection::vec((0u64..700, 1u64..3), 1..200),
     ) {
-        use charon::engine::{self, Item, Slot, SlotKind};
+        use charon::engine::{self, Item, SlidingItem, Slot, SlotKind};
         let mut model = Model::default();
         let mut slots = vec![Slot::new(SlotKind::Sliding)];
         let mut now = START;
         for (index, (step, hits)) in requests.into_iter().enumerate() {
             now += step;
-            let item = Item::Sliding { slot: 0, limit, period, hits, shadow: false };
+            let item = Item::Sliding(SlidingItem { slot: 0, limit, period, hits, shadow: false });
             let granted = engine::decide(&[item], &mut slots, now).granted;
             let scaled = model.scaled_estimate(period, now);
             let threshold = u128::from(limit - hits.min(limit)) * u128::from(period);

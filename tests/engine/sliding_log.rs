@@ -7,7 +7,7 @@
 //! synthetic trace (docs/performance.md#sliding-window-counter-error).
 
 use charon::config;
-use charon::engine::{self, Item, Outcome, Slot, SlotKind};
+use charon::engine::{self, Item, Outcome, SlidingLogItem, Slot, SlotKind};
 use proptest::prelude::*;
 
 /// Every logged hit, unbounded: the definition of the trailing window.
@@ -49,14 +49,14 @@ impl Model {
 }
 
 fn log_item(limit: u64, window: u64, hits: u64, count_rejected: bool) -> Item<'static> {
-    Item::SlidingLog {
+    Item::SlidingLog(SlidingLogItem {
         slot: 0,
         limit,
         period: window,
         hits,
         shadow: false,
         count_rejected,
-    }
+    })
 }
 
 proptest! {

@@ -9,7 +9,7 @@ use crate::support;
 
 use std::os::fd::RawFd;
 
-use charon::engine::{Item, SlotKind};
+use charon::engine::{Item, SlotKind, WindowItem};
 use charon::store::{Batch, RedisStore, Store};
 use support::redis::{RedisCluster, RedisSentinel, RedisServer, patient_store};
 
@@ -69,14 +69,14 @@ fn sockets_to(ports: &[u16]) -> Vec<(RawFd, u16, bool)> {
 async fn decide_once(store: &RedisStore) {
     let mut batch = Batch::default();
     let slot = batch.slot("nodelay-test".into(), SlotKind::Window);
-    batch.items.push(Item::Window {
+    batch.items.push(Item::Window(WindowItem {
         slot,
         limit: 10,
         period: 60_000,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    });
+    }));
     store.decide(batch).await.expect("Redis decides");
 }
 

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
-use charon::engine::{BanLimit, CostOp, GcraLimit, Hold, Item, Refundable, SlotKind};
+use charon::engine::{
+    BanItem, BanLimit, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold, HybridItem,
+    Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+};
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
 use proptest::prelude::*;
@@ -351,7 +354,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let (slot, owed_slot) = held_keys(&mut batch, key, hold);
-                Item::Concurrency {
+                Item::Concurrency(ConcurrencyItem {
                     slot,
                     hold: Hold {
                         owed_slot,
@@ -360,7 +363,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     },
                     hits,
                     shadow,
-                }
+                })
             }
             Ask::Refund {
                 key,
@@ -379,14 +382,14 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 let name = format!("tenant{key}");
                 let key =
                     keys::descriptor_key(SlotKind::Window, NS, [("tenant", name.as_str())], period);
-                Item::Window {
+                Item::Window(WindowItem {
                     slot: batch.slot(key, SlotKind::Window),
                     limit,
                     period,
                     hits,
                     shadow,
                     count_rejected,
-                }
+                })
             }
             Ask::Ban {
                 key,
@@ -398,7 +401,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
             } => {
                 let domain = format!("d{key}");
                 let key = keys::resource_key(SlotKind::Ban, NS, "banned", &domain);
-                Item::Ban {
+                Item::Ban(BanItem {
                     slot: batch.slot(key, SlotKind::Ban),
                     limit: BanLimit {
                         limit,
@@ -407,7 +410,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     },
                     hits,
                     shadow,
-                }
+                })
             }
             Ask::SlidingLog {
                 key,
@@ -424,14 +427,14 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     [("tenant", name.as_str())],
                     period,
                 );
-                Item::SlidingLog {
+                Item::SlidingLog(SlidingLogItem {
                     slot: batch.slot(key, SlotKind::SlidingLog),
                     limit,
                     period,
                     hits,
                     shadow,
                     count_rejected,
-                }
+                })
             }
             Ask::Hybrid {
                 key,
@@ -443,13 +446,13 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 let name = format!("tenant{key}");
                 let key =
                     keys::descriptor_key(SlotKind::Hybrid, NS, [("tenant", name.as_str())], window);
-                Item::Hybrid {
+                Item::Hybrid(HybridItem {
                     slot: batch.slot(key, SlotKind::Hybrid),
                     quota,
                     window,
                     hits,
                     shadow,
-                }
+                })
             }
             Ask::Sliding {
                 key,
@@ -465,13 +468,13 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     [("tenant", name.as_str())],
                     period,
                 );
-                Item::Sliding {
+                Item::Sliding(SlidingItem {
                     slot: batch.slot(key, SlotKind::Sliding),
                     limit,
                     period,
                     hits,
                     shadow,
-                }
+                })
             }
             Ask::Cost {
                 key,
@@ -494,14 +497,14 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                         charged_at: now.saturating_sub(windows_ago * period),
                     },
                 };
-                Item::Cost {
+                Item::Cost(CostItem {
                     slot: batch.slot(key, SlotKind::Cost),
                     limit,
                     period,
                     op,
                     shadow,
                     initial_cost,
-                }
+                })
             }
             Ask::Gcra {
                 key,
@@ -514,7 +517,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 let name = format!("tenant{key}");
                 let key =
                     keys::descriptor_key(SlotKind::Gcra, NS, [("tenant", name.as_str())], period);
-                Item::Gcra {
+                Item::Gcra(GcraItem {
                     slot: batch.slot(key, SlotKind::Gcra),
                     limit: GcraLimit {
                         count,
@@ -523,7 +526,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     },
                     hits,
                     shadow,
-                }
+                })
             }
             Ask::Tiers {
                 resource,
@@ -542,7 +545,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 );
                 let global_slot =
                     global.map(|_| batch.slot(keys::global_key(NS, &name), SlotKind::Log));
-                Item::Tiers {
+                Item::Tiers(TiersItem {
                     slot,
                     global_slot,
                     policy,
@@ -551,7 +554,7 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                     min_copies,
                     check_only,
                     shadow,
-                }
+                })
             }
         };
         batch.items.push(item);
@@ -588,74 +591,86 @@ fn refund_item(
     let name = format!("tenant{key}");
     let tenant = [("tenant", name.as_str())];
     let pick = |values: [u64; 2]| values[param % 2];
-    let (slot, of) = match of {
+    let of = match of {
         0 => {
             let period = pick([1_000, 2_000]);
             let key = keys::descriptor_key(SlotKind::Window, NS, tenant, period);
-            (
-                batch.slot(key, SlotKind::Window),
-                Refundable::Window { limit: 3, period },
-            )
+            Item::Window(WindowItem {
+                slot: batch.slot(key, SlotKind::Window),
+                limit: 3,
+                period,
+                hits: 0,
+                shadow: false,
+                count_rejected: false,
+            })
         }
         1 => {
             let period = pick([1_000, 3_000]);
             let key = keys::descriptor_key(SlotKind::Sliding, NS, tenant, period);
-            (
-                batch.slot(key, SlotKind::Sliding),
-                Refundable::Sliding { limit: 3, period },
-            )
+            Item::Sliding(SlidingItem {
+                slot: batch.slot(key, SlotKind::Sliding),
+                limit: 3,
+                period,
+                hits: 0,
+                shadow: false,
+            })
         }
         2 => {
             let period = pick([300, 1_000]);
             let key = keys::descriptor_key(SlotKind::SlidingLog, NS, tenant, period);
-            (
-                batch.slot(key, SlotKind::SlidingLog),
-                Refundable::SlidingLog { limit: 3, period },
-            )
+            Item::SlidingLog(SlidingLogItem {
+                slot: batch.slot(key, SlotKind::SlidingLog),
+                limit: 3,
+                period,
+                hits: 0,
+                shadow: false,
+                count_rejected: false,
+            })
         }
         3 => {
             let period = pick([1_000, 60_000]);
             let key = keys::descriptor_key(SlotKind::Gcra, NS, tenant, period);
             let count = pick([3, 7]);
-            (
-                batch.slot(key, SlotKind::Gcra),
-                Refundable::Gcra(GcraLimit {
+            Item::Gcra(GcraItem {
+                slot: batch.slot(key, SlotKind::Gcra),
+                limit: GcraLimit {
                     count,
                     period,
                     burst: 4,
-                }),
-            )
+                },
+                hits: 0,
+                shadow: false,
+            })
         }
         4 => {
             let period = pick([1_000, 2_000]);
             let key = keys::descriptor_key(SlotKind::Cost, NS, tenant, period);
-            (
-                batch.slot(key, SlotKind::Cost),
-                Refundable::Cost {
-                    limit: 100,
-                    period,
-                    initial_cost: 5,
-                },
-            )
+            Item::Cost(CostItem {
+                slot: batch.slot(key, SlotKind::Cost),
+                limit: 100,
+                period,
+                op: CostOp::Hits(0),
+                shadow: false,
+                initial_cost: 5,
+            })
         }
         _ => {
             let max_hold = pick([300, 1_000]);
             let (slot, owed_slot) = held_keys(batch, key, max_hold);
-            (
+            Item::Concurrency(ConcurrencyItem {
                 slot,
-                Refundable::Concurrency(Hold {
+                hold: Hold {
                     owed_slot,
                     limit: 2,
                     max_hold,
-                }),
-            )
+                },
+                hits: 0,
+                shadow: false,
+            })
         }
     };
-    Item::Refund {
-        slot,
-        hits: hits.min((1 << 53) - 1),
-        of,
-    }
+    of.refund_of(hits.min((1 << 53) - 1))
+        .expect("a refundable kind")
 }
 
 /// Runs `requests` on a fresh memory store and on Redis; every decision must
@@ -821,7 +836,7 @@ fn three_tiers() -> RatePolicy {
 fn tiers_batch<'p>(policy: &'p RatePolicy, domain: &str, copies: u64) -> Batch<'p> {
     let mut batch = Batch::default();
     let slot = batch.slot(keys::tiers_key(NS, "api", domain, false), SlotKind::Tiers);
-    batch.items.push(Item::Tiers {
+    batch.items.push(Item::Tiers(TiersItem {
         slot,
         global_slot: None,
         policy,
@@ -830,7 +845,7 @@ fn tiers_batch<'p>(policy: &'p RatePolicy, domain: &str, copies: u64) -> Batch<'
         min_copies: 1,
         check_only: false,
         shadow: false,
-    });
+    }));
     batch
 }
 
@@ -843,14 +858,14 @@ fn every_key_expires_when_it_stops_mattering() {
     let mut window = Batch::default();
     let key = keys::descriptor_key(SlotKind::Window, NS, [("tenant", "a")], 60_000);
     let slot = window.slot(key.clone(), SlotKind::Window);
-    window.items.push(Item::Window {
+    window.items.push(Item::Window(WindowItem {
         slot,
         limit: 10,
         period: 60_000,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    });
+    }));
     let decision = runtime
         .block_on(store.decide_batch(&window))
         .expect("Redis answers");
@@ -892,14 +907,14 @@ fn keys_of_one_window_expire_spread_over_a_minute() {
             3_600_000,
         );
         let slot = batch.slot(key.clone(), SlotKind::Window);
-        batch.items.push(Item::Window {
+        batch.items.push(Item::Window(WindowItem {
             slot,
             limit: 10,
             period: 3_600_000,
             hits: 1,
             shadow: false,
             count_rejected: false,
-        });
+        }));
         assert!(
             runtime
                 .block_on(store.decide_batch(&batch))

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use charon::engine::{Item, SlotKind};
+use charon::engine::{Item, SlotKind, WindowItem};
 use charon::store::keys;
 use charon::store::{Batch, RedisOptions, RedisStore};
 
@@ -165,14 +165,14 @@ fn the_store_speaks_tls() {
         keys::descriptor_key(SlotKind::Window, "ns", [("k", "v")], 60_000),
         SlotKind::Window,
     );
-    batch.items.push(Item::Window {
+    batch.items.push(Item::Window(WindowItem {
         slot,
         limit: 1,
         period: 60_000,
         hits: 1,
         shadow: false,
         count_rejected: false,
-    });
+    }));
     let first = runtime
         .block_on(store.decide_batch(&batch))
         .expect("decided over TLS");

@@ -1,14 +1,85 @@
-//! Burst tiers in a batch (`crate::engine::Item::Tiers`): a domain's
+//! Burst tiers in a batch ([`TiersItem`]): a domain's
 //! tier state and, with a global limit, the resource's log of the last
 //! second, decided as one item.
 
 use crate::config::RatePolicy;
-use crate::engine::{Global, HitLog, Outcome, Slot, Step, TierOutcome, TierState, WAIT_STEP};
+use crate::engine::{Global, HitLog, Kind, Outcome, Slot, Step, TierOutcome, TierState, WAIT_STEP};
+
+/// Burst tiers in a batch: grant the largest `k` in `[min_copies, copies]`.
+#[derive(Debug, Clone, Copy)]
+pub struct TiersItem<'a> {
+    pub slot: usize,
+    /// The resource's global log, when it has a global limit.
+    pub global_slot: Option<usize>,
+    pub policy: &'a RatePolicy,
+    pub global_limit: Option<u64>,
+    pub copies: u64,
+    pub min_copies: u64,
+    /// Only ask whether one more hit would be granted.
+    pub check_only: bool,
+    pub shadow: bool,
+}
+
+impl TiersItem<'_> {
+    fn ask(&self) -> TierAsk {
+        TierAsk {
+            copies: self.copies,
+            min_copies: self.min_copies,
+            check_only: self.check_only,
+        }
+    }
+}
+
+impl Kind for TiersItem<'_> {
+    fn shadow(&self) -> bool {
+        self.shadow
+    }
+
+    fn slots(&self) -> [Option<usize>; 2] {
+        [Some(self.slot), self.global_slot]
+    }
+
+    fn map_slots(&mut self, map: &dyn Fn(usize) -> usize) {
+        self.slot = map(self.slot);
+        self.global_slot = self.global_slot.map(map);
+    }
+
+    fn hits(&self) -> u64 {
+        self.copies
+    }
+
+    fn set_hits(&mut self, hits: u64) {
+        self.copies = hits;
+    }
+
+    fn is_over(&self, slots: &[Slot], now: u64) -> bool {
+        item_is_over(
+            slots,
+            self.slot,
+            self.global_slot,
+            self.policy,
+            self.global_limit,
+            self.ask(),
+            now,
+        )
+    }
+
+    fn run(&self, step: Step<'_>) -> Outcome {
+        run_item(
+            step,
+            self.slot,
+            self.global_slot,
+            self.policy,
+            self.global_limit,
+            self.ask(),
+        )
+    }
+}
 
 /// What a tier item asks: the largest `k` in `[min_copies, copies]`, or
 /// only whether one more hit would be granted.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TierAsk {
+struct TierAsk {
     pub copies: u64,
     pub min_copies: u64,
     pub check_only: bool,
@@ -47,7 +118,7 @@ fn global_view<'s>(
 }
 
 /// Whether a tier item cannot be granted what it needs at `now`.
-pub(crate) fn item_is_over(
+fn item_is_over(
     slots: &[Slot],
     slot: usize,
     global_slot: Option<usize>,
@@ -77,7 +148,7 @@ pub(crate) fn item_is_over(
 
 /// Decides a tier item and, committing, grants what it can: hits recorded
 /// in the tiers (a burst entering the next) and the global log.
-pub(crate) fn run_item(
+fn run_item(
     step: Step<'_>,
     slot: usize,
     global_slot: Option<usize>,

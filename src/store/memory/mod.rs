@@ -22,14 +22,14 @@
 //!
 //! ```rust
 //! use charon::clock::ManualClock;
-//! use charon::engine::{Item, SlotKind};
+//! use charon::engine::{Item, SlotKind, WindowItem};
 //! use charon::store::{Batch, MemoryStore};
 //!
 //! let store = MemoryStore::with_clock(ManualClock::new(0));
 //! let decide = |now| {
 //!     let mut batch = Batch::default();
 //!     let slot = batch.slot("counter".into(), SlotKind::Window);
-//!     batch.items.push(Item::Window { slot, limit: 1, period: 1_000, hits: 1, shadow: false, count_rejected: false });
+//!     batch.items.push(Item::Window(WindowItem { slot, limit: 1, period: 1_000, hits: 1, shadow: false, count_rejected: false }));
 //!     store.decide_at(batch, now).granted
 //! };
 //! assert!(decide(10));

@@ -20,6 +20,8 @@ use std::sync::{Mutex, PoisonError};
 use foldhash::fast::RandomState;
 
 use crate::engine::{Item, Outcome};
+
+use super::kinds::{self, needed};
 use crate::store::Batch;
 
 /// Keys remembered at most (a bound on memory under many hot tenants).
@@ -37,97 +39,14 @@ struct Block {
     needed: u64,
 }
 
-/// The hits `item` needs to be granted.
-fn needed(item: &Item<'_>) -> u64 {
-    match *item {
-        Item::Window { hits, .. }
-        | Item::Gcra { hits, .. }
-        | Item::Sliding { hits, .. }
-        | Item::Hybrid { hits, .. }
-        | Item::SlidingLog { hits, .. }
-        | Item::Concurrency { hits, .. }
-        | Item::Ban { hits, .. } => hits.max(1),
-        Item::Refund { .. } => 0,
-        Item::Cost { op, .. } => op.amount().max(1),
-        Item::Tiers {
-            min_copies,
-            check_only,
-            ..
-        } => {
-            if check_only {
-                1
-            } else {
-                min_copies.max(1)
-            }
-        }
-    }
-}
-
 /// What the rejection was computed with: other limits, another answer.
+/// Each kind that may be kept says which of these it asks under
+/// (`kinds/`).
 #[derive(Debug, Clone, PartialEq)]
-enum Limits {
+pub(super) enum Limits {
     Window { limit: u64, period: u64 },
     Tiers(crate::config::RatePolicy, Option<u64>),
     Gcra(crate::engine::GcraLimit),
-}
-
-impl Limits {
-    fn of(item: &Item<'_>) -> Self {
-        match *item {
-            // A cost's charges must always reach Redis: never governed.
-            Item::Window { limit, period, .. }
-            | Item::Cost { limit, period, .. }
-            | Item::Sliding { limit, period, .. } => Limits::Window { limit, period },
-            Item::SlidingLog { limit, period, .. } => Limits::Window { limit, period },
-            Item::Concurrency { hold, .. } => Limits::Window {
-                limit: hold.limit,
-                period: hold.max_hold,
-            },
-            Item::Refund { .. } => Limits::Window {
-                limit: 0,
-                period: 0,
-            },
-            Item::Ban { limit, .. } => Limits::Window {
-                limit: limit.limit,
-                period: limit.window,
-            },
-            Item::Hybrid { quota, window, .. } => Limits::Window {
-                limit: quota,
-                period: window,
-            },
-            Item::Gcra { limit, .. } => Limits::Gcra(limit),
-            Item::Tiers {
-                policy,
-                global_limit,
-                ..
-            } => Limits::Tiers(policy.clone(), global_limit),
-        }
-    }
-
-    /// Whether `item` asks under these limits (no copy of its policy: this
-    /// runs on every request for a blocked key).
-    fn govern(&self, item: &Item<'_>) -> bool {
-        match (self, item) {
-            (
-                Limits::Window { limit, period },
-                Item::Window {
-                    limit: l,
-                    period: p,
-                    ..
-                },
-            ) => limit == l && period == p,
-            (
-                Limits::Tiers(policy, global),
-                Item::Tiers {
-                    policy: p,
-                    global_limit: g,
-                    ..
-                },
-            ) => policy == *p && global == g,
-            (Limits::Gcra(limit), Item::Gcra { limit: l, .. }) => limit == l,
-            _ => false,
-        }
-    }
 }
 
 #[derive(Default)]
@@ -145,7 +64,7 @@ impl Blocked {
     pub fn check(&self, key: &str, item: &Item<'_>, now: u64) -> Option<Outcome> {
         let mut keys = self.lock();
         let block = keys.get(key)?;
-        if now >= block.until || !block.limits.govern(item) {
+        if now >= block.until || !kinds::governed_by(item, &block.limits) {
             keys.remove(key);
             return None;
         }
@@ -161,8 +80,8 @@ impl Blocked {
     /// before their blocks end.
     pub fn forget_refunded(&self, batch: &Batch<'_>) {
         for item in &batch.items {
-            if let Item::Refund { slot, .. } = item
-                && let Some(key) = batch.slots.get(*slot)
+            if let Item::Refund(_) = item
+                && let Some(key) = batch.slots.get(item.slot())
             {
                 self.lock().remove(&key.key);
             }
@@ -180,6 +99,9 @@ impl Blocked {
         let Some(retry_after) = retry_after.filter(|r| *r > 0) else {
             return;
         };
+        let Some(limits) = kinds::blocked(item) else {
+            return;
+        };
         let mut keys = self.lock();
         if keys.len() >= CAPACITY {
             keys.retain(|_, block| block.until > sent);
@@ -193,7 +115,7 @@ impl Blocked {
                 until: sent.saturating_add(retry_after),
                 outcome: *outcome,
                 decided_at: sent,
-                limits: Limits::of(item),
+                limits,
                 needed: needed(item),
             },
         );

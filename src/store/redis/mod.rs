@@ -27,6 +27,7 @@ mod blocked;
 mod codec;
 mod connection;
 mod error;
+mod kinds;
 mod options;
 pub mod url;
 
@@ -42,6 +43,7 @@ use crate::store::keys;
 use self::blocked::Blocked;
 use self::connection::Connection;
 pub use self::error::RedisError;
+use self::kinds::OwnScript;
 pub use self::options::{CallObserver, EventObserver, RedisOptions, StoreTls};
 use super::{Batch, SlotKey, Store, StoreError};
 
@@ -66,12 +68,16 @@ impl Scripts {
 
     /// The smallest script that decides `items`.
     fn for_items(&self, items: &[Item<'_>]) -> &redis::Script {
-        if items.iter().all(|item| matches!(item, Item::Window { .. })) {
-            &self.windows
-        } else if items.iter().all(|item| matches!(item, Item::Gcra { .. })) {
-            &self.buckets
-        } else {
-            &self.any
+        let mut own = items.iter().map(kinds::own_script);
+        let Some(first) = own.next() else {
+            return &self.windows;
+        };
+        match first {
+            Some(script) if own.all(|other| other == first) => match script {
+                OwnScript::Windows => &self.windows,
+                OwnScript::Buckets => &self.buckets,
+            },
+            _ => &self.any,
         }
     }
 }
@@ -391,7 +397,7 @@ fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> 
     let [item] = batch.items.as_slice() else {
         return None;
     };
-    if item.shadow() || never_blocked(item) {
+    if item.shadow() || !kinds::blockable(item) {
         return None;
     }
     Some((batch.slots.get(item.slot())?.key.as_str(), item))
@@ -452,29 +458,6 @@ impl Store for RedisStore {
     fn name(&self) -> &'static str {
         "redis"
     }
-}
-
-/// An item this store never rejects locally: a window counting rejected
-/// hits and a cost's charges (their hits must reach Redis), a sliding
-/// window (its rejection's end is not one instant a block could keep), a
-/// hybrid limiter (kept simple: its waits move with its mode), a sliding
-/// log (its refused hits may be logged), a Cloud Armor ban (its trip must
-/// be recorded), a concurrency limit (its refused hits are owed refunds),
-/// a refund (it must be applied).
-fn never_blocked(item: &Item<'_>) -> bool {
-    matches!(
-        item,
-        Item::Window {
-            count_rejected: true,
-            ..
-        } | Item::Cost { .. }
-            | Item::Sliding { .. }
-            | Item::Hybrid { .. }
-            | Item::SlidingLog { .. }
-            | Item::Ban { .. }
-            | Item::Concurrency { .. }
-            | Item::Refund { .. }
-    )
 }
 
 /// `TIME`'s `[seconds, microseconds]` as milliseconds.

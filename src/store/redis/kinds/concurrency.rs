@@ -1,0 +1,32 @@
+//! A concurrency limit on the wire: `k slot owed_slot limit max_hold hits
+//! shadow`; its held hits are a log of hit times (`sliding_log.rs`), what
+//! is owed a window's state (`window.rs`).
+
+use redis::ScriptInvocation;
+
+use crate::engine::ConcurrencyItem;
+
+use super::{Wire, flag};
+
+/// Never blocked locally: its refused hits are owed refunds.
+impl Wire for ConcurrencyItem {
+    fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
+        invocation
+            .arg("k")
+            .arg(self.slot + 1)
+            .arg(self.hold.owed_slot + 1)
+            .arg(self.hold.limit)
+            .arg(self.hold.max_hold)
+            .arg(self.hits)
+            .arg(flag(self.shadow));
+    }
+
+    fn refund(&self) -> (&'static str, u64, u64, u64) {
+        (
+            "k",
+            self.hold.owed_slot as u64 + 1,
+            self.hold.limit,
+            self.hold.max_hold,
+        )
+    }
+}
