@@ -956,7 +956,7 @@ fn a_flushed_script_is_loaded_again() {
 fn scripts_loaded(redis: &RedisServer) -> [bool; 3] {
     let hash = |source: &str| redis::Script::new(source).get_hash().to_owned();
     let (any, windows, buckets) = (
-        hash(include_str!("../../src/store/redis/decide.lua")),
+        hash(charon::store::redis::DECIDE_SCRIPT),
         hash(include_str!("../../src/store/redis/window.lua")),
         hash(include_str!("../../src/store/redis/gcra.lua")),
     );

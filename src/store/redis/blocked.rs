@@ -21,7 +21,7 @@ use foldhash::fast::RandomState;
 
 use crate::engine::{Item, Outcome};
 
-use super::kinds::{self, needed};
+use super::kinds::{self, Limits, needed};
 use crate::store::Batch;
 
 /// Keys remembered at most (a bound on memory under many hot tenants).
@@ -37,16 +37,6 @@ struct Block {
     limits: Limits,
     /// The hits the rejected request needed: its `wait` is theirs.
     needed: u64,
-}
-
-/// What the rejection was computed with: other limits, another answer.
-/// Each kind that may be kept says which of these it asks under
-/// (`kinds/`).
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Limits {
-    Window { limit: u64, period: u64 },
-    Tiers(crate::config::RatePolicy, Option<u64>),
-    Gcra(crate::engine::GcraLimit),
 }
 
 #[derive(Default)]

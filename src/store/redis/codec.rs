@@ -1,10 +1,10 @@
-//! The wire between the sidecar and `decide.lua`: a batch becomes the
+//! The wire between the sidecar and the batch script: a batch becomes the
 //! script's arguments, and the script's reply (the time it decided at, the
 //! verdict, and the state it decided on) becomes engine slots again.
 //!
-//! One piece: what the sidecar writes and what `decide.lua` reads (and back)
-//! must change together, kind by kind, so both directions of every kind are
-//! kept in one file; its tests are in `codec/tests.rs`.
+//! What each kind writes and reads back is its own, in `kinds/<kind>.rs`
+//! beside the Lua chunk that reads and writes the same (`kinds/<kind>.lua`);
+//! this file is the envelope around them. Its tests are in `codec/tests.rs`.
 //!
 //! A request of one fixed window or one GCRA bucket, the usual one, travels
 //! in a shorter form of its own ([`one_item_arguments`]): its numbers only,

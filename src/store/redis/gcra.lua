@@ -1,8 +1,9 @@
 -- Charon: one atomic decision on Redis, for a batch of GCRA buckets only.
 --
 -- Like window.lua, a script of its own for one common kind: the same wire,
--- state encoding and verdict as the GCRA branch of decide.lua (which
--- documents them, and why time is counted in ticks of 1/count ms), and the
+-- state encoding and verdict as the a chunk of the batch script
+-- (kinds/gcra.lua, which documents them, and why time is counted in ticks
+-- of 1/count ms), and the
 -- same two call shapes (window.lua says why):
 --
 -- * One item on one key: ARGV count period burst hits shadow, and a sixth,

@@ -4,8 +4,10 @@
 //!
 //! A decision is one script call (EVALSHA, loaded on first use and again
 //! whenever Redis answers NOSCRIPT) over every key of the request, at Redis
-//! `TIME`: atomic, one round trip, one clock for all sidecars. `decide.lua`
-//! decides every kind of limit; a batch of fixed windows only, or of GCRA
+//! `TIME`: atomic, one round trip, one clock for all sidecars. The batch
+//! script ([`DECIDE_SCRIPT`], assembled from `decide/` and each kind's chunk
+//! in `kinds/`, beside the Rust that writes that kind's arguments) decides
+//! every kind of limit; a batch of fixed windows only, or of GCRA
 //! buckets only, goes to `window.lua` or `gcra.lua`, the same decision without
 //! the rest of the machinery, which Redis would otherwise rebuild on every
 //! call (docs/performance.md has the cost of each). The script
@@ -47,6 +49,11 @@ use self::kinds::OwnScript;
 pub use self::options::{CallObserver, EventObserver, RedisOptions, StoreTls};
 use super::{Batch, SlotKey, Store, StoreError};
 
+/// The script that decides a batch of any kinds, as Redis runs it:
+/// assembled by `build.rs` from `decide/` and each kind's chunk in
+/// `kinds/`.
+pub const DECIDE_SCRIPT: &str = include_str!(concat!(env!("OUT_DIR"), "/decide.lua"));
+
 /// The scripts, by the kinds of limit a batch holds.
 struct Scripts {
     /// Every kind, mixed.
@@ -60,7 +67,7 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Self {
-            any: redis::Script::new(include_str!("decide.lua")),
+            any: redis::Script::new(DECIDE_SCRIPT),
             windows: redis::Script::new(include_str!("window.lua")),
             buckets: redis::Script::new(include_str!("gcra.lua")),
         }

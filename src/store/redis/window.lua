@@ -2,7 +2,7 @@
 --
 -- The common case (every envoyproxy/ratelimit limit is a fixed window) gets
 -- a script of its own: the same wire, state encoding and verdict as the
--- window branch of decide.lua (which documents them), without the tier,
+-- w chunk of the batch script (kinds/window.lua, which documents them), without the tier,
 -- log and bucket machinery Redis would otherwise set up on every call.
 --
 -- Two call shapes (docs/performance.md#redis-work-per-decision says what

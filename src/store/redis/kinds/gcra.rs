@@ -5,9 +5,8 @@ use redis::ScriptInvocation;
 
 use crate::engine::{GcraItem, GcraState};
 use crate::store::redis::RedisError;
-use crate::store::redis::blocked::Limits;
 
-use super::{OwnScript, Wire, flag, numbers};
+use super::{Limits, OwnScript, Wire, flag, numbers};
 
 impl Wire for GcraItem {
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {

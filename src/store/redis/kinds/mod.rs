@@ -26,7 +26,6 @@ use crate::config::FOREVER;
 use crate::engine::{Item, Refundable, kinds};
 
 use super::RedisError;
-use super::blocked::Limits;
 
 pub(super) use self::ban::ban;
 pub(super) use self::cost::cost;
@@ -36,6 +35,16 @@ pub(super) use self::sliding::sliding;
 pub(super) use self::sliding_log::time_log;
 pub(super) use self::tiers::{log, tiers};
 pub(super) use self::window::window;
+
+/// What a local rejection ([`super::blocked`]) was computed with: other
+/// limits, another answer. Each kind that may be kept says which of these
+/// it asks under.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Limits {
+    Window { limit: u64, period: u64 },
+    Tiers(crate::config::RatePolicy, Option<u64>),
+    Gcra(crate::engine::GcraLimit),
+}
 
 /// The largest whole number a Lua double holds exactly: a refund of more
 /// gives back everything all the same.

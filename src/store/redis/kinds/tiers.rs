@@ -11,9 +11,8 @@ use crate::config::FOREVER;
 use crate::engine::tiers::TierLog;
 use crate::engine::{GcraState, HitLog, TierState, TiersItem};
 use crate::store::redis::RedisError;
-use crate::store::redis::blocked::Limits;
 
-use super::{Wire, bounded, flag, gcra, number};
+use super::{Limits, Wire, bounded, flag, gcra, number};
 
 impl Wire for TiersItem<'_> {
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {

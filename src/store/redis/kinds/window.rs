@@ -5,9 +5,8 @@ use redis::ScriptInvocation;
 
 use crate::engine::{WindowItem, WindowState};
 use crate::store::redis::RedisError;
-use crate::store::redis::blocked::Limits;
 
-use super::{OwnScript, Wire, flags, numbers};
+use super::{Limits, OwnScript, Wire, flags, numbers};
 
 impl Wire for WindowItem {
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
