@@ -137,12 +137,30 @@ pub struct BanItem {
 impl Kind for BanItem {
     super::one_slot!();
 
+    /// Whether a ban's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.limit, self.hits, now)
+        let Self {
+            slot, limit, hits, ..
+        } = *self;
+        decide(&state_in(slots, slot), &limit, hits, now).over
     }
 
+    /// Decides a ban's item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(step, self.slot, self.limit, self.hits)
+        let Self {
+            slot, limit, hits, ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let decision = decide(&state_in(slots, slot), &limit, hits, now);
+        // A trip is recorded whatever the verdict; a grant only with it.
+        if hits > 0
+            && (decision.over || commit)
+            && let Some(entry) = slots.get_mut(slot)
+        {
+            *entry = Slot::Ban(decision.after);
+        }
+        Outcome::Tiers(outcome(&decision, &limit, hits, now))
     }
 
     /// The trip, if these hits trip it.
@@ -164,32 +182,6 @@ fn state_in(slots: &[Slot], index: usize) -> BanState {
         Some(Slot::Ban(state)) => *state,
         _ => BanState::default(),
     }
-}
-
-/// Whether a ban's item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    limit: BanLimit,
-    hits: u64,
-    now: u64,
-) -> bool {
-    decide(&state_in(slots, slot), &limit, hits, now).over
-}
-
-/// Decides a ban's item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(step: Step<'_>, slot: usize, limit: BanLimit, hits: u64) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let decision = decide(&state_in(slots, slot), &limit, hits, now);
-    // A trip is recorded whatever the verdict; a grant only with it.
-    if hits > 0
-        && (decision.over || commit)
-        && let Some(entry) = slots.get_mut(slot)
-    {
-        *entry = Slot::Ban(decision.after);
-    }
-    Outcome::Tiers(outcome(&decision, &limit, hits, now))
 }
 
 #[cfg(test)]

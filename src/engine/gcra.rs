@@ -197,12 +197,32 @@ impl Kind for GcraItem {
 
     super::one_slot!();
 
+    /// Whether a GCRA item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.limit, self.hits, now)
+        let Self {
+            slot, limit, hits, ..
+        } = *self;
+        let mut state = state_in(slots, slot);
+        decide(&limit, &mut state, hits, now, false).over
     }
 
+    /// Decides a GCRA item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(step, self.slot, self.limit, self.hits)
+        let Self {
+            slot, limit, hits, ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let mut state = state_in(slots, slot);
+        let outcome = decide(&limit, &mut state, hits, now, commit);
+        if commit
+            && !outcome.over
+            && hits > 0
+            && let Some(entry) = slots.get_mut(slot)
+        {
+            *entry = Slot::Gcra(state);
+        }
+        Outcome::Gcra(outcome)
     }
 
     /// Tokens back, up to its burst.
@@ -210,7 +230,7 @@ impl Kind for GcraItem {
         if step.commit {
             refund_in(step.slots, self.slot, self.limit, self.hits, step.now);
         }
-        run_item(step.seeing(), self.slot, self.limit, 0)
+        Self { hits: 0, ..*self }.run(step.seeing())
     }
 }
 
@@ -237,34 +257,6 @@ pub(super) fn refund_in(slots: &mut [Slot], slot: usize, limit: GcraLimit, hits:
             state.tat = state.tat.saturating_sub(back).max(now_t);
         }
     }
-}
-
-/// Whether a GCRA item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    limit: GcraLimit,
-    hits: u64,
-    now: u64,
-) -> bool {
-    let mut state = state_in(slots, slot);
-    decide(&limit, &mut state, hits, now, false).over
-}
-
-/// Decides a GCRA item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(step: Step<'_>, slot: usize, limit: GcraLimit, hits: u64) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let mut state = state_in(slots, slot);
-    let outcome = decide(&limit, &mut state, hits, now, commit);
-    if commit
-        && !outcome.over
-        && hits > 0
-        && let Some(entry) = slots.get_mut(slot)
-    {
-        *entry = Slot::Gcra(state);
-    }
-    Outcome::Gcra(outcome)
 }
 
 #[cfg(test)]

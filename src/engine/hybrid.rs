@@ -186,12 +186,51 @@ pub struct HybridItem {
 impl Kind for HybridItem {
     super::one_slot!();
 
+    /// Whether a hybrid limiter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.quota, self.window, self.hits, now)
+        let Self {
+            slot,
+            quota,
+            window,
+            hits,
+            ..
+        } = *self;
+        decide(&state_in(slots, slot), quota, window, hits, now).over
     }
 
+    /// Decides a hybrid limiter's item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(step, self.slot, self.quota, self.window, self.hits)
+        let Self {
+            slot,
+            quota,
+            window,
+            hits,
+            ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let seen = decide(&state_in(slots, slot), quota, window, hits, now);
+        if commit
+            && !seen.over
+            && hits > 0
+            && let Some(entry) = slots.get_mut(slot)
+        {
+            *entry = Slot::Hybrid(seen.after);
+        }
+        Outcome::Window(WindowOutcome {
+            over: seen.over,
+            limit: quota,
+            period: window,
+            remaining: seen.remaining,
+            // Its tokens, not a count: what the quota had spent before.
+            before: quota
+                .saturating_sub(seen.remaining)
+                .saturating_sub(if seen.over { 0 } else { hits }),
+            reset_after: seen.reset_after,
+            wait: seen.wait,
+            retry_after: seen.retry_after,
+            unreturned: 0,
+        })
     }
 }
 
@@ -201,44 +240,4 @@ fn state_in(slots: &[Slot], index: usize) -> HybridState {
         Some(Slot::Hybrid(state)) => *state,
         _ => HybridState::default(),
     }
-}
-
-/// Whether a hybrid limiter's item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    quota: u64,
-    window: u64,
-    hits: u64,
-    now: u64,
-) -> bool {
-    decide(&state_in(slots, slot), quota, window, hits, now).over
-}
-
-/// Decides a hybrid limiter's item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(step: Step<'_>, slot: usize, quota: u64, window: u64, hits: u64) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let seen = decide(&state_in(slots, slot), quota, window, hits, now);
-    if commit
-        && !seen.over
-        && hits > 0
-        && let Some(entry) = slots.get_mut(slot)
-    {
-        *entry = Slot::Hybrid(seen.after);
-    }
-    Outcome::Window(WindowOutcome {
-        over: seen.over,
-        limit: quota,
-        period: window,
-        remaining: seen.remaining,
-        // Its tokens, not a count: what the quota had spent before.
-        before: quota
-            .saturating_sub(seen.remaining)
-            .saturating_sub(if seen.over { 0 } else { hits }),
-        reset_after: seen.reset_after,
-        wait: seen.wait,
-        retry_after: seen.retry_after,
-        unreturned: 0,
-    })
 }

@@ -144,12 +144,61 @@ impl Kind for SlidingItem {
 
     super::one_slot!();
 
+    /// Whether a sliding window counter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } = *self;
+        check(&state_in(slots, slot), limit, period, hits, now).over
     }
 
+    /// Decides a sliding window counter's item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(step, self.slot, self.limit, self.period, self.hits)
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let before = state_in(slots, slot);
+        let seen = check(&before, limit, period, hits, now);
+        let mut after = before;
+        if commit && !seen.over && hits > 0 {
+            record(&mut after, period, hits, now);
+            if let Some(entry) = slots.get_mut(slot) {
+                *entry = Slot::Sliding(after);
+            }
+        }
+        let counted = check(&after, limit, period, 0, now);
+        let reset_after = if counted.current > 0 {
+            counted.window_start + 2 * period - now
+        } else if counted.previous > 0 {
+            counted.window_start + period - now
+        } else {
+            0
+        };
+        Outcome::Window(WindowOutcome {
+            over: seen.over,
+            limit,
+            period,
+            remaining: limit.saturating_sub(counted.estimate),
+            before: seen.estimate,
+            reset_after,
+            wait: if seen.over {
+                retry_after(&before, limit, period, hits, now)
+            } else {
+                Some(0)
+            },
+            retry_after: retry_after(&after, limit, period, 1, now),
+            unreturned: 0,
+        })
     }
 
     /// The current window's count, never below 0.
@@ -157,7 +206,7 @@ impl Kind for SlidingItem {
         if step.commit {
             refund_in(step.slots, self.slot, self.period, self.hits, step.now);
         }
-        run_item(step.seeing(), self.slot, self.limit, self.period, 0)
+        Self { hits: 0, ..*self }.run(step.seeing())
     }
 }
 
@@ -177,56 +226,6 @@ pub(super) fn refund_in(slots: &mut [Slot], slot: usize, period: u64, hits: u64,
     {
         state.current = state.current.saturating_sub(hits);
     }
-}
-
-/// Whether a sliding window counter's item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    limit: u64,
-    period: u64,
-    hits: u64,
-    now: u64,
-) -> bool {
-    check(&state_in(slots, slot), limit, period, hits, now).over
-}
-
-/// Decides a sliding window counter's item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(step: Step<'_>, slot: usize, limit: u64, period: u64, hits: u64) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let before = state_in(slots, slot);
-    let seen = check(&before, limit, period, hits, now);
-    let mut after = before;
-    if commit && !seen.over && hits > 0 {
-        record(&mut after, period, hits, now);
-        if let Some(entry) = slots.get_mut(slot) {
-            *entry = Slot::Sliding(after);
-        }
-    }
-    let counted = check(&after, limit, period, 0, now);
-    let reset_after = if counted.current > 0 {
-        counted.window_start + 2 * period - now
-    } else if counted.previous > 0 {
-        counted.window_start + period - now
-    } else {
-        0
-    };
-    Outcome::Window(WindowOutcome {
-        over: seen.over,
-        limit,
-        period,
-        remaining: limit.saturating_sub(counted.estimate),
-        before: seen.estimate,
-        reset_after,
-        wait: if seen.over {
-            retry_after(&before, limit, period, hits, now)
-        } else {
-            Some(0)
-        },
-        retry_after: retry_after(&after, limit, period, 1, now),
-        unreturned: 0,
-    })
 }
 
 #[cfg(test)]

@@ -110,19 +110,62 @@ impl Kind for SlidingLogItem {
 
     super::one_slot!();
 
+    /// Whether a sliding window log's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } = *self;
+        const EMPTY: &LogState = &LogState {
+            log: HitLog::EMPTY,
+            expires_at: 0,
+        };
+        is_over(
+            state_in(slots, slot).unwrap_or(EMPTY),
+            limit,
+            period,
+            hits,
+            now,
+        )
     }
 
+    /// Decides a sliding window log's item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(
-            step,
-            self.slot,
-            self.limit,
-            self.period,
-            self.hits,
-            self.count_rejected,
-        )
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            count_rejected,
+            ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let mut fresh = LogState::default();
+        let state = match slots.get_mut(slot) {
+            Some(Slot::SlidingLog(state)) => state,
+            _ => &mut fresh,
+        };
+        let over = is_over(state, limit, period, hits, now);
+        let before = state.log.count(now, period);
+        if hits > 0 && (count_rejected || (commit && !over)) {
+            record(state, limit, period, hits, now);
+        }
+        let seen = outcome(state, over, limit, period, hits, now);
+        Outcome::Window(WindowOutcome {
+            over,
+            limit,
+            period,
+            remaining: seen.remaining,
+            before,
+            reset_after: seen.reset_after,
+            wait: seen.wait,
+            retry_after: seen.retry_after,
+            unreturned: 0,
+        })
     }
 
     fn record_refused(&self, slots: &mut [Slot], now: u64) {
@@ -139,7 +182,12 @@ impl Kind for SlidingLogItem {
         if step.commit {
             refund_in(step.slots, self.slot, self.period, self.hits, step.now);
         }
-        run_item(step.seeing(), self.slot, self.limit, self.period, 0, false)
+        Self {
+            hits: 0,
+            count_rejected: false,
+            ..*self
+        }
+        .run(step.seeing())
     }
 }
 
@@ -149,63 +197,6 @@ fn state_in(slots: &[Slot], index: usize) -> Option<&LogState> {
         Some(Slot::SlidingLog(state)) => Some(state),
         _ => None,
     }
-}
-
-/// Whether a sliding window log's item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    limit: u64,
-    period: u64,
-    hits: u64,
-    now: u64,
-) -> bool {
-    const EMPTY: &LogState = &LogState {
-        log: HitLog::EMPTY,
-        expires_at: 0,
-    };
-    is_over(
-        state_in(slots, slot).unwrap_or(EMPTY),
-        limit,
-        period,
-        hits,
-        now,
-    )
-}
-
-/// Decides a sliding window log's item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(
-    step: Step<'_>,
-    slot: usize,
-    limit: u64,
-    period: u64,
-    hits: u64,
-    count_rejected: bool,
-) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let mut fresh = LogState::default();
-    let state = match slots.get_mut(slot) {
-        Some(Slot::SlidingLog(state)) => state,
-        _ => &mut fresh,
-    };
-    let over = is_over(state, limit, period, hits, now);
-    let before = state.log.count(now, period);
-    if hits > 0 && (count_rejected || (commit && !over)) {
-        record(state, limit, period, hits, now);
-    }
-    let seen = outcome(state, over, limit, period, hits, now);
-    Outcome::Window(WindowOutcome {
-        over,
-        limit,
-        period,
-        remaining: seen.remaining,
-        before,
-        reset_after: seen.reset_after,
-        wait: seen.wait,
-        retry_after: seen.retry_after,
-        unreturned: 0,
-    })
 }
 
 #[cfg(test)]

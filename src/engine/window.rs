@@ -92,19 +92,54 @@ impl Kind for WindowItem {
 
     super::one_slot!();
 
+    /// Whether a fixed-window item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        item_is_over(slots, self.slot, self.limit, self.period, self.hits, now)
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            ..
+        } = *self;
+        check(&state_in(slots, slot), limit, period, hits, now).over
     }
 
+    /// Decides a fixed-window item and, committing, records what passes (and what
+    /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        run_item(
-            step,
-            self.slot,
-            self.limit,
-            self.period,
-            self.hits,
-            self.count_rejected,
-        )
+        let Self {
+            slot,
+            limit,
+            period,
+            hits,
+            count_rejected,
+            ..
+        } = *self;
+        let Step { slots, now, commit } = step;
+        let before = state_in(slots, slot);
+        let check = check(&before, limit, period, hits, now);
+        let mut count = check.count;
+        if hits > 0 && (count_rejected || (commit && !check.over)) {
+            count = record_in(slots, slot, period, hits, now);
+        }
+        let wait = if !check.over {
+            Some(0)
+        } else if hits.max(1) > limit {
+            None
+        } else {
+            Some(check.window_end - now)
+        };
+        Outcome::Window(WindowOutcome {
+            over: check.over,
+            limit,
+            period,
+            remaining: limit.saturating_sub(count),
+            before: check.count,
+            reset_after: check.window_end - now,
+            wait,
+            retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),
+            unreturned: 0,
+        })
     }
 
     fn record_refused(&self, slots: &mut [Slot], now: u64) {
@@ -118,7 +153,12 @@ impl Kind for WindowItem {
         if step.commit {
             refund_in(step.slots, self.slot, self.period, self.hits, step.now);
         }
-        run_item(step.seeing(), self.slot, self.limit, self.period, 0, false)
+        Self {
+            hits: 0,
+            count_rejected: false,
+            ..*self
+        }
+        .run(step.seeing())
     }
 }
 
@@ -140,53 +180,4 @@ pub(super) fn record_in(slots: &mut [Slot], slot: usize, period: u64, hits: u64,
         }
         _ => 0,
     }
-}
-
-/// Whether a fixed-window item is over its limit at `now`.
-pub(super) fn item_is_over(
-    slots: &[Slot],
-    slot: usize,
-    limit: u64,
-    period: u64,
-    hits: u64,
-    now: u64,
-) -> bool {
-    check(&state_in(slots, slot), limit, period, hits, now).over
-}
-
-/// Decides a fixed-window item and, committing, records what passes (and what
-/// counts whatever the verdict).
-pub(super) fn run_item(
-    step: Step<'_>,
-    slot: usize,
-    limit: u64,
-    period: u64,
-    hits: u64,
-    count_rejected: bool,
-) -> Outcome {
-    let Step { slots, now, commit } = step;
-    let before = state_in(slots, slot);
-    let check = check(&before, limit, period, hits, now);
-    let mut count = check.count;
-    if hits > 0 && (count_rejected || (commit && !check.over)) {
-        count = record_in(slots, slot, period, hits, now);
-    }
-    let wait = if !check.over {
-        Some(0)
-    } else if hits.max(1) > limit {
-        None
-    } else {
-        Some(check.window_end - now)
-    };
-    Outcome::Window(WindowOutcome {
-        over: check.over,
-        limit,
-        period,
-        remaining: limit.saturating_sub(count),
-        before: check.count,
-        reset_after: check.window_end - now,
-        wait,
-        retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),
-        unreturned: 0,
-    })
 }

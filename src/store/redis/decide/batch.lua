@@ -4,8 +4,8 @@ local kinds = ARGV[2]
 local raw = {}
 for i = 1, #KEYS do
   local kind = string.sub(kinds, i, i)
-  local decode = DECODE[kind]
-  if decode == nil then
+  local decode = need(kind) and DECODE[kind]
+  if not decode then
     return redis.error_reply('charon: unknown kind of state ' .. kind)
   end
   local value = redis.call('GET', KEYS[i])
@@ -21,8 +21,8 @@ local function counting_later(at)
     if kind == 'r' then
       at = at + 7
     else
-      local later = LATER[kind]
-      if later == nil then
+      local later = need(kind) and LATER[kind]
+      if not later then
         return false
       end
       local counts
@@ -43,16 +43,16 @@ for _ = 1, tonumber(ARGV[3]) do
   if kind == 'r' then
     -- A refund: never over, applied with its batch.
     local slot, of, hits = tonumber(ARGV[at + 1]), ARGV[at + 2], num(ARGV[at + 3])
-    local give_back = REFUND[of]
-    if give_back == nil then
+    local give_back = need(of) and REFUND[of]
+    if not give_back then
       return redis.error_reply('charon: unknown kind of refund ' .. tostring(of))
     end
     give_back(slot, hits, num(ARGV[at + 4]), num(ARGV[at + 5]), num(ARGV[at + 6]))
     at = at + 7
     over, shadow = false, true
   else
-    local decide = ITEM[kind]
-    if decide == nil then
+    local decide = need(kind) and ITEM[kind]
+    if not decide then
       return redis.error_reply('charon: unknown kind of item ' .. tostring(kind))
     end
     over, shadow, at = decide(at)

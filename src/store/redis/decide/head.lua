@@ -61,8 +61,9 @@ local function split(s, sep)
   end
 end
 
--- What each kind's chunk registers, by letter (a state's letter in ARGV[2],
--- an item's in the items):
+-- Each kind's chunk defines LOAD[item letter], which makes the kind's
+-- functions and registers them by letter (a state's letter in ARGV[2], an
+-- item's in the items):
 --   DECODE[state](raw, now): the state, fresh when absent or expired (as the
 --     memory store treats it);
 --   ENCODE[state](i, state): writes KEYS[i] with its expiry;
@@ -73,7 +74,30 @@ end
 --   REFUND[item](slot, hits, a, b, c): gives hits back to a limit of it;
 --   REPLAY[item](raw, record, i): in a refused batch, the stored state of
 --     KEYS[i] with what counts anyway (`refused[i]`, which its ITEM wrote).
+-- A state whose letter is not its kind's says whose it is in OWNER.
+--
+-- Redis runs the whole script on every call, and making a function costs
+-- it time: a kind's functions are made only when a batch has the kind
+-- (`need`), not every kind's on every call.
+local LOAD, OWNER = {}, {}
 local DECODE, ENCODE, ITEM, LATER, REFUND, REPLAY = {}, {}, {}, {}, {}, {}
+local loaded = {}
+
+-- Makes kind `letter`'s functions, once per call; false for a letter no
+-- chunk knows.
+local function need(letter)
+  local kind = OWNER[letter] or letter
+  if loaded[kind] then
+    return true
+  end
+  local load = LOAD[kind]
+  if load == nil then
+    return false
+  end
+  loaded[kind] = true
+  load()
+  return true
+end
 
 -- The batch's clock.
 local injected = tonumber(ARGV[1])

@@ -4,7 +4,7 @@
 --   refund of s: a b = limit period
 --   state: s "start,current,previous,expires_at" (the current window's
 --          count and the one before)
-do
+LOAD.s = function()
   DECODE.s = function(raw, now)
     if raw then
       local f = split(raw, ',')

@@ -12,7 +12,10 @@
 --          comes; a resource with a token bucket instead of tiers has one
 --          "b" field instead: "btat_ms,ticks,count" (as a's state)
 --   state: g, a hit log "total~t:n,t:n,..."
-do
+OWNER.g = 't'
+LOAD.t = function()
+  -- A bucket instead of tiers is a's state.
+  need('a')
   local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3
 
   local function expiry_decode(s)
