@@ -83,6 +83,9 @@
 //! - `proxy` (feature `server`): `charon throttle`, the server throttler as
 //!   a sidecar: a reverse proxy to one upstream with the throttler's queue,
 //!   or a queue released at a fixed rate.
+//! - `kit` (feature `server`): the process kit the programs share instead of
+//!   borrowing each other's insides: the runtime, the stopping signals, a
+//!   reloading certificate, the `process_*` series and a scrape's answer.
 //!
 //! The binaries hold no decision, but they are not thin. `src/bin/charon/`
 //! is the `charon` command: `serve` (over sixty flags, each with its
@@ -115,6 +118,8 @@ pub mod store;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod inject;
+#[cfg(feature = "server")]
+pub mod kit;
 #[cfg(feature = "layer")]
 pub mod layer;
 #[cfg(feature = "server")]

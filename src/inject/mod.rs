@@ -64,10 +64,9 @@ pub fn router(template: SidecarTemplate) -> Router {
 /// The process's series (`process_*`), as every metrics endpoint has them.
 async fn metrics(headers: axum::http::HeaderMap) -> Response {
     let mut registry = prometheus_client::registry::Registry::default();
-    crate::server::metrics::process::register(&mut registry);
-    use crate::server::metrics::exposition;
-    let (content_type, text) =
-        exposition::render(&[&registry], exposition::accept(&headers), |_, _| {});
+    crate::kit::process::register(&mut registry);
+    use crate::kit::scrape;
+    let (content_type, text) = scrape::render(&[&registry], scrape::accept(&headers), |_, _| {});
     ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
 }
 
@@ -98,7 +97,7 @@ async fn mutate(State(template): State<Arc<SidecarTemplate>>, body: Bytes) -> Re
 
 /// Serves the webhook until SIGTERM or SIGINT.
 pub async fn run(options: InjectOptions) -> Result<(), InjectError> {
-    let certificate = crate::server::certificate::ReloadingCert::watch(
+    let certificate = crate::kit::certificate::ReloadingCert::watch(
         options.tls_cert.clone(),
         options.tls_key.clone(),
     )
@@ -109,7 +108,7 @@ pub async fn run(options: InjectOptions) -> Result<(), InjectError> {
     let listener = tls::TlsListener::new(listener, certificate)?;
     tracing::info!(addr = %options.addr, image = %options.template.image, "charon inject serving /mutate");
     axum::serve(listener, router(options.template))
-        .with_graceful_shutdown(crate::server::shutdown_signal())
+        .with_graceful_shutdown(crate::kit::shutdown_signal())
         .await
         .map_err(|error| InjectError::Serve(error.to_string()))
 }

@@ -1,6 +1,6 @@
 //! TLS for the webhook: a listener that does TLS handshakes off the accept
 //! loop, with the sidecar's reloading certificate
-//! ([`crate::server::certificate`]).
+//! ([`crate::kit::certificate`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::InjectError;
-use crate::server::certificate::ReloadingCert;
+use crate::kit::certificate::ReloadingCert;
 
 /// A client must finish its TLS handshake within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

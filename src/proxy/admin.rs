@@ -21,8 +21,8 @@ use serde::Serialize;
 
 use super::Proxy;
 use super::protect::Reason;
+use crate::kit::scrape;
 use crate::layer::ThrottleLayer;
-use crate::server::metrics::exposition;
 
 /// What `/stats` shows.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -100,7 +100,7 @@ impl Proxy {
     pub fn admin_router(&self) -> Router {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(StatsCollector(self.clone())));
-        crate::server::metrics::process::register(&mut registry);
+        crate::kit::process::register(&mut registry);
         let registry = std::sync::Arc::new(registry);
         Router::new()
             // `/readyz`, as `charon serve` names it; `/ready` for the pods
@@ -115,9 +115,8 @@ impl Proxy {
                 get(move |headers: axum::http::HeaderMap| {
                     let registry = registry.clone();
                     async move {
-                        let accept = exposition::accept(&headers);
-                        let (content_type, text) =
-                            exposition::render(&[&registry], accept, |_, _| {});
+                        let accept = scrape::accept(&headers);
+                        let (content_type, text) = scrape::render(&[&registry], accept, |_, _| {});
                         ([(header::CONTENT_TYPE, content_type)], text)
                     }
                 }),

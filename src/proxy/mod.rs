@@ -197,9 +197,7 @@ pub async fn run(
         max_connections = proxy.max_connections,
         "charon throttle serving"
     );
-    proxy
-        .serve(listener, crate::server::shutdown_signal())
-        .await;
+    proxy.serve(listener, crate::kit::shutdown_signal()).await;
     if let Some(task) = admin_task {
         task.abort();
     }

@@ -34,7 +34,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-use super::certificate::ReloadingCert;
+use crate::kit::certificate::ReloadingCert;
 
 /// A client must finish its TLS handshake within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -9,7 +9,6 @@
 
 pub mod admin;
 pub mod api;
-pub mod certificate;
 pub mod decision_log;
 pub mod listen;
 pub mod metrics;
@@ -18,13 +17,12 @@ pub mod reload;
 pub mod resident;
 pub mod rlqs;
 pub mod rls;
-pub mod runtime;
 mod session;
 mod shutdown;
 pub mod trace;
 pub mod xds;
 
-pub(crate) use self::shutdown::shutdown_signal;
+use crate::kit::shutdown_signal;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::sync::watch;
 
 use crate::api::v1::charon_server::CharonServer;
+use crate::kit::shutdown_signal;
 use crate::store::copies::CopyStore;
 use crate::store::open::SidecarStore;
 
@@ -103,26 +104,4 @@ pub(super) async fn stop(serving: Serving, delay: Duration) -> anyhow::Result<()
 /// Resolves once the shutdown flag is up.
 pub(super) async fn wait_for(mut shutdown: watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await;
-}
-
-/// SIGINT or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {},
-        () = terminate => {},
-    }
 }

@@ -5,7 +5,9 @@
 //! changed and tested together; the next capability would have to enter
 //! through both. And the configuration never reaches the engine: the engine
 //! decides on a compiled configuration, which must load without it; and the
-//! service never reaches a wire type (`api`) or a face (`server`).
+//! service never reaches a wire type (`api`) or a face (`server`); and no
+//! program's room (`server`, `proxy`, `inject`) reaches another's: what
+//! they share is the process kit (`kit`).
 //!
 //! Imports are read from the source text: every path that starts with
 //! `crate::`, `super::` or `self::` (in `use` trees too), comments and
@@ -25,6 +27,13 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("config", "engine"),
     ("service", "api"),
     ("service", "server"),
+    // No program's room imports another's: what they share is the kit.
+    ("server", "proxy"),
+    ("server", "inject"),
+    ("proxy", "server"),
+    ("proxy", "inject"),
+    ("inject", "server"),
+    ("inject", "proxy"),
 ];
 
 struct Library {

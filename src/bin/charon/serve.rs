@@ -383,7 +383,7 @@ pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let runtime = match charon::server::runtime::build(usize::from(threads)) {
+    let runtime = match charon::kit::runtime::build(usize::from(threads)) {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the runtime: {error}");

@@ -253,7 +253,7 @@ async fn metrics(
         .set_copy_holds(&state::copy_holds(&sources).await);
     let config = sources.limiter.config();
     state.metrics.set_configured_limits(&config);
-    let accept = super::metrics::exposition::accept(&headers);
+    let accept = crate::kit::scrape::accept(&headers);
     let (content_type, body) = state.metrics.exposition(&config, accept);
     ([(header::CONTENT_TYPE, content_type)], body)
 }

@@ -7,7 +7,6 @@ mod events;
 pub mod exposition;
 mod hooks;
 mod labels;
-pub mod process;
 mod series_cap;
 pub mod upstream;
 
@@ -119,7 +118,7 @@ impl Metrics {
             tracing::warn!("PROMETHEUS_MAPPER_YAML: {note}");
         }
         let mut process = Registry::default();
-        process::register(&mut process);
+        crate::kit::process::register(&mut process);
         let mut registry = Registry::with_prefix("charon");
         let domains = DomainView::register(&mut registry);
         let decisions = Family::<DecisionLabels, Counter>::default();

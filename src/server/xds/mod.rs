@@ -409,7 +409,7 @@ fn endpoint(options: &XdsOptions) -> Result<Endpoint, XdsError> {
         if let Some((cert, key)) = &tls.identity {
             let cert_pem = read(cert, "--config-xds-cert (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)")?;
             let key_pem = read(key, "--config-xds-key (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)")?;
-            super::certificate::load(cert, key).map_err(|error| XdsError::File {
+            crate::kit::certificate::load(cert, key).map_err(|error| XdsError::File {
                 flag: "--config-xds-cert (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)",
                 path: cert.clone(),
                 reason: error.to_string(),

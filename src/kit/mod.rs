@@ -1,0 +1,15 @@
+//! The process kit: what every program of the `charon` binary runs on, so
+//! that `charon serve` (`server`), `charon throttle` (`proxy`) and
+//! `charon inject` (`inject`) share it instead of borrowing each other's
+//! insides: the runtime, the signals that stop a program, a certificate
+//! re-read when its files change, the `process_*` series and a scrape's
+//! answer in the format the scraper asks for. Nothing here knows a face, a
+//! limit or a store.
+
+pub mod certificate;
+pub mod process;
+pub mod runtime;
+pub mod scrape;
+mod signal;
+
+pub(crate) use self::signal::shutdown_signal;
