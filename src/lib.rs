@@ -80,7 +80,7 @@
 //!   server throttler and client-side adaptive throttling.
 //! - `inject` (feature `server`): `charon inject`, the Kubernetes admission
 //!   webhook that adds the sidecar to pods.
-//! - `proxy` (feature `server`): `charon throttle`, the server throttler as
+//! - `throttle` (feature `server`): `charon throttle`, the server throttler as
 //!   a sidecar: a reverse proxy to one upstream with the throttler's queue,
 //!   or a queue released at a fixed rate.
 //! - `kit` (feature `server`): the process kit the programs share instead of
@@ -123,11 +123,11 @@ pub mod kit;
 #[cfg(feature = "layer")]
 pub mod layer;
 #[cfg(feature = "server")]
-pub mod proxy;
-#[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "embedded")]
 pub mod service;
+#[cfg(feature = "server")]
+pub mod throttle;
 
 #[cfg(feature = "client")]
 pub mod api;

@@ -1,5 +1,5 @@
 //! The process kit: what every program of the `charon` binary runs on, so
-//! that `charon serve` (`server`), `charon throttle` (`proxy`) and
+//! that `charon serve` (`server`), `charon throttle` (`throttle`) and
 //! `charon inject` (`inject`) share it instead of borrowing each other's
 //! insides: the runtime, the signals that stop a program, a certificate
 //! re-read when its files change, the `process_*` series and a scrape's

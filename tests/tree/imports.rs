@@ -6,7 +6,7 @@
 //! through both. And the configuration never reaches the engine: the engine
 //! decides on a compiled configuration, which must load without it; and the
 //! service never reaches a wire type (`api`) or a face (`server`); and no
-//! program's room (`server`, `proxy`, `inject`) reaches another's: what
+//! program's room (`server`, `throttle`, `inject`) reaches another's: what
 //! they share is the process kit (`kit`).
 //!
 //! Imports are read from the source text: every path that starts with
@@ -28,12 +28,12 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("service", "api"),
     ("service", "server"),
     // No program's room imports another's: what they share is the kit.
-    ("server", "proxy"),
+    ("server", "throttle"),
     ("server", "inject"),
-    ("proxy", "server"),
-    ("proxy", "inject"),
+    ("throttle", "server"),
+    ("throttle", "inject"),
     ("inject", "server"),
-    ("inject", "proxy"),
+    ("inject", "throttle"),
 ];
 
 struct Library {

@@ -1,13 +1,13 @@
 //! `charon throttle`: the flags of the throttling sidecar, handed to
-//! [`charon::proxy::run`].
+//! [`charon::throttle::run`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use charon::proxy::protect::Protection;
-use charon::proxy::{Concurrency, ProxyOptions, TenantLimits};
+use charon::throttle::protect::Protection;
+use charon::throttle::{Concurrency, ProxyOptions, TenantLimits};
 
 use crate::logging::{self, LogOptions};
 
@@ -221,7 +221,7 @@ pub fn run(args: ThrottleArgs, log: &LogOptions) -> ExitCode {
         }
     };
     logging::init(log, None);
-    crate::run_to_end(charon::proxy::run(
+    crate::run_to_end(charon::throttle::run(
         args.listen,
         Some(args.admin_addr),
         options,
