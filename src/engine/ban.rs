@@ -139,10 +139,7 @@ impl Kind for BanItem {
 
     /// Whether a ban's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot, limit, hits, ..
-        } = *self;
-        decide(&state_in(slots, slot), &limit, hits, now).over
+        decide(&state_in(slots, self.slot), &self.limit, self.hits, now).over
     }
 
     /// Decides a ban's item and, committing, records what passes (and what

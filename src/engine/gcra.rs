@@ -199,11 +199,8 @@ impl Kind for GcraItem {
 
     /// Whether a GCRA item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot, limit, hits, ..
-        } = *self;
-        let mut state = state_in(slots, slot);
-        decide(&limit, &mut state, hits, now, false).over
+        let mut state = state_in(slots, self.slot);
+        decide(&self.limit, &mut state, self.hits, now, false).over
     }
 
     /// Decides a GCRA item and, committing, records what passes (and what

@@ -188,14 +188,14 @@ impl Kind for HybridItem {
 
     /// Whether a hybrid limiter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot,
-            quota,
-            window,
-            hits,
-            ..
-        } = *self;
-        decide(&state_in(slots, slot), quota, window, hits, now).over
+        decide(
+            &state_in(slots, self.slot),
+            self.quota,
+            self.window,
+            self.hits,
+            now,
+        )
+        .over
     }
 
     /// Decides a hybrid limiter's item and, committing, records what passes (and what

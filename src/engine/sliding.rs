@@ -146,14 +146,14 @@ impl Kind for SlidingItem {
 
     /// Whether a sliding window counter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            ..
-        } = *self;
-        check(&state_in(slots, slot), limit, period, hits, now).over
+        check(
+            &state_in(slots, self.slot),
+            self.limit,
+            self.period,
+            self.hits,
+            now,
+        )
+        .over
     }
 
     /// Decides a sliding window counter's item and, committing, records what passes (and what

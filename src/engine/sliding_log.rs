@@ -112,24 +112,12 @@ impl Kind for SlidingLogItem {
 
     /// Whether a sliding window log's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            ..
-        } = *self;
         const EMPTY: &LogState = &LogState {
             log: HitLog::EMPTY,
             expires_at: 0,
         };
-        is_over(
-            state_in(slots, slot).unwrap_or(EMPTY),
-            limit,
-            period,
-            hits,
-            now,
-        )
+        let state = state_in(slots, self.slot).unwrap_or(EMPTY);
+        is_over(state, self.limit, self.period, self.hits, now)
     }
 
     /// Decides a sliding window log's item and, committing, records what passes (and what

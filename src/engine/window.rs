@@ -94,14 +94,14 @@ impl Kind for WindowItem {
 
     /// Whether a fixed-window item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            ..
-        } = *self;
-        check(&state_in(slots, slot), limit, period, hits, now).over
+        check(
+            &state_in(slots, self.slot),
+            self.limit,
+            self.period,
+            self.hits,
+            now,
+        )
+        .over
     }
 
     /// Decides a fixed-window item and, committing, records what passes (and what
