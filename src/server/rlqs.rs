@@ -354,6 +354,14 @@ impl EnvoyStream {
                 };
                 let quota = paced(&service, namespace, &bucket, before, quota);
                 if before != Some(quota) {
+                    // What Envoy is told, after pacing: the line above is
+                    // what the share was before it.
+                    tracing::debug!(
+                        client = %self.client,
+                        bucket = %bucket.name,
+                        told = ?quota,
+                        "RLQS assignment"
+                    );
                     let (outcome, per_second) = described(quota);
                     metrics.rlqs_assignment(
                         namespace,

@@ -294,10 +294,14 @@ async fn an_envoy_that_wants_little_gets_it_and_the_other_the_rest() {
     }
     let last = |envoy: usize| per_second[envoy][6..].iter().sum::<u64>();
     let (a, b) = (last(0), last(1));
-    // 15 s of a limit of 10: at least 95 % used, never over.
+    // 15 s of a limit of 10: at least 94 % used, never over. B is given
+    // its demand and a request and a half more a report (3.3 a second for
+    // its 3), which it leaves unused, so the most the two admit is about
+    // 146; a loaded machine that stalls A for a few tenths of a second
+    // costs it a token or two more.
     assert!(
-        a + b >= 143,
-        "{a} + {b}: under 95 % of the limit; {context}"
+        a + b >= 141,
+        "{a} + {b}: under 94 % of the limit; {context}"
     );
     assert!(a + b <= 152, "{a} + {b} over the limit; {context}");
 }

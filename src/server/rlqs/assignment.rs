@@ -17,8 +17,11 @@ use crate::service::leases::quota::{Bucket, Quota};
 /// those tokens add to a second beyond the limit (docs/design.md#rlqs). An
 /// Envoy's first bucket holds one token. A bucket that grows (its rate, or
 /// its tokens) waits for a second with room, keeping what it was told; a
-/// first one, or one whose rate shrinks, goes now, with as many tokens as
-/// are left (at least one).
+/// first one, one whose rate shrinks, or one that was told to deny
+/// everything, goes now, with as many tokens as are left (at least one).
+/// Denying everything is no bucket to keep: waiting would refuse all of the
+/// Envoy's share for a second or more, while another's changes spend the
+/// seconds' room.
 pub(super) fn paced(
     service: &Service,
     namespace: &str,
@@ -38,6 +41,7 @@ pub(super) fn paced(
     if told == Some(wanted) || tokens_per_fill == 0 {
         return wanted;
     }
+    let told = told.filter(|told| told.per_second().is_none_or(|rate| rate > 0.0));
     let max_tokens = if told.is_none() { 1 } else { max_tokens };
     let with_tokens = |max_tokens| Quota::Assigned {
         max_tokens,
@@ -116,5 +120,76 @@ pub(super) fn assignment(quota: Quota) -> QuotaAssignmentAction {
         rate_limit_strategy: Some(RateLimitStrategy {
             strategy: Some(strategy),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::paced;
+    use crate::clock::ManualClock;
+    use crate::limiter::Modes;
+    use crate::service::leases::quota::{Bucket, Quota};
+    use crate::service::{Service, Unobserved};
+    use crate::store::copies::{CopyStore, MemoryCopies};
+    use crate::store::leases::{LeaseStore, MemoryLeases};
+    use crate::store::open::{SidecarStore, Stores};
+
+    /// Ten a second for each tenant, on a clock that stands still: one
+    /// second's room for new tokens is a fifth of that, 2.
+    fn ten_a_second() -> Service {
+        let config = crate::config::load_str(
+            "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+            "edge.yaml",
+        )
+        .unwrap_or_else(|errors| panic!("{errors}"))
+        .config;
+        let stores = Stores {
+            rate: SidecarStore::Memory(crate::store::MemoryStore::new()),
+            copies: CopyStore::Memory(MemoryCopies::new()),
+            leases: LeaseStore::Memory(MemoryLeases::new()),
+        };
+        Service::new(
+            config,
+            stores,
+            Modes::default(),
+            Arc::new(Unobserved),
+            Arc::new(ManualClock::new(1_000_000)),
+        )
+    }
+
+    fn share(max_tokens: u32, tokens_per_fill: u32) -> Quota {
+        Quota::Assigned {
+            max_tokens,
+            tokens_per_fill,
+            fill_interval: Duration::from_secs(10),
+            ttl: Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn a_bucket_told_to_deny_everything_gets_its_share_in_a_second_without_room() {
+        let service = ten_a_second();
+        let acme = Bucket::new([("tenant".to_owned(), "acme".to_owned())]);
+        // Another Envoy's new bucket took this second's room.
+        assert_eq!(service.new_bucket_tokens("edge", &acme, 2, false), 2);
+
+        // A bucket that had a share waits for a second with room.
+        assert_eq!(
+            paced(&service, "edge", &acme, Some(share(1, 30)), share(2, 50)),
+            share(1, 30)
+        );
+        // One told to deny everything has nothing to keep: it goes now,
+        // with one token, as an Envoy's first bucket does.
+        assert_eq!(
+            paced(&service, "edge", &acme, Some(share(0, 0)), share(2, 50)),
+            share(1, 50)
+        );
+        assert_eq!(
+            paced(&service, "edge", &acme, None, share(2, 50)),
+            share(1, 50)
+        );
     }
 }
