@@ -38,13 +38,14 @@ cargo check --no-default-features --lib
 step "cargo check --no-default-features --features layer --lib (the client and Tower layers without the sidecar)"
 cargo check --no-default-features --features layer --lib
 
-step "the embedded engine and the Tower layer, without axum or the sidecar's CLI, file watching and metrics"
+step "the embedded engine and the Tower layer, without axum, Redis or the sidecar's CLI, file watching and metrics"
 cargo check --no-default-features --features embedded,layer --lib
 if cargo tree --no-default-features --features embedded,layer -e normal --prefix none |
-    grep -E '^(axum|clap|notify|prometheus-client|tracing-subscriber|mimalloc) '; then
+    grep -E '^(axum|clap|notify|prometheus-client|tracing-subscriber|mimalloc|redis) '; then
     echo "the features embedded,layer pull in the sidecar's dependencies (above)" >&2
     exit 1
 fi
+cargo check --no-default-features --features embedded,redis --lib
 
 step "cargo deny check licenses bans sources (deny.toml: the supply chain)"
 target/tools/bin/cargo-deny check licenses bans sources

@@ -31,9 +31,9 @@ use crate::service::error::Error;
 use crate::service::ops::{GetCapacity, RateRequest, ReleaseCapacity};
 use crate::service::session::Session;
 use crate::service::{Service, Unobserved};
-use crate::store::RedisError;
-use crate::store::copies::{CopyStore, CopyTimings, TimingsError};
+use crate::store::copies::{CopyTimings, TimingsError};
 use crate::store::open::ConfigLogError;
+use crate::store::open::OpenError;
 use crate::store::open::{StoreOptions, Stores};
 
 use super::backend::{
@@ -47,7 +47,7 @@ use crate::limiter::{LimitError, RateLimitRequest};
 #[derive(Debug, thiserror::Error)]
 pub enum EmbeddedError {
     #[error("cannot open the store: {0}")]
-    Store(#[from] RedisError),
+    Store(#[from] OpenError),
     #[error(transparent)]
     Timings(#[from] TimingsError),
     #[error("invalid configuration:\n{0}")]
@@ -71,14 +71,7 @@ impl Embedded {
     /// On the memory store: state lives and dies with this value. Spawns
     /// its housekeeping when called within a Tokio runtime.
     pub fn memory(config: Config) -> Self {
-        let stores = Stores {
-            rate: crate::store::open::SidecarStore::Memory(crate::store::MemoryStore::new()),
-            copies: CopyStore::Memory(crate::store::copies::MemoryCopies::new()),
-            leases: crate::store::leases::LeaseStore::Memory(
-                crate::store::leases::MemoryLeases::new(),
-            ),
-        };
-        Self::start(config, stores)
+        Self::start(config, Stores::memory(crate::store::DEFAULT_MAX_KEYS))
     }
 
     /// On the store `options.url` names (`memory` or a Redis URL), with the
@@ -168,15 +161,15 @@ impl Embedded {
 impl Drop for Embedded {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
-        if let CopyStore::Redis(redis) = &*self.service.copies
+        if self.service.copies.is_shared()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             // Shared holds must not outlive this engine.
             let session = self.session.load_full();
-            let redis = redis.clone();
+            let copies = self.service.copies.clone();
             runtime.spawn(async move {
                 session.release_everything().await;
-                redis.deregister().await;
+                copies.deregister().await;
             });
         }
     }

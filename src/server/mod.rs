@@ -40,7 +40,7 @@ use crate::api::v1::charon_server::CharonServer;
 use crate::config::{self};
 use crate::limiter::Modes;
 use crate::store::Store;
-use crate::store::copies::{CopyStore, CopyTimings};
+use crate::store::copies::{CopyLog, CopyTimings};
 
 use self::api::ApiService;
 use self::metrics::Metrics;
@@ -350,7 +350,7 @@ struct Serving {
     ready: Arc<AtomicBool>,
     health: tonic_health::server::HealthReporter,
     open_sessions: Arc<std::sync::atomic::AtomicUsize>,
-    copies: Arc<CopyStore>,
+    copies: Arc<dyn CopyLog>,
     shutdown_tx: watch::Sender<bool>,
     _watcher: Option<notify::RecommendedWatcher>,
 }
@@ -572,7 +572,7 @@ fn decode_errors_are_invalid_arguments(
     response
 }
 
-fn spawn_membership_metric(copies: Arc<CopyStore>, metrics: Arc<Metrics>) {
+fn spawn_membership_metric(copies: Arc<dyn CopyLog>, metrics: Arc<Metrics>) {
     let mut membership = copies.membership();
     tokio::spawn(async move {
         loop {

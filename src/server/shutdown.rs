@@ -13,7 +13,6 @@ use tokio::sync::watch;
 
 use crate::api::v1::charon_server::CharonServer;
 use crate::kit::shutdown_signal;
-use crate::store::copies::CopyStore;
 use crate::store::open::SidecarStore;
 
 use super::Serving;
@@ -94,9 +93,7 @@ pub(super) async fn stop(serving: Serving, delay: Duration) -> anyhow::Result<()
     while open_sessions.load(Ordering::SeqCst) > 0 && waiting.elapsed() < RELEASE_ON_SHUTDOWN {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    if let CopyStore::Redis(redis) = &*copies {
-        redis.deregister().await;
-    }
+    copies.deregister().await;
     tracing::info!("stopped");
     Ok(())
 }

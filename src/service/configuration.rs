@@ -61,7 +61,7 @@ pub struct Written {
 pub struct Configuration {
     path: PathBuf,
     options: LoadOptions,
-    log: ConfigLog,
+    log: Box<dyn ConfigLog>,
     running: Running,
     snapshot: Mutex<Snapshot>,
     /// What a control plane (xDS) pushed last and was applied.
@@ -76,7 +76,7 @@ impl Configuration {
     pub fn new(
         path: PathBuf,
         options: LoadOptions,
-        log: ConfigLog,
+        log: Box<dyn ConfigLog>,
         running: Running,
         snapshot: Snapshot,
         notes: Vec<Note>,
@@ -105,9 +105,9 @@ impl Configuration {
     pub async fn open(
         path: PathBuf,
         options: LoadOptions,
-        log: ConfigLog,
+        log: Box<dyn ConfigLog>,
     ) -> Result<Self, ConfigErrors> {
-        let snapshot = Self::first_snapshot(&log).await;
+        let snapshot = Self::first_snapshot(log.as_ref()).await;
         let loaded = match crate::config::load_with_overlay(
             &path,
             options,
@@ -138,7 +138,7 @@ impl Configuration {
 
     /// The log's state at start, or an empty one (logged) when the log
     /// cannot be read yet: the sync task catches up once it can.
-    pub async fn first_snapshot(log: &ConfigLog) -> Snapshot {
+    pub async fn first_snapshot(log: &dyn ConfigLog) -> Snapshot {
         match log.snapshot().await {
             Ok(snapshot) => snapshot,
             Err(error) => {
@@ -148,8 +148,8 @@ impl Configuration {
         }
     }
 
-    pub fn log(&self) -> &ConfigLog {
-        &self.log
+    pub fn log(&self) -> &dyn ConfigLog {
+        self.log.as_ref()
     }
 
     pub fn snapshot(&self) -> Snapshot {

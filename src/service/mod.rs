@@ -32,11 +32,9 @@ use crate::clock::Clock;
 use crate::config::{Config, Resource, Running};
 use crate::limiter::{Limiter, Modes};
 use crate::store::MemoryStore;
-use crate::store::copies::CopyStore;
-use crate::store::leases::LeaseStore;
+use crate::store::copies::CopyLog;
 
 use self::configuration::Configuration;
-use crate::store::config_log::ConfigLog;
 use crate::store::open::{SidecarStore, Stores};
 
 /// The one owner of what every face decides with.
@@ -45,7 +43,7 @@ pub struct Service {
     /// reload or the configuration API swaps it here, whole.
     pub limiter: Arc<Limiter<SidecarStore>>,
     /// Copy holds and staged transfers.
-    pub copies: Arc<CopyStore>,
+    pub copies: Arc<dyn CopyLog>,
     /// Every kind of lease state, each with its one owner: capacity
     /// leases, global limits' shares, RLQS buckets, a parent's grants and
     /// the nudges pushed down ([`leases::LeaseStates`]).
@@ -88,7 +86,7 @@ impl Service {
         Self {
             clock,
             limiter: Arc::new(Limiter::on(running, stores.rate).with_modes(modes)),
-            copies: Arc::new(stores.copies),
+            copies: stores.copies,
             leases: leases::LeaseStates::new(stores.leases),
             observer,
             configuration: None,
@@ -142,14 +140,14 @@ impl Service {
         spawn_sweeper(self.clone(), shutdown.clone());
         tokio::spawn(self.clone().renew_global_shares_until(shutdown.clone()));
         if let Some(configuration) = &self.configuration
-            && matches!(configuration.log(), ConfigLog::Redis(_))
+            && configuration.log().is_shared()
         {
             configuration.clone().spawn_sync(shutdown.clone());
         }
-        if let CopyStore::Redis(redis) = &*self.copies {
-            let service = self.clone();
-            redis.spawn(Arc::new(move || service.copy_resources()), shutdown);
-        }
+        let service = self.clone();
+        self.copies
+            .clone()
+            .spawn_membership(Arc::new(move || service.copy_resources()), shutdown);
     }
 }
 
@@ -274,16 +272,12 @@ fn spawn_sweeper(service: Arc<Service>, mut shutdown: watch::Receiver<bool>) {
                 _ = ticks.tick() => {
                     let dropped = sweep_yielding(service.limiter.store().memory()).await;
                     tracing::trace!(dropped, "swept the memory store");
-                    if let LeaseStore::Memory(leases) = &service.leases.store {
-                        let dropped = leases.sweep();
-                        tracing::trace!(dropped, "swept the capacity leases");
-                    }
+                    let dropped = service.leases.store.sweep();
+                    tracing::trace!(dropped, "swept the capacity leases");
                 }
                 _ = transfer_ticks.tick() => {
-                    if let CopyStore::Memory(memory) = &*service.copies {
-                        let expired = memory.expire();
-                        tracing::trace!(expired, "released expired transfers");
-                    }
+                    let expired = service.copies.expire_transfers();
+                    tracing::trace!(expired, "released expired transfers");
                 }
             }
         }

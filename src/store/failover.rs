@@ -34,7 +34,7 @@
 //! at most once per [`LOG_EVERY`] in between, so an outage does not flood the
 //! log.
 
-use std::str::FromStr;
+use crate::store::OnStoreError;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -55,40 +55,6 @@ pub const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// What a `deny` answer tells clients to wait.
 const DENY_RETRY_AFTER_MS: u64 = 1_000;
-
-/// `--on-store-error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnStoreError {
-    Allow,
-    Deny,
-    #[default]
-    Local,
-}
-
-impl FromStr for OnStoreError {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "allow" => Ok(Self::Allow),
-            "deny" => Ok(Self::Deny),
-            "local" => Ok(Self::Local),
-            other => Err(format!(
-                "unknown --on-store-error {other:?}: expected allow, deny or local"
-            )),
-        }
-    }
-}
-
-impl OnStoreError {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Deny => "deny",
-            Self::Local => "local",
-        }
-    }
-}
 
 /// Counters for metrics, since start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,17 +8,18 @@
 //! nothing else interleaved, and keeps what the engine changed. Because the
 //! decision itself is the engine's, every store decides alike.
 
-#[cfg(feature = "redis")]
+#[cfg(feature = "embedded")]
 pub mod config_log;
-#[cfg(feature = "redis")]
+#[cfg(feature = "embedded")]
 pub mod copies;
 #[cfg(feature = "redis")]
 mod failover;
 pub mod keys;
-#[cfg(feature = "redis")]
+#[cfg(feature = "embedded")]
 pub mod leases;
 mod memory;
-#[cfg(feature = "redis")]
+mod on_error;
+#[cfg(feature = "embedded")]
 pub mod open;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -28,10 +29,15 @@ use std::future::Future;
 use smallvec::SmallVec;
 
 #[cfg(feature = "redis")]
-pub use failover::{Failover, FailoverStats, OnStoreError};
+pub use failover::{Failover, FailoverStats};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore, mapped_table_bytes};
+#[cfg(feature = "embedded")]
+pub use memory::{config_log::MemoryLog, copies::MemoryCopies, leases::MemoryLeases};
+pub use on_error::OnStoreError;
 #[cfg(feature = "redis")]
 pub use redis::{RedisError, RedisOptions, RedisStore, StoreTls};
+#[cfg(all(feature = "redis", feature = "embedded"))]
+pub use redis::{config_log::RedisLog, copies::RedisCopies, leases::RedisLeases};
 
 use crate::engine::{Decision, Item, SlotKind};
 

@@ -9,13 +9,19 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use crate::engine::{Decision, Slot};
-use crate::store::copies::{CopyStore, CopyTimings, MemoryCopies, RedisCopies};
+use crate::engine::Decision;
+#[cfg(feature = "redis")]
+use crate::engine::Slot;
+use crate::store::copies::{CopyLog, CopyTimings};
 use crate::store::keys::KeyPrefix;
-use crate::store::leases::{LeaseStore, MemoryLeases, RedisLeases};
+use crate::store::leases::LeaseLog;
 use crate::store::{
-    Batch, Failover, FailoverStats, MemoryStats, MemoryStore, OnStoreError, RedisError,
-    RedisOptions, RedisStore, SlotKey, Store, StoreError,
+    Batch, MemoryCopies, MemoryLeases, MemoryStats, MemoryStore, OnStoreError, Store, StoreError,
+};
+#[cfg(feature = "redis")]
+use crate::store::{
+    Failover, FailoverStats, RedisCopies, RedisError, RedisLeases, RedisOptions, RedisStore,
+    SlotKey,
 };
 
 /// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys` and the
@@ -30,33 +36,53 @@ pub struct StoreOptions {
     pub max_keys: usize,
     /// Before every Redis key, so fleets can share one Redis.
     pub key_prefix: KeyPrefix,
+    #[cfg(feature = "redis")]
     /// `rediss://` with a CA and a client certificate of our own.
     pub tls: Option<crate::store::StoreTls>,
+    #[cfg(feature = "redis")]
     /// The sentinels' own password.
     pub sentinel_password: Option<String>,
+    #[cfg(feature = "redis")]
     /// Told the latency of every Redis call (the sidecar's histogram).
     pub observer: Option<crate::store::redis::CallObserver>,
+    #[cfg(feature = "redis")]
     /// Told of the copy log's membership events (the sidecar's counters).
     pub events: Option<crate::store::redis::EventObserver>,
 }
 
 impl std::fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("url", &crate::store::redis::url::redact(&self.url))
+        let mut debug = f.debug_struct("StoreOptions");
+        debug
+            .field("url", &redact(&self.url))
             .field("timeout", &self.timeout)
             .field("on_error", &self.on_error)
             .field("max_keys", &self.max_keys)
-            .field("key_prefix", &self.key_prefix)
+            .field("key_prefix", &self.key_prefix);
+        #[cfg(feature = "redis")]
+        debug
             .field("tls", &self.tls)
             .field(
                 "sentinel_password",
                 &self.sentinel_password.as_ref().map(|_| "***"),
             )
             .field("observer", &self.observer.is_some())
-            .field("events", &self.events.is_some())
-            .finish()
+            .field("events", &self.events.is_some());
+        debug.finish()
     }
+}
+
+/// `url` without its password.
+#[cfg(feature = "redis")]
+fn redact(url: &str) -> String {
+    crate::store::redis::url::redact(url)
+}
+
+/// `url` without its password: a build without Redis knows no URL but
+/// `memory`, so whatever else it was given is not shown.
+#[cfg(not(feature = "redis"))]
+fn redact(url: &str) -> String {
+    if url == "memory" { url } else { "***" }.to_owned()
 }
 
 impl Default for StoreOptions {
@@ -67,19 +93,25 @@ impl Default for StoreOptions {
             on_error: OnStoreError::default(),
             max_keys: crate::store::DEFAULT_MAX_KEYS,
             key_prefix: KeyPrefix::default(),
+            #[cfg(feature = "redis")]
             tls: None,
+            #[cfg(feature = "redis")]
             sentinel_password: None,
+            #[cfg(feature = "redis")]
             observer: None,
+            #[cfg(feature = "redis")]
             events: None,
         }
     }
 }
 
 /// How long a starting sidecar waits for Redis before serving without it.
+#[cfg(feature = "redis")]
 const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 pub enum SidecarStore {
     Memory(MemoryStore),
+    #[cfg(feature = "redis")]
     Redis(Failover),
 }
 
@@ -88,6 +120,7 @@ pub enum SidecarStore {
 pub struct StoreStatus {
     /// The memory store: the store itself, or Redis's local fallback.
     pub memory: MemoryStats,
+    #[cfg(feature = "redis")]
     pub redis: Option<FailoverStats>,
     pub on_error: Option<OnStoreError>,
     /// Why Redis refuses the sidecar's credentials, while it does.
@@ -104,22 +137,40 @@ pub struct StoreStatus {
 /// and the client fails open (docs/design.md#failover).
 pub struct Stores {
     pub rate: SidecarStore,
-    pub copies: CopyStore,
-    pub leases: LeaseStore,
+    pub copies: Arc<dyn CopyLog>,
+    pub leases: Box<dyn LeaseLog>,
 }
 
 impl Stores {
+    /// Every family in this process, the rate store holding at most
+    /// `max_keys` keys: what `--store memory` opens.
+    pub fn memory(max_keys: usize) -> Self {
+        Self {
+            rate: SidecarStore::Memory(MemoryStore::new().with_max_keys(max_keys)),
+            copies: Arc::new(MemoryCopies::new()),
+            leases: Box::new(MemoryLeases::new()),
+        }
+    }
+
     /// Opens them on `options.url` (lazily: a Redis not there yet is an
     /// error per call, not here). Call inside a Tokio runtime for Redis.
-    pub fn open(options: &StoreOptions, timings: CopyTimings) -> Result<Self, RedisError> {
-        let memory = MemoryStore::new().with_max_keys(options.max_keys);
+    pub fn open(options: &StoreOptions, timings: CopyTimings) -> Result<Self, OpenError> {
         if options.url == "memory" {
-            return Ok(Self {
-                rate: SidecarStore::Memory(memory),
-                copies: CopyStore::Memory(MemoryCopies::new()),
-                leases: LeaseStore::Memory(MemoryLeases::new()),
-            });
+            return Ok(Self::memory(options.max_keys));
         }
+        #[cfg(not(feature = "redis"))]
+        {
+            let _ = timings;
+            Err(OpenError::NoRedis(redact(&options.url)))
+        }
+        #[cfg(feature = "redis")]
+        Ok(Self::redis(options, timings)?)
+    }
+
+    /// Every family on the Redis `options.url` names, sharing one client.
+    #[cfg(feature = "redis")]
+    fn redis(options: &StoreOptions, timings: CopyTimings) -> Result<Self, RedisError> {
+        let memory = MemoryStore::new().with_max_keys(options.max_keys);
         let redis = RedisStore::open(&options.url, redis_options(options))?;
         let copies = RedisCopies::on(
             redis.sharing(RedisOptions {
@@ -131,8 +182,8 @@ impl Stores {
         let leases = RedisLeases::on(redis.sharing(redis_options(options)));
         Ok(Self {
             rate: SidecarStore::Redis(Failover::new(redis, options.on_error, memory)),
-            copies: CopyStore::Redis(Arc::new(copies)),
-            leases: LeaseStore::Redis(Box::new(leases)),
+            copies: Arc::new(copies),
+            leases: Box::new(leases),
         })
     }
 
@@ -143,23 +194,28 @@ impl Stores {
         &self,
         options: &StoreOptions,
         state_file: Option<&std::path::Path>,
-    ) -> Result<crate::store::config_log::ConfigLog, ConfigLogError> {
-        use crate::store::config_log::{ConfigLog, MemoryLog, RedisLog};
+    ) -> Result<Box<dyn crate::store::config_log::ConfigLog>, ConfigLogError> {
+        use crate::store::MemoryLog;
+        #[cfg(not(feature = "redis"))]
+        let _ = options;
         match &self.rate {
-            SidecarStore::Memory(_) => Ok(ConfigLog::Memory(match state_file {
+            SidecarStore::Memory(_) => Ok(Box::new(match state_file {
                 Some(file) => MemoryLog::with_file(file)?,
                 None => MemoryLog::new(),
             })),
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(_) if state_file.is_some() => {
                 Err(ConfigLogError::StateFileWithRedis)
             }
-            SidecarStore::Redis(failover) => Ok(ConfigLog::Redis(Box::new(RedisLog::on(
+            #[cfg(feature = "redis")]
+            SidecarStore::Redis(failover) => Ok(Box::new(crate::store::RedisLog::on(
                 failover.redis().sharing(redis_options(options)),
-            )))),
+            ))),
         }
     }
 }
 
+#[cfg(feature = "redis")]
 fn redis_options(options: &StoreOptions) -> RedisOptions {
     RedisOptions {
         timeout: options.timeout,
@@ -171,6 +227,19 @@ fn redis_options(options: &StoreOptions) -> RedisOptions {
     }
 }
 
+/// Why `--store` cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[cfg(feature = "redis")]
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// Not `memory`, in a build without the Redis store.
+    #[error(
+        "--store {0}: this build has no Redis store (the `redis` feature is off); use `memory`"
+    )]
+    NoRedis(String),
+}
+
 /// Why the configuration API's log cannot be opened.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigLogError {
@@ -180,6 +249,7 @@ pub enum ConfigLogError {
     StateFileWithRedis,
     #[error(transparent)]
     Log(#[from] crate::store::config_log::LogError),
+    #[cfg(feature = "redis")]
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
@@ -188,6 +258,7 @@ impl SidecarStore {
     /// Gives Redis a moment to answer before the sidecar says it is ready;
     /// past it, the sidecar serves by its policy until Redis answers.
     pub async fn settle(&self) {
+        #[cfg(feature = "redis")]
         if let SidecarStore::Redis(failover) = self
             && !failover.wait_reachable(SETTLE_LIMIT).await
             // A refusal has said so itself, as an error.
@@ -204,6 +275,7 @@ impl SidecarStore {
     pub fn memory(&self) -> &MemoryStore {
         match self {
             SidecarStore::Memory(memory) => memory,
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(failover) => failover.local(),
         }
     }
@@ -211,6 +283,7 @@ impl SidecarStore {
     /// The state of `keys` now, without changing it, and that "now". While
     /// Redis is unreachable with `--on-store-error local`, the in-process
     /// store the sidecar decides on then is read (`true`: the fallback's).
+    #[cfg(feature = "redis")]
     pub async fn peek(&self, keys: &[SlotKey]) -> Result<(Vec<Slot>, u64, bool), RedisError> {
         match self {
             SidecarStore::Memory(memory) => {
@@ -237,19 +310,22 @@ impl SidecarStore {
     }
 
     pub fn status(&self) -> StoreStatus {
-        let (redis, on_error, refusal) = match self {
-            SidecarStore::Memory(_) => (None, None, None),
-            SidecarStore::Redis(failover) => (
-                Some(failover.stats()),
-                Some(failover.policy()),
-                failover.refusal(),
-            ),
-        };
-        StoreStatus {
+        let status = StoreStatus {
             memory: self.memory().stats(),
-            redis,
-            on_error,
-            refusal,
+            #[cfg(feature = "redis")]
+            redis: None,
+            on_error: None,
+            refusal: None,
+        };
+        match self {
+            SidecarStore::Memory(_) => status,
+            #[cfg(feature = "redis")]
+            SidecarStore::Redis(failover) => StoreStatus {
+                redis: Some(failover.stats()),
+                on_error: Some(failover.policy()),
+                refusal: failover.refusal(),
+                ..status
+            },
         }
     }
 }
@@ -260,6 +336,7 @@ impl Store for SidecarStore {
             SidecarStore::Memory(memory) => memory.decide(batch).await,
             // Boxed: the Redis path's future is large, and every memory
             // decision would otherwise move it around.
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(failover) => Box::pin(failover.decide(batch)).await,
         }
     }
@@ -267,6 +344,7 @@ impl Store for SidecarStore {
     fn name(&self) -> &'static str {
         match self {
             SidecarStore::Memory(memory) => memory.name(),
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(failover) => failover.name(),
         }
     }
@@ -274,6 +352,7 @@ impl Store for SidecarStore {
     fn local_now_ms(&self) -> u64 {
         match self {
             SidecarStore::Memory(memory) => memory.local_now_ms(),
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(failover) => failover.local_now_ms(),
         }
     }
@@ -285,6 +364,7 @@ impl Store for SidecarStore {
     fn decide_now(&self, batch: Batch<'_>) -> Option<Decision> {
         match self {
             SidecarStore::Memory(memory) => memory.decide_now(batch),
+            #[cfg(feature = "redis")]
             SidecarStore::Redis(_) => None,
         }
     }

@@ -7,8 +7,8 @@
 
 use charon::config::{self, Resource};
 use charon::engine::copies::CopyLimits;
+use charon::store::MemoryCopies;
 use charon::store::ResourceRef;
-use charon::store::copies::MemoryCopies;
 
 fn limits_of(file: &str, resource: &str) -> (String, impl Fn(&str) -> CopyLimits) {
     let path = format!("{}/examples/cookbook/{file}", env!("CARGO_MANIFEST_DIR"));

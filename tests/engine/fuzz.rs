@@ -395,9 +395,8 @@ proptest! {
                 config(),
                 SidecarStore::Memory(charon::store::MemoryStore::new()),
             ));
-            let copies = Arc::new(charon::store::copies::CopyStore::Memory(
-                charon::store::copies::MemoryCopies::new(),
-            ));
+            let copies: Arc<dyn charon::store::copies::CopyLog> =
+                Arc::new(charon::store::MemoryCopies::new());
             let store = limiter.clone();
             let router = admin::router(
                 AdminState {

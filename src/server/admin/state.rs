@@ -28,7 +28,7 @@ use crate::limiter::{Limiter, caps};
 use crate::simulate::{self, TierConfig, TierView};
 use crate::state_view::Recent;
 use crate::store::ResourceRef;
-use crate::store::copies::CopyStore;
+use crate::store::copies::CopyLog;
 use crate::store::keys;
 use crate::store::{SlotKey, Store};
 
@@ -39,7 +39,7 @@ use crate::store::open::SidecarStore;
 #[derive(Clone)]
 pub struct StateSources {
     pub limiter: Arc<Limiter<SidecarStore>>,
-    pub copies: Arc<CopyStore>,
+    pub copies: Arc<dyn CopyLog>,
     /// Where a (namespace, resource, domain)'s limits come from: a file or
     /// the configuration API (none: files only).
     pub origins: Option<Origins>,

@@ -133,9 +133,7 @@ mod tests {
     use crate::limiter::Modes;
     use crate::service::leases::quota::{Bucket, Quota};
     use crate::service::{Service, Unobserved};
-    use crate::store::copies::{CopyStore, MemoryCopies};
-    use crate::store::leases::{LeaseStore, MemoryLeases};
-    use crate::store::open::{SidecarStore, Stores};
+    use crate::store::open::Stores;
 
     /// Ten a second for each tenant, on a clock that stands still: one
     /// second's room for new tokens is a fifth of that, 2.
@@ -146,14 +144,9 @@ mod tests {
         )
         .unwrap_or_else(|errors| panic!("{errors}"))
         .config;
-        let stores = Stores {
-            rate: SidecarStore::Memory(crate::store::MemoryStore::new()),
-            copies: CopyStore::Memory(MemoryCopies::new()),
-            leases: LeaseStore::Memory(MemoryLeases::new()),
-        };
         Service::new(
             config,
-            stores,
+            Stores::memory(crate::store::DEFAULT_MAX_KEYS),
             Modes::default(),
             Arc::new(Unobserved),
             Arc::new(ManualClock::new(1_000_000)),

@@ -26,7 +26,7 @@ use crate::config::Config;
 use crate::config::global::{GlobalTiming, RESOURCE_PREFIX};
 use crate::engine::capacity::{CapacityConfig, Want};
 use crate::store::ResourceRef;
-use crate::store::leases::{LeaseKey, LeaseSpace, LeaseStore};
+use crate::store::leases::{LeaseKey, LeaseLog, LeaseSpace};
 
 use self::global::global_capacity;
 use self::nudge::Nudges;
@@ -41,7 +41,7 @@ pub struct LeaseStates {
     /// Every client's lease of every lease state (capacity resources,
     /// global limits' shares, RLQS buckets): in the process, or on Redis
     /// for every sidecar on it.
-    pub store: LeaseStore,
+    pub store: Box<dyn LeaseLog>,
     /// The grants of a parent server, and what to ask it for.
     pub parent: ParentShares,
     /// The levels below this one that watch their leases.
@@ -54,7 +54,7 @@ pub struct LeaseStates {
 }
 
 impl LeaseStates {
-    pub fn new(store: LeaseStore) -> Self {
+    pub fn new(store: Box<dyn LeaseLog>) -> Self {
         Self {
             store,
             parent: ParentShares::default(),

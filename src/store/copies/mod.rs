@@ -2,23 +2,19 @@
 //! (docs/design.md#copy-limits).
 //!
 //! A copy log keeps, per resource, the holds of each domain, of each group
-//! and of all domains, and the staged transfers. [`CopyStore`] is the one the
-//! sidecar runs on: [`MemoryCopies`] (one process) or, with Redis, the shared
-//! log whose every sidecar also records its own contribution and heartbeat,
-//! so that a dead sidecar's holds are reaped by the others. Which session
+//! and of all domains, and the staged transfers. [`CopyLog`] is what every
+//! backend answers: `MemoryCopies` (one process, `store/memory/copies.rs`)
+//! or, with the `redis` feature, the shared log (`store/redis/copies/`)
+//! whose every sidecar also records its own contribution and heartbeat, so
+//! that a dead sidecar's holds are reaped by the others. Which session
 //! holds what is not the store's business: the sessions keep that (the
 //! server's hold sets); the store only counts.
 
-mod membership;
-mod memory;
-mod redis;
 mod timings;
 
 use std::fmt::Write;
 use std::sync::Arc;
 
-pub use memory::MemoryCopies;
-pub use redis::RedisCopies;
 pub use timings::{CopyTimings, TimingsError};
 
 use crate::engine::copies::{CopyCounts, CopyLimits};
@@ -110,18 +106,23 @@ pub enum CopyError {
 /// any reserve waits, so a waiter never sees it vanish.
 pub const DONE_KEPT: std::time::Duration = std::time::Duration::from_secs(120);
 
-/// The copy log the sidecar runs on.
-pub enum CopyStore {
-    Memory(MemoryCopies),
-    Redis(Arc<RedisCopies>),
-}
+/// The configured copy-limited resources, as (namespace, resource), whose
+/// contributors a shared log's reaper looks at: asked on every reap, so a
+/// reload is seen at once.
+pub type ResourceList = Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
-impl CopyStore {
+/// A copy log: `MemoryCopies` (one process) or, with the `redis` feature,
+/// `RedisCopies` (every sidecar on one Redis, each recording its own
+/// contribution and heartbeat). The service holds one as
+/// `Arc<dyn CopyLog>`: a copy operation costs a round trip to the store
+/// or a lock, so one boxed future more is nothing.
+#[async_trait::async_trait]
+pub trait CopyLog: Send + Sync {
     /// Grants `copies` (or the most between `min_copies` and them that
     /// fit); with `done_past`, grants nothing and answers [`Reserved::Done`]
     /// if the count of work done on `at` has moved past it, in the same
     /// atomic step as the grant (docs/design.md#waiting-for-anyones-result).
-    pub async fn reserve(
+    async fn reserve(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
@@ -129,145 +130,89 @@ impl CopyStore {
         copies: u64,
         min_copies: u64,
         done_past: Option<u64>,
-    ) -> Result<Reserved, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(match done_past {
-                Some(past) => memory.reserve_unless_done(at, limits, copies, min_copies, past),
-                None => Reserved::Decided(memory.reserve(at, limits, copies, min_copies)),
-            }),
-            CopyStore::Redis(redis) => {
-                redis
-                    .reserve(who, at, limits, copies, min_copies, done_past)
-                    .await
-            }
-        }
-    }
+    ) -> Result<Reserved, CopyError>;
 
     /// How many times work on `at` was released as done so far (for
     /// reserves waiting for anyone's result: they watch it move).
-    pub async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(memory.done_count(at)),
-            CopyStore::Redis(redis) => redis.done_count(at).await,
-        }
-    }
+    async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError>;
 
     /// Records that work on `at` was released as done; the count after it.
-    pub async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(memory.mark_done(at)),
-            CopyStore::Redis(redis) => redis.mark_done(at).await,
-        }
-    }
+    async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError>;
 
     /// Gives back up to `copies` of a hold of `groups`; `now_groups` are the
     /// groups whose holds the answer reports.
-    pub async fn release(
+    async fn release(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         now_groups: &[&str],
-    ) -> Result<Changed, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(memory.release(at, groups, copies, now_groups)),
-            CopyStore::Redis(redis) => redis.release(who, at, groups, copies, now_groups).await,
-        }
-    }
+    ) -> Result<Changed, CopyError>;
 
-    pub async fn transfer(
+    /// Moves `copies` of a hold of `groups` into the staging area for
+    /// `ttl_ms`, under a new transfer id.
+    async fn transfer(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
         groups: &[String],
         copies: u64,
         ttl_ms: u64,
-    ) -> Result<Staged, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => memory.transfer(at, groups, copies, ttl_ms),
-            CopyStore::Redis(redis) => redis.transfer(who, at, groups, copies, ttl_ms).await,
-        }
-    }
+    ) -> Result<Staged, CopyError>;
 
-    pub async fn seize(
-        &self,
-        who: Contributor<'_>,
-        transfer_id: &str,
-    ) -> Result<Seized, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => memory.seize(transfer_id),
-            CopyStore::Redis(redis) => redis.seize(who, transfer_id).await,
-        }
-    }
+    /// Moves a staged transfer into the caller's session.
+    async fn seize(&self, who: Contributor<'_>, transfer_id: &str) -> Result<Seized, CopyError>;
 
     /// The holds of a domain, of all domains and of `groups`.
-    pub async fn counts(
-        &self,
-        at: ResourceRef<'_>,
-        groups: &[&str],
-    ) -> Result<CopyCounts, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(memory.counts(at, groups)),
-            CopyStore::Redis(redis) => redis.counts(at, groups).await,
-        }
-    }
+    async fn counts(&self, at: ResourceRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError>;
 
     /// Transfers staged for `namespace`/`resource` and not yet seized.
-    pub async fn staged_transfers(
-        &self,
-        namespace: &str,
-        resource: &str,
-    ) -> Result<u64, CopyError> {
-        match self {
-            CopyStore::Memory(memory) => Ok(memory.staged_transfers(namespace, resource)),
-            CopyStore::Redis(redis) => redis.staged_transfers(namespace, resource).await,
-        }
-    }
-
-    /// Who this sidecar is in the copy log, and its changes.
-    pub fn membership(&self) -> tokio::sync::watch::Receiver<Membership> {
-        match self {
-            CopyStore::Memory(memory) => memory.membership(),
-            CopyStore::Redis(redis) => redis.membership(),
-        }
-    }
-
-    /// The store showed that the holds of sidecar `server_id` are gone: if
-    /// that is still this sidecar's id, resign now.
-    pub fn resign(&self, server_id: &str, reason: &str) {
-        match self {
-            CopyStore::Memory(_) => {}
-            CopyStore::Redis(redis) => redis.resign(server_id, reason),
-        }
-    }
+    async fn staged_transfers(&self, namespace: &str, resource: &str) -> Result<u64, CopyError>;
 
     /// Gives back everything a closed session holds. `held` is its hold set
     /// (what the memory log releases); `touched` every resource it changed,
     /// whose contribution the shared log drops whole, so that a call whose
     /// answer was lost (a timeout) cannot leak or release twice.
-    pub async fn end_session(
+    async fn end_session(
         &self,
         who: Contributor<'_>,
         held: &[(ResourceRef<'_>, &[String], u64)],
         touched: &[(&str, &str)],
-    ) -> Result<(), CopyError> {
-        match self {
-            CopyStore::Memory(memory) => {
-                for (at, groups, copies) in held {
-                    memory.release(*at, groups, *copies, &[]);
-                }
-                let _ = touched;
-                Ok(())
-            }
-            CopyStore::Redis(redis) => {
-                let _ = held;
-                for (namespace, resource) in touched {
-                    redis.drop_session(who, namespace, resource).await?;
-                }
-                Ok(())
-            }
-        }
+    ) -> Result<(), CopyError>;
+
+    /// Who this sidecar is in the copy log, and its changes.
+    fn membership(&self) -> tokio::sync::watch::Receiver<Membership>;
+
+    /// Whether other processes share this log: then a sidecar's holds
+    /// outlive it unless it gives them back, and it has a membership to
+    /// keep.
+    fn is_shared(&self) -> bool {
+        false
+    }
+
+    /// The store showed that the holds of sidecar `server_id` are gone: if
+    /// that is still this sidecar's id, resign now.
+    fn resign(&self, _server_id: &str, _reason: &str) {}
+
+    /// Starts what keeps a shared log's membership: the heartbeat, the
+    /// resignation and the reaper of dead sidecars, until `shutdown`.
+    fn spawn_membership(
+        self: Arc<Self>,
+        _resources: ResourceList,
+        _shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+    }
+
+    /// Removes this sidecar from a shared log on a clean shutdown (after
+    /// its sessions released their holds), so nothing waits for its
+    /// heartbeat to expire.
+    async fn deregister(&self) {}
+
+    /// Releases the transfers whose time is up, for a log that has no
+    /// reaper to do it; how many.
+    fn expire_transfers(&self) -> usize {
+        0
     }
 }
 
@@ -321,7 +266,10 @@ pub fn random_hex() -> Result<String, CopyError> {
 }
 
 /// The fields of the counts a hold of `domain` in `groups` counts in.
-fn hold_fields<'g>(domain: &str, groups: impl IntoIterator<Item = &'g str>) -> Vec<String> {
+pub(crate) fn hold_fields<'g>(
+    domain: &str,
+    groups: impl IntoIterator<Item = &'g str>,
+) -> Vec<String> {
     let mut fields = vec!["g".to_owned(), format!("d:{domain}")];
     fields.extend(groups.into_iter().map(|group| format!("p:{group}")));
     fields

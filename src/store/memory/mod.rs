@@ -1,4 +1,8 @@
 //! The embedded store: state in this process, shared by every thread.
+//! Beside the rate store (this file and the tables below it), the folder
+//! holds the memory half of every other family: the copy log
+//! (`copies.rs`), capacity leases (`leases.rs`) and the configuration
+//! API's log (`config_log.rs`).
 //!
 //! Keys are spread over many mutex-guarded shards so both cores work at once;
 //! a request locks the shards of its keys in ascending order (no deadlock)
@@ -37,8 +41,14 @@
 //! assert!(decide(1_000)); // the next window
 //! ```
 
+#[cfg(feature = "embedded")]
+pub(crate) mod config_log;
+#[cfg(feature = "embedded")]
+pub(crate) mod copies;
 mod flat;
 mod id;
+#[cfg(feature = "embedded")]
+pub(crate) mod leases;
 mod lines;
 mod packed;
 mod shard;

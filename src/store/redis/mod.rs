@@ -24,12 +24,21 @@
 //!
 //! Failures are errors here ([`RedisError`]); what to answer when Redis is
 //! away is [`super::Failover`]'s business.
+//!
+//! The folder also holds the Redis half of the other families, on this
+//! store's connection: `copies/`, `leases.rs`, `config_log.rs`.
 
 mod blocked;
 mod codec;
+#[cfg(feature = "embedded")]
+pub(crate) mod config_log;
 mod connection;
+#[cfg(feature = "embedded")]
+pub(crate) mod copies;
 mod error;
 mod kinds;
+#[cfg(feature = "embedded")]
+pub(crate) mod leases;
 mod options;
 pub mod url;
 
@@ -162,6 +171,7 @@ impl RedisStore {
 
     /// Runs a script (the copy log's) within the store's deadline;
     /// `operation` names it to the call observer.
+    #[cfg(feature = "embedded")]
     pub(crate) async fn invoke(
         &self,
         operation: &'static str,
@@ -200,6 +210,7 @@ impl RedisStore {
     }
 
     /// Tells the event observer (if any) that `event` happened `count` times.
+    #[cfg(feature = "embedded")]
     pub(crate) fn event(&self, event: &'static str, count: u64) {
         if let Some(events) = &self.options.events {
             events(event, count);

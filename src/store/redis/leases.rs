@@ -8,8 +8,9 @@
 
 use redis::Value;
 
-use super::{LeaseError, LeaseKey, LiveClient, Usage};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
+use crate::store::keys;
+use crate::store::leases::{LeaseError, LeaseKey, LeaseLog, LeaseSpace, LiveClient, Usage};
 use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("leases.lua");
@@ -42,74 +43,8 @@ impl RedisLeases {
         }
     }
 
-    pub async fn get(
-        &self,
-        at: LeaseKey<'_>,
-        config: &CapacityConfig,
-        client: &str,
-        want: Want,
-    ) -> Result<Lease, LeaseError> {
-        let mut answer = None;
-        self.step(at, ttl(config), |state, now| {
-            let mut state = state.unwrap_or_else(|| LeaseState::new(now));
-            answer = Some(capacity::request_want(
-                config, &mut state, client, want, now,
-            )?);
-            Ok(Some(state))
-        })
-        .await?;
-        answer.ok_or_else(|| LeaseError::Unavailable("no lease was decided".into()))
-    }
-
-    pub async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
-        let mut released = false;
-        // What is left keeps the time to live it had been given (a day at
-        // most is plenty: leases expire long before).
-        self.step(at, DAY_MS, |state, now| {
-            let Some(mut state) = state else {
-                released = false;
-                return Ok(None);
-            };
-            released = capacity::release(&mut state, client);
-            capacity::expire(&mut state, now);
-            Ok((!state.clients.is_empty()).then_some(state))
-        })
-        .await?;
-        Ok(released)
-    }
-
-    /// The clients other than `except` to nudge about `at` under `config`
-    /// ([`capacity::to_nudge`]): one read.
-    pub async fn to_nudge(
-        &self,
-        at: LeaseKey<'_>,
-        config: &CapacityConfig,
-        except: &str,
-    ) -> Result<Vec<String>, LeaseError> {
-        let (_, state, now) = self.load(&self.key(at)).await?;
-        Ok(state.map_or_else(Vec::new, |state| {
-            capacity::to_nudge(config, &state, except, now)
-                .into_iter()
-                .map(str::to_owned)
-                .collect()
-        }))
-    }
-
-    /// The clients with a live lease of `at`: one read, nothing written.
-    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
-        let (_, state, now) = self.load(&self.key(at)).await?;
-        Ok(state.map_or_else(Vec::new, |state| super::live_clients(&state, now)))
-    }
-
-    /// What the live leases of `at` want and hold, in all: one read,
-    /// nothing written.
-    pub async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
-        let (_, state, now) = self.load(&self.key(at)).await?;
-        Ok(state.map_or(Usage::default(), |state| Usage::of(&state, now)))
-    }
-
     fn key(&self, at: LeaseKey<'_>) -> String {
-        self.redis.key(&at.redis_key()).into_owned()
+        self.redis.key(&redis_key(at)).into_owned()
     }
 
     /// The state of `key` as read (`""` when none), parsed, and Redis's time.
@@ -182,6 +117,77 @@ impl RedisLeases {
     }
 }
 
+#[async_trait::async_trait]
+impl LeaseLog for RedisLeases {
+    async fn get(
+        &self,
+        at: LeaseKey<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        want: Want,
+    ) -> Result<Lease, LeaseError> {
+        let mut answer = None;
+        self.step(at, ttl(config), |state, now| {
+            let mut state = state.unwrap_or_else(|| LeaseState::new(now));
+            answer = Some(capacity::request_want(
+                config, &mut state, client, want, now,
+            )?);
+            Ok(Some(state))
+        })
+        .await?;
+        answer.ok_or_else(|| LeaseError::Unavailable("no lease was decided".into()))
+    }
+
+    async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
+        let mut released = false;
+        // What is left keeps the time to live it had been given (a day at
+        // most is plenty: leases expire long before).
+        self.step(at, DAY_MS, |state, now| {
+            let Some(mut state) = state else {
+                released = false;
+                return Ok(None);
+            };
+            released = capacity::release(&mut state, client);
+            capacity::expire(&mut state, now);
+            Ok((!state.clients.is_empty()).then_some(state))
+        })
+        .await?;
+        Ok(released)
+    }
+
+    /// The clients other than `except` to nudge about `at` under `config`
+    /// ([`capacity::to_nudge`]): one read.
+    async fn to_nudge(
+        &self,
+        at: LeaseKey<'_>,
+        config: &CapacityConfig,
+        except: &str,
+    ) -> Result<Vec<String>, LeaseError> {
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or_else(Vec::new, |state| {
+            capacity::to_nudge(config, &state, except, now)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        }))
+    }
+
+    /// The clients with a live lease of `at`: one read, nothing written.
+    async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or_else(Vec::new, |state| {
+            crate::store::leases::live_clients(&state, now)
+        }))
+    }
+
+    /// What the live leases of `at` want and hold, in all: one read,
+    /// nothing written.
+    async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
+        let (_, state, now) = self.load(&self.key(at)).await?;
+        Ok(state.map_or(Usage::default(), |state| Usage::of(&state, now)))
+    }
+}
+
 const DAY_MS: u64 = 86_400_000;
 
 /// How long a state outlives its last step: every lease in it has expired
@@ -196,4 +202,16 @@ fn ttl(config: &CapacityConfig) -> u64 {
 
 fn unexpected(value: &(impl std::fmt::Debug + ?Sized)) -> LeaseError {
     LeaseError::Unavailable(format!("unexpected reply {value:?}"))
+}
+
+/// The Redis key of a lease state (before the store's prefix), typed by
+/// its space's letter. A capacity's is the one every lease had before there
+/// were spaces, so that its state on Redis survives an upgrade.
+fn redis_key(key: LeaseKey<'_>) -> String {
+    let letter = match key.space {
+        LeaseSpace::Capacity => 'l',
+        LeaseSpace::GlobalLimit => 'G',
+        LeaseSpace::RlqsBucket => 'Q',
+    };
+    keys::lease_key(letter, key.at.namespace, key.at.resource, key.at.domain)
 }

@@ -5,14 +5,8 @@
 //! ([`crate::engine::capacity`]); a store reads the state and the time,
 //! runs it, and keeps the result atomically.
 
-mod memory;
-mod redis;
-
 use crate::engine::capacity::{self, CapacityConfig, CapacityError, Lease, Want};
-use crate::store::{ResourceRef, keys};
-
-pub use self::memory::MemoryLeases;
-pub use self::redis::RedisLeases;
+use crate::store::ResourceRef;
 
 /// The kinds of lease state a server keeps, each a key space of its own:
 /// a name in one can never meet the same name in another, so a user's
@@ -31,19 +25,6 @@ pub enum LeaseSpace {
     RlqsBucket,
 }
 
-impl LeaseSpace {
-    /// The letter a Redis key of this space is typed by. A capacity's is
-    /// the one every lease had before there were spaces, so that its state
-    /// on Redis survives an upgrade.
-    fn letter(self) -> char {
-        match self {
-            LeaseSpace::Capacity => 'l',
-            LeaseSpace::GlobalLimit => 'G',
-            LeaseSpace::RlqsBucket => 'Q',
-        }
-    }
-}
-
 /// One lease state: its space and its (namespace, resource, domain).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseKey<'a> {
@@ -57,16 +38,6 @@ impl<'a> LeaseKey<'a> {
             space: LeaseSpace::Capacity,
             at,
         }
-    }
-
-    /// The Redis key of this lease state (before the store's prefix).
-    fn redis_key(&self) -> String {
-        keys::lease_key(
-            self.space.letter(),
-            self.at.namespace,
-            self.at.resource,
-            self.at.domain,
-        )
     }
 }
 
@@ -89,7 +60,7 @@ pub struct Usage {
 }
 
 impl Usage {
-    fn of(state: &capacity::LeaseState, now_ms: u64) -> Self {
+    pub(crate) fn of(state: &capacity::LeaseState, now_ms: u64) -> Self {
         Self {
             wants: capacity::live_wants(state, now_ms),
             held: capacity::live_sum(state, now_ms),
@@ -111,7 +82,7 @@ pub struct LiveClient {
 }
 
 /// The clients with a live lease of one state.
-fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<LiveClient> {
+pub(crate) fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<LiveClient> {
     state
         .clients
         .iter()
@@ -124,64 +95,46 @@ fn live_clients(state: &capacity::LeaseState, now_ms: u64) -> Vec<LiveClient> {
         .collect()
 }
 
-pub enum LeaseStore {
-    Memory(MemoryLeases),
-    Redis(Box<RedisLeases>),
-}
-
-impl LeaseStore {
+/// Where capacity leases are kept: `MemoryLeases` (this process,
+/// `store/memory/leases.rs`) or, with the `redis` feature, `RedisLeases`
+/// (`store/redis/leases.rs`: every sidecar on one Redis
+/// apportions one pool). A lease is asked for once per client per refresh
+/// interval, so the service holds one as `Box<dyn LeaseLog>`.
+#[async_trait::async_trait]
+pub trait LeaseLog: Send + Sync {
     /// Asks for (or renews) `client`'s lease ([`capacity::request_want`]).
-    pub async fn get(
+    async fn get(
         &self,
         at: LeaseKey<'_>,
         config: &CapacityConfig,
         client: &str,
         want: Want,
-    ) -> Result<Lease, LeaseError> {
-        match self {
-            LeaseStore::Memory(store) => store.get(at, config, client, want),
-            LeaseStore::Redis(store) => store.get(at, config, client, want).await,
-        }
-    }
+    ) -> Result<Lease, LeaseError>;
 
     /// What the live leases of `at` want and hold, in all: what a server
     /// asks its parent for (docs/design.md#a-hierarchy-of-servers).
-    pub async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
-        match self {
-            LeaseStore::Memory(store) => Ok(store.usage(at)),
-            LeaseStore::Redis(store) => store.usage(at).await,
-        }
-    }
+    async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError>;
 
     /// The clients other than `except` that a server nudges about `at`
     /// under `config`: past their share, or waiting for a free one
     /// ([`capacity::to_nudge`], docs/design.md#a-hierarchy-of-servers).
-    pub async fn to_nudge(
+    async fn to_nudge(
         &self,
         at: LeaseKey<'_>,
         config: &CapacityConfig,
         except: &str,
-    ) -> Result<Vec<String>, LeaseError> {
-        match self {
-            LeaseStore::Memory(store) => Ok(store.to_nudge(at, config, except)),
-            LeaseStore::Redis(store) => store.to_nudge(at, config, except).await,
-        }
-    }
+    ) -> Result<Vec<String>, LeaseError>;
 
     /// The clients with a live lease of `at`: whom a server may decide
     /// again when a share moves (docs/design.md#rlqs).
-    pub async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
-        match self {
-            LeaseStore::Memory(store) => Ok(store.clients(at)),
-            LeaseStore::Redis(store) => store.clients(at).await,
-        }
-    }
+    async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError>;
 
     /// Gives `client`'s lease back; whether it had one.
-    pub async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
-        match self {
-            LeaseStore::Memory(store) => Ok(store.release(at, client)),
-            LeaseStore::Redis(store) => store.release(at, client).await,
-        }
+    async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError>;
+
+    /// Drops what nobody renews, for a store whose keys do not expire by
+    /// themselves; the number of resources dropped.
+    fn sweep(&self) -> usize {
+        0
     }
 }

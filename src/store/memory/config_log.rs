@@ -10,7 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Change, Delta, LogError, MAX_CHANGES, Snapshot, Write, check};
+use crate::store::config_log::{
+    Change, ConfigLog, Delta, LogError, MAX_CHANGES, Snapshot, Write, check,
+};
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct State {
@@ -120,6 +122,30 @@ impl MemoryLog {
         }
         *state = next;
         Ok(change)
+    }
+}
+
+/// The process's log: every call answered under its lock, at once.
+#[async_trait::async_trait]
+impl ConfigLog for MemoryLog {
+    async fn version(&self) -> Result<u64, LogError> {
+        Ok(MemoryLog::version(self))
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot, LogError> {
+        Ok(MemoryLog::snapshot(self))
+    }
+
+    async fn since(&self, version: u64) -> Result<Delta, LogError> {
+        Ok(MemoryLog::since(self, version))
+    }
+
+    async fn write(&self, write: Write) -> Result<Change, LogError> {
+        MemoryLog::write(self, write)
+    }
+
+    fn is_durable(&self) -> bool {
+        MemoryLog::is_durable(self)
     }
 }
 

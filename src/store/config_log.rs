@@ -6,17 +6,11 @@
 //! sharing the store reads and writes the same log, each write one atomic
 //! script that checks the object's version first (optimistic concurrency).
 
-mod memory;
-mod redis;
-
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::overlay::Overlay;
-
-pub use self::memory::MemoryLog;
-pub use self::redis::RedisLog;
 
 /// One change: a put (with its body) or a delete (without).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,12 +147,6 @@ pub enum LogError {
     Corrupt(String),
 }
 
-/// Where the log lives: the process (memory store) or Redis.
-pub enum ConfigLog {
-    Memory(MemoryLog),
-    Redis(Box<RedisLog>),
-}
-
 /// The changes after a version, or the whole state when the log no longer
 /// holds them all (it keeps the last [`MAX_CHANGES`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,37 +159,35 @@ pub enum Delta {
 /// whole state instead.
 pub const MAX_CHANGES: u64 = 10_000;
 
-impl ConfigLog {
+/// Where the log lives: `MemoryLog` (the process, and a state file when
+/// given: `store/memory/config_log.rs`) or, with the `redis` feature,
+/// `RedisLog` (`store/redis/config_log.rs`: every sidecar on one
+/// Redis reads and writes the same log).
+#[async_trait::async_trait]
+pub trait ConfigLog: Send + Sync {
     /// The log's version (that of its last change; 0 when empty).
-    pub async fn version(&self) -> Result<u64, LogError> {
-        match self {
-            ConfigLog::Memory(log) => Ok(log.version()),
-            ConfigLog::Redis(log) => log.version().await,
-        }
-    }
+    async fn version(&self) -> Result<u64, LogError>;
 
-    pub async fn snapshot(&self) -> Result<Snapshot, LogError> {
-        match self {
-            ConfigLog::Memory(log) => Ok(log.snapshot()),
-            ConfigLog::Redis(log) => log.snapshot().await,
-        }
-    }
+    async fn snapshot(&self) -> Result<Snapshot, LogError>;
 
     /// What happened after `version`.
-    pub async fn since(&self, version: u64) -> Result<Delta, LogError> {
-        match self {
-            ConfigLog::Memory(log) => Ok(log.since(version)),
-            ConfigLog::Redis(log) => log.since(version).await,
-        }
+    async fn since(&self, version: u64) -> Result<Delta, LogError>;
+
+    /// Makes one change, atomically, if its precondition holds.
+    async fn write(&self, write: Write) -> Result<Change, LogError>;
+
+    /// Whether changes outlive the process (Redis, or a state file).
+    fn is_durable(&self) -> bool;
+
+    /// Whether other processes write to this log too: then a sidecar
+    /// follows it (docs/configuration-api.md).
+    fn is_shared(&self) -> bool {
+        false
     }
 
     /// The changes after `version`, at most `limit`, oldest first (the
     /// history; `None` when the log no longer holds them).
-    pub async fn history(
-        &self,
-        version: u64,
-        limit: usize,
-    ) -> Result<Option<Vec<Change>>, LogError> {
+    async fn history(&self, version: u64, limit: usize) -> Result<Option<Vec<Change>>, LogError> {
         Ok(match self.since(version).await? {
             Delta::Changes(mut changes) => {
                 changes.truncate(limit);
@@ -210,26 +196,14 @@ impl ConfigLog {
             Delta::Snapshot(_) => None,
         })
     }
-
-    /// Makes one change, atomically, if its precondition holds.
-    pub async fn write(&self, write: Write) -> Result<Change, LogError> {
-        match self {
-            ConfigLog::Memory(log) => log.write(write),
-            ConfigLog::Redis(log) => log.write(write).await,
-        }
-    }
-
-    /// Whether changes outlive the process (Redis, or a state file).
-    pub fn is_durable(&self) -> bool {
-        match self {
-            ConfigLog::Memory(log) => log.is_durable(),
-            ConfigLog::Redis(_) => true,
-        }
-    }
 }
 
 /// Checks a write's precondition against the object's current version.
-fn check(expect: Expect, current: Option<&Object>, deleting: bool) -> Result<(), LogError> {
+pub(crate) fn check(
+    expect: Expect,
+    current: Option<&Object>,
+    deleting: bool,
+) -> Result<(), LogError> {
     let version = current.map_or(0, |object| object.version);
     if let Expect::Version(wanted) = expect
         && wanted != version

@@ -26,7 +26,8 @@ use std::time::Instant;
 use redis::Value;
 use tokio::sync::watch;
 
-use super::redis::{Reaped, RedisCopies, ResourceList, array, int, millis, strings};
+use super::{Reaped, RedisCopies, array, int, millis, strings};
+use crate::store::copies::ResourceList;
 use crate::store::keys;
 use crate::store::redis::RedisError;
 
@@ -117,7 +118,7 @@ impl RedisCopies {
             if *shutdown.borrow() {
                 return None;
             }
-            let id = match super::random_hex() {
+            let id = match crate::store::copies::random_hex() {
                 Ok(id) => id,
                 Err(error) => {
                     tracing::error!(%error, "cannot make a sidecar id");
@@ -151,7 +152,7 @@ impl RedisCopies {
 
     /// Removes this sidecar's heartbeat on a clean shutdown (after its
     /// sessions released their holds), so nothing waits for it to expire.
-    pub async fn deregister(&self) {
+    pub(super) async fn remove_heartbeat(&self) {
         let id = self.membership.borrow().server_id.clone();
         if id.is_empty() {
             return;

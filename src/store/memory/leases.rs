@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::capacity::{self, CapacityConfig, Lease, LeaseState, Want};
 
-use super::{LeaseError, LeaseKey, LeaseSpace, LiveClient, Usage};
+use crate::store::leases::{LeaseError, LeaseKey, LeaseLog, LeaseSpace, LiveClient, Usage};
 
 /// A lease state's space, namespace, resource and domain.
 type StateKey = (LeaseSpace, String, String, String);
@@ -91,7 +91,8 @@ impl MemoryLeases {
 
     /// The clients with a live lease of `at`.
     pub(super) fn clients(&self, at: LeaseKey<'_>) -> Vec<LiveClient> {
-        self.read(at, super::live_clients).unwrap_or_default()
+        self.read(at, crate::store::leases::live_clients)
+            .unwrap_or_default()
     }
 
     /// What the live leases of `at` want and hold, in all.
@@ -148,6 +149,45 @@ impl MemoryLeases {
 impl Default for MemoryLeases {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// This process's leases: decided under one lock, at once.
+#[async_trait::async_trait]
+impl LeaseLog for MemoryLeases {
+    async fn get(
+        &self,
+        at: LeaseKey<'_>,
+        config: &CapacityConfig,
+        client: &str,
+        want: Want,
+    ) -> Result<Lease, LeaseError> {
+        MemoryLeases::get(self, at, config, client, want)
+    }
+
+    async fn usage(&self, at: LeaseKey<'_>) -> Result<Usage, LeaseError> {
+        Ok(MemoryLeases::usage(self, at))
+    }
+
+    async fn to_nudge(
+        &self,
+        at: LeaseKey<'_>,
+        config: &CapacityConfig,
+        except: &str,
+    ) -> Result<Vec<String>, LeaseError> {
+        Ok(MemoryLeases::to_nudge(self, at, config, except))
+    }
+
+    async fn clients(&self, at: LeaseKey<'_>) -> Result<Vec<LiveClient>, LeaseError> {
+        Ok(MemoryLeases::clients(self, at))
+    }
+
+    async fn release(&self, at: LeaseKey<'_>, client: &str) -> Result<bool, LeaseError> {
+        Ok(MemoryLeases::release(self, at, client))
+    }
+
+    fn sweep(&self) -> usize {
+        MemoryLeases::sweep(self)
     }
 }
 

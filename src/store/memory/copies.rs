@@ -6,10 +6,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
 
-use super::{Changed, CopyError, Membership, Reserved, Seized, Staged, hold_fields};
 use crate::clock::{Clock, SystemClock};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::ResourceRef;
+use crate::store::copies::{
+    Changed, Contributor, CopyError, CopyLog, Membership, Reserved, Seized, Staged, hold_fields,
+};
 
 pub struct MemoryCopies<C = SystemClock> {
     clock: C,
@@ -23,7 +25,7 @@ struct Log {
     counts: HashMap<String, u64>,
     staged: HashMap<String, StagedHold>,
     /// Per domain: how many times work was released as done, and when it
-    /// last was (ms), kept [`DONE_KEPT`](super::DONE_KEPT) after that.
+    /// last was (ms), kept [`DONE_KEPT`](crate::store::copies::DONE_KEPT) after that.
     done: HashMap<String, (u64, u64)>,
 }
 
@@ -36,7 +38,7 @@ struct StagedHold {
 
 /// Counts of work done that no reserve can still be waiting on.
 fn forget_old_done(log: &mut Log, now: u64) {
-    let kept = u64::try_from(super::DONE_KEPT.as_millis()).unwrap_or(u64::MAX);
+    let kept = u64::try_from(crate::store::copies::DONE_KEPT.as_millis()).unwrap_or(u64::MAX);
     log.done.retain(|_, (_, at)| now.saturating_sub(*at) < kept);
 }
 
@@ -238,7 +240,7 @@ impl<C: Clock> MemoryCopies<C> {
         copies: u64,
         ttl_ms: u64,
     ) -> Result<Staged, CopyError> {
-        let secret = super::random_hex()?;
+        let secret = crate::store::copies::random_hex()?;
         let now = self.clock.now_ms();
         let changed = self.with_log(at, |log| {
             let fields = hold_fields(at.domain, groups.iter().map(String::as_str));
@@ -266,13 +268,13 @@ impl<C: Clock> MemoryCopies<C> {
         });
         Ok(Staged {
             changed,
-            transfer_id: super::transfer_id(&secret, at.namespace, at.resource),
+            transfer_id: crate::store::copies::transfer_id(&secret, at.namespace, at.resource),
         })
     }
 
     pub fn seize(&self, transfer_id: &str) -> Result<Seized, CopyError> {
-        let (secret, namespace, resource) =
-            super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
+        let (secret, namespace, resource) = crate::store::copies::parse_transfer_id(transfer_id)
+            .ok_or(CopyError::UnknownTransfer)?;
         let now = self.clock.now_ms();
         let at = ResourceRef {
             namespace: &namespace,
@@ -334,132 +336,88 @@ impl<C: Clock> MemoryCopies<C> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
+/// One process's log: every operation decided under the lock, at once.
+/// The contributor is not recorded: when the process dies, its holds die
+/// with it.
+#[async_trait::async_trait]
+impl<C: Clock + Send + Sync> CopyLog for MemoryCopies<C> {
+    async fn reserve(
+        &self,
+        _who: Contributor<'_>,
+        at: ResourceRef<'_>,
+        limits: &CopyLimits,
+        copies: u64,
+        min_copies: u64,
+        done_past: Option<u64>,
+    ) -> Result<Reserved, CopyError> {
+        Ok(match done_past {
+            Some(past) => self.reserve_unless_done(at, limits, copies, min_copies, past),
+            None => Reserved::Decided(MemoryCopies::reserve(self, at, limits, copies, min_copies)),
+        })
+    }
 
-    fn at(domain: &str) -> ResourceRef<'_> {
-        ResourceRef {
-            namespace: "ns",
-            resource: "pool",
-            domain,
+    async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        Ok(MemoryCopies::done_count(self, at))
+    }
+
+    async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+        Ok(MemoryCopies::mark_done(self, at))
+    }
+
+    async fn release(
+        &self,
+        _who: Contributor<'_>,
+        at: ResourceRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+    ) -> Result<Changed, CopyError> {
+        Ok(MemoryCopies::release(self, at, groups, copies, now_groups))
+    }
+
+    async fn transfer(
+        &self,
+        _who: Contributor<'_>,
+        at: ResourceRef<'_>,
+        groups: &[String],
+        copies: u64,
+        ttl_ms: u64,
+    ) -> Result<Staged, CopyError> {
+        MemoryCopies::transfer(self, at, groups, copies, ttl_ms)
+    }
+
+    async fn seize(&self, _who: Contributor<'_>, transfer_id: &str) -> Result<Seized, CopyError> {
+        MemoryCopies::seize(self, transfer_id)
+    }
+
+    async fn counts(&self, at: ResourceRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
+        Ok(MemoryCopies::counts(self, at, groups))
+    }
+
+    async fn staged_transfers(&self, namespace: &str, resource: &str) -> Result<u64, CopyError> {
+        Ok(MemoryCopies::staged_transfers(self, namespace, resource))
+    }
+
+    async fn end_session(
+        &self,
+        _who: Contributor<'_>,
+        held: &[(ResourceRef<'_>, &[String], u64)],
+        _touched: &[(&str, &str)],
+    ) -> Result<(), CopyError> {
+        for (at, groups, copies) in held {
+            MemoryCopies::release(self, *at, groups, *copies, &[]);
         }
+        Ok(())
     }
 
-    fn limits() -> CopyLimits {
-        CopyLimits {
-            domain_limit: Some(4),
-            global_limit: Some(6),
-            groups: vec![("big".into(), 5)],
-        }
+    fn membership(&self) -> watch::Receiver<Membership> {
+        MemoryCopies::membership(self)
     }
 
-    /// The holder releases as done in two steps (the count, then the
-    /// copies); a waiter for anyone's result, which read the count before,
-    /// tries at any point between them, once or twice: it is never granted
-    /// the copy, and it is told done whenever the count has moved.
-    #[test]
-    fn a_waiter_for_anyones_result_never_takes_a_copy_released_as_done() {
-        let one = CopyLimits {
-            domain_limit: Some(1),
-            global_limit: None,
-            groups: Vec::new(),
-        };
-        // Waiter tries at positions among the holder's steps (0: before
-        // the count moves, 1: between, 2: after the release).
-        for tries in [
-            vec![0],
-            vec![1],
-            vec![2],
-            vec![0, 1],
-            vec![0, 2],
-            vec![1, 2],
-        ] {
-            let log = MemoryCopies::new();
-            assert_eq!(log.reserve(at("a"), &one, 1, 1).copies, 1);
-            let before = log.done_count(at("a"));
-            let mut answers = Vec::new();
-            for step in 0..=2 {
-                for _ in tries.iter().filter(|at| **at == step) {
-                    answers.push(log.reserve_unless_done(at("a"), &one, 1, 1, before));
-                }
-                match step {
-                    0 => {
-                        log.mark_done(at("a"));
-                    }
-                    1 => {
-                        log.release(at("a"), &[], 1, &[]);
-                    }
-                    _ => {}
-                }
-            }
-            for (position, answer) in tries.iter().zip(&answers) {
-                match answer {
-                    Reserved::Done => assert!(*position >= 1, "{tries:?}: {answers:?}"),
-                    Reserved::Decided(changed) => {
-                        assert_eq!(*position, 0, "{tries:?}: {answers:?}");
-                        assert_eq!(changed.copies, 0, "{tries:?}: the copy is still held");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_staged_transfer_counts_until_its_ttl_then_is_released() {
-        let clock = ManualClock::new(1_000);
-        let log = MemoryCopies::with_clock(clock.clone());
-        let groups = vec!["big".to_owned()];
-        assert_eq!(log.reserve(at("a"), &limits(), 4, 1).copies, 4);
-        let staged = log.transfer(at("a"), &groups, 3, 500).unwrap();
-        assert_eq!(staged.changed.copies, 3);
-        // Still counted: `a` holds 1 in a session and 3 staged.
-        assert_eq!(log.reserve(at("a"), &limits(), 1, 1).copies, 0);
-        clock.set(1_499);
-        assert_eq!(log.expire(), 0);
-        clock.set(1_500);
-        // Expired: it cannot be seized, and its copies are free again.
-        assert_eq!(
-            log.seize(&staged.transfer_id),
-            Err(CopyError::UnknownTransfer)
-        );
-        assert_eq!(log.counts(at("a"), &["big"]).domain, 1);
-        assert_eq!(log.reserve(at("a"), &limits(), 3, 3).copies, 3);
-    }
-
-    #[test]
-    fn a_seized_transfer_keeps_its_domain_and_groups_and_is_seized_once() {
-        let log = MemoryCopies::new();
-        let groups = vec!["big".to_owned()];
-        log.reserve(at("a"), &limits(), 2, 2);
-        let staged = log.transfer(at("a"), &groups, 2, 60_000).unwrap();
-        let seized = log.seize(&staged.transfer_id).unwrap();
-        assert_eq!((seized.domain.as_str(), seized.copies), ("a", 2));
-        assert_eq!(seized.groups, groups);
-        assert_eq!(
-            log.seize(&staged.transfer_id),
-            Err(CopyError::UnknownTransfer)
-        );
-        let released = log.release(at("a"), &groups, 2, &["big"]);
-        assert_eq!(released.copies, 2);
-        assert_eq!(
-            released.counts,
-            CopyCounts {
-                domain: 0,
-                global: 0,
-                groups: vec![0]
-            }
-        );
-        assert!(log.is_empty());
-    }
-
-    #[test]
-    fn a_release_never_takes_more_than_is_counted() {
-        let log = MemoryCopies::new();
-        log.reserve(at("a"), &limits(), 1, 1);
-        let released = log.release(at("a"), &["big".to_owned()], 5, &["big"]);
-        assert_eq!(released.copies, 1);
-        assert!(log.is_empty());
+    fn expire_transfers(&self) -> usize {
+        self.expire()
     }
 }
+
+#[cfg(test)]
+mod tests;

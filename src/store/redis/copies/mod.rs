@@ -2,24 +2,24 @@
 //! each atomic on one resource's keys, plus the sidecar's membership tasks
 //! (heartbeat, resignation, reaper: `membership.rs`).
 
+mod membership;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use redis::Value;
 use tokio::sync::{Notify, watch};
 
-use super::CopyTimings;
-use super::{Changed, Contributor, CopyError, Membership, Reserved, Seized, Staged};
 use crate::engine::copies::{self, CopyCounts, CopyLimits};
 use crate::store::ResourceRef;
+use crate::store::copies::CopyTimings;
+use crate::store::copies::{
+    Changed, Contributor, CopyError, CopyLog, Membership, Reserved, ResourceList, Seized, Staged,
+};
 use crate::store::keys::{self, CopyKeys};
 use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("copies.lua");
-
-/// The configured copy-limited resources, as (namespace, resource): asked on
-/// every reap, so a reload is seen at once.
-pub type ResourceList = Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>;
 
 pub struct RedisCopies {
     pub(super) redis: RedisStore,
@@ -76,19 +76,6 @@ impl RedisCopies {
         self.timings
     }
 
-    pub fn membership(&self) -> watch::Receiver<Membership> {
-        self.membership.subscribe()
-    }
-
-    /// Resigns if `server_id` is still this sidecar's id: the late answers
-    /// of calls made under an id already given up change nothing.
-    pub fn resign(&self, server_id: &str, reason: &str) {
-        if let Ok(mut slot) = self.resign_request.lock() {
-            *slot = Some((server_id.to_owned(), reason.to_owned()));
-        }
-        self.resign.notify_one();
-    }
-
     pub(super) fn invocation<'s>(
         &'s self,
         keys: &CopyKeys,
@@ -123,7 +110,105 @@ impl RedisCopies {
         Ok(())
     }
 
-    pub async fn reserve(
+    async fn release_or_transfer(
+        &self,
+        who: Contributor<'_>,
+        at: ResourceRef<'_>,
+        groups: &[String],
+        copies: u64,
+        now_groups: &[&str],
+        transfer: Option<(&str, u64)>,
+    ) -> Result<(Changed, u64), CopyError> {
+        let keys = self.redis.copy_keys(at.namespace, at.resource);
+        let op = if transfer.is_some() {
+            "transfer"
+        } else {
+            "release"
+        };
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, op);
+        invocation
+            .arg(name.as_str())
+            .arg(at.domain)
+            .arg(copies)
+            .arg(groups.len());
+        for group in groups {
+            invocation.arg(group.as_str());
+        }
+        invocation.arg(now_groups.len());
+        for group in now_groups {
+            invocation.arg(*group);
+        }
+        if let Some((secret, ttl_ms)) = transfer {
+            invocation.arg(secret).arg(ttl_ms);
+        }
+        let reply = array(self.redis.invoke(op, &invocation).await?)?;
+        let counts = counts(&reply, now_groups.len())?;
+        let moved = int(reply.get(3 + now_groups.len()))?;
+        let expires = int(reply.get(4 + now_groups.len()))?;
+        if moved < copies {
+            // The session held them, the log did not: the log was reaped or
+            // lost. Only what was there was taken.
+            tracing::warn!(
+                asked = copies,
+                moved,
+                namespace = at.namespace,
+                resource = at.resource,
+                "the copy log held less than this session"
+            );
+        }
+        Ok((
+            Changed {
+                copies: moved,
+                counts,
+            },
+            expires,
+        ))
+    }
+
+    /// Subtracts everything one session's contribution to one resource
+    /// still counts (the end of the session).
+    pub async fn drop_session(
+        &self,
+        who: Contributor<'_>,
+        namespace: &str,
+        resource: &str,
+    ) -> Result<(), CopyError> {
+        let keys = self.redis.copy_keys(namespace, resource);
+        let name = who.name();
+        let mut invocation = self.invocation(&keys, &name, "drop");
+        invocation.arg(name.as_str()).arg(who.server);
+        array(self.redis.invoke("drop_session", &invocation).await?)?;
+        Ok(())
+    }
+
+    fn done_key(&self, at: ResourceRef<'_>) -> String {
+        self.redis
+            .key(&crate::store::keys::copy_done_key(
+                at.namespace,
+                at.resource,
+                at.domain,
+            ))
+            .into_owned()
+    }
+}
+
+#[async_trait::async_trait]
+impl CopyLog for RedisCopies {
+    fn membership(&self) -> watch::Receiver<Membership> {
+        self.membership.subscribe()
+    }
+
+    /// Resigns if `server_id` is still this sidecar's id: the late answers
+    /// of calls made under an id already given up change nothing.
+    fn resign(&self, server_id: &str, reason: &str) {
+        if let Ok(mut slot) = self.resign_request.lock() {
+            *slot = Some((server_id.to_owned(), reason.to_owned()));
+        }
+        self.resign.notify_one();
+    }
+
+    async fn reserve(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
@@ -188,7 +273,7 @@ impl RedisCopies {
         }))
     }
 
-    pub async fn release(
+    async fn release(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
@@ -202,63 +287,7 @@ impl RedisCopies {
         Ok(changed)
     }
 
-    async fn release_or_transfer(
-        &self,
-        who: Contributor<'_>,
-        at: ResourceRef<'_>,
-        groups: &[String],
-        copies: u64,
-        now_groups: &[&str],
-        transfer: Option<(&str, u64)>,
-    ) -> Result<(Changed, u64), CopyError> {
-        let keys = self.redis.copy_keys(at.namespace, at.resource);
-        let op = if transfer.is_some() {
-            "transfer"
-        } else {
-            "release"
-        };
-        let name = who.name();
-        let mut invocation = self.invocation(&keys, &name, op);
-        invocation
-            .arg(name.as_str())
-            .arg(at.domain)
-            .arg(copies)
-            .arg(groups.len());
-        for group in groups {
-            invocation.arg(group.as_str());
-        }
-        invocation.arg(now_groups.len());
-        for group in now_groups {
-            invocation.arg(*group);
-        }
-        if let Some((secret, ttl_ms)) = transfer {
-            invocation.arg(secret).arg(ttl_ms);
-        }
-        let reply = array(self.redis.invoke(op, &invocation).await?)?;
-        let counts = counts(&reply, now_groups.len())?;
-        let moved = int(reply.get(3 + now_groups.len()))?;
-        let expires = int(reply.get(4 + now_groups.len()))?;
-        if moved < copies {
-            // The session held them, the log did not: the log was reaped or
-            // lost. Only what was there was taken.
-            tracing::warn!(
-                asked = copies,
-                moved,
-                namespace = at.namespace,
-                resource = at.resource,
-                "the copy log held less than this session"
-            );
-        }
-        Ok((
-            Changed {
-                copies: moved,
-                counts,
-            },
-            expires,
-        ))
-    }
-
-    pub async fn transfer(
+    async fn transfer(
         &self,
         who: Contributor<'_>,
         at: ResourceRef<'_>,
@@ -266,25 +295,21 @@ impl RedisCopies {
         copies: u64,
         ttl_ms: u64,
     ) -> Result<Staged, CopyError> {
-        let secret = super::random_hex()?;
+        let secret = crate::store::copies::random_hex()?;
         let (changed, _) = self
             .release_or_transfer(who, at, groups, copies, &[], Some((&secret, ttl_ms)))
             .await?;
         Ok(Staged {
             changed,
-            transfer_id: super::transfer_id(&secret, at.namespace, at.resource),
+            transfer_id: crate::store::copies::transfer_id(&secret, at.namespace, at.resource),
         })
     }
 
-    pub async fn seize(
-        &self,
-        who: Contributor<'_>,
-        transfer_id: &str,
-    ) -> Result<Seized, CopyError> {
+    async fn seize(&self, who: Contributor<'_>, transfer_id: &str) -> Result<Seized, CopyError> {
         // No copy-index entry here: the reserve that made the hold wrote it,
         // and a made-up id must not grow the index.
-        let (secret, namespace, resource) =
-            super::parse_transfer_id(transfer_id).ok_or(CopyError::UnknownTransfer)?;
+        let (secret, namespace, resource) = crate::store::copies::parse_transfer_id(transfer_id)
+            .ok_or(CopyError::UnknownTransfer)?;
         let keys = self.redis.copy_keys(&namespace, &resource);
         let name = who.name();
         let mut invocation = self.invocation(&keys, &name, "seize");
@@ -313,28 +338,8 @@ impl RedisCopies {
         })
     }
 
-    /// Subtracts everything one session's contribution to one resource
-    /// still counts (the end of the session).
-    pub async fn drop_session(
-        &self,
-        who: Contributor<'_>,
-        namespace: &str,
-        resource: &str,
-    ) -> Result<(), CopyError> {
-        let keys = self.redis.copy_keys(namespace, resource);
-        let name = who.name();
-        let mut invocation = self.invocation(&keys, &name, "drop");
-        invocation.arg(name.as_str()).arg(who.server);
-        array(self.redis.invoke("drop_session", &invocation).await?)?;
-        Ok(())
-    }
-
     /// Transfers staged for `namespace`/`resource` and not yet seized.
-    pub async fn staged_transfers(
-        &self,
-        namespace: &str,
-        resource: &str,
-    ) -> Result<u64, CopyError> {
+    async fn staged_transfers(&self, namespace: &str, resource: &str) -> Result<u64, CopyError> {
         let keys = self.redis.copy_keys(namespace, resource);
         let mut count = redis::cmd("HLEN");
         count.arg(&keys.staged);
@@ -344,7 +349,7 @@ impl RedisCopies {
         }
     }
 
-    pub async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+    async fn done_count(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
         let key = self.done_key(at);
         let mut get = redis::cmd("GET");
         get.arg(key.as_str());
@@ -362,7 +367,7 @@ impl RedisCopies {
         }
     }
 
-    pub async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
+    async fn mark_done(&self, at: ResourceRef<'_>) -> Result<u64, CopyError> {
         let key = self.done_key(at);
         let mut add = redis::cmd("INCR");
         add.arg(key.as_str());
@@ -377,26 +382,14 @@ impl RedisCopies {
         // Kept while a reserve may still wait on it; a failure here leaves
         // a counter that the next release as done sets to expire.
         let mut expire = redis::cmd("PEXPIRE");
-        expire.arg(key.as_str()).arg(millis(super::DONE_KEPT));
+        expire
+            .arg(key.as_str())
+            .arg(millis(crate::store::copies::DONE_KEPT));
         self.redis.query("mark_done", &expire).await?;
         Ok(count)
     }
 
-    fn done_key(&self, at: ResourceRef<'_>) -> String {
-        self.redis
-            .key(&crate::store::keys::copy_done_key(
-                at.namespace,
-                at.resource,
-                at.domain,
-            ))
-            .into_owned()
-    }
-
-    pub async fn counts(
-        &self,
-        at: ResourceRef<'_>,
-        groups: &[&str],
-    ) -> Result<CopyCounts, CopyError> {
+    async fn counts(&self, at: ResourceRef<'_>, groups: &[&str]) -> Result<CopyCounts, CopyError> {
         let keys = self.redis.copy_keys(at.namespace, at.resource);
         let mut invocation = self.invocation(&keys, "", "counts");
         invocation.arg(at.domain).arg(groups.len());
@@ -407,6 +400,30 @@ impl RedisCopies {
             &array(self.redis.invoke("counts", &invocation).await?)?,
             groups.len(),
         )
+    }
+
+    async fn end_session(
+        &self,
+        who: Contributor<'_>,
+        _held: &[(ResourceRef<'_>, &[String], u64)],
+        touched: &[(&str, &str)],
+    ) -> Result<(), CopyError> {
+        for (namespace, resource) in touched {
+            self.drop_session(who, namespace, resource).await?;
+        }
+        Ok(())
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn spawn_membership(self: Arc<Self>, resources: ResourceList, shutdown: watch::Receiver<bool>) {
+        self.spawn(resources, shutdown);
+    }
+
+    async fn deregister(&self) {
+        self.remove_heartbeat().await;
     }
 }
 

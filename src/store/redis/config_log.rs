@@ -4,7 +4,9 @@
 
 use redis::Value;
 
-use super::{Change, Delta, Expect, LogError, MAX_CHANGES, Object, Snapshot, Write};
+use crate::store::config_log::{
+    Change, ConfigLog, Delta, Expect, LogError, MAX_CHANGES, Object, Snapshot, Write,
+};
 use crate::store::keys;
 use crate::store::redis::{RedisError, RedisStore};
 
@@ -45,15 +47,18 @@ impl RedisLog {
         }
         Ok(self.redis.invoke("config_log", &invocation).await?)
     }
+}
 
-    pub async fn version(&self) -> Result<u64, LogError> {
+#[async_trait::async_trait]
+impl ConfigLog for RedisLog {
+    async fn version(&self) -> Result<u64, LogError> {
         match self.call("version", &[]).await? {
             Value::Int(version) => Ok(u64::try_from(version).unwrap_or(0)),
             other => Err(unexpected(&other)),
         }
     }
 
-    pub async fn snapshot(&self) -> Result<Snapshot, LogError> {
+    async fn snapshot(&self) -> Result<Snapshot, LogError> {
         let items = array(self.call("snapshot", &[]).await?)?;
         let mut items = items.into_iter();
         let version = match items.next() {
@@ -75,7 +80,7 @@ impl RedisLog {
         Ok(snapshot)
     }
 
-    pub async fn since(&self, version: u64) -> Result<Delta, LogError> {
+    async fn since(&self, version: u64) -> Result<Delta, LogError> {
         let have = version.to_string();
         let items = array(self.call("since", &[&have]).await?)?;
         let mut items = items.into_iter();
@@ -88,7 +93,7 @@ impl RedisLog {
         }
     }
 
-    pub async fn write(&self, write: Write) -> Result<Change, LogError> {
+    async fn write(&self, write: Write) -> Result<Change, LogError> {
         let path = serde_json::to_string(&write.path)
             .map_err(|error| LogError::Corrupt(error.to_string()))?;
         let expect = match write.expect {
@@ -122,6 +127,14 @@ impl RedisLog {
             Some(Ok(status)) if status == "missing" => Err(LogError::Missing),
             other => Err(LogError::Corrupt(format!("a write answered {other:?}"))),
         }
+    }
+
+    fn is_durable(&self) -> bool {
+        true
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 }
 
