@@ -4,7 +4,8 @@
 //! `charon.io/throttle: "PORT"`, [`throttle`]).
 //!
 //! It owns the HTTPS endpoint (`POST /mutate`, AdmissionReview v1 in and out,
-//! JSONPatch; `GET /healthz`; `GET /metrics`, the process's series), its certificate (reloaded when the files
+//! JSONPatch; and the kit's `/healthz`, `/readyz` and `/metrics`, the
+//! process's series), its certificate (reloaded when the files
 //! change, see [`tls`]), and the decision ([`review`], pure). It is safe by
 //! construction: a pod it does not understand is admitted unchanged and the
 //! reason logged; a body that is not an AdmissionReview gets a 400 and a body
@@ -24,9 +25,10 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::post;
 
 use self::review::SidecarTemplate;
+use crate::kit::admin;
 
 /// Reviews larger than this are refused (413). The API server's own limit on
 /// a request is 3 MiB.
@@ -55,19 +57,13 @@ pub enum InjectError {
 pub fn router(template: SidecarTemplate) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::new(template))
-}
-
-/// The process's series (`process_*`), as every metrics endpoint has them.
-async fn metrics(headers: axum::http::HeaderMap) -> Response {
-    let mut registry = prometheus_client::registry::Registry::default();
-    crate::kit::process::register(&mut registry);
-    use crate::kit::scrape;
-    let (content_type, text) = scrape::render(&[&registry], scrape::accept(&headers), |_, _| {});
-    ([(axum::http::header::CONTENT_TYPE, content_type)], text).into_response()
+        // Ready as soon as it listens; its series are the process's.
+        .merge(admin::router(
+            admin::always_ready(),
+            admin::registries(Vec::new()),
+        ))
 }
 
 async fn mutate(State(template): State<Arc<SidecarTemplate>>, body: Bytes) -> Response {

@@ -2,10 +2,12 @@
 //! that `charon serve` (`server`), `charon throttle` (`throttle`) and
 //! `charon inject` (`inject`) share it instead of borrowing each other's
 //! insides: the runtime, the signals that stop a program, a certificate
-//! re-read when its files change, the `process_*` series and a scrape's
-//! answer in the format the scraper asks for. Nothing here knows a face, a
-//! limit or a store.
+//! re-read when its files change, the `process_*` series, a scrape's
+//! answer in the format the scraper asks for, and the admin skeleton
+//! (`/healthz`, `/readyz`, `/metrics`) each program fills. Nothing here
+//! knows a face, a limit or a store.
 
+pub mod admin;
 pub mod certificate;
 pub mod process;
 pub mod runtime;

@@ -1,15 +1,15 @@
-//! The throttling sidecar's admin port: `/readyz` (200 while it serves, 503
-//! once it drains: the kubelet's readiness probe; `/ready` is its alias),
-//! `/healthz`, `/stats`
-//! (JSON) and `/metrics` (Prometheus text, classic unless OpenMetrics is
-//! asked for), the protections against hostile clients among them
-//! (`charon_throttle_protection_total`), and the process's series.
+//! The throttling sidecar's admin port: the kit's skeleton (`/healthz`,
+//! `/readyz`: 200 while it serves, 503 once it drains, the kubelet's
+//! readiness probe; `/metrics`), filled with the proxy's counts, the
+//! protections against hostile clients among them
+//! (`charon_throttle_protection_total`); and `/stats` (JSON).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::collector::Collector;
@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::Proxy;
 use super::protect::Reason;
-use crate::kit::scrape;
+use crate::kit::admin;
 use crate::layer::ThrottleLayer;
 
 /// What `/stats` shows.
@@ -96,39 +96,23 @@ impl Proxy {
         }
     }
 
-    /// The admin port's routes.
+    /// The admin port's routes: the kit's skeleton, ready while the proxy
+    /// serves, and `/stats`.
     pub fn admin_router(&self) -> Router {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(StatsCollector(self.clone())));
-        crate::kit::process::register(&mut registry);
-        let registry = std::sync::Arc::new(registry);
+        let proxy = self.clone();
+        let readiness: admin::Readiness = Arc::new(move || {
+            if proxy.ready.load(Ordering::SeqCst) {
+                (StatusCode::OK, "ready\n".to_owned())
+            } else {
+                (StatusCode::SERVICE_UNAVAILABLE, "draining\n".to_owned())
+            }
+        });
         Router::new()
-            // `/readyz`, as `charon serve` names it; `/ready` for the pods
-            // deployed before the two programs agreed on one name.
-            .route("/readyz", get(ready))
-            .route("/ready", get(ready))
-            .route("/healthz", get(|| async { "ok" }))
             .route("/stats", get(stats))
             .with_state(self.clone())
-            .route(
-                "/metrics",
-                get(move |headers: axum::http::HeaderMap| {
-                    let registry = registry.clone();
-                    async move {
-                        let accept = scrape::accept(&headers);
-                        let (content_type, text) = scrape::render(&[&registry], accept, |_, _| {});
-                        ([(header::CONTENT_TYPE, content_type)], text)
-                    }
-                }),
-            )
-    }
-}
-
-async fn ready(State(proxy): State<Proxy>) -> impl IntoResponse {
-    if proxy.ready.load(Ordering::SeqCst) {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+            .merge(admin::router(readiness, admin::registries(vec![registry])))
     }
 }
 

@@ -13,7 +13,9 @@
 //!   allowed);
 //! - the service and the limiter read no clock of their own: their time
 //!   comes in from whoever builds them (no `SystemClock` in `src/service`
-//!   or `src/limiter`).
+//!   or `src/limiter`);
+//! - only the kit's admin skeleton routes `/healthz`, the readiness paths
+//!   and `/metrics`: one admin server for every program.
 
 use std::path::{Path, PathBuf};
 
@@ -127,4 +129,29 @@ fn the_rules_read_code_not_comments() {
         .filter(|(_, code)| code.contains("SystemClock") || code.contains("Mutex"))
         .collect();
     assert_eq!(lines, vec![(3, "let b = SystemClock;")]);
+}
+
+/// Every program's probes and metrics come from one admin skeleton
+/// (`src/kit/admin.rs`): no program routes `/healthz`, a readiness path or
+/// `/metrics` itself, so that a probe finds the same paths on every pod.
+#[test]
+fn only_the_kit_routes_probes_and_metrics() {
+    let mut found = Vec::new();
+    for (file, text) in rust_files("") {
+        if file == "src/kit/admin.rs" {
+            continue;
+        }
+        for (number, line) in code_lines(&text) {
+            for path in ["\"/healthz\"", "\"/readyz\"", "\"/ready\"", "\"/metrics\""] {
+                if line.contains(&format!(".route({path}")) {
+                    found.push(format!("{file}:{number}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "routes the kit's admin skeleton serves, served again:\n{}",
+        found.join("\n")
+    );
 }

@@ -24,11 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse};
 use axum::routing::{delete, get, post};
 
+use crate::kit::admin;
 use crate::store::OnStoreError;
 
 use super::metrics::Metrics;
@@ -56,6 +57,7 @@ charon admin port (docs/operations.md)
 
 GET    /healthz                liveness: 200 while the process runs
 GET    /readyz                 readiness: 503 while starting or draining, or with no store under --on-store-error deny
+GET    /ready                  the same, at the name charon throttle answered first
 GET    /healthcheck            the same, at envoyproxy/ratelimit's path
 GET    /metrics                Prometheus metrics
 GET    /ui/simulator           the simulator page (docs/simulator.md)
@@ -118,19 +120,10 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
         .layer(axum::middleware::from_fn(addressed_directly));
     Router::new()
         .route("/", get(|| async { INDEX }))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        // envoyproxy/ratelimit's probe path, which Envoy Gateway's probes ask.
-        .route("/healthcheck", get(readyz))
-        .route(
-            "/metrics",
-            get(
-                move |State(admin): State<AdminState>, headers: axum::http::HeaderMap| {
-                    metrics(admin, sources.clone(), headers)
-                },
-            ),
-        )
-        .with_state(admin)
+        .merge(admin::router(
+            readiness(admin.clone()),
+            exposition(admin, sources),
+        ))
         .merge(pages)
 }
 
@@ -138,16 +131,7 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
 /// (`--metrics-addr`, `--metrics-path`).
 pub fn metrics_router(admin: AdminState, sources: StateSources, path: &str) -> Router {
     let path = if path.is_empty() { "/metrics" } else { path };
-    Router::new()
-        .route(
-            path,
-            get(
-                move |State(admin): State<AdminState>, headers: axum::http::HeaderMap| {
-                    metrics(admin, sources.clone(), headers)
-                },
-            ),
-        )
-        .with_state(admin)
+    admin::metrics_router(exposition(admin, sources), path)
 }
 
 /// `router` behind `access` (and, like the pages, answering only requests
@@ -200,7 +184,13 @@ fn is_direct(host: &str) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::Ipv4Addr>().is_ok()
 }
 
-async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
+/// Ready while serving, and by the store's state (the module's head says
+/// how).
+fn readiness(state: AdminState) -> admin::Readiness {
+    Arc::new(move || ready_now(&state))
+}
+
+fn ready_now(state: &AdminState) -> (StatusCode, String) {
     if !state.ready.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string());
     }
@@ -239,23 +229,24 @@ async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(
-    state: AdminState,
-    sources: StateSources,
-    headers: axum::http::HeaderMap,
-) -> impl IntoResponse {
-    state.metrics.set_store((state.store_status)());
-    state
-        .metrics
-        .set_global_shares(&sources.limiter.config(), sources.limiter.global_shares());
-    state
-        .metrics
-        .set_copy_holds(&state::copy_holds(&sources).await);
-    let config = sources.limiter.config();
-    state.metrics.set_configured_limits(&config);
-    let accept = crate::kit::scrape::accept(&headers);
-    let (content_type, body) = state.metrics.exposition(&config, accept);
-    ([(header::CONTENT_TYPE, content_type)], body)
+/// The sidecar's registry, its store's state, its shares of global limits,
+/// the copy holds and the configured limits, read at each scrape.
+fn exposition(state: AdminState, sources: StateSources) -> admin::Exposition {
+    Arc::new(move |accept| {
+        let (state, sources) = (state.clone(), sources.clone());
+        Box::pin(async move {
+            state.metrics.set_store((state.store_status)());
+            state
+                .metrics
+                .set_global_shares(&sources.limiter.config(), sources.limiter.global_shares());
+            state
+                .metrics
+                .set_copy_holds(&state::copy_holds(&sources).await);
+            let config = sources.limiter.config();
+            state.metrics.set_configured_limits(&config);
+            state.metrics.exposition(&config, accept.as_deref())
+        })
+    })
 }
 
 #[cfg(test)]
