@@ -66,7 +66,7 @@ pub(super) fn refund_in(
         state.count = owed - paid;
     }
     // Hits held past `max_hold` leave first (the caller counts them).
-    if let Some(Slot::SlidingLog(state)) = slots.get_mut(slot) {
+    if let Some(Slot::TimeLog(state)) = slots.get_mut(slot) {
         state.log.prune(now, max_hold);
         let held = state.log.total();
         state.log.truncate(held.saturating_sub(hits - paid));
@@ -77,7 +77,7 @@ pub(super) fn refund_in(
 /// The held log in `slots[index]`, if it holds one.
 fn log_in(slots: &[Slot], index: usize) -> Option<&LogState> {
     match slots.get(index) {
-        Some(Slot::SlidingLog(state)) => Some(state),
+        Some(Slot::TimeLog(state)) => Some(state),
         _ => None,
     }
 }
@@ -236,7 +236,7 @@ pub(super) fn run_item(step: Step<'_>, slot: usize, hold: Hold, hits: u64) -> Ou
     }
     let mut fresh = LogState::default();
     let state = match slots.get_mut(slot) {
-        Some(Slot::SlidingLog(state)) => state,
+        Some(Slot::TimeLog(state)) => state,
         _ => &mut fresh,
     };
     let before = state.log.count(now, max_hold);
@@ -270,7 +270,7 @@ mod tests {
     const HOLD: u64 = 60_000;
 
     fn slots() -> Vec<Slot> {
-        vec![Slot::new(SlotKind::SlidingLog), Slot::new(SlotKind::Window)]
+        vec![Slot::new(SlotKind::TimeLog), Slot::new(SlotKind::Window)]
     }
 
     fn take(slots: &mut [Slot], now: u64) -> bool {

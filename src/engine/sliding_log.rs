@@ -51,7 +51,7 @@ pub fn record(state: &mut LogState, limit: u64, window: u64, hits: u64, now: u64
 
 /// Gives `hits` back at `now`: the oldest that still count go first.
 pub(super) fn refund_in(slots: &mut [Slot], slot: usize, window: u64, hits: u64, now: u64) {
-    if let Some(Slot::SlidingLog(state)) = slots.get_mut(slot) {
+    if let Some(Slot::TimeLog(state)) = slots.get_mut(slot) {
         state.log.prune(now, window);
         let counting = state.log.total();
         if counting > 0 {
@@ -134,7 +134,7 @@ impl Kind for SlidingLogItem {
         let Step { slots, now, commit } = step;
         let mut fresh = LogState::default();
         let state = match slots.get_mut(slot) {
-            Some(Slot::SlidingLog(state)) => state,
+            Some(Slot::TimeLog(state)) => state,
             _ => &mut fresh,
         };
         let over = is_over(state, limit, period, hits, now);
@@ -159,7 +159,7 @@ impl Kind for SlidingLogItem {
     fn record_refused(&self, slots: &mut [Slot], now: u64) {
         if self.count_rejected
             && self.hits > 0
-            && let Some(Slot::SlidingLog(state)) = slots.get_mut(self.slot)
+            && let Some(Slot::TimeLog(state)) = slots.get_mut(self.slot)
         {
             record(state, self.limit, self.period, self.hits, now);
         }
@@ -182,7 +182,7 @@ impl Kind for SlidingLogItem {
 /// The log in `slots[index]`, if it holds one.
 fn state_in(slots: &[Slot], index: usize) -> Option<&LogState> {
     match slots.get(index) {
-        Some(Slot::SlidingLog(state)) => Some(state),
+        Some(Slot::TimeLog(state)) => Some(state),
         _ => None,
     }
 }

@@ -1,5 +1,7 @@
 //! The state behind each key a batch touches: one [`Slot`] per key, of
-//! the [`SlotKind`] its algorithm keeps. Adding an algorithm adds a kind
+//! the [`SlotKind`] its algorithm keeps. A kind is a shape of state, not an
+//! algorithm: sliding logs and concurrency limits both keep a
+//! [`Slot::TimeLog`]. An algorithm whose state has a new shape adds a kind
 //! here (its letter names it in stored keys and in the Redis script's
 //! arguments; CONTRIBUTING.md has the whole checklist).
 
@@ -23,8 +25,9 @@ pub enum Slot {
     Sliding(SlidingState),
     /// A hybrid quota-linear key's mode, time and bucket.
     Hybrid(HybridState),
-    /// A sliding window log's hits.
-    SlidingLog(LogState),
+    /// The instants of a sliding window log's hits, or of a concurrency
+    /// limit's holds.
+    TimeLog(LogState),
     /// A Cloud Armor ban's interval and ban.
     Ban(BanState),
 }
@@ -39,7 +42,7 @@ pub enum SlotKind {
     Cost,
     Sliding,
     Hybrid,
-    SlidingLog,
+    TimeLog,
     Ban,
 }
 
@@ -55,7 +58,7 @@ impl SlotKind {
             SlotKind::Cost => b'c',
             SlotKind::Sliding => b's',
             SlotKind::Hybrid => b'h',
-            SlotKind::SlidingLog => b'l',
+            SlotKind::TimeLog => b'l',
             SlotKind::Ban => b'b',
         }
     }
@@ -71,7 +74,7 @@ impl Slot {
             SlotKind::Cost => Slot::Cost(CostState::default()),
             SlotKind::Sliding => Slot::Sliding(SlidingState::default()),
             SlotKind::Hybrid => Slot::Hybrid(HybridState::default()),
-            SlotKind::SlidingLog => Slot::SlidingLog(LogState::default()),
+            SlotKind::TimeLog => Slot::TimeLog(LogState::default()),
             SlotKind::Ban => Slot::Ban(BanState::default()),
         }
     }
@@ -85,7 +88,7 @@ impl Slot {
             Slot::Cost(_) => SlotKind::Cost,
             Slot::Sliding(_) => SlotKind::Sliding,
             Slot::Hybrid(_) => SlotKind::Hybrid,
-            Slot::SlidingLog(_) => SlotKind::SlidingLog,
+            Slot::TimeLog(_) => SlotKind::TimeLog,
             Slot::Ban(_) => SlotKind::Ban,
         }
     }
@@ -101,7 +104,7 @@ impl Slot {
             Slot::Cost(state) => state.expires_at,
             Slot::Sliding(state) => state.expires_at,
             Slot::Hybrid(state) => state.expires_at,
-            Slot::SlidingLog(state) => state.expires_at,
+            Slot::TimeLog(state) => state.expires_at,
             Slot::Ban(state) => state.expires_at,
         }
     }

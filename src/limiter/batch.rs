@@ -74,14 +74,10 @@ pub(super) fn add_item<'c>(
                     })
                 }
                 Algorithm::SlidingLog => {
-                    let key = keys::descriptor_key(
-                        SlotKind::SlidingLog,
-                        &namespace.name,
-                        entries,
-                        period,
-                    );
+                    let key =
+                        keys::descriptor_key(SlotKind::TimeLog, &namespace.name, entries, period);
                     Item::SlidingLog(SlidingLogItem {
-                        slot: batch.slot(key, SlotKind::SlidingLog),
+                        slot: batch.slot(key, SlotKind::TimeLog),
                         limit: limit.requests_per_unit(),
                         period,
                         hits,
@@ -117,12 +113,12 @@ pub(super) fn add_item<'c>(
                     Item::Concurrency(ConcurrencyItem {
                         slot: batch.slot(
                             keys::descriptor_key(
-                                SlotKind::SlidingLog,
+                                SlotKind::TimeLog,
                                 &namespace.name,
                                 held,
                                 max_hold,
                             ),
-                            SlotKind::SlidingLog,
+                            SlotKind::TimeLog,
                         ),
                         hold: Hold {
                             owed_slot: batch.slot(
@@ -277,7 +273,7 @@ pub(super) fn tiers_item<'c>(
                 window,
                 count_rejected,
             } => Item::SlidingLog(SlidingLogItem {
-                slot: slot(SlotKind::SlidingLog),
+                slot: slot(SlotKind::TimeLog),
                 limit,
                 period: window,
                 hits,

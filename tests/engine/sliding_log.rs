@@ -70,7 +70,7 @@ proptest! {
         requests in prop::collection::vec((0u64..60, prop_oneof![5 => Just(1u64), 1 => 0u64..4]), 1..120),
     ) {
         let mut model = Model::default();
-        let mut slots = vec![Slot::new(SlotKind::SlidingLog)];
+        let mut slots = vec![Slot::new(SlotKind::TimeLog)];
         let mut now = 1_700_000_000_000u64;
         for (index, (step, hits)) in requests.into_iter().enumerate() {
             now += step;
@@ -90,7 +90,7 @@ proptest! {
 
 /// Requests every `gap` ms for `span` ms: how many each decides granted.
 fn granted(count_rejected: bool, gap: u64, span: u64) -> Vec<bool> {
-    let mut slots = vec![Slot::new(SlotKind::SlidingLog)];
+    let mut slots = vec![Slot::new(SlotKind::TimeLog)];
     (0..span / gap)
         .map(|n| {
             let item = log_item(10, 1_000, 1, count_rejected);

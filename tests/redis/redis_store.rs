@@ -422,13 +422,13 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
             } => {
                 let name = format!("tenant{key}");
                 let key = keys::descriptor_key(
-                    SlotKind::SlidingLog,
+                    SlotKind::TimeLog,
                     NS,
                     [("tenant", name.as_str())],
                     period,
                 );
                 Item::SlidingLog(SlidingLogItem {
-                    slot: batch.slot(key, SlotKind::SlidingLog),
+                    slot: batch.slot(key, SlotKind::TimeLog),
                     limit,
                     period,
                     hits,
@@ -569,8 +569,8 @@ fn held_keys(batch: &mut Batch<'_>, key: usize, hold: u64) -> (usize, usize) {
     let owed = [("user", name.as_str()), ("\u{1}owed", "")];
     (
         batch.slot(
-            keys::descriptor_key(SlotKind::SlidingLog, NS, held, hold),
-            SlotKind::SlidingLog,
+            keys::descriptor_key(SlotKind::TimeLog, NS, held, hold),
+            SlotKind::TimeLog,
         ),
         batch.slot(
             keys::descriptor_key(SlotKind::Window, NS, owed, hold),
@@ -617,9 +617,9 @@ fn refund_item(
         }
         2 => {
             let period = pick([300, 1_000]);
-            let key = keys::descriptor_key(SlotKind::SlidingLog, NS, tenant, period);
+            let key = keys::descriptor_key(SlotKind::TimeLog, NS, tenant, period);
             Item::SlidingLog(SlidingLogItem {
-                slot: batch.slot(key, SlotKind::SlidingLog),
+                slot: batch.slot(key, SlotKind::TimeLog),
                 limit: 3,
                 period,
                 hits: 0,

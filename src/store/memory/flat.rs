@@ -27,7 +27,7 @@ pub(super) const MAX_INSTANTS: usize = 16;
 
 /// Whether `kind`'s states are held flat.
 pub(super) fn is_flat(kind: SlotKind) -> bool {
-    matches!(kind, SlotKind::SlidingLog | SlotKind::Tiers)
+    matches!(kind, SlotKind::TimeLog | SlotKind::Tiers)
 }
 
 /// `slot`'s bytes, if its kind is held flat, it logs at most
@@ -40,7 +40,7 @@ pub(super) fn encode(slot: &Slot) -> Option<Box<[u8]>> {
 /// in need not allocate.
 pub(super) fn write(slot: &Slot) -> Option<Bytes> {
     let instants = match slot {
-        Slot::SlidingLog(state) => state.log.len(),
+        Slot::TimeLog(state) => state.log.len(),
         Slot::Tiers(state) => {
             state.recent.len()
                 + state
@@ -56,7 +56,7 @@ pub(super) fn write(slot: &Slot) -> Option<Bytes> {
     }
     let mut out = Bytes::default();
     match slot {
-        Slot::SlidingLog(state) => {
+        Slot::TimeLog(state) => {
             put_u64(&mut out, state.expires_at);
             put_log(&mut out, &state.log, state.expires_at);
         }
@@ -136,7 +136,7 @@ pub(super) fn decode_into(bytes: &[u8], slot: &mut Slot) -> bool {
 fn read_into(reader: &mut Reader<'_>, slot: &mut Slot) -> Option<()> {
     let base = reader.u64()?;
     match slot {
-        Slot::SlidingLog(state) => {
+        Slot::TimeLog(state) => {
             state.expires_at = base;
             reader.log_into(base, &mut state.log)?;
         }
@@ -177,7 +177,7 @@ pub(super) struct Scratch {
 impl Default for Scratch {
     fn default() -> Self {
         Scratch {
-            log: Slot::new(SlotKind::SlidingLog),
+            log: Slot::new(SlotKind::TimeLog),
             tiers: Slot::new(SlotKind::Tiers),
         }
     }
@@ -362,13 +362,13 @@ mod tests {
     #[test]
     fn a_sliding_log_of_one_hit_is_a_dozen_bytes() {
         let now = 1_764_000_000_000;
-        let slot = Slot::SlidingLog(LogState {
+        let slot = Slot::TimeLog(LogState {
             log: log(&[(now, 1)]),
             expires_at: now + 60_001,
         });
         let bytes = encode(&slot).expect("a sliding log is flat");
         assert!(bytes.len() <= 12, "{} bytes", bytes.len());
-        assert_eq!(decode(&bytes, SlotKind::SlidingLog), Some(slot));
+        assert_eq!(decode(&bytes, SlotKind::TimeLog), Some(slot));
     }
 
     #[test]
@@ -393,12 +393,12 @@ mod tests {
     #[test]
     fn a_state_of_more_instants_is_not_flat() {
         let entries: Vec<(u64, u64)> = (0..=MAX_INSTANTS as u64).map(|t| (t, 1)).collect();
-        let long = Slot::SlidingLog(LogState {
+        let long = Slot::TimeLog(LogState {
             log: log(&entries),
             expires_at: 1_000,
         });
         assert_eq!(encode(&long), None);
-        let just = Slot::SlidingLog(LogState {
+        let just = Slot::TimeLog(LogState {
             log: log(&entries[1..]),
             expires_at: 1_000,
         });
@@ -432,10 +432,10 @@ mod tests {
         assert_eq!(encode(&Slot::new(SlotKind::Window)), None);
         assert_eq!(encode(&Slot::new(SlotKind::Log)), None);
         assert!(!is_flat(SlotKind::Cost));
-        let bytes = encode(&Slot::new(SlotKind::SlidingLog)).expect("flat");
+        let bytes = encode(&Slot::new(SlotKind::TimeLog)).expect("flat");
         assert_eq!(decode(&bytes, SlotKind::Cost), None);
         for garbage in [&[][..], &[0x80], &[0, 5, 1], &[0xff; 40], &[1, 0, 9]] {
-            assert_eq!(decode(garbage, SlotKind::SlidingLog), None, "{garbage:?}");
+            assert_eq!(decode(garbage, SlotKind::TimeLog), None, "{garbage:?}");
             assert_eq!(decode(garbage, SlotKind::Tiers), None, "{garbage:?}");
         }
         assert_eq!(expires_at(&[]), 0);
@@ -455,7 +455,7 @@ mod tests {
             recent in any_log(),
             one in any_log(),
         ) {
-            let sliding = Slot::SlidingLog(LogState { log: one, expires_at });
+            let sliding = Slot::TimeLog(LogState { log: one, expires_at });
             prop_assert_eq!(round_trip(&sliding), Some(sliding.clone()));
             let tiers = Slot::Tiers(TierState {
                 tiers: tiers
@@ -476,19 +476,19 @@ mod tests {
             prop_assert_eq!(&*scratch.read(SlotKind::Tiers, &encode(&fresh).expect("flat"), 0), &fresh);
             prop_assert_eq!(&*scratch.read(SlotKind::Tiers, &bytes, 0), &tiers);
             let sliding_bytes = encode(&sliding).expect("flat");
-            prop_assert_eq!(&*scratch.read(SlotKind::SlidingLog, &sliding_bytes, 0), &sliding);
+            prop_assert_eq!(&*scratch.read(SlotKind::TimeLog, &sliding_bytes, 0), &sliding);
         }
 
         #[test]
         fn any_bytes_decode_to_a_state_or_to_none_without_panicking(
             bytes in prop::collection::vec(any::<u8>(), 0..64),
         ) {
-            let _ = decode(&bytes, SlotKind::SlidingLog);
+            let _ = decode(&bytes, SlotKind::TimeLog);
             let _ = decode(&bytes, SlotKind::Tiers);
             let _ = expires_at(&bytes);
             let mut scratch = Scratch::default();
             let _ = scratch.read(SlotKind::Tiers, &bytes, 0);
-            let _ = scratch.read(SlotKind::SlidingLog, &bytes, 0);
+            let _ = scratch.read(SlotKind::TimeLog, &bytes, 0);
         }
     }
 }

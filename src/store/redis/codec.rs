@@ -80,7 +80,7 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
                 SlotKind::Cost => Slot::Cost(cost(text)?),
                 SlotKind::Sliding => Slot::Sliding(sliding(text)?),
                 SlotKind::Hybrid => Slot::Hybrid(hybrid(text)?),
-                SlotKind::SlidingLog => Slot::SlidingLog(time_log(text)?),
+                SlotKind::TimeLog => Slot::TimeLog(time_log(text)?),
                 SlotKind::Ban => Slot::Ban(ban(text)?),
             }
         }

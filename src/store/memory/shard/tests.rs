@@ -175,11 +175,11 @@ fn a_state_that_stops_fitting_moves_to_the_boxed_table_and_back_out() {
 fn logs_that_grew_past_the_flat_form_leave_no_room_behind() {
     use crate::store::memory::flat::MAX_INSTANTS;
     let mut shard = Shard::default();
-    let kind = SlotKind::SlidingLog;
+    let kind = SlotKind::TimeLog;
     let keys = 4_096u32;
     let record = |shard: &mut Shard, key: u32, now: u64| {
         shard.decide(KeyId::from_parts([key, 0, 0]), kind, now, true, |slot| {
-            if let Slot::SlidingLog(state) = slot {
+            if let Slot::TimeLog(state) = slot {
                 crate::engine::sliding_log::record(state, 1_000, 60_000, 1, now);
             }
         })
@@ -216,10 +216,10 @@ fn a_log_is_flat_while_short_boxed_while_long_and_flat_again() {
     use crate::store::memory::flat::MAX_INSTANTS;
     let id = KeyId::from_parts([4, 5, 6]);
     let mut shard = Shard::default();
-    let kind = SlotKind::SlidingLog;
+    let kind = SlotKind::TimeLog;
     let record = |shard: &mut Shard, now: u64| {
         shard.decide(id, kind, now, true, |slot| {
-            if let Slot::SlidingLog(state) = slot {
+            if let Slot::TimeLog(state) = slot {
                 crate::engine::sliding_log::record(state, 1_000, 100, 1, now);
             }
         })
@@ -237,7 +237,7 @@ fn a_log_is_flat_while_short_boxed_while_long_and_flat_again() {
     let expected = HitLog::from_entries((1_000..=last).map(|t| (t, 1)));
     assert_eq!(
         shard.get(id, kind),
-        Some(Slot::SlidingLog(LogState {
+        Some(Slot::TimeLog(LogState {
             log: expected.clone(),
             expires_at: last + 101,
         }))
@@ -254,7 +254,7 @@ fn a_log_is_flat_while_short_boxed_while_long_and_flat_again() {
     // Once the oldest hits leave the window, flat again.
     assert_eq!(record(&mut shard, 1_110).1, Kept::Same);
     assert_eq!((shard.flat.len(), shard.boxed.len()), (1, 0));
-    let Some(Slot::SlidingLog(state)) = shard.get(id, kind) else {
+    let Some(Slot::TimeLog(state)) = shard.get(id, kind) else {
         panic!("the log is held");
     };
     assert_eq!(state.log.entries().next(), Some((1_010, 1)));
@@ -267,9 +267,9 @@ fn a_log_is_flat_while_short_boxed_while_long_and_flat_again() {
 #[test]
 fn a_flat_state_taken_and_kept_is_written_back_in_place() {
     use crate::engine::{HitLog, LogState};
-    let kind = SlotKind::SlidingLog;
+    let kind = SlotKind::TimeLog;
     let log = |hits: &[(u64, u64)], expires_at| {
-        Slot::SlidingLog(LogState {
+        Slot::TimeLog(LogState {
             log: HitLog::from_entries(hits.iter().copied()),
             expires_at,
         })
