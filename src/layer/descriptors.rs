@@ -202,24 +202,28 @@ pub(super) fn verdict<R>(
                     .over_limit
                     .then(|| status.reset_after.unwrap_or_default())
             });
+            let mut refusal =
+                reply::rejected(grpc, "rate_limited", answer.retry_after(), binding.as_ref());
+            if options.every_descriptor_headers
+                && let Some(binding) = &binding
+            {
+                Quota::write_every(&every(names, &answer), binding, refusal.headers_mut());
+            }
             Verdict::Exceeded {
                 retry_after: answer.retry_after(),
-                refusal: reply::rejected(
-                    grpc,
-                    "rate_limited",
-                    answer.retry_after(),
-                    binding.as_ref(),
-                ),
+                refusal,
             }
         }
+        Ok(_) if !options.granted_headers => Verdict::Pass(Extra::default()),
         Ok(answer) => Verdict::Pass(Extra {
             // The limit closest to biting.
-            quota: if options.granted_headers {
-                tightest(names, &answer, |status| {
-                    Some(std::cmp::Reverse(status.remaining))
-                })
+            quota: tightest(names, &answer, |status| {
+                Some(std::cmp::Reverse(status.remaining))
+            }),
+            policies: if options.every_descriptor_headers {
+                every(names, &answer)
             } else {
-                None
+                Vec::new()
             },
             ..Extra::default()
         }),
@@ -251,6 +255,26 @@ pub(super) fn keys(descriptor: &Descriptor) -> String {
     name
 }
 
+/// Every limited status's quota, in the request's order.
+fn every(names: &[String], answer: &LimitsAnswer) -> Vec<Quota> {
+    names
+        .iter()
+        .zip(&answer.statuses)
+        .filter_map(|(name, status)| quota(name, status))
+        .collect()
+}
+
+fn quota(name: &str, status: &LimitStatus) -> Option<Quota> {
+    let limit = status.limit.as_ref()?;
+    Some(Quota {
+        name: limit.name.clone().unwrap_or_else(|| name.to_owned()),
+        limit: limit.requests_per_unit,
+        window: Some(limit.window),
+        remaining: status.remaining,
+        reset: status.reset_after,
+    })
+}
+
 /// The quota of the limited status that `rank` puts highest (`None`: not
 /// a candidate).
 fn tightest<K: Ord>(
@@ -258,20 +282,14 @@ fn tightest<K: Ord>(
     answer: &LimitsAnswer,
     rank: impl Fn(&LimitStatus) -> Option<K>,
 ) -> Option<Quota> {
-    let (name, status, limit) = names
+    let (name, status) = names
         .iter()
         .zip(&answer.statuses)
-        .filter_map(|(name, status)| Some((name, status, status.limit.as_ref()?)))
-        .filter_map(|(name, status, limit)| Some((rank(status)?, name, status, limit)))
+        .filter(|(_, status)| status.limit.is_some())
+        .filter_map(|(name, status)| Some((rank(status)?, name, status)))
         .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, name, status, limit)| (name, status, limit))?;
-    Some(Quota {
-        name: limit.name.clone().unwrap_or_else(|| name.clone()),
-        limit: limit.requests_per_unit,
-        window: Some(limit.window),
-        remaining: status.remaining,
-        reset: status.reset_after,
-    })
+        .map(|(_, name, status)| (name, status))?;
+    quota(name, status)
 }
 
 #[cfg(test)]

@@ -65,6 +65,14 @@ impl<P> LimitLayer<P> {
         self
     }
 
+    /// `RateLimit-Policy` naming the policy of every descriptor of the
+    /// request that had a limit (default false: the tightest's alone, as
+    /// `RateLimit` is); for the layers that send several descriptors.
+    pub fn every_descriptor_headers(mut self, on: bool) -> Self {
+        self.options.every_descriptor_headers = on;
+        self
+    }
+
     /// When Charon cannot answer, answer 503 (gRPC `UNAVAILABLE`) instead
     /// of letting the request through.
     pub fn fail_closed(mut self, on: bool) -> Self {

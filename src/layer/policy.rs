@@ -62,6 +62,9 @@ pub struct Options {
     pub granted_headers: bool,
     /// No answer from Charon: 503 instead of letting the request through.
     pub fail_closed: bool,
+    /// `RateLimit-Policy` names the policy of every descriptor that had a
+    /// limit, not only the tightest's.
+    pub every_descriptor_headers: bool,
 }
 
 impl Default for Options {
@@ -69,6 +72,7 @@ impl Default for Options {
         Self {
             granted_headers: true,
             fail_closed: false,
+            every_descriptor_headers: false,
         }
     }
 }
@@ -90,7 +94,11 @@ pub enum Verdict<B> {
 /// What a granted response carries from the decision.
 #[derive(Default)]
 pub struct Extra {
+    /// The quota closest to refusing: `RateLimit`, and its policy.
     pub quota: Option<Quota>,
+    /// When not empty, every descriptor's policy, `quota`'s among them:
+    /// all of them in `RateLimit-Policy`.
+    pub policies: Vec<Quota>,
     /// `x-charon-soft-limit`, past the soft limit.
     pub soft_limit: Option<HeaderValue>,
     /// Released when the body ends (as done, for a successful response to
@@ -111,8 +119,10 @@ impl Extra {
         {
             hold.succeeded();
         }
-        if let Some(quota) = self.quota {
-            quota.write(&mut parts.headers);
+        match &self.quota {
+            Some(quota) if self.policies.is_empty() => quota.write(&mut parts.headers),
+            Some(quota) => Quota::write_every(&self.policies, quota, &mut parts.headers),
+            None => {}
         }
         if let Some(value) = self.soft_limit {
             parts.headers.insert(SOFT_LIMIT.clone(), value);

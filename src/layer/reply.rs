@@ -40,27 +40,58 @@ impl Quota {
     /// Adds `RateLimit-Policy` and `RateLimit`.
     pub fn write(&self, headers: &mut HeaderMap) {
         // Per request, so no `format!`: two small strings built in place.
-        let mut numbers = itoa::Buffer::new();
-        let name = sf_string(&self.name);
-        let mut policy = String::with_capacity(name.len() + 32);
-        policy.push_str(&name);
-        policy.push_str(";q=");
-        policy.push_str(numbers.format(self.limit));
-        if let Some(window) = self.window {
-            policy.push_str(";w=");
-            policy.push_str(numbers.format(whole_seconds(window).max(1)));
-        }
-        let mut current = name;
-        current.push_str(";r=");
-        current.push_str(numbers.format(self.remaining));
-        if let Some(reset) = self.reset {
-            current.push_str(";t=");
-            current.push_str(numbers.format(whole_seconds(reset)));
-        }
-        for (header, value) in [(&RATELIMIT_POLICY, policy), (&RATELIMIT, current)] {
-            if let Ok(value) = HeaderValue::try_from(value) {
-                headers.insert(header.clone(), value);
+        let mut policy = String::with_capacity(self.name.len() + 32);
+        self.push_policy(&mut policy);
+        let mut current = String::with_capacity(self.name.len() + 32);
+        self.push_current(&mut current);
+        insert(headers, policy, current);
+    }
+
+    /// `RateLimit-Policy` naming every one of `quotas` (the draft lets a
+    /// server list each policy a request was under), and `RateLimit` for
+    /// `tightest`, the one closest to refusing it.
+    pub fn write_every(quotas: &[Quota], tightest: &Quota, headers: &mut HeaderMap) {
+        let mut policy = String::with_capacity(quotas.len() * 48);
+        for (index, quota) in quotas.iter().enumerate() {
+            if index > 0 {
+                policy.push_str(", ");
             }
+            quota.push_policy(&mut policy);
+        }
+        let mut current = String::with_capacity(tightest.name.len() + 32);
+        tightest.push_current(&mut current);
+        insert(headers, policy, current);
+    }
+
+    /// `"name";q=5;w=10`: the policy, as a list member.
+    fn push_policy(&self, out: &mut String) {
+        let mut numbers = itoa::Buffer::new();
+        out.push_str(&sf_string(&self.name));
+        out.push_str(";q=");
+        out.push_str(numbers.format(self.limit));
+        if let Some(window) = self.window {
+            out.push_str(";w=");
+            out.push_str(numbers.format(whole_seconds(window).max(1)));
+        }
+    }
+
+    /// `"name";r=3;t=7`: what is left of it now.
+    fn push_current(&self, out: &mut String) {
+        let mut numbers = itoa::Buffer::new();
+        out.push_str(&sf_string(&self.name));
+        out.push_str(";r=");
+        out.push_str(numbers.format(self.remaining));
+        if let Some(reset) = self.reset {
+            out.push_str(";t=");
+            out.push_str(numbers.format(whole_seconds(reset)));
+        }
+    }
+}
+
+fn insert(headers: &mut HeaderMap, policy: String, current: String) {
+    for (header, value) in [(&RATELIMIT_POLICY, policy), (&RATELIMIT, current)] {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(header.clone(), value);
         }
     }
 }
@@ -265,5 +296,30 @@ mod tests {
         .write(&mut headers);
         assert_eq!(headers["ratelimit-policy"], r#""we\"ird ?n?";q=2"#);
         assert_eq!(headers["ratelimit"], r#""we\"ird ?n?";r=0"#);
+    }
+
+    #[test]
+    fn every_policy_is_listed_and_the_tightest_is_current() {
+        let per_second = Quota {
+            name: "per-ip".into(),
+            limit: 10,
+            window: Some(Duration::from_secs(1)),
+            remaining: 9,
+            reset: Some(Duration::from_millis(400)),
+        };
+        let per_hour = Quota {
+            name: "per-user".into(),
+            limit: 1000,
+            window: Some(Duration::from_secs(3600)),
+            remaining: 2,
+            reset: Some(Duration::from_secs(1800)),
+        };
+        let mut headers = HeaderMap::new();
+        Quota::write_every(&[per_second, per_hour.clone()], &per_hour, &mut headers);
+        assert_eq!(
+            headers["ratelimit-policy"],
+            r#""per-ip";q=10;w=1, "per-user";q=1000;w=3600"#
+        );
+        assert_eq!(headers["ratelimit"], r#""per-user";r=2;t=1800"#);
     }
 }

@@ -546,3 +546,40 @@ async fn descriptor_limits_are_all_or_nothing_on_a_sidecar() {
     let sidecar = support::sidecar::memory_sidecar(dir.path(), DESCRIPTORS).await;
     descriptors_all_or_nothing(sidecar_client(&sidecar).await).await;
 }
+
+/// With `every_descriptor_headers`, `RateLimit-Policy` names each
+/// descriptor's policy (the unnamed one by its keys), granted or refused;
+/// `RateLimit` stays the tightest's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_descriptors_policy_when_asked() {
+    let config = charon::config::load_str(DESCRIPTORS, "catalog.yaml")
+        .expect("the descriptor config loads")
+        .config;
+    let tenant = http::HeaderName::from_static("x-tenant-id");
+    let actions = Actions::new()
+        .descriptor([
+            Action::generic_key("api"),
+            Action::request_header(tenant, "tenant"),
+        ])
+        .descriptor([Action::generic_key("everyone")]);
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(
+        DescriptorLimitLayer::new(Client::embedded(config), "catalog", actions)
+            .every_descriptor_headers(true),
+    );
+    let address = serve(app).await;
+    let both = r#""per-tenant";q=3;w=60, "generic_key";q=4;w=60"#;
+    let ok = get_as(address, "/", Some("acme")).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(header(&ok, "ratelimit-policy"), both);
+    assert!(header(&ok, "ratelimit").starts_with(r#""per-tenant";r=2;t="#));
+    for _ in 0..2 {
+        assert_eq!(
+            get_as(address, "/", Some("acme")).await.status(),
+            StatusCode::OK
+        );
+    }
+    let refused = get_as(address, "/", Some("acme")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "ratelimit-policy"), both);
+    assert!(header(&refused, "ratelimit").starts_with(r#""per-tenant";r=0;t="#));
+}

@@ -341,6 +341,17 @@ impl Harness {
         via_socket: bool,
         otlp: Option<u16>,
     ) -> Harness {
+        Self::start_edited(config, args, via_socket, otlp, |yaml| yaml).await
+    }
+
+    /// The same, with the example Envoy config changed by `edit` first.
+    async fn start_edited(
+        config: &Path,
+        args: &[String],
+        via_socket: bool,
+        otlp: Option<u16>,
+        edit: fn(String) -> String,
+    ) -> Harness {
         let envoy_bin = find_envoy();
         let dir = tempfile::tempdir().expect("temp dir");
         let socket = dir.path().join("charon.sock");
@@ -379,7 +390,7 @@ impl Harness {
         );
 
         let config = dir.path().join("envoy.yaml");
-        let mut envoy_yaml = envoy_config(listen, envoy_admin, upstream_port, grpc);
+        let mut envoy_yaml = edit(envoy_config(listen, envoy_admin, upstream_port, grpc));
         if via_socket {
             let tcp = format!("socket_address: {{address: 127.0.0.1, port_value: {grpc}}}");
             assert_eq!(envoy_yaml.matches(&tcp).count(), 1, "one Charon address");
@@ -822,6 +833,74 @@ fn dashboard_envoy_series() -> std::collections::BTreeSet<String> {
     }
     assert!(names.len() >= 4, "{names:?}");
     names
+}
+
+/// `--response-headers ietf --response-headers-for every` through the real
+/// Envoy: a route that sends two descriptors (the tenant's and everyone's)
+/// gets both policies in `RateLimit-Policy` and the one closest to refusing
+/// in `RateLimit`, on granted responses and on the 429; without the flag,
+/// the deciding one alone, as upstream does.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_descriptors_policy_reaches_the_client_when_asked() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.yaml");
+    fs::write(
+        &config,
+        r#"
+domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {name: per-tenant, unit: minute, requests_per_unit: 2}
+  - key: generic_key
+    value: everyone
+    rate_limit: {name: everyone, unit: hour, requests_per_unit: 1000}
+"#,
+    )
+    .expect("write the config");
+    // The example's one descriptor, and everyone's beside it.
+    fn two_descriptors(yaml: String) -> String {
+        let tenant = "                              - actions:\n                                  - request_headers:\n";
+        assert_eq!(yaml.matches(tenant).count(), 1, "one rate_limits entry");
+        yaml.replacen(
+            tenant,
+            &format!(
+                "                              - actions:\n                                  - generic_key: {{descriptor_value: everyone}}\n{tenant}"
+            ),
+            1,
+        )
+    }
+    for (args, every) in [
+        (
+            vec![
+                "--response-headers",
+                "ietf",
+                "--response-headers-for",
+                "every",
+            ],
+            true,
+        ),
+        (vec!["--response-headers", "ietf"], false),
+    ] {
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let h = Harness::start_edited(&config, &args, false, None, two_descriptors).await;
+        let tenant = unique("every");
+        let first = h.get(Some(&tenant)).await;
+        assert_eq!(first.status, 200, "{}", first.body);
+        let policy = if every {
+            r#""everyone";q=1000;w=3600, "per-tenant";q=2;w=60"#
+        } else {
+            r#""per-tenant";q=2;w=60"#
+        };
+        assert_eq!(first.header("ratelimit-policy"), Some(policy));
+        let current = first.header("ratelimit").expect("RateLimit on a 200");
+        assert!(current.starts_with(r#""per-tenant";r=1;t="#), "{current}");
+        assert_eq!(h.get(Some(&tenant)).await.status, 200);
+        let refused = h.get(Some(&tenant)).await;
+        assert_eq!(refused.status, 429);
+        assert_eq!(refused.header("ratelimit-policy"), Some(policy));
+        let current = refused.header("ratelimit").expect("RateLimit on a 429");
+        assert!(current.starts_with(r#""per-tenant";r=0;t="#), "{current}");
+    }
 }
 
 /// What reaches the HTTP client behind Envoy (docs/design.md#resets): a 429

@@ -189,6 +189,12 @@ pub struct ServeArgs {
     /// (RateLimit-Policy and RateLimit, and Retry-After when over).
     #[arg(long, env = "CHARON_RESPONSE_HEADERS", default_value = "none")]
     pub response_headers: HeaderMode,
+    /// Which descriptors those headers describe: `deciding` (the one that
+    /// decided, envoyproxy/ratelimit's choice) or `every` (every descriptor
+    /// that had a limit: each its own policy with `ietf`, every limit in the
+    /// limit header with `ratelimit`).
+    #[arg(long, env = "CHARON_RESPONSE_HEADERS_FOR", default_value = "deciding")]
+    pub response_headers_for: HeadersForMode,
     /// With `--response-headers ratelimit`: the limit header's name.
     #[arg(long, env = "CHARON_LIMIT_HEADER", default_value = "RateLimit-Limit")]
     pub limit_header: String,
@@ -369,6 +375,13 @@ pub enum HeaderMode {
     Ietf,
 }
 
+/// `--response-headers-for`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum HeadersForMode {
+    Deciding,
+    Every,
+}
+
 /// Starts the runtime, logging and traces, and serves until a signal says
 /// stop.
 /// Serves until stopped; `notes` are logged once logging is up (what the
@@ -414,7 +427,7 @@ pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
 impl ServeArgs {
     /// The sidecar's options, with the secrets and certificates read.
     fn into_options(self) -> anyhow::Result<charon::server::ServeOptions> {
-        use charon::server::rls::{HeaderNames, ResponseHeaders, RlsOptions};
+        use charon::server::rls::{HeaderNames, HeadersFor, ResponseHeaders, RlsOptions};
         use charon::server::trace::TraceSampler;
         let tracing = self.traces.export().is_on();
         let headers = match self.response_headers {
@@ -511,6 +524,10 @@ impl ServeArgs {
                 },
                 rls: RlsOptions {
                     headers,
+                    headers_for: match self.response_headers_for {
+                        HeadersForMode::Deciding => HeadersFor::Deciding,
+                        HeadersForMode::Every => HeadersFor::Every,
+                    },
                     dynamic_metadata: self.response_dynamic_metadata,
                     deciding_limit: self.metrics.response_deciding_limit,
                     traces: match tracing {

@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use crate::layer::reply::Quota;
 use crate::limiter::{DescriptorStatus, RateLimitAnswer};
 
-use super::ResponseHeaders;
+use super::{HeadersFor, ResponseHeaders};
 
 /// Whole seconds, rounded up: Envoy reads only a Duration's seconds (its
 /// `X-RateLimit-Reset`), so a reset must never reach a client early, and an
@@ -40,8 +40,15 @@ pub(super) fn deciding(answer: &RateLimitAnswer) -> Option<&DescriptorStatus> {
     })
 }
 
-/// Appends the headers `mode` asks for to `out`.
-pub(super) fn add(answer: &RateLimitAnswer, mode: &ResponseHeaders, out: &mut Vec<HeaderValue>) {
+/// Appends the headers `mode` asks for to `out`, for the descriptor that
+/// decided or, with [`HeadersFor::Every`], for every descriptor that had a
+/// limit.
+pub(super) fn add(
+    answer: &RateLimitAnswer,
+    mode: &ResponseHeaders,
+    scope: HeadersFor,
+    out: &mut Vec<HeaderValue>,
+) {
     if *mode == ResponseHeaders::None {
         return;
     }
@@ -52,23 +59,39 @@ pub(super) fn add(answer: &RateLimitAnswer, mode: &ResponseHeaders, out: &mut Ve
         return;
     };
     let reset = whole_seconds(status.reset_after_ms.unwrap_or(0), status.over_limit);
+    let limited = || answer.statuses.iter().filter(|s| s.limit.is_some());
     match mode {
         ResponseHeaders::None => {}
         ResponseHeaders::RateLimit(names) => {
-            out.push(header(&names.limit, limit.requests_per_unit.to_string()));
+            let mut value = limit.requests_per_unit.to_string();
+            if scope == HeadersFor::Every {
+                // As Envoy's own `X-RateLimit-Limit` lists the limits of a
+                // request after the one that decided:
+                // `10, 10;w=1;name="per-ip", 1000;w=3600`.
+                for limit in limited().filter_map(|s| s.limit.as_ref()) {
+                    let window = whole_seconds(limit.window_ms, false).max(1);
+                    value.push_str(&format!(", {};w={window}", limit.requests_per_unit));
+                    if let Some(name) = &limit.name {
+                        value.push_str(&format!(";name=\"{}\"", name.replace(['"', '\\'], "?")));
+                    }
+                }
+            }
+            out.push(header(&names.limit, value));
             out.push(header(&names.remaining, status.remaining.to_string()));
             out.push(header(&names.reset, reset.to_string()));
         }
         ResponseHeaders::Ietf => {
-            let quota = Quota {
-                name: limit.name.clone().unwrap_or_else(|| "default".to_owned()),
-                limit: limit.requests_per_unit,
-                window: Some(std::time::Duration::from_millis(limit.window_ms)),
-                remaining: status.remaining,
-                reset: Some(std::time::Duration::from_secs(reset)),
+            let every = scope == HeadersFor::Every;
+            let Some(tightest) = quota(status, every) else {
+                return;
             };
             let mut written = http::HeaderMap::new();
-            quota.write(&mut written);
+            if every {
+                let quotas: Vec<Quota> = limited().filter_map(|s| quota(s, true)).collect();
+                Quota::write_every(&quotas, &tightest, &mut written);
+            } else {
+                tightest.write(&mut written);
+            }
             for (name, value) in &written {
                 if let Ok(value) = value.to_str() {
                     out.push(header(name.as_str(), value.to_owned()));
@@ -79,6 +102,27 @@ pub(super) fn add(answer: &RateLimitAnswer, mode: &ResponseHeaders, out: &mut Ve
             }
         }
     }
+}
+
+/// A limited status as the draft's quota, named by its limit's name, else
+/// `default`; `by_key`: else by its statistics key, so that the policies of
+/// a request's several descriptors keep apart.
+fn quota(status: &DescriptorStatus, by_key: bool) -> Option<Quota> {
+    let limit = status.limit.as_ref()?;
+    let key = status.stats_key.as_deref().filter(|_| by_key);
+    let name = limit
+        .name
+        .clone()
+        .or_else(|| key.map(str::to_owned))
+        .unwrap_or_else(|| "default".to_owned());
+    let reset = whole_seconds(status.reset_after_ms.unwrap_or(0), status.over_limit);
+    Some(Quota {
+        name,
+        limit: limit.requests_per_unit,
+        window: Some(std::time::Duration::from_millis(limit.window_ms)),
+        remaining: status.remaining,
+        reset: Some(std::time::Duration::from_secs(reset)),
+    })
 }
 
 /// This request's own wait, whole seconds: it passes once every descriptor
@@ -167,7 +211,7 @@ mod tests {
     /// Asserts the headers `mode` adds for `answer`, as (name, value) pairs.
     fn assert_written(answer: &RateLimitAnswer, mode: &ResponseHeaders, expected: &[(&str, &str)]) {
         let mut out = Vec::new();
-        add(answer, mode, &mut out);
+        add(answer, mode, HeadersFor::Deciding, &mut out);
         let pairs: Vec<(&str, &str)> = out
             .iter()
             .map(|h| (h.key.as_str(), h.value.as_str()))
@@ -197,7 +241,68 @@ mod tests {
             ],
         );
         let mut out = Vec::new();
-        add(&a, &ResponseHeaders::None, &mut out);
+        add(&a, &ResponseHeaders::None, HeadersFor::Deciding, &mut out);
         assert!(out.is_empty());
+    }
+
+    /// Two descriptors, 10 a minute (3 left) and 1 000 an hour (900 left,
+    /// unnamed): the first decides.
+    fn two_limits() -> RateLimitAnswer {
+        let mut hourly = status(900, false, false);
+        if let Some(limit) = hourly.limit.as_mut() {
+            limit.name = None;
+            limit.requests_per_unit = 1_000;
+            limit.unit = Unit::Hour;
+            limit.window_ms = 3_600_000;
+        }
+        hourly.stats_key = Some("edge.user_acme".into());
+        hourly.reset_after_ms = Some(1_800_000);
+        answer(vec![status(3, false, false), hourly])
+    }
+
+    #[test]
+    fn every_descriptor_gets_its_policy_and_the_deciding_one_its_state() {
+        let a = two_limits();
+        let mut out = Vec::new();
+        add(&a, &ResponseHeaders::Ietf, HeadersFor::Every, &mut out);
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                (
+                    "ratelimit-policy",
+                    r#""r3";q=10;w=60, "edge.user_acme";q=1000;w=3600"#
+                ),
+                ("ratelimit", r#""r3";r=3;t=2"#),
+            ]
+        );
+        // Envoy's own list after the deciding limit; the rest unchanged.
+        let mut out = Vec::new();
+        add(
+            &a,
+            &ResponseHeaders::RateLimit(Default::default()),
+            HeadersFor::Every,
+            &mut out,
+        );
+        let pairs: Vec<(&str, &str)> = out
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("RateLimit-Limit", r#"10, 10;w=60;name="r3", 1000;w=3600"#),
+                ("RateLimit-Remaining", "3"),
+                ("RateLimit-Reset", "2"),
+            ]
+        );
+        // The default is upstream's: the deciding descriptor alone, an
+        // unnamed limit's policy named `default` as before.
+        let mut out = Vec::new();
+        add(&a, &ResponseHeaders::Ietf, HeadersFor::Deciding, &mut out);
+        assert_eq!(out[0].value, r#""r3";q=10;w=60"#);
     }
 }

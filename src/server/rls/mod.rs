@@ -38,6 +38,9 @@ pub use wire::SOFT_LIMIT_HEADER;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RlsOptions {
     pub headers: ResponseHeaders,
+    /// Which descriptors the quota headers describe
+    /// (`--response-headers-for`).
+    pub headers_for: HeadersFor,
     /// Fill `dynamic_metadata` (upstream `RESPONSE_DYNAMIC_METADATA`).
     pub dynamic_metadata: bool,
     /// Name the deciding limit in `dynamic_metadata`
@@ -66,6 +69,21 @@ pub enum ResponseHeaders {
     /// `RateLimit`, as the Tower layer writes them, and `Retry-After` (this
     /// request's wait, whole seconds rounded up) on OVER_LIMIT.
     Ietf,
+}
+
+/// `--response-headers-for`: which descriptors of a request the quota
+/// headers describe (docs/envoy-compatibility.md#charons-flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeadersFor {
+    /// The one that decided, as envoyproxy/ratelimit picks it.
+    #[default]
+    Deciding,
+    /// Every descriptor that had a limit: with `ietf`, each its own policy
+    /// in `RateLimit-Policy` (the deciding one's state in `RateLimit`);
+    /// with `ratelimit`, every limit in the limit header after the deciding
+    /// one's, as Envoy's own `X-RateLimit-Limit` lists them (remaining and
+    /// reset stay the deciding one's).
+    Every,
 }
 
 /// The header names of [`ResponseHeaders::RateLimit`].
@@ -235,7 +253,8 @@ impl<S: Store> RlsService<S> {
                         .fields
                         .insert("decidingLimit".to_owned(), deciding);
                 }
-                let mut response = wire::to_wire(answer, &self.options.headers);
+                let mut response =
+                    wire::to_wire(answer, &self.options.headers, self.options.headers_for);
                 response.dynamic_metadata = dynamic_metadata;
                 Ok(response)
             }

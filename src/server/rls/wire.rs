@@ -11,8 +11,8 @@ use envoy_types::pb::google::protobuf::Duration as WireDuration;
 use crate::config::Unit;
 use crate::limiter::{self, LimitOverride};
 
-use super::ResponseHeaders;
 use super::headers::{self, header, whole_seconds};
+use super::{HeadersFor, ResponseHeaders};
 
 /// The response header of a granted answer with descriptors past their soft
 /// limit (docs/design.md#soft-limits): their indexes in the request, `0,2`.
@@ -93,6 +93,7 @@ fn duration(seconds: u64) -> WireDuration {
 pub(super) fn to_wire(
     answer: limiter::RateLimitAnswer,
     quota_headers: &ResponseHeaders,
+    headers_for: HeadersFor,
 ) -> RateLimitResponse {
     let code = |over: bool| if over { Code::OverLimit } else { Code::Ok } as i32;
     let soft: Vec<String> = answer
@@ -107,7 +108,12 @@ pub(super) fn to_wire(
     } else {
         vec![header(SOFT_LIMIT_HEADER, soft.join(","))]
     };
-    headers::add(&answer, quota_headers, &mut response_headers_to_add);
+    headers::add(
+        &answer,
+        quota_headers,
+        headers_for,
+        &mut response_headers_to_add,
+    );
     RateLimitResponse {
         response_headers_to_add,
         overall_code: code(answer.over_limit),
@@ -163,7 +169,7 @@ mod tests {
             namespace_known: true,
             shadowed: false,
         };
-        let wire = to_wire(answer, &ResponseHeaders::None);
+        let wire = to_wire(answer, &ResponseHeaders::None, HeadersFor::Deciding);
         assert_eq!(wire.response_headers_to_add.len(), 1);
         assert_eq!(wire.response_headers_to_add[0].key, SOFT_LIMIT_HEADER);
         assert_eq!(wire.response_headers_to_add[0].value, "0,2");
@@ -174,7 +180,7 @@ mod tests {
             shadowed: false,
         };
         assert!(
-            to_wire(quiet, &ResponseHeaders::None)
+            to_wire(quiet, &ResponseHeaders::None, HeadersFor::Deciding)
                 .response_headers_to_add
                 .is_empty()
         );
