@@ -13,4 +13,5 @@ mod rlqs;
 mod tcp;
 mod token_budget;
 mod token_budget_exact;
+mod token_budget_several;
 mod xds;

@@ -12,4 +12,5 @@ mod redis_sidecars;
 mod redis_store;
 mod redis_tls;
 mod refunds;
+mod several_budgets;
 mod state_format;
