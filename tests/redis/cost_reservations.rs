@@ -24,7 +24,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
 ";
 
-async fn client_of(sidecar: &Sidecar) -> Client {
+/// A client of `sidecar` that fails closed, once the sidecar is ready.
+pub(crate) async fn client_of(sidecar: &Sidecar) -> Client {
     let client = Client::with_options(
         Link::connect(&sidecar.grpc_url()).expect("a sidecar URL"),
         ClientOptions {

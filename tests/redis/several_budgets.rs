@@ -12,12 +12,13 @@ use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
-use charon::client::{Client, ClientOptions, ReserveCost, Sidecar as Link};
+use charon::client::{Client, ReserveCost};
 use charon::limiter::Descriptor;
 use support::redis::RedisServer;
-use support::sidecar::{READY_TIMEOUT, Sidecar, tempdir, write_config};
+use support::sidecar::{Sidecar, tempdir, write_config};
+
+use super::cost_reservations::client_of;
 
 const CONFIG: &str = "domain: ai
 descriptors:
@@ -29,17 +30,40 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 4000, cost: after_response, initial_cost: 100, max_charge: 5000}
 ";
 
-async fn client_of(sidecar: &Sidecar) -> Client {
-    let client = Client::with_options(
-        Link::connect(&sidecar.grpc_url()).expect("a sidecar URL"),
-        ClientOptions {
-            fail_open: false,
-            call_timeout: Duration::from_secs(5),
-            ..ClientOptions::default()
-        },
-    );
-    assert!(client.ready(READY_TIMEOUT).await, "{}", sidecar.log());
-    client
+/// Three sidecars on one `redis-server`, and a client of each.
+struct Fleet {
+    clients: Vec<Client>,
+    _sidecars: Vec<Sidecar>,
+    _redis: RedisServer,
+    _dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    async fn start() -> Fleet {
+        let redis = RedisServer::start();
+        let dir = tempdir();
+        let config = write_config(dir.path(), CONFIG);
+        let sidecars: Vec<Sidecar> = (0..3)
+            .map(|_| {
+                Sidecar::start(
+                    dir.path(),
+                    &config,
+                    &redis.url(),
+                    &["--store-timeout", "2s"],
+                )
+            })
+            .collect();
+        let mut clients = Vec::new();
+        for sidecar in &sidecars {
+            clients.push(client_of(sidecar).await);
+        }
+        Fleet {
+            clients,
+            _sidecars: sidecars,
+            _redis: redis,
+            _dir: dir,
+        }
+    }
 }
 
 /// The three budgets of one request.
@@ -86,23 +110,8 @@ async fn left(client: &Client, budget: (&str, &str)) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_budget_is_settled_on_its_own_and_one_that_cannot_pay_holds_none() {
-    let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let sidecars: Vec<Sidecar> = (0..3)
-        .map(|_| {
-            Sidecar::start(
-                dir.path(),
-                &config,
-                &redis.url(),
-                &["--store-timeout", "2s"],
-            )
-        })
-        .collect();
-    let mut clients = Vec::new();
-    for sidecar in &sidecars {
-        clients.push(client_of(sidecar).await);
-    }
+    let fleet = Fleet::start().await;
+    let clients = &fleet.clients;
     let (a, b, c) = (&clients[0], &clients[1], &clients[2]);
 
     // Held on one sidecar, committed on another: each budget pays 700.
@@ -155,23 +164,8 @@ async fn each_budget_is_settled_on_its_own_and_one_that_cannot_pay_holds_none() 
 /// limit less what was committed to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_streams_on_three_sidecars_never_pass_any_budget() {
-    let redis = RedisServer::start();
-    let dir = tempdir();
-    let config = write_config(dir.path(), CONFIG);
-    let sidecars: Vec<Sidecar> = (0..3)
-        .map(|_| {
-            Sidecar::start(
-                dir.path(),
-                &config,
-                &redis.url(),
-                &["--store-timeout", "2s"],
-            )
-        })
-        .collect();
-    let mut clients = Vec::new();
-    for sidecar in &sidecars {
-        clients.push(client_of(sidecar).await);
-    }
+    let fleet = Fleet::start().await;
+    let clients = &fleet.clients;
     const USERS: [&str; 4] = ["u0", "u1", "u2", "u3"];
     const MODELS: [&str; 2] = ["m0", "m1"];
     // What was committed to each budget, and how many were refused.
@@ -181,7 +175,7 @@ async fn sixty_four_streams_on_three_sidecars_never_pass_any_budget() {
     let refusals = Arc::new(AtomicU64::new(0));
     let mut streams = Vec::new();
     for stream in 0..64_u64 {
-        let client = clients[stream as usize % 3].clone();
+        let client = fleet.clients[stream as usize % 3].clone();
         let (users, models, org, refusals) =
             (users.clone(), models.clone(), org.clone(), refusals.clone());
         streams.push(tokio::spawn(async move {
