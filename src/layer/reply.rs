@@ -112,7 +112,7 @@ pub fn retry_after_seconds(retry_after: Option<Duration>) -> u64 {
 
 /// A structured-field string (RFC 8941): printable ASCII, with `"` and `\`
 /// escaped; anything else becomes `?`.
-fn sf_string(text: &str) -> String {
+pub(crate) fn sf_string(text: &str) -> String {
     let mut quoted = String::with_capacity(text.len() + 2);
     quoted.push('"');
     for c in text.chars() {

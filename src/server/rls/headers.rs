@@ -3,9 +3,11 @@
 //! HTTP clients behind Envoy: envoyproxy/ratelimit's three headers, or the
 //! IETF draft's as the Tower layer writes them.
 
+use std::fmt::Write as _;
+
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 
-use crate::layer::reply::Quota;
+use crate::layer::reply::{Quota, sf_string};
 use crate::limiter::{DescriptorStatus, RateLimitAnswer};
 
 use super::{HeadersFor, ResponseHeaders};
@@ -70,9 +72,10 @@ pub(super) fn add(
                 // `10, 10;w=1;name="per-ip", 1000;w=3600`.
                 for limit in limited().filter_map(|s| s.limit.as_ref()) {
                     let window = whole_seconds(limit.window_ms, false).max(1);
-                    value.push_str(&format!(", {};w={window}", limit.requests_per_unit));
+                    let _ = write!(value, ", {};w={window}", limit.requests_per_unit);
                     if let Some(name) = &limit.name {
-                        value.push_str(&format!(";name=\"{}\"", name.replace(['"', '\\'], "?")));
+                        value.push_str(";name=");
+                        value.push_str(&sf_string(name));
                     }
                 }
             }
