@@ -323,6 +323,18 @@ impl Algorithm {
             Algorithm::Concurrency { .. } => "concurrency",
         }
     }
+
+    /// Whether `count_rejected` may record refused hits: only where a
+    /// refused hit is something to remember (a window's count, a log).
+    pub fn may_count_rejected(&self) -> bool {
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingLog)
+    }
+
+    /// Whether `global` may share the limit across a hierarchy: only for
+    /// counts a parent can split (docs/design.md#global-limits).
+    pub fn may_be_global(&self) -> bool {
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+    }
 }
 
 impl FixedLimit {

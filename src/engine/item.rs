@@ -7,9 +7,12 @@
 //! hub (`mod.rs`), names an algorithm; the stores dispatch their own wire
 //! with the same list (CONTRIBUTING.md, "Adding an algorithm").
 
-use super::{
-    BanItem, ConcurrencyItem, CostItem, GcraItem, HybridItem, Outcome, SlidingItem, SlidingLogItem,
-    Slot, Step, TiersItem, WindowItem,
+// The item types, re-exported from here so that the hub need not name a
+// kind.
+use super::{Outcome, Slot, Step};
+pub use super::{
+    ban::BanItem, concurrency::ConcurrencyItem, cost::CostItem, gcra::GcraItem, hybrid::HybridItem,
+    sliding::SlidingItem, sliding_log::SlidingLogItem, tiers::TiersItem, window::WindowItem,
 };
 
 /// The one list of kinds, and what is made from it: `kinds!(value, Enum,

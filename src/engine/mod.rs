@@ -42,20 +42,20 @@ mod slot;
 pub mod tiers;
 pub mod window;
 
-pub use ban::{BanItem, BanLimit, BanState};
-pub use concurrency::{ConcurrencyItem, Hold};
-pub use cost::{CostItem, CostOp, CostState, Reservation};
-pub use gcra::{GcraItem, GcraLimit, GcraOutcome, GcraState};
+pub use ban::{BanLimit, BanState};
+pub use concurrency::Hold;
+pub use cost::{CostOp, CostState, Reservation};
+pub use gcra::{GcraLimit, GcraOutcome, GcraState};
 pub use hit_log::HitLog;
-pub use hybrid::{HybridItem, HybridState};
-pub use item::{Item, Refundable};
+pub use hybrid::HybridState;
+pub use item::*;
 pub(crate) use item::{Kind, kinds, one_slot};
 pub use outcome::{Decision, Outcome, TierOutcome, WindowOutcome};
-pub use sliding::{SlidingItem, SlidingState};
-pub use sliding_log::{LogState, SlidingLogItem};
+pub use sliding::SlidingState;
+pub use sliding_log::LogState;
 pub use slot::{Slot, SlotKind};
-pub use tiers::{Global, Phase, Snapshot, TierState, TiersItem};
-pub use window::{WindowItem, WindowState};
+pub use tiers::{Global, Phase, Snapshot, TierState};
+pub use window::WindowState;
 
 use smallvec::SmallVec;
 

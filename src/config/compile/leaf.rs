@@ -118,94 +118,10 @@ impl Ctx {
                 let Some(requests_per_unit) = requests else {
                     return Leaf::None;
                 };
-                let algorithm = match limit
-                    .algorithm
-                    .as_ref()
-                    .map(|a| (a.value.as_str(), a.referenced))
-                {
-                    None | Some(("fixed_window", _)) => {
-                        if let Some(burst) = &limit.burst {
-                            self.error(
-                                burst.referenced,
-                                "`burst` applies only to `algorithm: gcra`",
-                            );
-                            return Leaf::None;
-                        }
-                        Algorithm::FixedWindow
-                    }
-                    Some(("gcra", _)) => {
-                        let burst = match &limit.burst {
-                            None => requests_per_unit,
-                            Some(burst) => match self.count(burst, "burst") {
-                                Some(0) => {
-                                    self.error(burst.referenced, "burst must be at least 1");
-                                    return Leaf::None;
-                                }
-                                Some(burst) => burst,
-                                None => return Leaf::None,
-                            },
-                        };
-                        Algorithm::Gcra { burst }
-                    }
-                    Some(("sliding_window", _)) => {
-                        if let Some(burst) = &limit.burst {
-                            self.error(
-                                burst.referenced,
-                                "`burst` applies only to `algorithm: gcra`",
-                            );
-                            return Leaf::None;
-                        }
-                        Algorithm::SlidingWindow
-                    }
-                    Some(("sliding_log", algorithm_at)) => {
-                        if let Some(burst) = &limit.burst {
-                            self.error(
-                                burst.referenced,
-                                "`burst` applies only to `algorithm: gcra`",
-                            );
-                            return Leaf::None;
-                        }
-                        if requests_per_unit > caps::MAX_LOG_HITS {
-                            self.error(
-                                algorithm_at,
-                                format!(
-                                    "with `algorithm: sliding_log`, requests_per_unit ({requests_per_unit}) is more than the {} hits a key's log keeps; use sliding_window for larger limits",
-                                    caps::MAX_LOG_HITS
-                                ),
-                            );
-                            return Leaf::None;
-                        }
-                        Algorithm::SlidingLog
-                    }
-                    Some(("hybrid", algorithm_at)) => {
-                        if let Some(burst) = &limit.burst {
-                            self.error(
-                                burst.referenced,
-                                "`burst` applies only to `algorithm: gcra`",
-                            );
-                            return Leaf::None;
-                        }
-                        // The bucket counts tokens × window in ms, exactly
-                        // (the Redis script's numbers are doubles).
-                        let period = unit.millis().saturating_mul(unit_multiplier);
-                        if u128::from(requests_per_unit) * u128::from(period) >= 1 << 53 {
-                            self.error(
-                                algorithm_at,
-                                format!(
-                                    "with `algorithm: hybrid`, requests_per_unit ({requests_per_unit}) times the window in ms ({period}) must stay below 2^53"
-                                ),
-                            );
-                            return Leaf::None;
-                        }
-                        Algorithm::Hybrid
-                    }
-                    Some((other, at)) => {
-                        self.error(
-                            at,
-                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window, sliding_log, hybrid or gcra"),
-                        );
-                        return Leaf::None;
-                    }
+                let Some(algorithm) =
+                    self.algorithm(limit, requests_per_unit, unit.millis(), unit_multiplier)
+                else {
+                    return Leaf::None;
                 };
                 let soft_limit = match &limit.soft_limit {
                     None => None,
@@ -228,13 +144,7 @@ impl Ctx {
                         );
                         return Leaf::None;
                     }
-                    Some(count)
-                        if count.value
-                            && !matches!(
-                                algorithm,
-                                Algorithm::FixedWindow | Algorithm::SlidingLog
-                            ) =>
-                    {
+                    Some(count) if count.value && !algorithm.may_count_rejected() => {
                         self.error(
                             count.referenced,
                             format!(
@@ -248,13 +158,7 @@ impl Ctx {
                     None => false,
                 };
                 let global = match &limit.global {
-                    Some(global)
-                        if global.value
-                            && !matches!(
-                                algorithm,
-                                Algorithm::FixedWindow | Algorithm::SlidingWindow
-                            ) =>
-                    {
+                    Some(global) if global.value && !algorithm.may_be_global() => {
                         self.error(
                             global.referenced,
                             format!(

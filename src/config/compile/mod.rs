@@ -3,10 +3,11 @@
 //! their line and column instead of stopping at the first. Descriptor trees
 //! are compiled here, a descriptor's leaf (its limit, or the resource it
 //! names) in `leaf`; resources (tiers, GCRA, bans, soft limits) in
-//! `resources`, their other algorithms in `alternative`, copy limits in
-//! `copies`, capacities in `capacity`.
+//! `resources`; each algorithm's own checks (a descriptor's `algorithm:`,
+//! a resource's algorithm other than tiers) in `algorithms`; copy limits
+//! in `copies`, capacities in `capacity`.
 
-mod alternative;
+mod algorithms;
 mod capacity;
 mod copies;
 mod leaf;

@@ -1,16 +1,104 @@
-//! A rate-limited resource's other algorithms than burst tiers (a sliding
-//! window counter or log, hybrid, a cost budget, GCRA on the resource):
-//! checked and compiled into the resource's one [`ResourceLimit`].
+//! Every algorithm's own configuration checks, in one place: the
+//! `algorithm:` a descriptor's limit names (with `burst` for a token
+//! bucket), and a rate-limited resource's algorithm other than burst tiers
+//! (a sliding window counter or log, hybrid, a cost budget, a Cloud Armor
+//! ban), compiled into the resource's one [`ResourceLimit`]. An algorithm
+//! added to the engine gets its checks here (CONTRIBUTING.md, "Adding an
+//! algorithm").
 
 use serde_saphyr::{Location, Spanned};
 
 use crate::config::duration::FOREVER;
-use crate::config::raw::RawRate;
-use crate::config::{ResourceLimit, caps};
+use crate::config::raw::{RawRate, RawRateLimit};
+use crate::config::{Algorithm, ResourceLimit, caps};
 
 use super::Ctx;
 
 impl Ctx {
+    /// The algorithm a descriptor's limit names (`fixed_window` when none),
+    /// checked against its count and its window (`period` ms); `None` when
+    /// it is wrong (reported).
+    pub(super) fn algorithm(
+        &mut self,
+        limit: &RawRateLimit,
+        requests_per_unit: u64,
+        unit_ms: u64,
+        unit_multiplier: u64,
+    ) -> Option<Algorithm> {
+        let (algorithm, at) = match &limit.algorithm {
+            None => (Algorithm::FixedWindow, None),
+            Some(named) => {
+                let algorithm = match named.value.as_str() {
+                    "fixed_window" => Algorithm::FixedWindow,
+                    "gcra" => Algorithm::Gcra { burst: 0 },
+                    "sliding_window" => Algorithm::SlidingWindow,
+                    "sliding_log" => Algorithm::SlidingLog,
+                    "hybrid" => Algorithm::Hybrid,
+                    other => {
+                        self.error(
+                            named.referenced,
+                            format!("unknown algorithm `{other}`; use fixed_window (the default), sliding_window, sliding_log, hybrid or gcra"),
+                        );
+                        return None;
+                    }
+                };
+                (algorithm, Some(named.referenced))
+            }
+        };
+        match (algorithm, &limit.burst) {
+            (Algorithm::Gcra { .. }, None) => {
+                return Some(Algorithm::Gcra {
+                    burst: requests_per_unit,
+                });
+            }
+            (Algorithm::Gcra { .. }, Some(burst)) => {
+                return match self.count(burst, "burst")? {
+                    0 => {
+                        self.error(burst.referenced, "burst must be at least 1");
+                        None
+                    }
+                    burst => Some(Algorithm::Gcra { burst }),
+                };
+            }
+            (_, Some(burst)) => {
+                self.error(
+                    burst.referenced,
+                    "`burst` applies only to `algorithm: gcra`",
+                );
+                return None;
+            }
+            (_, None) => {}
+        }
+        let Some(at) = at else {
+            return Some(algorithm);
+        };
+        if algorithm == Algorithm::SlidingLog && requests_per_unit > caps::MAX_LOG_HITS {
+            self.error(
+                at,
+                format!(
+                    "with `algorithm: sliding_log`, requests_per_unit ({requests_per_unit}) is more than the {} hits a key's log keeps; use sliding_window for larger limits",
+                    caps::MAX_LOG_HITS
+                ),
+            );
+            return None;
+        }
+        // The bucket counts tokens × window in ms, exactly (the Redis
+        // script's numbers are doubles).
+        let period = unit_ms.saturating_mul(unit_multiplier);
+        if algorithm == Algorithm::Hybrid
+            && u128::from(requests_per_unit) * u128::from(period) >= 1 << 53
+        {
+            self.error(
+                at,
+                format!(
+                    "with `algorithm: hybrid`, requests_per_unit ({requests_per_unit}) times the window in ms ({period}) must stay below 2^53"
+                ),
+            );
+            return None;
+        }
+        Some(algorithm)
+    }
+
     /// The algorithm other than tiers a rate names, if any: a ban in
     /// cloud_armor mode, `hybrid`, `sliding_window`, `sliding_log` or a
     /// `budget`,
