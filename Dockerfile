@@ -18,12 +18,14 @@
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
 # Only what the build reads: the manifest and lock file, the build script and
-# the protos it compiles (protoc is vendored), the sources, and benches/
-# (Cargo.toml declares a bench, and Cargo wants its file present).
+# the protos it compiles (protoc is vendored), the sources, benches/
+# (Cargo.toml declares a bench, and Cargo wants its file present) and the
+# load tool's crate (a workspace member Cargo reads, never built here).
 COPY Cargo.toml Cargo.lock build.rs ./
 COPY proto ./proto
 COPY src ./src
 COPY benches ./benches
+COPY tools ./tools
 # The dist profile (fat LTO, one codegen unit) keeps line tables (debug = 1)
 # for profiling on the host; the image drops them by default.
 # --build-arg STRIP=none keeps them.

@@ -4,7 +4,7 @@
 # log-normal (median 500, p95 about 2 500) and known only when each request
 # ends, after 0.2 to 3 s; through Envoy's RateLimitService on three sidecars
 # sharing one local Redis, the streams spread over them
-# (src/bin/charon-load/budget.rs plays Envoy's two calls).
+# (tools/charon-load/src/budget.rs plays Envoy's two calls).
 # Three ways, each over whole minutes:
 #
 #   check-then-charge  a fixed window with count_rejected: true, how

@@ -13,7 +13,7 @@
 dist_profile=(--profile dist
     --config 'profile.dist.inherits="release"' --config 'profile.dist.lto="fat"'
     --config 'profile.dist.codegen-units=1' --config 'profile.dist.debug=1')
-cargo build "${dist_profile[@]}" --bins -q
+cargo build "${dist_profile[@]}" --workspace --bins -q
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 minus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }

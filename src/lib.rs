@@ -96,7 +96,7 @@
 //! `config` (an HTTP client of the configuration API: a dry run and a diff
 //! first, then a commit with `If-Match`), and, started as `ratelimit`,
 //! `serve` configured from envoyproxy/ratelimit's environment variables.
-//! `src/bin/charon-load/` is the load tool of the benchmarks (loopback
+//! `tools/charon-load/src/` is the load tool of the benchmarks (loopback
 //! only): Envoy requests, copy sessions, or token budgets under concurrent
 //! streams, with counts and percentiles.
 
