@@ -3,13 +3,18 @@
 //! `charon inject` (`inject`) share it instead of borrowing each other's
 //! insides: the runtime, the signals that stop a program, a certificate
 //! re-read when its files change, the `process_*` series, a scrape's
-//! answer in the format the scraper asks for, and the admin skeleton
-//! (`/healthz`, `/readyz`, `/metrics`) each program fills. Nothing here
-//! knows a face, a limit or a store.
+//! answer in the format the scraper asks for, the admin skeleton
+//! (`/healthz`, `/readyz`, `/metrics`) each program fills, the listeners of
+//! a gRPC port (TCP, TLS, a Unix socket), the resident memory given back
+//! after start, and where traced spans are exported. Nothing here knows a
+//! face, a limit or a store.
 
 pub mod admin;
 pub mod certificate;
+pub mod listen;
+pub mod otlp;
 pub mod process;
+pub mod resident;
 pub mod runtime;
 pub mod scrape;
 mod signal;

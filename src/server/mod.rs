@@ -10,11 +10,9 @@
 pub mod admin;
 pub mod api;
 pub mod decision_log;
-pub mod listen;
 pub mod metrics;
 pub mod parent;
 pub mod reload;
-pub mod resident;
 pub mod rlqs;
 pub mod rls;
 mod session;
@@ -22,7 +20,7 @@ mod shutdown;
 pub mod trace;
 pub mod xds;
 
-use crate::kit::shutdown_signal;
+use crate::kit::{listen, resident, shutdown_signal};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

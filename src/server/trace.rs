@@ -10,8 +10,6 @@
 //! `traceparent` is traced, one that sent an unsampled one is not, and a
 //! request without one is traced with probability `--trace-sample-ratio`.
 
-pub mod otlp;
-
 use std::cell::Cell;
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};

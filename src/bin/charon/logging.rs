@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 
-use charon::server::trace::otlp::Traces;
+use charon::kit::otlp::Traces;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, Registry};

@@ -404,7 +404,7 @@ pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
         }
     };
     let served = runtime.block_on(async {
-        let traces = charon::server::trace::otlp::Traces::start(&export)?;
+        let traces = charon::kit::otlp::Traces::start(&export)?;
         logging::init(log, traces.as_ref());
         for note in notes {
             tracing::warn!("{note}");
@@ -479,18 +479,16 @@ impl ServeArgs {
                 tls: self
                     .grpc_tls_cert
                     .zip(self.grpc_tls_key)
-                    .map(|(cert, key)| charon::server::listen::TlsOptions {
+                    .map(|(cert, key)| charon::kit::listen::TlsOptions {
                         cert,
                         key,
                         client_ca: self.grpc_client_ca,
                         allowed_sans: self.grpc_allowed_san,
                     }),
-                uds: self
-                    .grpc_uds
-                    .map(|path| charon::server::listen::UdsOptions {
-                        path,
-                        mode: self.grpc_uds_mode,
-                    }),
+                uds: self.grpc_uds.map(|path| charon::kit::listen::UdsOptions {
+                    path,
+                    mode: self.grpc_uds_mode,
+                }),
             },
             store: charon::store::open::StoreOptions {
                 url: store,

@@ -2,7 +2,7 @@
 //! how many requests) and upstream's tracing variables read into them when
 //! the binary is started as `ratelimit` (docs/operations.md#traces).
 
-use charon::server::trace::otlp::{self, TraceExport};
+use charon::kit::otlp::{self, TraceExport};
 
 use crate::serve::parse_ratio;
 

@@ -1,7 +1,7 @@
 //! Where the spans of traced requests go: OTLP over gRPC, OTLP over HTTP
 //! (protobuf), or both at once, each exporter sent every span, under the
 //! service's name, namespace and instance id (docs/operations.md#traces).
-//! Which requests are traced is [`super`]'s business; this module
+//! Which requests are traced is the faces' business (`server::trace`); this module
 //! only carries what was traced.
 //!
 //! Spans are batched by the OpenTelemetry SDK on its own thread, so a
@@ -115,7 +115,7 @@ impl Traces {
     pub fn layer(&self) -> Box<dyn Layer<Registry> + Send + Sync> {
         tracing_opentelemetry::layer()
             .with_tracer(self.provider.tracer("charon"))
-            .with_filter(Targets::new().with_target(super::TARGET, Level::TRACE))
+            .with_filter(Targets::new().with_target(crate::spans::TARGET, Level::TRACE))
             .boxed()
     }
 
