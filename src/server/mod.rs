@@ -2,7 +2,9 @@
 //! ([`rls`]), its quota service ([`rlqs`]), the Charon API ([`api`]) and
 //! health; admin HTTP ([`admin`], [`metrics`]); files reloaded ([`reload`])
 //! or xDS ([`xds`]); a parent ([`parent`]); traces ([`trace`]); graceful
-//! shutdown on SIGTERM or SIGINT (unready, finish what is in flight, exit).
+//! shutdown on SIGTERM or SIGINT (unready, finish what is in flight, exit);
+//! and the face it shows a deployment made for envoyproxy/ratelimit, its
+//! environment variables read as `serve`'s flags ([`upstream_env`]).
 //!
 //! One piece: `charon serve` is one sequence, start, serve, stop, whose
 //! steps hand each other what they opened (listeners, stores, shutdown).
@@ -18,6 +20,7 @@ pub mod rls;
 mod session;
 mod shutdown;
 pub mod trace;
+pub mod upstream_env;
 pub mod xds;
 
 use crate::kit::{listen, resident, shutdown_signal};

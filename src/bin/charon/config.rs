@@ -1,17 +1,14 @@
 //! `charon config`: the configuration API (docs/configuration-api.md) from a
-//! terminal. `apply` and `diff` send the change as a dry run first, so what
-//! is shown — the normalization notes and the diff against what the sidecar
-//! serves — is exactly what the server would commit; `apply` then commits it
-//! with `If-Match` on the version it read, so a change made meanwhile by
-//! someone else is refused rather than overwritten.
+//! terminal, over [`charon::server::admin::config_client`]: `apply` and
+//! `diff` show a dry run's notes and diff first; `apply` then commits what
+//! was shown, or nothing if the object changed since.
 
 use std::io::{BufRead, Write as _};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use charon::server::admin::config_client::{self, ConfigClient, Preview};
 use clap::{Args, Subcommand};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::Value;
 
 #[derive(Args)]
@@ -78,10 +75,19 @@ struct Change {
 }
 
 pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
-    let client = Admin::new(&args.admin, args.admin_token_file.as_deref())?;
+    let token = args
+        .admin_token_file
+        .as_deref()
+        .map(|file| {
+            std::fs::read_to_string(file)
+                .map(|token| token.trim().to_owned())
+                .with_context(|| format!("cannot read {}", file.display()))
+        })
+        .transpose()?;
+    let client = ConfigClient::new(&args.admin, token)?;
     match args.command {
         ConfigCommand::Get { namespace: None } => {
-            let (_, _, list) = client.call("GET", "/v1/namespaces", None, &[]).await?;
+            let list = client.call("GET", "/v1/namespaces", None, &[]).await?.json;
             for namespace in list["namespaces"].as_array().into_iter().flatten() {
                 println!(
                     "{}\t{}{}",
@@ -97,9 +103,10 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
         ConfigCommand::Get {
             namespace: Some(name),
         } => {
-            let (_, _, namespace) = client
+            let namespace = client
                 .call("GET", &format!("/v1/namespaces/{name}"), None, &[])
-                .await?;
+                .await?
+                .json;
             println!("# source: {}", namespace["source"].as_str().unwrap_or(""));
             print_notes(&namespace["notes"]);
             for item in namespace["overrides"].as_array().into_iter().flatten() {
@@ -113,9 +120,10 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
             print!("{}", namespace["normalized"].as_str().unwrap_or(""));
         }
         ConfigCommand::History { since } => {
-            let (_, _, log) = client
+            let log = client
                 .call("GET", &format!("/v1/changes?since={since}"), None, &[])
-                .await?;
+                .await?
+                .json;
             for change in log["changes"].as_array().into_iter().flatten() {
                 println!(
                     "{}\t{}\t{}\t{}\t{}",
@@ -132,10 +140,12 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
             }
         }
         ConfigCommand::Diff { change } => {
-            preview(&client, &change).await?;
+            show(&client.preview(&change.read()?).await?);
         }
         ConfigCommand::Apply { change, yes } => {
-            let preview = preview(&client, &change).await?;
+            let change = change.read()?;
+            let preview = client.preview(&change).await?;
+            show(&preview);
             if preview.unchanged {
                 println!("nothing to change");
                 return Ok(());
@@ -143,22 +153,7 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
             if !yes && !confirm()? {
                 bail!("not applied");
             }
-            let if_match = match preview.version {
-                Some(version) => format!("\"{version}\""),
-                None => "*".to_owned(),
-            };
-            let mut headers = vec![("if-match", if_match)];
-            if preview.version.is_none() {
-                headers = vec![("if-none-match", "*".to_owned())];
-            }
-            let (_, etag, _) = client
-                .call(
-                    "PUT",
-                    &preview.path,
-                    Some(preview.body.clone()),
-                    &actor(&change, headers),
-                )
-                .await?;
+            let etag = client.commit(&change, &preview).await?;
             println!(
                 "applied: {} at version {}",
                 preview.path,
@@ -169,112 +164,24 @@ pub async fn run(args: ConfigArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What a dry run of a change showed.
-struct Preview {
-    path: String,
-    body: String,
-    /// The object's version before the change (none: it is new).
-    version: Option<u64>,
-    unchanged: bool,
-}
-
-async fn preview(client: &Admin, change: &Change) -> anyhow::Result<Preview> {
-    let body = std::fs::read_to_string(&change.file)
-        .with_context(|| format!("cannot read {}", change.file.display()))?;
-    let (path, current, version) = match (&change.resource, &change.domain) {
-        (Some(resource), Some(domain)) => {
-            let namespace = change
-                .namespace
-                .clone()
-                .context("an override needs --namespace")?;
-            let path = format!("/v1/namespaces/{namespace}/resources/{resource}/domains/{domain}");
-            let (status, _, object) = client.call_status("GET", &path, None, &[]).await?;
-            let current = (status == 200).then(|| object["body"].as_str().unwrap_or("").to_owned());
-            (
-                path,
-                current.unwrap_or_default(),
-                object["version"].as_u64(),
-            )
-        }
-        _ => {
-            let namespace = match &change.namespace {
-                Some(namespace) => namespace.clone(),
-                None => domain_of(&body)?,
-            };
-            let path = format!("/v1/namespaces/{namespace}");
-            let (status, _, object) = client.call_status("GET", &path, None, &[]).await?;
-            let current =
-                (status == 200).then(|| object["normalized"].as_str().unwrap_or("").to_owned());
-            (
-                path,
-                current.unwrap_or_default(),
-                object["version"].as_u64(),
-            )
-        }
-    };
-    let (_, _, dry) = client
-        .call(
-            "PUT",
-            &format!("{path}?dry_run=true"),
-            Some(body.clone()),
-            &actor(change, Vec::new()),
-        )
-        .await?;
-    print_notes(&dry["notes"]);
-    let proposed = if change.resource.is_some() {
-        body.clone()
-    } else {
-        let origin = format!("api:{path}");
-        dry["normalized"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|item| item["source"].as_str() == Some(origin.as_str()))
-            .and_then(|item| item["yaml"].as_str())
-            .unwrap_or("")
-            .to_owned()
-    };
-    let diff = similar::TextDiff::from_lines(&current, &proposed);
-    let unchanged = diff.ratio() == 1.0 && current == proposed;
-    print!(
-        "{}",
-        diff.unified_diff()
-            .context_radius(3)
-            .header(&format!("{path} (served)"), &format!("{path} (proposed)"))
-    );
-    Ok(Preview {
-        path,
-        body,
-        version,
-        unchanged,
-    })
-}
-
-fn actor(change: &Change, mut headers: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
-    if let Some(actor) = &change.actor {
-        headers.push(("x-charon-actor", actor.clone()));
+impl Change {
+    /// The change as the API takes it, its file read.
+    fn read(self) -> anyhow::Result<config_client::Change> {
+        let body = std::fs::read_to_string(&self.file)
+            .with_context(|| format!("cannot read {}", self.file.display()))?;
+        Ok(config_client::Change {
+            body,
+            namespace: self.namespace,
+            resource: self.resource,
+            domain: self.domain,
+            actor: self.actor,
+        })
     }
-    headers
 }
 
-/// The `domain:` of a namespace file.
-fn domain_of(text: &str) -> anyhow::Result<String> {
-    #[derive(serde::Deserialize)]
-    struct Domain {
-        domain: String,
-    }
-    let mut options = serde_saphyr::options::Options::default();
-    options.with_snippet = false;
-    // Only `domain` is read here; the server validates the rest.
-    let parsed: Domain = serde_saphyr::from_str_with_options(text, options).or_else(|_| {
-        text.lines()
-            .find_map(|line| line.strip_prefix("domain:"))
-            .map(|domain| Domain {
-                domain: domain.trim().trim_matches(['"', '\'']).to_owned(),
-            })
-            .context("no `domain:` in the file")
-    })?;
-    Ok(parsed.domain)
+fn show(preview: &Preview) {
+    print_notes(&preview.notes);
+    print!("{}", preview.diff);
 }
 
 fn print_notes(notes: &Value) {
@@ -295,95 +202,4 @@ fn confirm() -> anyhow::Result<bool> {
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
-}
-
-/// An HTTP/1 client of the admin port.
-struct Admin {
-    host: String,
-    port: u16,
-    token: Option<String>,
-}
-
-impl Admin {
-    fn new(url: &str, token_file: Option<&std::path::Path>) -> anyhow::Result<Self> {
-        let uri: hyper::Uri = url
-            .parse()
-            .with_context(|| format!("--admin {url}: not a URL"))?;
-        if uri.scheme_str().is_some_and(|scheme| scheme != "http") {
-            bail!("--admin {url}: the admin port speaks plain http://");
-        }
-        let host = uri
-            .host()
-            .with_context(|| format!("--admin {url}: no host"))?
-            .trim_matches(['[', ']'])
-            .to_owned();
-        let token = token_file
-            .map(|file| {
-                std::fs::read_to_string(file)
-                    .map(|token| token.trim().to_owned())
-                    .with_context(|| format!("cannot read {}", file.display()))
-            })
-            .transpose()?;
-        Ok(Self {
-            host,
-            port: uri.port_u16().unwrap_or(80),
-            token,
-        })
-    }
-
-    /// A request whose answer must be a success.
-    async fn call(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<String>,
-        headers: &[(&str, String)],
-    ) -> anyhow::Result<(u16, Option<String>, Value)> {
-        let (status, etag, json) = self.call_status(method, path, body, headers).await?;
-        if !(200..300).contains(&status) {
-            let mut message = json["error"].as_str().unwrap_or("").to_owned();
-            for error in json["errors"].as_array().into_iter().flatten() {
-                message.push_str(&format!("\n  {}", error["text"].as_str().unwrap_or("")));
-            }
-            bail!("{method} {path}: {status}: {message}");
-        }
-        Ok((status, etag, json))
-    }
-
-    async fn call_status(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<String>,
-        headers: &[(&str, String)],
-    ) -> anyhow::Result<(u16, Option<String>, Value)> {
-        let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
-            .await
-            .with_context(|| format!("cannot reach the admin port {}:{}", self.host, self.port))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-        tokio::spawn(connection);
-        let mut request = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, format!("{}:{}", self.host, self.port));
-        if let Some(token) = &self.token {
-            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        for (name, value) in headers {
-            request = request.header(*name, value);
-        }
-        let request = request.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        let response = sender.send_request(request).await?;
-        let status = response.status().as_u16();
-        let etag = response
-            .headers()
-            .get(hyper::header::ETAG)
-            .and_then(|value| value.to_str().ok())
-            .map(|tag| tag.trim_matches('"').to_owned());
-        let bytes = response.into_body().collect().await?.to_bytes();
-        let json = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok((status, etag, json))
-    }
 }

@@ -9,7 +9,6 @@ mod secrets;
 mod serve;
 mod throttle;
 mod traces;
-mod upstream;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -202,13 +201,14 @@ fn main() -> ExitCode {
 
 /// `charon serve` from upstream's environment variables (see `upstream`).
 fn as_ratelimit() -> ExitCode {
-    let translated = match upstream::serve_args(&|name| std::env::var(name).ok()) {
-        Ok(translated) => translated,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let translated =
+        match charon::server::upstream_env::serve_args(&|name| std::env::var(name).ok()) {
+            Ok(translated) => translated,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     let argv = ["charon".to_owned(), "serve".to_owned()]
         .into_iter()
         .chain(translated.args);

@@ -17,6 +17,7 @@
 
 pub mod access;
 pub mod config_api;
+pub mod config_client;
 pub mod simulator;
 pub mod state;
 

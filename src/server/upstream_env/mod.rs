@@ -1,6 +1,6 @@
-//! `charon` invoked as `ratelimit` (the image's `/bin/ratelimit`, a link to
-//! `charon`): `charon serve` configured from envoyproxy/ratelimit's
-//! environment variables, with upstream's defaults, as Envoy Gateway and
+//! envoyproxy/ratelimit's environment variables as `charon serve`'s flags,
+//! with upstream's defaults: what `charon` does when started as `ratelimit`
+//! (the image's `/bin/ratelimit`, a link to `charon`), as Envoy Gateway and
 //! upstream's manifests start that container
 //! (docs/envoy-compatibility.md#every-upstream-variable). A variable that
 //! is set but has no Charon equivalent is named in the log at start, once,
@@ -11,6 +11,8 @@
 //! it against Envoy Gateway's and upstream's environments are read side by
 //! side with upstream's settings; split, a variable would be checked in
 //! two places.
+
+mod traces;
 
 /// `serve`'s arguments, and a note per variable set but not honoured.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -319,7 +321,7 @@ pub fn serve_args(env: &dyn Fn(&str) -> Option<String>) -> Result<Translated, St
         }
     }
     if on("TRACING_ENABLED")? {
-        out.args.extend(crate::traces::upstream_args(&set)?);
+        out.args.extend(traces::serve_args(&set)?);
     }
     for (name, why) in UNSUPPORTED {
         if set(name).is_some() {
@@ -339,7 +341,7 @@ fn with_auth(store: String, auth: Option<String>) -> Result<String, String> {
         Some((user, password)) => (Some(user), password),
         None => (None, auth.as_str()),
     };
-    charon::store::redis::url::with_credentials(&store, user, password)
+    crate::store::redis::url::with_credentials(&store, user, password)
         .map_err(|error| format!("REDIS_URL with REDIS_AUTH: {error}"))
 }
 
