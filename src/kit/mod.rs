@@ -12,11 +12,13 @@
 pub mod admin;
 pub mod certificate;
 pub mod listen;
+pub mod logging;
 pub mod otlp;
 pub mod process;
 pub mod resident;
 pub mod runtime;
 pub mod scrape;
+pub mod secret;
 mod signal;
 
 pub(crate) use self::signal::shutdown_signal;

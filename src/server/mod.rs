@@ -1,10 +1,8 @@
 //! The sidecar, `charon serve`: on the gRPC port Envoy's RateLimitService
-//! ([`rls`]), its quota service ([`rlqs`]), the Charon API ([`api`]) and
-//! health; admin HTTP ([`admin`], [`metrics`]); files reloaded ([`reload`])
-//! or xDS ([`xds`]); a parent ([`parent`]); traces ([`trace`]); graceful
-//! shutdown on SIGTERM or SIGINT (unready, finish what is in flight, exit);
-//! and the face it shows a deployment made for envoyproxy/ratelimit, its
-//! environment variables read as `serve`'s flags ([`upstream_env`]).
+//! ([`rls`]), its quota service ([`rlqs`]), the Charon API ([`api`]), health; admin HTTP ([`admin`], [`metrics`]); files reloaded ([`reload`])
+//! or xDS ([`xds`]); a parent ([`parent`]); traces ([`trace`]); upstream's
+//! environment variables as `serve`'s flags ([`upstream_env`]); graceful
+//! shutdown on SIGTERM or SIGINT (unready, finish what is in flight, exit).
 //!
 //! One piece: `charon serve` is one sequence, start, serve, stop, whose
 //! steps hand each other what they opened (listeners, stores, shutdown).
@@ -14,6 +12,7 @@ pub mod api;
 pub mod decision_log;
 pub mod metrics;
 pub mod parent;
+mod process;
 pub mod reload;
 pub mod rlqs;
 pub mod rls;
@@ -45,6 +44,7 @@ use crate::store::copies::{CopyLog, CopyTimings};
 
 use self::api::ApiService;
 use self::metrics::Metrics;
+pub use self::process::run_process;
 use self::rls::{RlsOptions, RlsService};
 use crate::service::Service;
 use crate::service::configuration::Configuration;

@@ -33,6 +33,7 @@ pub mod conn;
 pub mod credit;
 pub mod drain;
 pub mod forward;
+mod options;
 pub mod protect;
 
 use std::convert::Infallible;
@@ -41,7 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use http::{Request, Response, Uri};
+use http::{Request, Response};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -52,6 +53,8 @@ use tower::ServiceExt;
 use tower::util::BoxCloneSyncService;
 
 use crate::layer::{Action, Actions, DescriptorLimitLayer, ThrottleCounts, ThrottleLayer};
+
+pub use self::options::{ADAPTIVE_MAX, ADAPTIVE_START, Concurrency, ProxyOptions, TenantLimits};
 
 use self::conn::{Admitted, Connections, WriteStall};
 use self::drain::DrainQueue;
@@ -64,63 +67,6 @@ const MAX_PENDING_ACCEPT_RESETS: usize = 20;
 /// HTTP/2 streams the proxy may reset for a client's protocol errors
 /// before it closes the connection.
 const MAX_LOCAL_ERROR_RESETS: usize = 256;
-
-/// How many requests may reach the upstream at once.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Concurrency {
-    /// At most this many.
-    Fixed(usize),
-    /// A limit that follows the upstream's latency, between 1 and
-    /// [`ADAPTIVE_MAX`], starting at [`ADAPTIVE_START`].
-    Adaptive,
-    /// No limit: only the drain queue, if any, throttles.
-    Unlimited,
-}
-
-/// Where the adaptive limit starts.
-pub const ADAPTIVE_START: usize = 8;
-/// The most the adaptive limit lets through at once.
-pub const ADAPTIVE_MAX: usize = 1_000;
-
-/// What `charon throttle` was asked to do.
-#[derive(Debug, Clone)]
-pub struct ProxyOptions {
-    /// The upstream, `http://host:port`.
-    pub upstream: Uri,
-    pub concurrency: Concurrency,
-    /// How many requests may wait: for a slot, or in the drain queue.
-    pub queue: usize,
-    /// The longest a request waits for a slot (a shorter deadline of its
-    /// own wins).
-    pub max_wait: Duration,
-    /// The requests-per-second form: a FIFO released at this rate.
-    pub drain_rate: Option<f64>,
-    /// A budget of the upstream's milliseconds per second (of CPU, as its
-    /// responses report them in `cost_header`; else of latency).
-    pub cpu_budget: Option<f64>,
-    /// The response header in which the upstream reports a request's cost
-    /// in milliseconds (CPU time): predicted per path from it.
-    pub cost_header: http::HeaderName,
-    /// Per-tenant limits, decided before a request queues (429).
-    pub tenants: Option<TenantLimits>,
-    /// The longest the upstream may take to send response headers.
-    pub upstream_timeout: Duration,
-    /// The longest requests in flight are awaited on shutdown.
-    pub drain_timeout: Duration,
-    /// The bounds a client's requests and connections live under.
-    pub protection: Protection,
-}
-
-/// Per-tenant limits in front of the throttle: quota and overload in one
-/// component. Each request is one descriptor of `namespace`,
-/// `[(header name, its value)]`, decided by the engine in this process; a
-/// request without the header is not limited.
-#[derive(Debug, Clone)]
-pub struct TenantLimits {
-    pub config: crate::config::Config,
-    pub namespace: String,
-    pub header: http::HeaderName,
-}
 
 /// What the proxy counted, for `/stats` and `/metrics`.
 #[derive(Debug, Default)]

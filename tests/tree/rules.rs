@@ -99,6 +99,22 @@ fn no_file_is_over_600_lines_and_a_long_one_says_why() {
     );
 }
 
+/// The binary parses flags and calls the library (ARCHITECTURE.md): what
+/// it does beyond that belongs in a module that a test, an embedding
+/// program or another subcommand can reach.
+#[test]
+fn the_binary_stays_thin() {
+    let lines: usize = rust_files("bin")
+        .iter()
+        .map(|(_, text)| text.lines().count())
+        .sum();
+    assert!(lines > 500, "the binary's files were not read");
+    assert!(
+        lines <= 1_500,
+        "src/bin/ holds {lines} lines, over 1 500: move what is not a flag into the library"
+    );
+}
+
 #[test]
 fn only_the_client_opens_a_grpc_client_of_charon() {
     let found = found("", &["CharonClient"], &["src/client/", "src/api/"]);

@@ -195,7 +195,7 @@ fn main() -> ExitCode {
         ),
         Command::Serve(args) => serve::run(args, &cli.log, &[]),
         Command::Throttle(args) => throttle::run(args, &cli.log),
-        Command::Config(args) => configure(args),
+        Command::Config(args) => run_to_end(config::run(args)),
     }
 }
 
@@ -252,33 +252,13 @@ fn variable_of(error: &clap::Error) -> Option<String> {
         .map(|env| env.to_string_lossy().into_owned())
 }
 
-fn configure(args: config::ConfigArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(config::run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 fn inject(options: charon::inject::InjectOptions, log: &LogOptions) -> ExitCode {
     logging::init(log, None);
     run_to_end(charon::inject::run(options))
 }
 
-/// Runs a server's future on a multi-threaded runtime until it ends: its
-/// error, if any, on stderr.
+/// Runs a future on a multi-threaded runtime until it ends: its error, if
+/// any, on stderr (with its causes).
 fn run_to_end<E: std::fmt::Display>(
     served: impl std::future::Future<Output = Result<(), E>>,
 ) -> ExitCode {
@@ -292,7 +272,7 @@ fn run_to_end<E: std::fmt::Display>(
     match runtime.block_on(served) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }

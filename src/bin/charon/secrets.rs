@@ -1,54 +1,27 @@
-//! The store's secrets and certificates, read from files or the environment
-//! so that they never sit on the command line (`/proc/PID/cmdline`) or in a
-//! pod spec.
+//! The store's secrets and certificates, from the files `serve`'s flags
+//! name or the environment ([`charon::kit::secret`]).
 
 use std::path::PathBuf;
 
-/// A secret from `file` (one trailing newline dropped) or the environment
-/// variable `env`, not both, never empty.
-pub fn secret(file: Option<PathBuf>, flag: &str, env: &str) -> anyhow::Result<Option<String>> {
-    let from_env = std::env::var(env).ok();
-    let secret = match (file, from_env) {
-        (Some(_), Some(_)) => anyhow::bail!("given twice: {flag} and {env}"),
-        (Some(path), None) => {
-            let text = anyhow::Context::with_context(std::fs::read_to_string(&path), || {
-                format!("cannot read {flag} {}", path.display())
-            })?;
-            Some(text.trim_end_matches(['\n', '\r']).to_owned())
-        }
-        (None, from_env) => from_env,
-    };
-    if secret.as_deref() == Some("") {
-        anyhow::bail!("{flag} (or {env}) is empty");
-    }
-    Ok(secret)
-}
+use charon::kit::secret::{self, SecretError};
+use charon::store::StoreTls;
 
 /// `--store-ca`, `--store-tls-cert` and `--store-tls-key`, read.
 pub fn store_tls(
     ca: Option<PathBuf>,
     client: Option<(PathBuf, PathBuf)>,
-) -> anyhow::Result<Option<charon::store::StoreTls>> {
+) -> Result<Option<StoreTls>, SecretError> {
     if ca.is_none() && client.is_none() {
         return Ok(None);
     }
-    let read = |flag: &str, path: &PathBuf| {
-        std::fs::read(path)
-            .map_err(|error| anyhow::anyhow!("cannot read {flag} {}: {error}", path.display()))
-    };
-    Ok(Some(charon::store::StoreTls {
-        ca: ca
-            .as_ref()
-            .map(|path| read("--store-ca", path))
-            .transpose()?,
-        client: client
-            .map(|(cert, key)| -> anyhow::Result<_> {
-                Ok((
-                    read("--store-tls-cert", &cert)?,
-                    read("--store-tls-key", &key)?,
-                ))
-            })
-            .transpose()?,
+    let ca = ca.map(|path| secret::read_file("--store-ca", &path));
+    let client = client.map(|(cert, key)| {
+        let cert = secret::read_file("--store-tls-cert", &cert)?;
+        Ok((cert, secret::read_file("--store-tls-key", &key)?))
+    });
+    Ok(Some(StoreTls {
+        ca: ca.transpose()?,
+        client: client.transpose()?,
     }))
 }
 
@@ -59,14 +32,15 @@ pub fn with_store_password(
     file: Option<PathBuf>,
     user: Option<String>,
 ) -> anyhow::Result<String> {
-    match secret(file, "--store-password-file", "CHARON_STORE_PASSWORD")? {
-        Some(ref password) => Ok(charon::store::redis::url::with_credentials(
+    let flag = "--store-password-file";
+    match secret::read(file.as_deref(), flag, "CHARON_STORE_PASSWORD")? {
+        Some(password) => Ok(charon::store::redis::url::with_credentials(
             &store,
             user.as_deref(),
-            password,
+            &password,
         )?),
         None if user.is_some() => {
-            anyhow::bail!("--store-user needs --store-password-file or CHARON_STORE_PASSWORD")
+            anyhow::bail!("--store-user needs {flag} or CHARON_STORE_PASSWORD")
         }
         None => Ok(store),
     }

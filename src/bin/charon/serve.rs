@@ -12,7 +12,7 @@ use clap::ArgAction;
 use clap::builder::BoolishValueParser;
 
 use crate::logging::{self, LogOptions};
-use crate::secrets::{secret, store_tls, with_store_password};
+use crate::secrets::{store_tls, with_store_password};
 use crate::traces::TraceArgs;
 
 /// Run the sidecar: Envoy's RateLimitService over gRPC, admin HTTP beside it.
@@ -382,38 +382,14 @@ pub enum HeadersForMode {
     Every,
 }
 
-/// Starts the runtime, logging and traces, and serves until a signal says
-/// stop.
 /// Serves until stopped; `notes` are logged once logging is up (what the
 /// `ratelimit` invocation did not take from the environment).
 pub fn run(args: ServeArgs, log: &LogOptions, notes: &[String]) -> ExitCode {
-    let threads = args.threads;
+    let threads = usize::from(args.threads);
     let export = args.traces.export();
-    let options = match args.into_options() {
-        Ok(options) => options,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let runtime = match charon::kit::runtime::build(usize::from(threads)) {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let served = runtime.block_on(async {
-        let traces = charon::kit::otlp::Traces::start(&export)?;
-        logging::init(log, traces.as_ref());
-        for note in notes {
-            tracing::warn!("{note}");
-        }
-        let served = charon::server::run(options).await;
-        if let Some(traces) = traces {
-            traces.shutdown().await;
-        }
-        served
+    let served = args.into_options().and_then(|options| {
+        let init_logs = |traces: Option<&_>| logging::init(log, traces);
+        charon::server::run_process(options, threads, &export, init_logs, notes)
     });
     match served {
         Ok(()) => ExitCode::SUCCESS,
@@ -440,8 +416,8 @@ impl ServeArgs {
             HeaderMode::Ietf => ResponseHeaders::Ietf,
         };
         let store = with_store_password(self.store, self.store_password_file, self.store_user)?;
-        let sentinel_password = secret(
-            self.store_sentinel_password_file,
+        let sentinel_password = charon::kit::secret::read(
+            self.store_sentinel_password_file.as_deref(),
             "--store-sentinel-password-file",
             "CHARON_STORE_SENTINEL_PASSWORD",
         )?;

@@ -139,36 +139,15 @@ impl ProtectionArgs {
 impl ThrottleArgs {
     fn options(&self) -> Result<ProxyOptions, String> {
         let concurrency = match (self.max_concurrency, self.adaptive, self.drain_rate) {
-            (Some(0), _, _) => return Err("--max-concurrency must be at least 1".into()),
             (Some(limit), _, _) => Concurrency::Fixed(limit),
             (None, false, Some(_)) => Concurrency::Unlimited,
             (None, _, _) => Concurrency::Adaptive,
         };
-        if let Some(rate) = self.drain_rate
-            && !(rate.is_finite() && (1.0 / 60.0..=1e9).contains(&rate))
-        {
-            return Err(format!(
-                "--drain-rate must be a number of requests a second, at least one a minute (0.0167), not {rate}"
-            ));
-        }
-        if let Some(budget) = self.cpu_budget_ms {
-            if !(budget.is_finite() && budget > 0.0 && budget <= 1e9) {
-                return Err(format!(
-                    "--cpu-budget-ms must be a number of milliseconds a second above 0, not {budget}"
-                ));
-            }
-            if concurrency == Concurrency::Unlimited {
-                return Err("--cpu-budget-ms needs --max-concurrency or --adaptive".into());
-            }
-        }
-        if self.queue == 0 && self.drain_rate.is_some() {
-            return Err("--queue must be at least 1 with --drain-rate".into());
-        }
         let tenants = match (&self.config, &self.domain_header) {
-            (Some(path), Some(header)) => Some(tenant_limits(path, header)?),
+            (Some(path), Some(header)) => Some(TenantLimits::load(path, header)?),
             _ => None,
         };
-        Ok(ProxyOptions {
+        let options = ProxyOptions {
             tenants,
             upstream: self.upstream.clone(),
             concurrency,
@@ -180,36 +159,10 @@ impl ThrottleArgs {
             upstream_timeout: Duration::from_millis(self.upstream_timeout_ms.max(1)),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             protection: self.protection.protection()?,
-        })
+        };
+        options.check()?;
+        Ok(options)
     }
-}
-
-/// The one namespace of the limits at `path`, keyed by `header`.
-fn tenant_limits(
-    path: &std::path::Path,
-    header: &http::HeaderName,
-) -> Result<TenantLimits, String> {
-    let loaded = charon::config::load_path(path).map_err(|errors| errors.to_string())?;
-    let names: Vec<String> = loaded
-        .config
-        .namespaces()
-        .map(|namespace| namespace.name.clone())
-        .collect();
-    let namespace = match names.as_slice() {
-        [namespace] => namespace.clone(),
-        [] => return Err(format!("--config {}: no domain", path.display())),
-        _ => {
-            return Err(format!(
-                "--config {}: one domain, not several (one file)",
-                path.display()
-            ));
-        }
-    };
-    Ok(TenantLimits {
-        config: loaded.config,
-        namespace,
-        header: header.clone(),
-    })
 }
 
 pub fn run(args: ThrottleArgs, log: &LogOptions) -> ExitCode {
