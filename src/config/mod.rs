@@ -15,6 +15,7 @@
 //! ```
 
 pub mod boulder;
+pub mod calendar;
 pub mod capacity;
 mod compile;
 mod descriptors;
@@ -252,6 +253,8 @@ pub struct FixedLimit {
     pub count_rejected: bool,
     /// Shared by every server of a hierarchy (docs/design.md#global-limits).
     pub global: bool,
+    /// With [`Algorithm::Calendar`]: the calendar whose windows it counts in.
+    pub calendar: Option<calendar::Calendar>,
 }
 
 /// A soft limit (docs/design.md#soft-limits): granted requests
@@ -293,6 +296,10 @@ pub enum Algorithm {
     /// The sliding window log (docs/design.md#sliding-logs): every hit of
     /// the trailing window, exactly.
     SlidingLog,
+    /// A fixed window on the calendar (docs/design.md#calendar-windows): a
+    /// day, week, month or year in a time zone, its rule in the limit's
+    /// `calendar`.
+    Calendar,
     /// The hybrid quota-linear limiter (docs/design.md#hybrid-quota-linear):
     /// bursts of up to a quota per window until a client spends it all, then
     /// an even rate until it has saved a whole quota again.
@@ -320,6 +327,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::Hybrid => "hybrid",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Calendar => "calendar",
             Algorithm::Concurrency { .. } => "concurrency",
         }
     }

@@ -109,6 +109,10 @@ pub struct RawRateLimit {
     /// envoyproxy/ratelimit does (docs/configuration.md#counting-rejected-hits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_rejected: Option<Spanned<bool>>,
+    /// Charon: the window is the calendar's day, week, month or year in a
+    /// time zone (docs/configuration.md#calendar-windows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<Spanned<RawCalendar>>,
     /// Charon: one limit shared by the servers of a hierarchy, each with a
     /// share that follows its demand (docs/design.md#global-limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -258,6 +262,18 @@ pub struct RawBudget {
 pub struct RawHybrid {
     pub quota: Spanned<i64>,
     pub window: Spanned<String>,
+}
+
+/// `calendar: {time_zone, starts_on}` on a rate limit.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCalendar {
+    /// An IANA name; `UTC` by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<Spanned<String>>,
+    /// With `unit: month`: the day of the month a window starts on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starts_on: Option<Spanned<i64>>,
 }
 
 /// `sliding_window: {limit: 100, window: 1m}`, or `sliding_log:` with

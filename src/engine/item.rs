@@ -11,8 +11,9 @@
 // kind.
 use super::{Outcome, Slot, Step};
 pub use super::{
-    ban::BanItem, concurrency::ConcurrencyItem, cost::CostItem, gcra::GcraItem, hybrid::HybridItem,
-    sliding::SlidingItem, sliding_log::SlidingLogItem, tiers::TiersItem, window::WindowItem,
+    ban::BanItem, calendar::CalendarItem, concurrency::ConcurrencyItem, cost::CostItem,
+    gcra::GcraItem, hybrid::HybridItem, sliding::SlidingItem, sliding_log::SlidingLogItem,
+    tiers::TiersItem, window::WindowItem,
 };
 
 /// The one list of kinds, and what is made from it: `kinds!(value, Enum,
@@ -36,6 +37,7 @@ macro_rules! kinds {
             Gcra(GcraItem),
             Concurrency(ConcurrencyItem),
             Tiers(TiersItem<'a>),
+            Calendar(CalendarItem),
         ] }
     };
     (@arms ($value:expr), $enum:ident, $item:ident, ($body:expr), ($($arm:tt)*)

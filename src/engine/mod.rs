@@ -26,6 +26,7 @@
 //! ```
 
 pub mod ban;
+pub mod calendar;
 pub mod capacity;
 pub mod concurrency;
 pub mod copies;

@@ -2,8 +2,8 @@
 
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
 use crate::engine::{
-    BanItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold, HybridItem, Item,
-    SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+    BanItem, CalendarItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold,
+    HybridItem, Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
 };
 use crate::store::Batch;
 use crate::store::keys;
@@ -19,15 +19,33 @@ const INSTANCE_KEY: &str = "\u{1}instance";
 /// hits (a control character, as [`INSTANCE_KEY`]).
 const OWED_KEY: &str = "\u{1}owed";
 
+/// How a descriptor's item is asked.
+#[derive(Clone, Copy)]
+pub(super) struct Asked<'n> {
+    pub hits: u64,
+    /// A quota descriptor: decided with the others once the batch is.
+    pub quota: bool,
+    /// Its refused hits count too (the server's `--count-rejected`).
+    pub count_rejected: bool,
+    /// This process's clock, read only by the items that need it: a
+    /// calendar window's boundaries are around it, the store picking among
+    /// them by its own.
+    pub now: &'n dyn Fn() -> u64,
+}
+
 pub(super) fn add_item<'c>(
     batch: &mut Batch<'c>,
     namespace: &Namespace,
     descriptor: &Descriptor,
     resolved: &Resolved<'c>,
-    hits: u64,
-    quota: bool,
-    count_rejected: bool,
+    asked: Asked<'_>,
 ) -> Option<usize> {
+    let Asked {
+        hits,
+        quota,
+        count_rejected,
+        now,
+    } = asked;
     // `ignore_configured`: nothing is rejected, but what fits is counted and
     // the real state reported, exactly as for shadow-mode descriptors. A
     // quota descriptor does not reject on its own either: the limiter
@@ -59,6 +77,20 @@ pub(super) fn add_item<'c>(
                         hits,
                         shadow: *shadow || ignore,
                         count_rejected: count_rejected || limit.count_rejected(),
+                    })
+                }
+                Algorithm::Calendar => {
+                    let key =
+                        keys::descriptor_key(SlotKind::Window, &namespace.name, entries, period);
+                    // A calendar limit always has its calendar; its bounds
+                    // are missing only past the year 9999.
+                    let bounds = limit.calendar()?.bounds(now())?;
+                    Item::Calendar(CalendarItem {
+                        slot: batch.slot(key, SlotKind::Window),
+                        limit: limit.requests_per_unit(),
+                        bounds,
+                        hits,
+                        shadow: *shadow || ignore,
                     })
                 }
                 Algorithm::AfterResponse { initial_cost, .. } => {
@@ -181,8 +213,15 @@ pub(super) fn add_refund<'c>(
     descriptor: &Descriptor,
     resolved: &Resolved<'c>,
     hits: u64,
+    now: &dyn Fn() -> u64,
 ) -> Option<usize> {
-    let index = add_item(batch, namespace, descriptor, resolved, hits, false, false)?;
+    let asked = Asked {
+        hits,
+        quota: false,
+        count_rejected: false,
+        now,
+    };
+    let index = add_item(batch, namespace, descriptor, resolved, asked)?;
     let refund = batch.items.get(index).copied()?.refund_of(hits);
     match refund {
         Some(refund) => {

@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 use crate::config::Namespace;
 use crate::store::{Batch, Store};
 
-use super::batch::{add_item, add_refund};
+use super::batch::{Asked, add_item, add_refund};
 use super::request::Descriptor;
 use super::resolve::{Resolved, resolve_all};
 use super::{LimitError, Limiter, RateLimitRequest};
@@ -43,6 +43,7 @@ impl<S: Store> Limiter<S> {
                     descriptor,
                     resolved,
                     hits,
+                    &|| self.store.local_now_ms(),
                 ));
                 continue;
             }
@@ -61,15 +62,13 @@ impl<S: Store> Limiter<S> {
             {
                 share.count(hits, self.store.local_now_ms(), limit.period());
             }
-            item_of.push(add_item(
-                &mut batch,
-                namespace,
-                descriptor,
-                resolved,
+            let asked = Asked {
                 hits,
                 quota,
-                self.modes.count_rejected,
-            ));
+                count_rejected: self.modes.count_rejected,
+                now: &|| self.store.local_now_ms(),
+            };
+            item_of.push(add_item(&mut batch, namespace, descriptor, resolved, asked));
         }
         Ok(Prepared {
             resolved,

@@ -152,6 +152,10 @@ impl<'c> FixedLimitRef<'c> {
     /// A limit sent with the request has no soft limit.
     /// Whether rejected hits count too (an override sent with a request
     /// follows the process-wide switch alone).
+    pub(super) fn calendar(&self) -> Option<&'c crate::config::calendar::Calendar> {
+        self.configured().and_then(|l| l.calendar.as_ref())
+    }
+
     pub(super) fn count_rejected(&self) -> bool {
         self.configured().is_some_and(|l| l.count_rejected)
     }

@@ -21,7 +21,8 @@ pub(super) fn status(
                 name: limit.name().cloned(),
                 requests_per_unit: limit.requests_per_unit(),
                 unit: limit.unit(),
-                window_ms: limit.period(),
+                // The window's own length: a calendar month's is its days.
+                window_ms: w.period,
             }),
             remaining: if w.over { 0 } else { w.remaining },
             before: w.before,

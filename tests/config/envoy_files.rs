@@ -163,6 +163,7 @@ fn name_and_replaces_are_kept() {
             soft_limit: None,
             count_rejected: false,
             global: false,
+            calendar: None,
         }))
     );
     assert_eq!(
@@ -177,6 +178,7 @@ fn name_and_replaces_are_kept() {
             soft_limit: None,
             count_rejected: false,
             global: false,
+            calendar: None,
         }))
     );
 }

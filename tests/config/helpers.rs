@@ -102,6 +102,7 @@ pub fn limit(requests_per_unit: u64, unit: Unit) -> Leaf {
         soft_limit: None,
         count_rejected: false,
         global: false,
+        calendar: None,
     })
 }
 

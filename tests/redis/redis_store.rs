@@ -11,8 +11,8 @@ use std::time::Duration;
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
 use charon::engine::{
-    BanItem, BanLimit, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold, HybridItem,
-    Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+    BanItem, BanLimit, CalendarItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold,
+    HybridItem, Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
 };
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
@@ -125,6 +125,50 @@ enum Ask {
         hits: u64,
         shadow: bool,
     },
+    /// A calendar window whose boundaries a sidecar computed by a clock
+    /// `skew` ahead of, behind or at the store's.
+    Calendar {
+        key: usize,
+        limit: u64,
+        skew: u8,
+        hits: u64,
+        shadow: bool,
+    },
+}
+
+/// Calendar boundaries as a sidecar whose clock is `skew` off `now` would
+/// compute them: windows of 0.7, 1.3 and 1 s in turn (a calendar's windows
+/// differ in length), from 0, 700 and 2 000 ms of every 3 s.
+fn calendar_bounds(now: u64, skew: u8) -> [u64; 4] {
+    let clock = match skew {
+        0 => now,
+        1 => now + 450,
+        _ => now.saturating_sub(450),
+    };
+    let boundary = |n: u64| n / 3 * 3_000 + [0, 700, 2_000][usize::try_from(n % 3).unwrap_or(0)];
+    let mut n = clock / 3_000 * 3;
+    while boundary(n + 1) <= clock {
+        n += 1;
+    }
+    let n = n.max(1);
+    [
+        boundary(n - 1),
+        boundary(n),
+        boundary(n + 1),
+        boundary(n + 2),
+    ]
+}
+
+fn calendar_item(batch: &mut Batch<'_>, key: usize, limit: u64, bounds: [u64; 4]) -> CalendarItem {
+    let name = format!("tenant{key}");
+    let key = keys::descriptor_key(SlotKind::Window, NS, [("calendar", name.as_str())], 0);
+    CalendarItem {
+        slot: batch.slot(key, SlotKind::Window),
+        limit,
+        bounds,
+        hits: 0,
+        shadow: false,
+    }
 }
 
 fn arb_ask() -> impl Strategy<Value = Ask> {
@@ -145,8 +189,22 @@ fn arb_ask() -> impl Strategy<Value = Ask> {
             }),
         (
             0usize..2,
-            0u8..6,
+            0u64..4,
+            0u8..3,
+            0u64..3,
+            prop::bool::weighted(0.1)
+        )
+            .prop_map(|(key, limit, skew, hits, shadow)| Ask::Calendar {
+                key,
+                limit,
+                skew,
+                hits,
+                shadow,
+            }),
+        (
             0usize..2,
+            0u8..7,
+            0usize..3,
             prop_oneof![3 => 0u64..4, 1 => Just(u64::MAX)]
         )
             .prop_map(|(key, of, param, hits)| Ask::Refund {
@@ -370,7 +428,18 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 of,
                 param,
                 hits,
-            } => refund_item(&mut batch, key, of, param, hits),
+            } => refund_item(&mut batch, key, of, param, hits, now),
+            Ask::Calendar {
+                key,
+                limit,
+                skew,
+                hits,
+                shadow,
+            } => Item::Calendar(CalendarItem {
+                hits,
+                shadow,
+                ..calendar_item(&mut batch, key, limit, calendar_bounds(now, skew))
+            }),
             Ask::Window {
                 key,
                 limit,
@@ -587,6 +656,7 @@ fn refund_item(
     of: u8,
     param: usize,
     hits: u64,
+    now: u64,
 ) -> Item<'static> {
     let name = format!("tenant{key}");
     let tenant = [("tenant", name.as_str())];
@@ -654,6 +724,12 @@ fn refund_item(
                 initial_cost: 5,
             })
         }
+        6 => Item::Calendar(calendar_item(
+            batch,
+            key,
+            3,
+            calendar_bounds(now, u8::try_from(param).unwrap_or(0)),
+        )),
         _ => {
             let max_hold = pick([300, 1_000]);
             let (slot, owed_slot) = held_keys(batch, key, max_hold);

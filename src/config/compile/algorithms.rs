@@ -8,23 +8,101 @@
 
 use serde_saphyr::{Location, Spanned};
 
+use crate::config::calendar::{Calendar, CalendarError, CalendarUnit};
 use crate::config::duration::FOREVER;
-use crate::config::raw::{RawRate, RawRateLimit};
-use crate::config::{Algorithm, ResourceLimit, caps};
+use crate::config::raw::{RawCalendar, RawRate, RawRateLimit};
+use crate::config::{Algorithm, ResourceLimit, Unit, caps};
 
 use super::Ctx;
 
 impl Ctx {
-    /// The algorithm a descriptor's limit names (`fixed_window` when none),
-    /// checked against its count and its window (`period` ms); `None` when
-    /// it is wrong (reported).
+    /// The algorithm a descriptor's limit names (`fixed_window` when none)
+    /// and, for a calendar window, its calendar, checked against its count
+    /// and its window; `None` when it is wrong (reported).
     pub(super) fn algorithm(
         &mut self,
         limit: &RawRateLimit,
         requests_per_unit: u64,
-        unit_ms: u64,
+        unit: Unit,
+        unit_multiplier: u64,
+    ) -> Option<(Algorithm, Option<Calendar>)> {
+        let algorithm = self.named_algorithm(limit, requests_per_unit, unit, unit_multiplier)?;
+        let Some(calendar) = &limit.calendar else {
+            return Some((algorithm, None));
+        };
+        if algorithm != Algorithm::FixedWindow {
+            self.error(
+                calendar.referenced,
+                format!(
+                    "`calendar` makes a fixed window on the calendar, not a `{}`",
+                    algorithm.name()
+                ),
+            );
+            return None;
+        }
+        let calendar =
+            self.calendar(&calendar.value, calendar.referenced, unit, unit_multiplier)?;
+        Some((Algorithm::Calendar, Some(calendar)))
+    }
+
+    /// A calendar window's rule: one day, week, month or year in a zone.
+    fn calendar(
+        &mut self,
+        raw: &RawCalendar,
+        at: Location,
+        unit: Unit,
+        unit_multiplier: u64,
+    ) -> Option<Calendar> {
+        let unit = match unit {
+            Unit::Day => CalendarUnit::Day,
+            Unit::Week => CalendarUnit::Week,
+            Unit::Month => CalendarUnit::Month,
+            Unit::Year => CalendarUnit::Year,
+            Unit::Second | Unit::Minute | Unit::Hour => {
+                self.error(
+                    at,
+                    "a calendar window is a day, week, month or year: give `unit: day`, `week`, `month` or `year`",
+                );
+                return None;
+            }
+        };
+        if unit_multiplier != 1 {
+            self.error(
+                at,
+                format!(
+                    "a calendar window is one {}: no unit_multiplier",
+                    unit.name()
+                ),
+            );
+            return None;
+        }
+        let zone = raw.time_zone.as_ref();
+        let starts_on = raw.starts_on.as_ref();
+        let name = zone.map_or("UTC", |zone| zone.value.as_str());
+        match Calendar::new(unit, name, starts_on.map(|day| day.value)) {
+            Ok(calendar) => Some(calendar),
+            Err(error) => {
+                let place = match error {
+                    CalendarError::UnknownZone(_) => zone.map(|zone| zone.referenced),
+                    CalendarError::StartsOn(_) | CalendarError::StartsOnNotMonth => {
+                        starts_on.map(|day| day.referenced)
+                    }
+                };
+                self.error(place.unwrap_or(at), error.to_string());
+                None
+            }
+        }
+    }
+
+    /// The `algorithm:` a descriptor's limit names, checked.
+    fn named_algorithm(
+        &mut self,
+        limit: &RawRateLimit,
+        requests_per_unit: u64,
+        unit: Unit,
         unit_multiplier: u64,
     ) -> Option<Algorithm> {
+        let unit_ms = unit.millis();
         let (algorithm, at) = match &limit.algorithm {
             None => (Algorithm::FixedWindow, None),
             Some(named) => {

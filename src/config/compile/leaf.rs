@@ -118,8 +118,8 @@ impl Ctx {
                 let Some(requests_per_unit) = requests else {
                     return Leaf::None;
                 };
-                let Some(algorithm) =
-                    self.algorithm(limit, requests_per_unit, unit.millis(), unit_multiplier)
+                let Some((algorithm, calendar)) =
+                    self.algorithm(limit, requests_per_unit, unit, unit_multiplier)
                 else {
                     return Leaf::None;
                 };
@@ -194,6 +194,7 @@ impl Ctx {
                     soft_limit,
                     count_rejected,
                     global,
+                    calendar,
                 })
             }
         }

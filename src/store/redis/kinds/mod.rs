@@ -11,6 +11,7 @@
 //! milliseconds past the epoch.
 
 mod ban;
+mod calendar;
 mod concurrency;
 mod cost;
 mod gcra;
