@@ -747,3 +747,70 @@ fn max_hold_only_on_a_plain_fixed_window() {
         &["more than the 10000 hits"],
     );
 }
+
+#[test]
+fn a_calendar_window_says_what_is_wrong_where() {
+    let limit =
+        |fields: &str| one_limit(&format!("{{unit: month, requests_per_unit: 5, {fields}}}"));
+    // Each error at the value it is about.
+    assert_error(
+        &limit("calendar: {time_zone: Mars/Olympus}"),
+        4,
+        75,
+        &["unknown time zone `Mars/Olympus`", "IANA"],
+    );
+    assert_error(
+        &limit("calendar: {starts_on: 0}"),
+        4,
+        75,
+        &["starts_on must be a day of the month, 1 to 31, not 0"],
+    );
+    assert_error(
+        &limit("calendar: {time_zone: UTC, weekday: 1}"),
+        4,
+        80,
+        &["unknown field `weekday`", "starts_on"],
+    );
+    assert_error(
+        &limit("algorithm: gcra, calendar: {}"),
+        4,
+        80,
+        &["`calendar` makes a fixed window on the calendar, not a `gcra`"],
+    );
+    assert_error(
+        &limit("unit_multiplier: 2, calendar: {}"),
+        4,
+        83,
+        &["a calendar window is one month: no unit_multiplier"],
+    );
+    assert_error(
+        &limit("count_rejected: true, calendar: {}"),
+        4,
+        69,
+        &["`count_rejected` applies only to fixed windows and sliding logs"],
+    );
+    assert_error(
+        &one_limit("{unit: hour, requests_per_unit: 5, calendar: {}}"),
+        4,
+        62,
+        &["a calendar window is a day, week, month or year"],
+    );
+    assert_error(
+        &one_limit("{unit: week, requests_per_unit: 5, calendar: {starts_on: 3}}"),
+        4,
+        74,
+        &["starts_on applies only to `unit: month`"],
+    );
+}
+
+#[test]
+fn a_calendar_window_is_printed_back_as_written() {
+    let loaded = load(&one_limit(
+        "{unit: month, requests_per_unit: 5, calendar: {time_zone: Europe/Paris, starts_on: 15}}",
+    ));
+    let normalized = &loaded.normalized[0].1;
+    assert!(
+        normalized.contains("time_zone: Europe/Paris") && normalized.contains("starts_on: 15"),
+        "{normalized}"
+    );
+}

@@ -452,3 +452,70 @@ async fn a_quota_and_a_linear_limiter_in_parallel_burst_once_then_pace() {
     book.at(400_000);
     assert_eq!(book.paced_until_refused("client").await, 60);
 }
+
+/// Milliseconds since the epoch of an RFC 3339 instant.
+fn instant(text: &str) -> u64 {
+    let at: jiff::Timestamp = text.parse().expect("an RFC 3339 instant");
+    u64::try_from(at.as_millisecond()).expect("after the epoch")
+}
+
+/// The window the status reports, and its reset.
+fn window_and_reset(status: &DescriptorStatus) -> (u64, u64) {
+    let limit = status.limit.as_ref().expect("a limit");
+    (limit.window_ms, status.reset_after_ms.expect("a reset"))
+}
+
+const HOUR: u64 = 3_600_000;
+const DAY: u64 = 24 * HOUR;
+
+#[tokio::test]
+async fn a_calendar_month_ends_at_midnight_in_its_zone() {
+    let book = Cookbook::load("calendar.yaml");
+    // 23:59 on 29 February 2024 in Paris (UTC+1): a leap February.
+    book.clock.set(instant("2024-02-29T22:59:00Z"));
+    assert_eq!(book.grants_until_rejected("anyone").await, 3);
+    let refused = book.hit("anyone").await;
+    assert_eq!(window_and_reset(&refused), (29 * DAY, 60_000));
+    // Midnight in Paris: March, its 31 days less the hour daylight saving
+    // takes on its last Sunday.
+    book.clock.set(instant("2024-02-29T23:00:00Z"));
+    let granted = book.hit("anyone").await;
+    assert!(!granted.over_limit);
+    assert_eq!(
+        window_and_reset(&granted),
+        (31 * DAY - HOUR, 31 * DAY - HOUR)
+    );
+    assert_eq!(book.grants_until_rejected("anyone").await, 2);
+}
+
+#[tokio::test]
+async fn a_billing_month_from_the_31st_ends_on_a_short_months_last_day() {
+    let book = Cookbook::load("calendar.yaml");
+    // acme's month: 31 January to 28 February 2025 (28 days).
+    book.clock.set(instant("2025-02-27T12:00:00Z"));
+    assert_eq!(book.grants_until_rejected("acme").await, 2);
+    let refused = book.hit("acme").await;
+    assert_eq!(window_and_reset(&refused), (28 * DAY, 12 * HOUR));
+    // From 28 February to 31 March.
+    book.clock.set(instant("2025-02-28T00:00:00Z"));
+    assert_eq!(book.grants_until_rejected("acme").await, 2);
+    assert_eq!(
+        window_and_reset(&book.hit("acme").await),
+        (31 * DAY, 31 * DAY)
+    );
+}
+
+#[tokio::test]
+async fn a_calendar_day_across_a_dst_change_is_23_hours() {
+    let book = Cookbook::load("calendar.yaml");
+    // 9 March 2025 in New York: clocks go forward at 2:00, the day has 23
+    // hours, from 05:00Z to 04:00Z the next day.
+    book.clock.set(instant("2025-03-09T16:00:00Z"));
+    assert_eq!(book.grants_until_rejected("night-owl").await, 1);
+    let refused = book.hit("night-owl").await;
+    assert_eq!(window_and_reset(&refused), (23 * HOUR, 12 * HOUR));
+    book.clock.set(instant("2025-03-10T03:59:59.999Z"));
+    assert!(book.hit("night-owl").await.over_limit);
+    book.clock.set(instant("2025-03-10T04:00:00Z"));
+    assert!(!book.hit("night-owl").await.over_limit);
+}
