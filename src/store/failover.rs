@@ -399,4 +399,8 @@ impl Store for Failover {
     fn name(&self) -> &'static str {
         "redis"
     }
+
+    fn local_now_ms(&self) -> u64 {
+        self.inner.redis.local_now_ms()
+    }
 }

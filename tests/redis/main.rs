@@ -4,6 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod calendar;
 mod connections;
 mod cost_reservations;
 mod redis_harness;

@@ -255,9 +255,9 @@ impl RedisStore {
     }
 
     fn local_now(&self) -> u64 {
-        match &self.options.injected_clock {
-            Some(clock) => clock.now_ms(),
-            None => SystemClock.now_ms(),
+        match (&self.options.local_clock, &self.options.injected_clock) {
+            (Some(clock), _) | (None, Some(clock)) => clock.now_ms(),
+            (None, None) => SystemClock.now_ms(),
         }
     }
 
@@ -475,6 +475,10 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn local_now_ms(&self) -> u64 {
+        self.local_now()
     }
 }
 

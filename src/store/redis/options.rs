@@ -15,6 +15,10 @@ pub struct RedisOptions {
     pub local_rejections: bool,
     /// Tests only: decide at this clock's time instead of Redis `TIME`.
     pub injected_clock: Option<Arc<dyn Clock>>,
+    /// Tests only: this process's own clock, for what it computes before
+    /// asking (a calendar window's boundaries), when it is not the store's
+    /// (sidecars whose clocks differ from Redis's and from each other).
+    pub local_clock: Option<Arc<dyn Clock>>,
     /// Before every key (`--store-key-prefix`).
     pub key_prefix: crate::store::keys::KeyPrefix,
     /// `rediss://`: a CA and a client certificate of our own.
@@ -78,6 +82,7 @@ impl Default for RedisOptions {
             timeout: Duration::from_millis(50),
             local_rejections: true,
             injected_clock: None,
+            local_clock: None,
             key_prefix: crate::store::keys::KeyPrefix::default(),
             tls: None,
             sentinel_password: None,
