@@ -583,3 +583,56 @@ async fn every_descriptors_policy_when_asked() {
     assert_eq!(header(&refused, "ratelimit-policy"), both);
     assert!(header(&refused, "ratelimit").starts_with(r#""per-tenant";r=0;t="#));
 }
+
+/// A calendar day through the descriptor layer on the embedded engine
+/// (docs/design.md#calendar-windows): the policy's window is the day's own
+/// length and the 429 says to retry at midnight UTC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calendar_days_refusal_says_retry_at_midnight() {
+    const DAILY: &str = "
+domain: catalog
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: tenant
+        rate_limit: {name: daily, unit: day, requests_per_unit: 1, calendar: {time_zone: UTC}}
+";
+    let to_midnight = || {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_secs();
+        86_400 - now % 86_400
+    };
+    if to_midnight() < 60 {
+        tokio::time::sleep(std::time::Duration::from_secs(to_midnight() + 2)).await;
+    }
+    let config = charon::config::load_str(DAILY, "catalog.yaml")
+        .expect("the calendar config loads")
+        .config;
+    let tenant = http::HeaderName::from_static("x-tenant-id");
+    let actions = Actions::new().descriptor([
+        Action::generic_key("api"),
+        Action::request_header(tenant, "tenant"),
+    ]);
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(DescriptorLimitLayer::new(
+            Client::embedded(config),
+            "catalog",
+            actions,
+        ));
+    let address = serve(app).await;
+    let ok = get_as(address, "/", Some("acme")).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(header(&ok, "ratelimit-policy"), r#""daily";q=1;w=86400"#);
+    let refused = get_as(address, "/", Some("acme")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = header(&refused, "retry-after").parse().expect("seconds");
+    let expected = to_midnight();
+    assert!(
+        retry_after.abs_diff(expected) <= 5,
+        "retry after {retry_after} s, {expected} s to midnight"
+    );
+}

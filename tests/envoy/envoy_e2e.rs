@@ -985,3 +985,73 @@ resources:
         reply.body
     );
 }
+
+/// A calendar month through the real Envoy (docs/design.md#calendar-windows):
+/// the policy's window is this month's own length and the 429's reset the
+/// seconds to the first of next month, midnight UTC, not a nominal 30 days.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_calendar_months_reset_is_the_time_to_next_month() {
+    use jiff::civil::Date;
+    // The month of now and the instant the next one starts, in seconds.
+    fn month() -> (i64, i64) {
+        let today = jiff::Timestamp::now()
+            .to_zoned(jiff::tz::TimeZone::UTC)
+            .date();
+        let first = Date::new(today.year(), today.month(), 1).expect("a date");
+        let next = first
+            .checked_add(jiff::Span::new().months(1))
+            .expect("a date");
+        let start = |date: Date| {
+            date.to_zoned(jiff::tz::TimeZone::UTC)
+                .expect("an instant")
+                .timestamp()
+                .as_second()
+        };
+        (start(next) - start(first), start(next))
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("limits.yaml");
+    fs::write(
+        &config,
+        r#"
+domain: edge
+descriptors:
+  - key: tenant
+    rate_limit: {name: monthly, unit: month, requests_per_unit: 2, calendar: {time_zone: UTC}}
+"#,
+    )
+    .expect("write the config");
+    let mut h = Harness::start_with(&config, &["--response-headers".into(), "ietf".into()]).await;
+    // Not across a month's end while the test runs.
+    let (_, next) = month();
+    let now = jiff::Timestamp::now().as_second();
+    if next - now < 60 {
+        tokio::time::sleep(Duration::from_secs(
+            u64::try_from(next - now + 2).unwrap_or(62),
+        ))
+        .await;
+    }
+    let (length, next) = month();
+    let tenant = unique("monthly");
+    let first = h.get(Some(&tenant)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some(format!(r#""monthly";q=2;w={length}"#).as_str())
+    );
+    assert_eq!(h.get(Some(&tenant)).await.status, 200);
+    let refused = h.get(Some(&tenant)).await;
+    assert_eq!(refused.status, 429);
+    let current = refused.header("ratelimit").expect("RateLimit on a 429");
+    let reset: i64 = current
+        .rsplit("t=")
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("a reset in {current:?}"));
+    let expected = next - jiff::Timestamp::now().as_second();
+    assert!(
+        (reset - expected).abs() <= 5,
+        "reset {reset} s, {expected} s to the first of next month"
+    );
+    h.check_alive();
+}
