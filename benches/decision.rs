@@ -47,6 +47,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
   - key: bucket
     rate_limit: {algorithm: gcra, unit: second, requests_per_unit: 1000, burst: 2000}
+  - key: monthly
+    rate_limit: {unit: month, requests_per_unit: 1000000000, calendar: {time_zone: Europe/Paris}}
   - key: burst
     resource: api
   - key: bucketed
@@ -109,6 +111,7 @@ fn bench_limiter(c: &mut Criterion) {
     let mut group = c.benchmark_group("limiter");
     for (kind, key) in [
         ("fixed", "tenant"),
+        ("calendar", "monthly"),
         ("gcra", "bucket"),
         ("tiers", "burst"),
         ("gcra-resource", "bucketed"),
