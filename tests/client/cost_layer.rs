@@ -342,3 +342,89 @@ async fn a_cost_stated_in_a_trailer_is_charged_when_the_body_ends() {
         "a layer not told of the trailer charges nothing"
     );
 }
+
+/// Three budgets on one request through the layer (per user, per
+/// organisation, per model; docs/configuration.md#several-budgets-on-one-request):
+/// each is reserved the request's estimate and settled at its cost on its
+/// own, and a budget that cannot pay refuses the request and reserves
+/// nothing of the others, to the token.
+#[tokio::test]
+async fn three_budgets_on_one_request_settle_and_refuse_each_on_its_own() {
+    const YAML: &str = "
+domain: ai
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 2000, cost: after_response, initial_cost: 1}
+  - key: org
+    rate_limit: {unit: hour, requests_per_unit: 1500, cost: after_response, initial_cost: 1}
+  - key: generic_key
+    value: model
+    rate_limit: {unit: hour, requests_per_unit: 3000, cost: after_response, initial_cost: 1}
+";
+    let config = charon::config::load_str(YAML, "ai.yaml")
+        .unwrap_or_else(|errors| panic!("{errors}"))
+        .config;
+    let user = http::HeaderName::from_static("x-user");
+    let org = http::HeaderName::from_static("x-org");
+    let layer = CostLimitLayer::new(
+        Client::embedded(config),
+        "ai",
+        Actions::new()
+            .descriptor([Action::request_header(user, "user")])
+            .descriptor([Action::request_header(org, "org")])
+            .descriptor([Action::generic_key("model")]),
+    )
+    .estimate_header("x-max-tokens");
+    let app = Router::new()
+        .route(
+            "/cost/{tokens}",
+            get(
+                |axum::extract::Path(tokens): axum::extract::Path<u64>| async move {
+                    answered_with(tokens, StatusCode::OK)
+                },
+            ),
+        )
+        .layer(layer);
+    let ask = |user: &'static str, org: &'static str, at_most: u64, cost: u64| {
+        let app = app.clone();
+        async move {
+            let request = Request::get(format!("/cost/{cost}"))
+                .header("x-user", user)
+                .header("x-org", org)
+                .header("x-max-tokens", at_most)
+                .body(Body::empty())
+                .expect("a request");
+            let response = app.oneshot(request).await.expect("answered");
+            let status = response.status();
+            let _ = response.into_body().collect().await;
+            settled().await;
+            status
+        }
+    };
+    // 600 reserved of each, 100 charged: 500 given back to each.
+    assert_eq!(ask("alice", "acme", 600, 100).await, StatusCode::OK);
+    // acme has 1 400 left: a request that needs 1 500 is refused, and bob
+    // and the model are reserved nothing for it…
+    assert_eq!(
+        ask("bob", "acme", 1_500, 1_500).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // …so bob's 2 000 are whole: 1 500 of them now, through another org.
+    assert_eq!(ask("bob", "omega", 1_500, 1_500).await, StatusCode::OK);
+    assert_eq!(
+        ask("bob", "zeta", 501, 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The model has spent 100 + 1 500 (alice's 500 given back): 1 400
+    // left, to the token. Refused by the model, carol and zeta are reserved
+    // nothing: zeta's 1 500 still cover the 1 400 that fit.
+    assert_eq!(
+        ask("carol", "zeta", 1_401, 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(ask("carol", "zeta", 1_400, 1_400).await, StatusCode::OK);
+    assert_eq!(
+        ask("dave", "acme", 1, 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}

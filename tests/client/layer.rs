@@ -584,20 +584,10 @@ async fn every_descriptors_policy_when_asked() {
     assert!(header(&refused, "ratelimit").starts_with(r#""per-tenant";r=0;t="#));
 }
 
-/// A calendar day through the descriptor layer on the embedded engine
+/// A calendar day through the descriptor layer
 /// (docs/design.md#calendar-windows): the policy's window is the day's own
 /// length and the 429 says to retry at midnight UTC.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_calendar_days_refusal_says_retry_at_midnight() {
-    const DAILY: &str = "
-domain: catalog
-descriptors:
-  - key: generic_key
-    value: api
-    descriptors:
-      - key: tenant
-        rate_limit: {name: daily, unit: day, requests_per_unit: 1, calendar: {time_zone: UTC}}
-";
+async fn a_calendar_days_refusal_says_retry_at_midnight(client: Client) {
     let to_midnight = || {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -608,9 +598,6 @@ descriptors:
     if to_midnight() < 60 {
         tokio::time::sleep(std::time::Duration::from_secs(to_midnight() + 2)).await;
     }
-    let config = charon::config::load_str(DAILY, "catalog.yaml")
-        .expect("the calendar config loads")
-        .config;
     let tenant = http::HeaderName::from_static("x-tenant-id");
     let actions = Actions::new().descriptor([
         Action::generic_key("api"),
@@ -618,11 +605,7 @@ descriptors:
     ]);
     let app = Router::new()
         .route("/", get(|| async { "hello" }))
-        .layer(DescriptorLimitLayer::new(
-            Client::embedded(config),
-            "catalog",
-            actions,
-        ));
+        .layer(DescriptorLimitLayer::new(client, "catalog", actions));
     let address = serve(app).await;
     let ok = get_as(address, "/", Some("acme")).await;
     assert_eq!(ok.status(), StatusCode::OK);
@@ -635,4 +618,30 @@ descriptors:
         retry_after.abs_diff(expected) <= 5,
         "retry after {retry_after} s, {expected} s to midnight"
     );
+}
+
+const DAILY: &str = "
+domain: catalog
+descriptors:
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: tenant
+        rate_limit: {name: daily, unit: day, requests_per_unit: 1, calendar: {time_zone: UTC}}
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calendar_day_on_the_embedded_engine() {
+    let config = charon::config::load_str(DAILY, "catalog.yaml")
+        .expect("the calendar config loads")
+        .config;
+    a_calendar_days_refusal_says_retry_at_midnight(Client::embedded(config)).await;
+}
+
+/// The same through the Charon API of a sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calendar_day_through_a_sidecars_charon_api() {
+    let dir = tempdir();
+    let sidecar = support::sidecar::memory_sidecar(dir.path(), DAILY).await;
+    a_calendar_days_refusal_says_retry_at_midnight(sidecar_client(&sidecar).await).await;
 }
