@@ -40,6 +40,15 @@ pub use load::{
     load_with_overlay,
 };
 pub use raw::MetaValue;
+
+/// Parses a YAML (or JSON) document of another shape than a namespace with
+/// the loader's options and caps: its error with its place.
+pub fn parse_yaml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &std::path::Path,
+) -> Result<T, ConfigError> {
+    overlay::parse(text, origin)
+}
 pub use running::Running;
 
 /// Sizes past which a file is refused rather than loaded

@@ -7,7 +7,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use charon::server::xds::extensions::Extensions;
 use clap::ArgAction;
 use clap::builder::BoolishValueParser;
 
@@ -111,7 +113,7 @@ pub struct ServeArgs {
     pub store_tls_key: Option<PathBuf>,
     /// Written before every Redis key, so that two fleets can share one
     /// Redis without seeing each other's counts (CACHE_KEY_PREFIX).
-    #[arg(long, env = "CHARON_STORE_KEY_PREFIX", default_value = "", value_parser = parse_key_prefix)]
+    #[arg(long, env = "CHARON_STORE_KEY_PREFIX", default_value = "", value_parser = charon::store::keys::KeyPrefix::new)]
     pub store_key_prefix: charon::store::keys::KeyPrefix,
     /// The deadline of one Redis decision, e.g. 50ms, 1s.
     #[arg(long, env = "CHARON_STORE_TIMEOUT", default_value = "50ms", value_parser = parse_timeout)]
@@ -164,7 +166,7 @@ pub struct ServeArgs {
     /// was), `split` (the parent's equal split among them), `whole` (the
     /// whole limit each), a count, or a percentage (`25%`)
     /// (docs/design.md#global-limits, "The parent away").
-    #[arg(long, env = "CHARON_GLOBAL_SAFE_SHARE", default_value = "last", value_parser = parse_safe_share)]
+    #[arg(long, env = "CHARON_GLOBAL_SAFE_SHARE", default_value = "last", value_parser = charon::config::global::SafeShare::parse)]
     pub global_safe_share: charon::config::global::SafeShare,
     /// Files naming the same domain add their descriptors to it
     /// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG) instead of being an error.
@@ -310,6 +312,14 @@ pub struct XdsArgs {
     /// arrives; without it, the sidecar waits for it before listening.
     #[arg(long = "config-xds-force-start", env = "FORCE_START_WITHOUT_INITIAL_CONFIG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub force_start: bool,
+    /// Charon's algorithms and options for limits pushed over xDS, named by
+    /// domain and descriptor path (docs/envoy-compatibility.md#charons-extensions-for-xds-fed-limits).
+    #[arg(
+        long = "xds-extensions",
+        env = "CHARON_XDS_EXTENSIONS",
+        requires = "server"
+    )]
+    pub extensions: Option<PathBuf>,
 }
 
 /// `key:value` (or `key=value`) pairs, comma-separated.
@@ -363,6 +373,7 @@ impl XdsArgs {
             },
             max_message_bytes: self.max_message_bytes as usize,
             force_start: self.force_start,
+            extensions: Arc::new(Extensions::load_flag(self.extensions.as_deref())?),
         }))
     }
 }
@@ -540,10 +551,6 @@ fn parse_mode(text: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_key_prefix(text: &str) -> Result<charon::store::keys::KeyPrefix, String> {
-    charon::store::keys::KeyPrefix::new(text)
-}
-
 /// `--store-timeout` and the other deadlines: a whole number of ms, s or m
 /// (at least 1 ms, finite).
 fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
@@ -564,8 +571,4 @@ fn parse_shutdown_delay(text: &str) -> Result<std::time::Duration, String> {
         return Err(format!("{text:?}: a shutdown delay is at most 5m"));
     }
     Ok(std::time::Duration::from_millis(ms))
-}
-
-fn parse_safe_share(text: &str) -> Result<charon::config::global::SafeShare, String> {
-    charon::config::global::SafeShare::parse(text).map_err(|error| error.to_string())
 }

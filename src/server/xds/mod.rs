@@ -17,6 +17,7 @@
 //! A lost stream is reopened at once, then with backoff and jitter, and
 //! the first request of a new stream carries the last ACKed version.
 
+pub mod extensions;
 pub mod translate;
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,8 @@ pub struct XdsOptions {
     /// Serve before the first snapshot (not ready until it arrives);
     /// otherwise the sidecar waits for it before it listens.
     pub force_start: bool,
+    /// Charon's extensions for the pushed limits (`--xds-extensions`).
+    pub extensions: Arc<extensions::Extensions>,
 }
 
 /// TLS to the control plane: the CA that signs its certificate, this
@@ -239,7 +242,12 @@ impl Client {
     async fn apply(&mut self, response: &DiscoveryResponse) -> DiscoveryRequest {
         let acked = self.acked.clone().unwrap_or_default();
         let nonce = response.nonce.clone();
-        let refused = match pushed_namespaces(response, self.options.max_message_bytes) {
+        let pushed = pushed_namespaces(
+            response,
+            self.options.max_message_bytes,
+            &self.options.extensions,
+        );
+        let refused = match pushed {
             Err(reason) => Some(reason),
             Ok(namespaces) => match self.configuration.push(namespaces).await {
                 Ok(count) => {
@@ -297,6 +305,7 @@ impl Client {
 pub fn pushed_namespaces(
     response: &DiscoveryResponse,
     max_bytes: usize,
+    extensions: &extensions::Extensions,
 ) -> Result<Vec<PushedNamespace>, String> {
     let size = response.encoded_len();
     if size > max_bytes {
@@ -312,6 +321,7 @@ pub fn pushed_namespaces(
     }
     let mut domains: Vec<(String, String)> = Vec::new();
     let mut namespaces = Vec::new();
+    let mut matched = vec![false; extensions.len()];
     for (index, resource) in response.resources.iter().enumerate() {
         if resource.type_url != RATE_LIMIT_CONFIG_TYPE {
             return Err(format!(
@@ -333,10 +343,19 @@ pub fn pushed_namespaces(
             ));
         }
         domains.push((name.clone(), config.domain.clone()));
+        let mut file = translate::file_json(&config);
+        extensions.apply(&mut file, &mut matched);
         namespaces.push(PushedNamespace {
             origin: PathBuf::from(format!("xds:{name}")),
-            text: translate::file_text(&config),
+            // A tree of strings, numbers and booleans always serializes.
+            text: serde_json::to_string_pretty(&file).unwrap_or_default(),
         });
+    }
+    for place in extensions.unmatched(&matched) {
+        tracing::warn!(
+            extension = place,
+            "an xDS extension matches no pushed limit"
+        );
     }
     Ok(namespaces)
 }
@@ -537,12 +556,14 @@ mod tests {
                 "of type `type.googleapis.com/x`",
             ),
         ] {
-            let reason = pushed_namespaces(&response, max).expect_err("refused");
+            let reason = pushed_namespaces(&response, max, &extensions::Extensions::default())
+                .expect_err("refused");
             assert!(reason.contains(expected), "`{expected}` in {reason}");
         }
         let fine = pushed_namespaces(
             &response(vec![resource("a", "d"), resource("", "e")]),
             1 << 20,
+            &extensions::Extensions::default(),
         )
         .expect("two domains");
         assert_eq!(fine[0].origin, PathBuf::from("xds:a"));

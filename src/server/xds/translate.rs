@@ -15,13 +15,18 @@ use serde_json::{Map, Value as Json};
 
 /// The file that says what `config` says.
 pub fn file_text(config: &RateLimitConfig) -> String {
+    // A tree of strings, numbers and booleans always serializes.
+    serde_json::to_string_pretty(&file_json(config)).unwrap_or_default()
+}
+
+/// The file as a tree, for what is added to it before it is loaded.
+pub fn file_json(config: &RateLimitConfig) -> Json {
     let mut file = Map::new();
     file.insert("domain".into(), config.domain.clone().into());
     if !config.descriptors.is_empty() {
         file.insert("descriptors".into(), descriptors(&config.descriptors));
     }
-    // A tree of strings, numbers and booleans always serializes.
-    serde_json::to_string_pretty(&Json::Object(file)).unwrap_or_default()
+    Json::Object(file)
 }
 
 fn descriptors(list: &[RateLimitDescriptor]) -> Json {

@@ -254,16 +254,9 @@ impl RedisStore {
         Ok((slots, now))
     }
 
-    fn local_now(&self) -> u64 {
-        match (&self.options.local_clock, &self.options.injected_clock) {
-            (Some(clock), _) | (None, Some(clock)) => clock.now_ms(),
-            (None, None) => SystemClock.now_ms(),
-        }
-    }
-
     /// Decides `batch` in Redis (or locally, for a key known to be over).
     pub async fn decide_batch(&self, batch: &Batch<'_>) -> Result<Decision, RedisError> {
-        let sent = self.local_now();
+        let sent = self.local_now_ms();
         if let Some(decision) = self.locally_rejected(batch, sent) {
             return Ok(decision);
         }
@@ -308,7 +301,7 @@ impl RedisStore {
 
     async fn decide_remote(&self, batch: &Batch<'_>) -> Result<Decision, RedisError> {
         if batch.slots.is_empty() {
-            return Ok(engine::decide(&batch.items, &mut [], self.local_now()));
+            return Ok(engine::decide(&batch.items, &mut [], self.local_now_ms()));
         }
         if !self.connection.is_cluster() {
             let slots: SmallVec<[&SlotKey; 2]> = batch.slots.iter().collect();
@@ -478,7 +471,10 @@ impl Store for RedisStore {
     }
 
     fn local_now_ms(&self) -> u64 {
-        self.local_now()
+        match (&self.options.local_clock, &self.options.injected_clock) {
+            (Some(clock), _) | (None, Some(clock)) => clock.now_ms(),
+            (None, None) => SystemClock.now_ms(),
+        }
     }
 }
 
