@@ -675,3 +675,136 @@ async fn files_and_xds_coexist_and_the_first_snapshot_is_awaited() {
     );
     control.stop(server).await;
 }
+
+/// Milliseconds into the current second of the wall clock.
+fn into_second() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch");
+    u64::from(now.subsec_millis())
+}
+
+/// Sleeps until the wall clock is at least `from` ms into a second (the
+/// next one if it is past `to` already).
+async fn until_into_second(from: u64, to: u64) {
+    loop {
+        let at = into_second();
+        if (from..to).contains(&at) {
+            return;
+        }
+        let wait = if at < from {
+            from - at
+        } else {
+            1_000 - at + from
+        };
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
+/// `--xds-extensions` (docs/envoy-compatibility.md#charons-extensions-for-xds-fed-limits)
+/// under Envoy Gateway: a limit of 5 a second pushed over xDS, which the
+/// operator's file makes a sliding window. A burst of 5 at the end of one
+/// second and another at the start of the next: a fixed window admits
+/// both; the sliding window still counts most of the first and refuses
+/// most of the second, through a real Envoy.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operators_extension_makes_a_pushed_limit_a_sliding_window() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tls = certificates(dir.path());
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind upstream");
+    let upstream_port = upstream.local_addr().expect("upstream addr").port();
+    tokio::spawn(async move {
+        let app = axum::Router::new().fallback(|| async { "answered" });
+        axum::serve(upstream, app).await.expect("upstream server");
+    });
+    let [listen, envoy_admin, grpc, port, xds] = free_ports::<5>();
+    let control = ControlPlane::new();
+    let _server = control.serve(xds, Some(&tls)).await;
+    let extensions = dir.path().join("extensions.yaml");
+    std::fs::write(
+        &extensions,
+        "extensions:\n  - domain: gateway\n    descriptors: [generic_key=route]\n    rate_limit: {algorithm: sliding_window}\n  - domain: gateway\n    descriptors: [generic_key=elsewhere]\n    rate_limit: {algorithm: gcra}\n",
+    )
+    .expect("write the extensions");
+    let mut charon = start_ratelimit_with(
+        dir.path(),
+        &tls,
+        [port, grpc, xds],
+        &[("CHARON_XDS_EXTENSIONS", extensions.display().to_string())],
+    );
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("reqwest client");
+    let healthcheck = format!("http://127.0.0.1:{port}/healthcheck");
+    until_status(&http, &healthcheck, 503, &mut charon).await;
+    let before = control.seen().len();
+    control.push(
+        "1",
+        vec![limit("gateway", "route", RateLimitUnit::Second, 5)],
+    );
+    let ack = control.answer_after(before).await;
+    assert_eq!((ack.version.as_str(), ack.error.as_deref()), ("1", None));
+    until_status(&http, &healthcheck, 200, &mut charon).await;
+    let envoy_config = dir.path().join("envoy.yaml");
+    std::fs::write(
+        &envoy_config,
+        envoy_yaml(listen, envoy_admin, upstream_port, grpc, &tls),
+    )
+    .expect("write envoy.yaml");
+    let mut envoy = spawn_envoy(&find_envoy(), &envoy_config, envoy_admin, dir.path());
+    until_status(
+        &http,
+        &format!("http://127.0.0.1:{envoy_admin}/ready"),
+        200,
+        &mut envoy,
+    )
+    .await;
+    let route = format!("http://127.0.0.1:{listen}/");
+    let burst = || async {
+        let mut admitted = 0;
+        for _ in 0..5 {
+            if status(&http, &route).await == Some(200) {
+                admitted += 1;
+            }
+        }
+        admitted
+    };
+    // A slow machine may send the second burst late in its second, when
+    // the first one weighs little: then the experiment is run again.
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        // A quiet second first: the windows before count nothing.
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        until_into_second(700, 760).await;
+        let first = burst().await;
+        until_into_second(30, 90).await;
+        let started = into_second();
+        let second = burst().await;
+        let ended = into_second();
+        runs.push((first, second, started, ended));
+        if ended >= started && ended < 400 {
+            break;
+        }
+    }
+    let &(first, second, started, ended) = runs.last().expect("a run");
+    assert!(
+        ended >= started && ended < 400,
+        "every run was late: {runs:?}"
+    );
+    assert_eq!(first, 5, "the first burst fits: {runs:?}");
+    assert!(
+        second <= 1,
+        "a fixed window would admit the whole second burst; the sliding window at most 1: {runs:?}"
+    );
+    // The extension that named no pushed limit is said, with its place.
+    let log = std::fs::read_to_string(dir.path().join("ratelimit.log")).unwrap_or_default();
+    assert!(
+        log.contains("an xDS extension matches no pushed limit")
+            && log.contains("extensions.yaml:5:5"),
+        "{log}"
+    );
+}
