@@ -256,11 +256,16 @@ fn extend(
     applied
 }
 
-/// Whether `fields` make a limit: compiled on a probe of a day's window,
-/// the message of the first error if not.
+/// Whether `fields` make a limit: compiled on a probe of one a day (a
+/// month when they name a billing day), the message of the first error if
+/// not.
 fn probe(fields: &Map<String, Json>) -> Result<(), String> {
     let mut limit = fields.clone();
-    limit.insert("unit".into(), "day".into());
+    let billing = fields
+        .get("calendar")
+        .is_some_and(|calendar| calendar.get("starts_on").is_some());
+    let unit = if billing { "month" } else { "day" };
+    limit.insert("unit".into(), unit.into());
     limit.insert("requests_per_unit".into(), 1.into());
     let namespace = serde_json::json!({
         "domain": "probe",
@@ -324,6 +329,13 @@ mod tests {
         );
         assert_eq!(matched, [true, false]);
         assert_eq!(extensions.unmatched(&matched), ["ext.yaml:5:5"]);
+    }
+
+    #[test]
+    fn the_example_file_loads() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envoy/xds-extensions.yaml");
+        let extensions = Extensions::load(&path).expect("the example loads");
+        assert_eq!(extensions.len(), 3);
     }
 
     #[test]
