@@ -4,7 +4,7 @@
 //! owns what the configuration carries for one: the limit as written, the
 //! name its shares are leased under, and how often they are renewed. The
 //! shares themselves are runtime state: the limiter's
-//! (`crate::limiter::global`), renewed by the service.
+//! (`crate::limiter::shares`), renewed by the service.
 //!
 //! A share is a lease of the limit's `requests_per_unit`, apportioned like a
 //! capacity (`crate::engine::capacity`) among the servers that want it:
@@ -168,7 +168,7 @@ impl GlobalTiming {
 
 /// A global limit of a namespace, as configured: its `requests_per_unit`
 /// is the whole, shared by every server. This server's share of it is
-/// runtime state, the limiter's (`crate::limiter::global`).
+/// runtime state, the limiter's (`crate::limiter::shares`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GlobalLimit {
     pub limit: FixedLimit,

@@ -33,10 +33,10 @@
 
 mod batch;
 mod cost;
-pub mod global;
 mod prepare;
 mod request;
 mod resolve;
+pub mod shares;
 mod status;
 
 use std::sync::Arc;
@@ -47,10 +47,10 @@ use crate::state_view::{Recent, Watch};
 use crate::store::{Batch, Store, StoreError};
 
 use self::batch::tiers_item;
-use self::global::GlobalShares;
 use self::prepare::{Hits, Prepared};
 use self::request::validate;
 use self::resolve::Resolved;
+use self::shares::GlobalShares;
 use self::status::status;
 
 pub use self::cost::{CostAnswer, CostRequest, MAX_COST};

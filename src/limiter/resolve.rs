@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::global::{GlobalShare, GlobalShares};
+use super::shares::{GlobalShare, GlobalShares};
 use crate::config::{
     Algorithm, FixedLimit, Leaf, Namespace, Node, RateResource, Resource, ResourceLimit, SoftLimit,
     Unit,

@@ -48,7 +48,7 @@ impl TraceSampler {
 
     /// The span of one `ShouldRateLimit`, or [`Span::none`] when this call
     /// is not traced.
-    pub fn should_rate_limit(&self, metadata: &MetadataMap, namespace: &str) -> Span {
+    pub fn decision_span(&self, metadata: &MetadataMap, namespace: &str) -> Span {
         let Some(parent) = self.traced(metadata) else {
             return Span::none();
         };

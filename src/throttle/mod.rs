@@ -54,7 +54,7 @@ use tower::util::BoxCloneSyncService;
 
 use crate::layer::{Action, Actions, DescriptorLimitLayer, ThrottleCounts, ThrottleLayer};
 
-pub use self::options::{ADAPTIVE_MAX, ADAPTIVE_START, Concurrency, ProxyOptions, TenantLimits};
+pub use self::options::{ADAPTIVE_MAX, ADAPTIVE_START, ProxyOptions, TenantLimits, UpstreamSlots};
 
 use self::conn::{Admitted, Connections, WriteStall};
 use self::drain::DrainQueue;
@@ -138,7 +138,7 @@ pub async fn run(
     tracing::info!(
         %listen,
         upstream = %options.upstream,
-        concurrency = ?options.concurrency,
+        slots = ?options.slots,
         drain_rate = ?options.drain_rate,
         max_connections = proxy.max_connections,
         "charon throttle serving"
@@ -189,12 +189,12 @@ impl Proxy {
             options.upstream_timeout,
             counts.clone(),
         );
-        let throttle = match options.concurrency {
-            Concurrency::Fixed(limit) => Some(ThrottleLayer::new(limit)),
-            Concurrency::Adaptive => {
+        let throttle = match options.slots {
+            UpstreamSlots::Fixed(limit) => Some(ThrottleLayer::new(limit)),
+            UpstreamSlots::Adaptive => {
                 Some(ThrottleLayer::new(ADAPTIVE_START).adaptive_limit(1, ADAPTIVE_MAX))
             }
-            Concurrency::Unlimited => None,
+            UpstreamSlots::Unlimited => None,
         }
         .map(|layer| {
             let layer = layer

@@ -10,7 +10,7 @@ use super::protect::Protection;
 
 /// How many requests may reach the upstream at once.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Concurrency {
+pub enum UpstreamSlots {
     /// At most this many.
     Fixed(usize),
     /// A limit that follows the upstream's latency, between 1 and
@@ -30,7 +30,7 @@ pub const ADAPTIVE_MAX: usize = 1_000;
 pub struct ProxyOptions {
     /// The upstream, `http://host:port`.
     pub upstream: Uri,
-    pub concurrency: Concurrency,
+    pub slots: UpstreamSlots,
     /// How many requests may wait: for a slot, or in the drain queue.
     pub queue: usize,
     /// The longest a request waits for a slot (a shorter deadline of its
@@ -69,7 +69,7 @@ impl ProxyOptions {
     /// Whether the options make a throttle: the message names the flag that
     /// does not.
     pub fn check(&self) -> Result<(), String> {
-        if self.concurrency == Concurrency::Fixed(0) {
+        if self.slots == UpstreamSlots::Fixed(0) {
             return Err("--max-concurrency must be at least 1".into());
         }
         if let Some(rate) = self.drain_rate
@@ -85,7 +85,7 @@ impl ProxyOptions {
                     "--cpu-budget-ms must be a number of milliseconds a second above 0, not {budget}"
                 ));
             }
-            if self.concurrency == Concurrency::Unlimited {
+            if self.slots == UpstreamSlots::Unlimited {
                 return Err("--cpu-budget-ms needs --max-concurrency or --adaptive".into());
             }
         }

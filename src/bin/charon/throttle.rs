@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use charon::throttle::protect::Protection;
-use charon::throttle::{Concurrency, ProxyOptions, TenantLimits};
+use charon::throttle::{ProxyOptions, TenantLimits, UpstreamSlots};
 
 use crate::logging::{self, LogOptions};
 
@@ -138,10 +138,10 @@ impl ProtectionArgs {
 
 impl ThrottleArgs {
     fn options(&self) -> Result<ProxyOptions, String> {
-        let concurrency = match (self.max_concurrency, self.adaptive, self.drain_rate) {
-            (Some(limit), _, _) => Concurrency::Fixed(limit),
-            (None, false, Some(_)) => Concurrency::Unlimited,
-            (None, _, _) => Concurrency::Adaptive,
+        let slots = match (self.max_concurrency, self.adaptive, self.drain_rate) {
+            (Some(limit), _, _) => UpstreamSlots::Fixed(limit),
+            (None, false, Some(_)) => UpstreamSlots::Unlimited,
+            (None, _, _) => UpstreamSlots::Adaptive,
         };
         let tenants = match (&self.config, &self.domain_header) {
             (Some(path), Some(header)) => Some(TenantLimits::load(path, header)?),
@@ -150,7 +150,7 @@ impl ThrottleArgs {
         let options = ProxyOptions {
             tenants,
             upstream: self.upstream.clone(),
-            concurrency,
+            slots,
             queue: self.queue,
             max_wait: Duration::from_millis(self.max_wait_ms),
             drain_rate: self.drain_rate,

@@ -78,7 +78,7 @@ impl Metrics {
     pub fn set_global_shares(
         &self,
         config: &crate::config::Config,
-        shares: &crate::limiter::global::GlobalShares,
+        shares: &crate::limiter::shares::GlobalShares,
     ) {
         self.global_shares.clear();
         self.global_shares_lent.clear();

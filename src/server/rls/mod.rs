@@ -172,7 +172,7 @@ impl<S: Store> RlsService<S> {
         let span = self
             .options
             .traces
-            .should_rate_limit(&metadata, &request.domain);
+            .decision_span(&metadata, &request.domain);
         if span.is_none() {
             return self.decide(request).await.map(Response::new);
         }

@@ -17,10 +17,10 @@
 //! Every lease state lives in the one lease store, keyed by its
 //! [`LeaseSpace`]: a user's names and the server's own never meet.
 
-pub mod global;
 pub mod nudge;
 pub mod parent;
 pub mod quota;
+pub mod share_renewal;
 
 use crate::config::Config;
 use crate::config::global::{GlobalTiming, RESOURCE_PREFIX};
@@ -28,9 +28,9 @@ use crate::engine::capacity::{CapacityConfig, Want};
 use crate::store::ResourceRef;
 use crate::store::leases::{LeaseKey, LeaseLog, LeaseSpace};
 
-use self::global::global_capacity;
 use self::nudge::Nudges;
 use self::parent::ParentShares;
+use self::share_renewal::global_capacity;
 use crate::service::Service;
 use crate::service::core::{Target, not_configured, target_in};
 use crate::service::error::{Error, Kind};

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use crate::config::capacity::UNLIMITED_SAFE_CAPACITY;
 use crate::config::global::{FASTEST_REFRESH_MS, GlobalLimit, GlobalTiming, SafeShare};
 use crate::engine::capacity::{Algorithm, CapacityConfig, Want};
-use crate::limiter::global::{CLOCK_SKEW_MS, GlobalShares};
+use crate::limiter::shares::{CLOCK_SKEW_MS, GlobalShares};
 use crate::store::ResourceRef;
 use crate::store::leases::{LeaseKey, LeaseSpace};
 
