@@ -188,26 +188,14 @@ impl Kind for HybridItem {
 
     /// Whether a hybrid limiter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        decide(
-            &state_in(slots, self.slot),
-            self.quota,
-            self.window,
-            self.hits,
-            now,
-        )
-        .over
+        let state = state_in(slots, self.slot);
+        decide(&state, self.quota, self.window, self.hits, now).over
     }
 
     /// Decides a hybrid limiter's item and, committing, records what passes (and what
     /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        let Self {
-            slot,
-            quota,
-            window,
-            hits,
-            ..
-        } = *self;
+        let (slot, quota, window, hits) = (self.slot, self.quota, self.window, self.hits);
         let Step { slots, now, commit } = step;
         let seen = decide(&state_in(slots, slot), quota, window, hits, now);
         if commit

@@ -146,26 +146,14 @@ impl Kind for SlidingItem {
 
     /// Whether a sliding window counter's item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        check(
-            &state_in(slots, self.slot),
-            self.limit,
-            self.period,
-            self.hits,
-            now,
-        )
-        .over
+        let state = state_in(slots, self.slot);
+        check(&state, self.limit, self.period, self.hits, now).over
     }
 
     /// Decides a sliding window counter's item and, committing, records what passes (and what
     /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            ..
-        } = *self;
+        let (slot, limit, period, hits) = (self.slot, self.limit, self.period, self.hits);
         let Step { slots, now, commit } = step;
         let before = state_in(slots, slot);
         let seen = check(&before, limit, period, hits, now);

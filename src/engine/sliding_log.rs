@@ -123,14 +123,8 @@ impl Kind for SlidingLogItem {
     /// Decides a sliding window log's item and, committing, records what passes (and what
     /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            count_rejected,
-            ..
-        } = *self;
+        let (slot, limit, period, hits) = (self.slot, self.limit, self.period, self.hits);
+        let count_rejected = self.count_rejected;
         let Step { slots, now, commit } = step;
         let mut fresh = LogState::default();
         let state = match slots.get_mut(slot) {

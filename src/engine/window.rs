@@ -94,27 +94,15 @@ impl Kind for WindowItem {
 
     /// Whether a fixed-window item is over its limit at `now`.
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        check(
-            &state_in(slots, self.slot),
-            self.limit,
-            self.period,
-            self.hits,
-            now,
-        )
-        .over
+        let state = state_in(slots, self.slot);
+        check(&state, self.limit, self.period, self.hits, now).over
     }
 
     /// Decides a fixed-window item and, committing, records what passes (and what
     /// counts whatever the verdict).
     fn run(&self, step: Step<'_>) -> Outcome {
-        let Self {
-            slot,
-            limit,
-            period,
-            hits,
-            count_rejected,
-            ..
-        } = *self;
+        let (slot, limit, period, hits) = (self.slot, self.limit, self.period, self.hits);
+        let count_rejected = self.count_rejected;
         let Step { slots, now, commit } = step;
         let before = state_in(slots, slot);
         let check = check(&before, limit, period, hits, now);
