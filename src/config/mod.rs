@@ -341,6 +341,15 @@ impl Algorithm {
         }
     }
 
+    /// As a configuration writes it, for messages: `` `algorithm: gcra` ``,
+    /// or `` `calendar` `` for a calendar window.
+    pub fn as_written(&self) -> String {
+        match self {
+            Algorithm::Calendar => "`calendar`".to_owned(),
+            other => format!("`algorithm: {}`", other.name()),
+        }
+    }
+
     /// Whether `count_rejected` may record refused hits: only where a
     /// refused hit is something to remember (a window's count, a log).
     pub fn may_count_rejected(&self) -> bool {

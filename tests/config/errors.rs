@@ -787,7 +787,7 @@ fn a_calendar_window_says_what_is_wrong_where() {
         &limit("count_rejected: true, calendar: {}"),
         4,
         69,
-        &["`count_rejected` applies only to fixed windows and sliding logs"],
+        &["`count_rejected` applies only to fixed windows and sliding logs (not to `calendar`)"],
     );
     assert_error(
         &one_limit("{unit: hour, requests_per_unit: 5, calendar: {}}"),

@@ -148,8 +148,8 @@ impl Ctx {
                         self.error(
                             count.referenced,
                             format!(
-                                "`count_rejected` applies only to fixed windows and sliding logs (not to `algorithm: {}`)",
-                                algorithm.name()
+                                "`count_rejected` applies only to fixed windows and sliding logs (not to {})",
+                                algorithm.as_written()
                             ),
                         );
                         return Leaf::None;
@@ -162,8 +162,8 @@ impl Ctx {
                         self.error(
                             global.referenced,
                             format!(
-                                "`global` applies only to fixed and sliding windows (not to `algorithm: {}`)",
-                                algorithm.name()
+                                "`global` applies only to fixed and sliding windows (not to {})",
+                                algorithm.as_written()
                             ),
                         );
                         return Leaf::None;
@@ -228,8 +228,8 @@ impl Ctx {
                 return refuse(
                     self,
                     format!(
-                        "`max_hold` makes a concurrency limit, which cannot also be `algorithm: {}`",
-                        other.name()
+                        "`max_hold` makes a concurrency limit, which cannot also be {}",
+                        other.as_written()
                     ),
                 );
             }

@@ -108,8 +108,8 @@ impl Ctx {
             self.error(
                 cost.referenced,
                 format!(
-                    "`cost: after_response` counts in fixed windows (not with `algorithm: {}`)",
-                    algorithm.name()
+                    "`cost: after_response` counts in fixed windows (not with {})",
+                    algorithm.as_written()
                 ),
             );
             return None;
