@@ -807,4 +807,29 @@ async fn an_operators_extension_makes_a_pushed_limit_a_sliding_window() {
             && log.contains("extensions.yaml:5:5"),
         "{log}"
     );
+
+    // The operator changes the file (a ConfigMap's update): a token bucket
+    // of 5 a second with bursts of 1. Read again and the last snapshot
+    // applied with it, no push needed: two requests at once, the second
+    // refused, where the sliding window admits both.
+    std::fs::write(
+        &extensions,
+        "extensions:\n  - domain: gateway\n    descriptors: [generic_key=route]\n    rate_limit: {algorithm: gcra, burst: 1}\n",
+    )
+    .expect("rewrite the extensions");
+    let deadline = Instant::now() + READY;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let pair = [status(&http, &route).await, status(&http, &route).await];
+        if pair == [Some(200), Some(429)] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new extensions never applied: {pair:?}"
+        );
+    }
+    let log = std::fs::read_to_string(dir.path().join("ratelimit.log")).unwrap_or_default();
+    assert!(log.contains("xDS extensions reloaded"), "{log}");
+    assert!(charon.exited().is_none());
 }

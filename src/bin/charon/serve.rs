@@ -374,6 +374,7 @@ impl XdsArgs {
             max_message_bytes: self.max_message_bytes as usize,
             force_start: self.force_start,
             extensions: Arc::new(Extensions::load_flag(self.extensions.as_deref())?),
+            extensions_path: self.extensions,
         }))
     }
 }

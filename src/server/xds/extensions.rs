@@ -18,8 +18,12 @@
 //! snapshot's domains are extended before they are loaded (so a pushed
 //! limit with an extension is checked like a file), and an extension that
 //! matched no limit of the snapshot is logged as a warning with its place.
+//! A changed file (or SIGHUP) is read again and the last snapshot applied
+//! with it at once; one that does not check is logged, the last good kept.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
@@ -209,6 +213,53 @@ impl Extensions {
             .map(|(extension, _)| extension.place.as_str())
             .collect()
     }
+}
+
+/// Re-reads the file at `path` when it changes (looked at every `every`,
+/// so a ConfigMap's update is seen) and on SIGHUP, until `shutdown`: each
+/// version that checks is sent; one that does not is logged with its
+/// errors, and the last good one stays.
+pub fn watch(
+    path: PathBuf,
+    initial: Arc<Extensions>,
+    every: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> tokio::sync::watch::Receiver<Arc<Extensions>> {
+    let (sender, receiver) = tokio::sync::watch::channel(initial);
+    tokio::spawn(async move {
+        let mut last = std::fs::read_to_string(&path).ok();
+        let mut hangups =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        loop {
+            let hangup = async {
+                match hangups.as_mut() {
+                    Some(signal) => signal.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = hangup => {}
+                () = tokio::time::sleep(every) => {}
+            }
+            let text = std::fs::read_to_string(&path).ok();
+            if text == last {
+                continue;
+            }
+            last = text;
+            match Extensions::load(&path) {
+                Ok(extensions) => {
+                    tracing::info!(path = %path.display(), extensions = extensions.len(), "xDS extensions reloaded");
+                    sender.send_replace(Arc::new(extensions));
+                }
+                Err(errors) => tracing::error!(
+                    errors = %crate::config::ConfigErrors(errors),
+                    "xDS extensions do not load; keeping the last good ones"
+                ),
+            }
+        }
+    });
+    receiver
 }
 
 /// `pattern` is the domain, or a prefix of it followed by `*`.

@@ -63,8 +63,10 @@ pub struct XdsOptions {
     /// Serve before the first snapshot (not ready until it arrives);
     /// otherwise the sidecar waits for it before it listens.
     pub force_start: bool,
-    /// Charon's extensions for the pushed limits (`--xds-extensions`).
+    /// Charon's extensions for the pushed limits (`--xds-extensions`),
+    /// as read at start, and their file, read again when it changes.
     pub extensions: Arc<extensions::Extensions>,
+    pub extensions_path: Option<PathBuf>,
 }
 
 /// TLS to the control plane: the CA that signs its certificate, this
@@ -143,10 +145,21 @@ pub fn spawn(
 ) -> Result<XdsStatus, XdsError> {
     let endpoint = endpoint(&options)?;
     let (applied_tx, applied_first) = watch::channel(false);
+    let extensions = match &options.extensions_path {
+        Some(path) => Some(extensions::watch(
+            path.clone(),
+            options.extensions.clone(),
+            EXTENSIONS_EVERY,
+            shutdown.clone(),
+        )),
+        None => None,
+    };
     let mut client = Client {
         options,
         configuration,
         metrics,
+        extensions,
+        last: None,
         acked: None,
         applied: applied_tx,
     };
@@ -184,6 +197,10 @@ struct Client {
     options: XdsOptions,
     configuration: Arc<Configuration>,
     metrics: Arc<Metrics>,
+    /// The extensions as their file says now, when there is one.
+    extensions: Option<watch::Receiver<Arc<extensions::Extensions>>>,
+    /// The last response applied, to apply again with new extensions.
+    last: Option<DiscoveryResponse>,
     /// The version of the last response ACKed.
     acked: Option<String>,
     applied: watch::Sender<bool>,
@@ -223,7 +240,14 @@ impl Client {
         tracing::info!(server = %self.options.server, node = %self.options.node_id, "xDS stream open");
         let mut answered = false;
         loop {
-            let response = match responses.message().await {
+            let message = tokio::select! {
+                message = responses.message() => message,
+                () = extensions_changed(self.extensions.as_mut()) => {
+                    self.reapply().await;
+                    continue;
+                }
+            };
+            let response = match message {
                 Ok(Some(response)) => response,
                 Ok(None) if answered => return Ok(()),
                 Ok(None) => return Err("the server ended the stream".into()),
@@ -238,15 +262,47 @@ impl Client {
         }
     }
 
+    /// The extensions in force: the file's latest good version.
+    fn extensions(&self) -> Arc<extensions::Extensions> {
+        match &self.extensions {
+            Some(receiver) => receiver.borrow().clone(),
+            None => self.options.extensions.clone(),
+        }
+    }
+
+    /// Applies the last response again, with the extensions just read.
+    async fn reapply(&mut self) {
+        let Some(response) = self.last.clone() else {
+            return;
+        };
+        let extensions = self.extensions();
+        let pushed = pushed_namespaces(&response, self.options.max_message_bytes, &extensions);
+        let applied = match pushed {
+            Ok(namespaces) => self
+                .configuration
+                .push(namespaces)
+                .await
+                .map_err(|errors| errors.to_string()),
+            Err(reason) => Err(reason),
+        };
+        match applied {
+            Ok(count) => {
+                self.metrics.set_namespaces(count);
+                tracing::info!(version = %response.version_info, "xDS snapshot applied again with the new extensions");
+            }
+            Err(reason) => tracing::error!(
+                %reason,
+                "the new xDS extensions do not load with the last snapshot; keeping the running configuration"
+            ),
+        }
+    }
+
     /// Applies one response; the ACK or NACK to send back.
     async fn apply(&mut self, response: &DiscoveryResponse) -> DiscoveryRequest {
         let acked = self.acked.clone().unwrap_or_default();
         let nonce = response.nonce.clone();
-        let pushed = pushed_namespaces(
-            response,
-            self.options.max_message_bytes,
-            &self.options.extensions,
-        );
+        let extensions = self.extensions();
+        let pushed = pushed_namespaces(response, self.options.max_message_bytes, &extensions);
         let refused = match pushed {
             Err(reason) => Some(reason),
             Ok(namespaces) => match self.configuration.push(namespaces).await {
@@ -266,6 +322,7 @@ impl Client {
         };
         match refused {
             None => {
+                self.last = Some(response.clone());
                 self.acked = Some(response.version_info.clone());
                 self.applied.send_replace(true);
                 self.request(response.version_info.clone(), nonce, None)
@@ -297,6 +354,21 @@ impl Client {
             error_detail: error,
             ..Default::default()
         }
+    }
+}
+
+/// How often the extensions' file is looked at for a change.
+const EXTENSIONS_EVERY: Duration = Duration::from_secs(2);
+
+/// Resolves when `extensions` changed; never without a file to watch (or
+/// once its watcher stopped, at shutdown).
+async fn extensions_changed(extensions: Option<&mut watch::Receiver<Arc<extensions::Extensions>>>) {
+    let changed = match extensions {
+        Some(receiver) => receiver.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -490,102 +562,4 @@ fn random_unit() -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use envoy_types::pb::google::protobuf::Any;
-
-    fn resource(name: &str, domain: &str) -> Any {
-        Any {
-            type_url: RATE_LIMIT_CONFIG_TYPE.into(),
-            value: RateLimitConfig {
-                name: name.into(),
-                domain: domain.into(),
-                descriptors: Vec::new(),
-            }
-            .encode_to_vec(),
-        }
-    }
-
-    fn response(resources: Vec<Any>) -> DiscoveryResponse {
-        DiscoveryResponse {
-            version_info: "1".into(),
-            type_url: RATE_LIMIT_CONFIG_TYPE.into(),
-            nonce: "n".into(),
-            resources,
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_response_is_refused_naming_the_resource_and_the_reason() {
-        let wrong_type = Any {
-            type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
-            value: Vec::new(),
-        };
-        let garbage = Any {
-            type_url: RATE_LIMIT_CONFIG_TYPE.into(),
-            value: vec![0xff, 0xff, 0xff],
-        };
-        for (response, max, expected) in [
-            (
-                response(vec![resource("a", "d"), wrong_type]),
-                1 << 20,
-                "resource #1 is a `type.googleapis.com/envoy.config.cluster.v3.Cluster`",
-            ),
-            (
-                response(vec![garbage]),
-                1 << 20,
-                "resource #0 does not decode",
-            ),
-            (
-                response(vec![resource("a", "d"), resource("b", "d")]),
-                1 << 20,
-                "resources `a` and `b` both configure domain `d`",
-            ),
-            (
-                response(vec![resource("a", "d")]),
-                10,
-                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-            ),
-            (
-                DiscoveryResponse {
-                    type_url: "type.googleapis.com/x".into(),
-                    ..response(Vec::new())
-                },
-                1 << 20,
-                "of type `type.googleapis.com/x`",
-            ),
-        ] {
-            let reason = pushed_namespaces(&response, max, &extensions::Extensions::default())
-                .expect_err("refused");
-            assert!(reason.contains(expected), "`{expected}` in {reason}");
-        }
-        let fine = pushed_namespaces(
-            &response(vec![resource("a", "d"), resource("", "e")]),
-            1 << 20,
-            &extensions::Extensions::default(),
-        )
-        .expect("two domains");
-        assert_eq!(fine[0].origin, PathBuf::from("xds:a"));
-        assert_eq!(fine[1].origin, PathBuf::from("xds:#1"));
-    }
-
-    #[test]
-    fn backoff_doubles_to_its_cap_within_its_spread() {
-        let backoff = Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-            random_factor: 0.5,
-            jitter: false,
-        };
-        let waits: Vec<u128> = (1..=6).map(|n| backoff.wait(n, 0.0).as_millis()).collect();
-        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
-        let jittered = Backoff {
-            jitter: true,
-            ..backoff
-        };
-        assert_eq!(jittered.wait(1, 0.0).as_millis(), 50);
-        assert_eq!(jittered.wait(1, 0.5).as_millis(), 100);
-        assert_eq!(jittered.wait(u32::MAX, 0.999_999).as_millis(), 1499);
-    }
-}
+mod tests;
