@@ -10,7 +10,7 @@
 //! hits and its batch of refunds (negative hits, given back); `status`
 //! turns outcomes into statuses; `cost` reserves, commits, cancels and
 //! refunds on `cost: after_response` budgets for the callers that can say
-//! an estimate first; [`global`] keeps this server's shares of its global
+//! an estimate first; [`shares`] keeps this server's shares of its global
 //! limits, the runtime state the configuration does not carry.
 //!
 //! ```rust

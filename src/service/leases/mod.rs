@@ -8,7 +8,7 @@
 //!   is answered on its own: one unknown resource does not cost the others
 //!   their leases.
 //! - Global limits' shares among the servers of a hierarchy, renewed in the
-//!   service's housekeeping ([`global`]).
+//!   service's housekeeping ([`share_renewal`]).
 //! - RLQS buckets' shares among the Envoys that report them ([`quota`]).
 //! - A parent's grants, for the resources this level leases from it
 //!   ([`parent`]), and the nudges pushed down to the levels below
