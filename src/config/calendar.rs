@@ -10,7 +10,7 @@
 //! gives four boundaries, three windows, the one of `now` in the middle.
 
 use jiff::Timestamp;
-use jiff::civil::Date;
+use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
 
 /// The unit of a calendar window.
@@ -92,14 +92,19 @@ impl Calendar {
     /// `now`, and the end of the window after it. `None` only for instants
     /// the calendar cannot name (beyond the year 9999).
     pub fn bounds(&self, now: u64) -> Option<[u64; 4]> {
+        // Straight between instants and civil times: a `Zoned` would clone
+        // the zone for each of the five, on every decision.
         let now = Timestamp::from_millisecond(i64::try_from(now).ok()?).ok()?;
-        let today = now.to_zoned(self.zone.clone()).date();
-        let start = self.start_of(today)?;
-        let dates = [self.previous(start)?, start, self.next(start)?];
-        let after = self.next(dates[2])?;
+        let start = self.start_of(self.zone.to_datetime(now).date())?;
+        let end = self.next(start)?;
+        let dates = [self.previous(start)?, start, end, self.next(end)?];
         let mut bounds = [0; 4];
-        for (bound, date) in bounds.iter_mut().zip(dates.into_iter().chain([after])) {
-            let instant = date.to_zoned(self.zone.clone()).ok()?.timestamp();
+        for (bound, date) in bounds.iter_mut().zip(dates) {
+            // Midnight, or the first instant of the day if a DST gap skips it.
+            let instant = self
+                .zone
+                .to_timestamp(date.to_datetime(Time::midnight()))
+                .ok()?;
             *bound = u64::try_from(instant.as_millisecond()).ok()?;
         }
         Some(bounds)

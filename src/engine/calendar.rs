@@ -5,8 +5,8 @@
 //! it decides in, so sidecars whose clocks differ roll over at one instant,
 //! the store's. Its state is a fixed window's.
 
-use super::window::WindowState;
-use super::{Kind, Outcome, Slot, Step, WindowOutcome};
+use super::window::{self, WindowState};
+use super::{Kind, Outcome, Slot, Step};
 
 /// A calendar window in a batch. `hits == 0` only checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,14 +33,6 @@ impl CalendarItem {
             (end, after)
         }
     }
-
-    /// The hits counted in the window of `now`.
-    fn count(&self, slots: &[Slot], now: u64) -> u64 {
-        match slots.get(self.slot) {
-            Some(Slot::Window(state)) if state.start == self.window_at(now).0 => state.count,
-            _ => 0,
-        }
-    }
 }
 
 impl Kind for CalendarItem {
@@ -49,17 +41,25 @@ impl Kind for CalendarItem {
     super::one_slot!();
 
     fn is_over(&self, slots: &[Slot], now: u64) -> bool {
-        self.count(slots, now).saturating_add(self.hits.max(1)) > self.limit
+        let (start, end) = self.window_at(now);
+        window::check_in(
+            &window::state_in(slots, self.slot),
+            self.limit,
+            start,
+            end,
+            self.hits,
+        )
+        .over
     }
 
     fn run(&self, step: Step<'_>) -> Outcome {
         let Step { slots, now, commit } = step;
         let (start, end) = self.window_at(now);
-        let before = self.count(slots, now);
-        let over = before.saturating_add(self.hits.max(1)) > self.limit;
-        let mut count = before;
-        if commit && !over && self.hits > 0 {
-            count = before.saturating_add(self.hits);
+        let state = window::state_in(slots, self.slot);
+        let check = window::check_in(&state, self.limit, start, end, self.hits);
+        let mut count = check.count;
+        if commit && !check.over && self.hits > 0 {
+            count = check.count.saturating_add(self.hits);
             if let Some(slot) = slots.get_mut(self.slot) {
                 *slot = Slot::Window(WindowState {
                     start,
@@ -68,28 +68,10 @@ impl Kind for CalendarItem {
                 });
             }
         }
-        let to_end = end.saturating_sub(now);
-        let wait = match (over, self.hits.max(1) > self.limit) {
-            (false, _) => Some(0),
-            (true, true) => None,
-            (true, false) => Some(to_end),
-        };
-        let retry_after = match (self.limit, count < self.limit) {
-            (0, _) => None,
-            (_, true) => Some(0),
-            (_, false) => Some(to_end),
-        };
-        Outcome::Window(WindowOutcome {
-            over,
-            limit: self.limit,
-            period: end - start,
-            remaining: self.limit.saturating_sub(count),
-            before,
-            reset_after: to_end,
-            wait,
-            retry_after,
-            unreturned: 0,
-        })
+        let period = end - start;
+        Outcome::Window(window::outcome(
+            &check, count, self.limit, period, self.hits, now,
+        ))
     }
 
     /// The window of `now`'s count, never below 0; an ended window has

@@ -29,12 +29,47 @@ pub fn window_start(now: u64, period: u64) -> u64 {
 /// Checks `hits` against `limit` (0 hits: would the next hit pass?).
 pub fn check(state: &WindowState, limit: u64, period: u64, hits: u64, now: u64) -> WindowCheck {
     let start = window_start(now, period);
+    check_in(state, limit, start, start.saturating_add(period), hits)
+}
+
+/// [`check`] in the window `[start, end)`, wherever its boundaries come
+/// from (the epoch's periods, or a calendar's).
+pub fn check_in(state: &WindowState, limit: u64, start: u64, end: u64, hits: u64) -> WindowCheck {
     let count = if state.start == start { state.count } else { 0 };
-    let asked = hits.max(1);
     WindowCheck {
-        over: count.saturating_add(asked) > limit,
+        over: count.saturating_add(hits.max(1)) > limit,
         count,
-        window_end: start.saturating_add(period),
+        window_end: end,
+    }
+}
+
+/// The answer to `hits` of a window of `period` ms that `check` saw,
+/// `count` hits in it after the decision.
+pub(super) fn outcome(
+    check: &WindowCheck,
+    count: u64,
+    limit: u64,
+    period: u64,
+    hits: u64,
+    now: u64,
+) -> WindowOutcome {
+    let wait = if !check.over {
+        Some(0)
+    } else if hits.max(1) > limit {
+        None
+    } else {
+        Some(check.window_end - now)
+    };
+    WindowOutcome {
+        over: check.over,
+        limit,
+        period,
+        remaining: limit.saturating_sub(count),
+        before: check.count,
+        reset_after: check.window_end - now,
+        wait,
+        retry_after: retry_after(&WindowCheck { count, ..*check }, limit, now),
+        unreturned: 0,
     }
 }
 
@@ -110,24 +145,7 @@ impl Kind for WindowItem {
         if hits > 0 && (count_rejected || (commit && !check.over)) {
             count = record_in(slots, slot, period, hits, now);
         }
-        let wait = if !check.over {
-            Some(0)
-        } else if hits.max(1) > limit {
-            None
-        } else {
-            Some(check.window_end - now)
-        };
-        Outcome::Window(WindowOutcome {
-            over: check.over,
-            limit,
-            period,
-            remaining: limit.saturating_sub(count),
-            before: check.count,
-            reset_after: check.window_end - now,
-            wait,
-            retry_after: retry_after(&WindowCheck { count, ..check }, limit, now),
-            unreturned: 0,
-        })
+        Outcome::Window(outcome(&check, count, limit, period, hits, now))
     }
 
     fn record_refused(&self, slots: &mut [Slot], now: u64) {
@@ -151,7 +169,7 @@ impl Kind for WindowItem {
 }
 
 /// The window in `slots[index]`, or an empty one.
-fn state_in(slots: &[Slot], index: usize) -> WindowState {
+pub(super) fn state_in(slots: &[Slot], index: usize) -> WindowState {
     match slots.get(index) {
         Some(Slot::Window(state)) => state.clone(),
         _ => WindowState::default(),
