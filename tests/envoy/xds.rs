@@ -448,29 +448,51 @@ async fn until_status(client: &reqwest::Client, url: &str, want: u16, proc: &mut
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn under_envoy_gateway_limits_come_over_xds_with_mutual_tls() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let tls = certificates(dir.path());
+/// A client for the tests' loopback calls (Charon's probes, Envoy).
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("reqwest client")
+}
+
+/// An upstream on a free port that answers every request; its port.
+async fn spawn_upstream() -> u16 {
     let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind upstream");
-    let upstream_port = upstream.local_addr().expect("upstream addr").port();
+    let port = upstream.local_addr().expect("upstream addr").port();
     tokio::spawn(async move {
         let app = axum::Router::new().fallback(|| async { "answered" });
         axum::serve(upstream, app).await.expect("upstream server");
     });
+    port
+}
+
+/// Envoy on `yaml` (written into `dir`), once its admin on `admin` says
+/// ready.
+async fn ready_envoy(dir: &Path, yaml: String, admin: u16, http: &reqwest::Client) -> Proc {
+    let config = dir.join("envoy.yaml");
+    std::fs::write(&config, yaml).expect("write envoy.yaml");
+    let mut envoy = spawn_envoy(&find_envoy(), &config, admin, dir);
+    let ready = format!("http://127.0.0.1:{admin}/ready");
+    until_status(http, &ready, 200, &mut envoy).await;
+    envoy
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn under_envoy_gateway_limits_come_over_xds_with_mutual_tls() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tls = certificates(dir.path());
+    let upstream_port = spawn_upstream().await;
     let [listen, envoy_admin, grpc, port, xds] = free_ports::<5>();
     let control = ControlPlane::new();
     let server = control.serve(xds, Some(&tls)).await;
 
     // Started without a snapshot: serving, not ready.
     let mut charon = start_ratelimit(dir.path(), &tls, port, grpc, xds);
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("reqwest client");
+    let http = http_client();
     let healthcheck = format!("http://127.0.0.1:{port}/healthcheck");
     until_status(&http, &healthcheck, 503, &mut charon).await;
     let deadline = Instant::now() + READY;
@@ -501,20 +523,8 @@ async fn under_envoy_gateway_limits_come_over_xds_with_mutual_tls() {
     );
     until_status(&http, &healthcheck, 200, &mut charon).await;
 
-    let envoy_config = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &envoy_config,
-        envoy_yaml(listen, envoy_admin, upstream_port, grpc, &tls),
-    )
-    .expect("write envoy.yaml");
-    let mut envoy = spawn_envoy(&find_envoy(), &envoy_config, envoy_admin, dir.path());
-    until_status(
-        &http,
-        &format!("http://127.0.0.1:{envoy_admin}/ready"),
-        200,
-        &mut envoy,
-    )
-    .await;
+    let yaml = envoy_yaml(listen, envoy_admin, upstream_port, grpc, &tls);
+    let _envoy = ready_envoy(dir.path(), yaml, envoy_admin, &http).await;
     let route = format!("http://127.0.0.1:{listen}/");
     let mut statuses = Vec::new();
     for _ in 0..3 {
@@ -630,11 +640,7 @@ async fn files_and_xds_coexist_and_the_first_snapshot_is_awaited() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("reqwest client");
+    let http = http_client();
     let readyz = format!("http://127.0.0.1:{admin}/readyz");
     let read_rlconfig = || async {
         http.get(format!("http://127.0.0.1:{admin}/rlconfig"))
@@ -711,14 +717,7 @@ async fn until_into_second(from: u64, to: u64) {
 async fn an_operators_extension_makes_a_pushed_limit_a_sliding_window() {
     let dir = tempfile::tempdir().expect("temp dir");
     let tls = certificates(dir.path());
-    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind upstream");
-    let upstream_port = upstream.local_addr().expect("upstream addr").port();
-    tokio::spawn(async move {
-        let app = axum::Router::new().fallback(|| async { "answered" });
-        axum::serve(upstream, app).await.expect("upstream server");
-    });
+    let upstream_port = spawn_upstream().await;
     let [listen, envoy_admin, grpc, port, xds] = free_ports::<5>();
     let control = ControlPlane::new();
     let _server = control.serve(xds, Some(&tls)).await;
@@ -734,11 +733,7 @@ async fn an_operators_extension_makes_a_pushed_limit_a_sliding_window() {
         [port, grpc, xds],
         &[("CHARON_XDS_EXTENSIONS", extensions.display().to_string())],
     );
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("reqwest client");
+    let http = http_client();
     let healthcheck = format!("http://127.0.0.1:{port}/healthcheck");
     until_status(&http, &healthcheck, 503, &mut charon).await;
     let before = control.seen().len();
@@ -749,20 +744,8 @@ async fn an_operators_extension_makes_a_pushed_limit_a_sliding_window() {
     let ack = control.answer_after(before).await;
     assert_eq!((ack.version.as_str(), ack.error.as_deref()), ("1", None));
     until_status(&http, &healthcheck, 200, &mut charon).await;
-    let envoy_config = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &envoy_config,
-        envoy_yaml(listen, envoy_admin, upstream_port, grpc, &tls),
-    )
-    .expect("write envoy.yaml");
-    let mut envoy = spawn_envoy(&find_envoy(), &envoy_config, envoy_admin, dir.path());
-    until_status(
-        &http,
-        &format!("http://127.0.0.1:{envoy_admin}/ready"),
-        200,
-        &mut envoy,
-    )
-    .await;
+    let yaml = envoy_yaml(listen, envoy_admin, upstream_port, grpc, &tls);
+    let _envoy = ready_envoy(dir.path(), yaml, envoy_admin, &http).await;
     let route = format!("http://127.0.0.1:{listen}/");
     let burst = || async {
         let mut admitted = 0;

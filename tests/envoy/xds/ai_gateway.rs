@@ -19,8 +19,8 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
 };
 use prost::Message;
 
-use super::super::envoy_e2e::{Proc, find_envoy, free_ports, spawn_envoy};
-use super::{ControlPlane, TYPE, until_status};
+use super::super::envoy_e2e::{Proc, free_ports};
+use super::{ControlPlane, TYPE, ready_envoy, until_status};
 
 /// AI Gateway's one domain for every QuotaPolicy.
 const DOMAIN: &str = "ai-gateway-quota";
@@ -189,20 +189,8 @@ async fn ai_gateways_quota_feed_holds_a_per_model_token_budget() {
         &mut charon,
     )
     .await;
-    let config = dir.path().join("envoy.yaml");
-    std::fs::write(
-        &config,
-        envoy_yaml(listen, envoy_admin, upstream_port, grpc),
-    )
-    .expect("write envoy.yaml");
-    let mut envoy = spawn_envoy(&find_envoy(), &config, envoy_admin, dir.path());
-    until_status(
-        &http,
-        &format!("http://127.0.0.1:{envoy_admin}/ready"),
-        200,
-        &mut envoy,
-    )
-    .await;
+    let yaml = envoy_yaml(listen, envoy_admin, upstream_port, grpc);
+    let _envoy = ready_envoy(dir.path(), yaml, envoy_admin, &http).await;
     assert!(
         control
             .seen()

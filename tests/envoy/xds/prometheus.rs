@@ -199,11 +199,7 @@ async fn envoy_gateways_dashboard_and_queries_read_charons_series() {
             ("PROMETHEUS_MAPPER_YAML", mapper.display().to_string()),
         ],
     );
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("reqwest client");
+    let http = super::http_client();
     until_status(
         &http,
         &format!("http://127.0.0.1:{port}/healthcheck"),
