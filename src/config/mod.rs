@@ -22,6 +22,7 @@ mod descriptors;
 pub mod duration;
 mod error;
 pub mod global;
+pub mod learned;
 mod load;
 pub mod overlay;
 mod raw;
@@ -105,6 +106,48 @@ pub struct Settings {
     pub ignore_configured: bool,
     /// Unknown resources behave as unlimited (used by the Charon API).
     pub allow_unconfigured: bool,
+    /// Use per domain is recorded, so that a limit can be proposed from it.
+    pub learn: Option<Learn>,
+}
+
+/// `settings.learn`: what is recorded of the use of unconfigured resources
+/// and of shadow-mode limits, per domain (docs/design.md#learning-a-limit).
+/// The memory it takes is bounded by these three numbers alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Learn {
+    /// The window use is counted in: what a proposed limit is per.
+    pub window_ms: u64,
+    /// How many windows are kept: the recorded period.
+    pub windows: u32,
+    /// The heaviest domains kept per window (of each resource or limit).
+    pub domains: u32,
+}
+
+impl Learn {
+    pub const DEFAULT: Learn = Learn {
+        window_ms: 60_000,
+        windows: 60,
+        domains: 100,
+    };
+    /// Bounds of each field: a window of one second to one day, at most a
+    /// week of minutes, at most 10 000 domains per window.
+    pub const WINDOW_MS: std::ops::RangeInclusive<u64> = 1_000..=86_400_000;
+    pub const WINDOWS: std::ops::RangeInclusive<u32> = 1..=10_080;
+    pub const DOMAINS: std::ops::RangeInclusive<u32> = 1..=10_000;
+    /// The resources and limits recorded per namespace: past this, a new one
+    /// is not recorded (and the proposal says how many were not).
+    pub const SUBJECTS: usize = 100;
+
+    /// The start of the window `now_ms` falls in.
+    pub fn window_start(&self, now_ms: u64) -> u64 {
+        now_ms - now_ms % self.window_ms
+    }
+
+    /// How long a window's record is kept: until the recorded period has
+    /// moved past it.
+    pub fn retention_ms(&self) -> u64 {
+        self.window_ms.saturating_mul(u64::from(self.windows) + 1)
+    }
 }
 
 /// A named resource of a namespace.

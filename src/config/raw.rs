@@ -36,6 +36,22 @@ pub struct RawSettings {
     pub ignore_configured: bool,
     #[serde(default)]
     pub allow_unconfigured: bool,
+    /// Record use per domain so that a limit can be proposed from it
+    /// (docs/configuration.md#learning-a-limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learn: Option<Spanned<RawLearn>>,
+}
+
+/// `settings.learn`: each field optional, with its default.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLearn {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Spanned<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Spanned<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domains: Option<Spanned<i64>>,
 }
 
 /// An envoyproxy/ratelimit descriptor, plus Charon's `resource:` leaf.

@@ -23,8 +23,8 @@ use super::descriptors::{Glob, KeyMatchers, Leaf, Level, Node};
 use super::duration::{self, Millis};
 
 use super::global::{self, GlobalLimit};
-use super::raw::{RawDescriptor, RawFile, RawSafeShare};
-use super::{Algorithm, ConfigError, FixedLimit, Namespace, Note, Settings, caps};
+use super::raw::{RawDescriptor, RawFile, RawLearn, RawSafeShare};
+use super::{Algorithm, ConfigError, FixedLimit, Learn, Namespace, Note, Settings, caps};
 
 /// One file's compilation: where it is, and what it found wrong or changed.
 pub(in crate::config) struct Ctx {
@@ -192,6 +192,57 @@ impl Ctx {
         }
     }
 
+    /// `settings.learn`, each field within its bounds.
+    fn learn(&mut self, raw: &Spanned<RawLearn>) -> Option<Learn> {
+        let mut learn = Learn::DEFAULT;
+        let mut valid = true;
+        if let Some(window) = &raw.value.window {
+            match self.duration(window, "learn.window") {
+                Some(ms) if Learn::WINDOW_MS.contains(&ms) => learn.window_ms = ms,
+                Some(_) => {
+                    self.error(
+                        window.referenced,
+                        format!("learn.window must be from 1s to 1d, got `{}`", window.value),
+                    );
+                    valid = false;
+                }
+                None => valid = false,
+            }
+        }
+        for (field, value, bounds, into) in [
+            (
+                "windows",
+                &raw.value.windows,
+                Learn::WINDOWS,
+                &mut learn.windows,
+            ),
+            (
+                "domains",
+                &raw.value.domains,
+                Learn::DOMAINS,
+                &mut learn.domains,
+            ),
+        ] {
+            let Some(value) = value else { continue };
+            match u32::try_from(value.value) {
+                Ok(n) if bounds.contains(&n) => *into = n,
+                _ => {
+                    self.error(
+                        value.referenced,
+                        format!(
+                            "learn.{field} must be from {} to {}, got {}",
+                            bounds.start(),
+                            bounds.end(),
+                            value.value
+                        ),
+                    );
+                    valid = false;
+                }
+            }
+        }
+        valid.then_some(learn)
+    }
+
     pub(in crate::config) fn namespace(&mut self, raw: &mut RawFile) -> Namespace {
         let name = raw.domain.value.clone();
         if name.is_empty() {
@@ -204,6 +255,7 @@ impl Ctx {
             .map(|s| Settings {
                 ignore_configured: s.ignore_configured,
                 allow_unconfigured: s.allow_unconfigured,
+                learn: s.learn.as_ref().and_then(|learn| self.learn(learn)),
             })
             .unwrap_or_default();
         let kinds: HashMap<String, Kind> = raw
