@@ -399,7 +399,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     }
     let ready = Arc::new(AtomicBool::new(false));
     let limiter = service.limiter.clone();
-    let copies = service.copies.clone();
+    let proposals = service.clone();
     let rlqs =
         RateLimitQuotaServiceServer::new(rlqs::RlqsService::new(service.clone(), metrics.clone()));
     let api = ApiService::new(
@@ -450,8 +450,9 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
     };
     let sources = admin::state::StateSources {
         limiter: limiter.clone(),
-        copies: copies.clone(),
+        copies: proposals.copies.clone(),
         origins: Some(admin::config_api::origins(configuration.clone())),
+        proposals: Some(proposals.clone()),
     };
     if let Some(listener) = metrics_listener {
         let metrics_only = axum::serve(
@@ -517,7 +518,7 @@ async fn serve(started: Started, options: &ServeOptions) -> anyhow::Result<Servi
         ready,
         health,
         open_sessions,
-        copies,
+        copies: proposals.copies.clone(),
         shutdown_tx,
         _watcher: watcher,
     })

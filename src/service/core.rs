@@ -110,6 +110,10 @@ impl Service {
             Target::Unconfigured(namespace) => {
                 self.observer
                     .unconfigured_request(&namespace.name, &at.resource, op.hits);
+                if let Some(learn) = &namespace.settings.learn {
+                    self.learn
+                        .record(&namespace.name, &at.resource, &at.domain, op.hits, learn);
+                }
                 Ok(RateAnswer {
                     granted: op.hits,
                     retry_after_ms: Some(0),

@@ -9,15 +9,16 @@
 //! session's hold set ([`session`]); the lease wing under one roof
 //! ([`leases`]: capacity leases, global limits' shares and RLQS buckets,
 //! taken from a parent ([`leases::parent`]) and pushed down as nudges
-//! ([`leases::nudge`])); and, for an engine on
-//! configuration
-//! files, the configuration API ([`configuration`]). The faces in `server`
+//! ([`leases::nudge`])); limits proposed from recorded use ([`learn`]);
+//! and, for an engine on configuration files, the configuration API
+//! ([`configuration`]). The faces in `server`
 //! and the embedded client parse their wire into these calls (`api`).
 
 pub mod configuration;
 pub mod core;
 pub mod cost;
 pub mod error;
+pub mod learn;
 pub mod leases;
 pub mod ops;
 pub mod session;
@@ -33,6 +34,7 @@ use crate::config::{Config, Resource, Running};
 use crate::limiter::{Limiter, Modes};
 use crate::store::MemoryStore;
 use crate::store::copies::CopyLog;
+use crate::store::learn::LearnLog;
 
 use self::configuration::Configuration;
 use crate::store::open::{SidecarStore, Stores};
@@ -59,6 +61,9 @@ pub struct Service {
     pub configuration: Option<Arc<Configuration>>,
     /// Reserves waiting for copies.
     pub waiting: waiting::WaitQueues,
+    /// Use recorded per domain for namespaces that learn
+    /// ([`Service::proposal`]).
+    pub learn: Arc<dyn LearnLog>,
 }
 
 impl Service {
@@ -88,6 +93,7 @@ impl Service {
             limiter: Arc::new(Limiter::on(running, stores.rate).with_modes(modes)),
             copies: stores.copies,
             leases: leases::LeaseStates::new(stores.leases),
+            learn: stores.learn,
             observer,
             configuration: None,
             waiting: waiting::WaitQueues::default(),

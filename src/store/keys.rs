@@ -428,3 +428,24 @@ mod tests {
         assert_eq!(parse_copy_index_member("9:ab"), None);
     }
 }
+
+/// The resources a namespace has recorded use of (docs/design.md#learning-a-limit),
+/// in the one slot of everything the namespace records.
+pub fn learn_resources_key(namespace: &str) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8 + namespace.len());
+    push_tag(&mut key, ["learn", namespace]);
+    key.push_str("Ls");
+    push_part(&mut key, namespace);
+    key
+}
+
+/// One window's recorded use of one resource: its heaviest domains' hits.
+pub fn learn_window_key(namespace: &str, resource: &str, start_ms: u64) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + resource.len());
+    push_tag(&mut key, ["learn", namespace]);
+    key.push_str("Lw");
+    push_part(&mut key, namespace);
+    push_part(&mut key, resource);
+    push_number(&mut key, start_ms);
+    key
+}

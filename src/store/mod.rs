@@ -16,6 +16,8 @@ pub mod copies;
 mod failover;
 pub mod keys;
 #[cfg(feature = "embedded")]
+pub mod learn;
+#[cfg(feature = "embedded")]
 pub mod leases;
 mod memory;
 mod on_error;
@@ -32,12 +34,16 @@ use smallvec::SmallVec;
 pub use failover::{Failover, FailoverStats};
 pub use memory::{DEFAULT_MAX_KEYS, MemoryStats, MemoryStore, mapped_table_bytes};
 #[cfg(feature = "embedded")]
-pub use memory::{config_log::MemoryLog, copies::MemoryCopies, leases::MemoryLeases};
+pub use memory::{
+    config_log::MemoryLog, copies::MemoryCopies, learn::MemoryLearn, leases::MemoryLeases,
+};
 pub use on_error::OnStoreError;
 #[cfg(feature = "redis")]
 pub use redis::{RedisError, RedisOptions, RedisStore, StoreTls};
 #[cfg(all(feature = "redis", feature = "embedded"))]
-pub use redis::{config_log::RedisLog, copies::RedisCopies, leases::RedisLeases};
+pub use redis::{
+    config_log::RedisLog, copies::RedisCopies, learn::RedisLearn, leases::RedisLeases,
+};
 
 use crate::engine::{Decision, Item, SlotKind};
 

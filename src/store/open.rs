@@ -14,14 +14,16 @@ use crate::engine::Decision;
 use crate::engine::Slot;
 use crate::store::copies::{CopyLog, CopyTimings};
 use crate::store::keys::KeyPrefix;
+use crate::store::learn::LearnLog;
 use crate::store::leases::LeaseLog;
 use crate::store::{
-    Batch, MemoryCopies, MemoryLeases, MemoryStats, MemoryStore, OnStoreError, Store, StoreError,
+    Batch, MemoryCopies, MemoryLearn, MemoryLeases, MemoryStats, MemoryStore, OnStoreError, Store,
+    StoreError,
 };
 #[cfg(feature = "redis")]
 use crate::store::{
-    Failover, FailoverStats, RedisCopies, RedisError, RedisLeases, RedisOptions, RedisStore,
-    SlotKey,
+    Failover, FailoverStats, RedisCopies, RedisError, RedisLearn, RedisLeases, RedisOptions,
+    RedisStore, SlotKey,
 };
 
 /// `--store`, `--store-timeout`, `--on-store-error`, `--max-keys` and the
@@ -139,6 +141,8 @@ pub struct Stores {
     pub rate: SidecarStore,
     pub copies: Arc<dyn CopyLog>,
     pub leases: Box<dyn LeaseLog>,
+    /// Recorded use, for proposing limits (`settings.learn`).
+    pub learn: Arc<dyn LearnLog>,
 }
 
 impl Stores {
@@ -149,6 +153,7 @@ impl Stores {
             rate: SidecarStore::Memory(MemoryStore::new().with_max_keys(max_keys)),
             copies: Arc::new(MemoryCopies::new()),
             leases: Box::new(MemoryLeases::new()),
+            learn: Arc::new(MemoryLearn::new()),
         }
     }
 
@@ -180,10 +185,12 @@ impl Stores {
             timings,
         );
         let leases = RedisLeases::on(redis.sharing(redis_options(options)));
+        let learn = RedisLearn::on(redis.sharing(redis_options(options)));
         Ok(Self {
             rate: SidecarStore::Redis(Failover::new(redis, options.on_error, memory)),
             copies: Arc::new(copies),
             leases: Box::new(leases),
+            learn: Arc::new(learn),
         })
     }
 

@@ -408,6 +408,7 @@ proptest! {
                     limiter,
                     copies,
                     origins: None,
+                    proposals: None,
                 },
                 Access::new(None).expect("no token file"),
             );

@@ -18,6 +18,7 @@
 pub mod access;
 pub mod config_api;
 pub mod config_client;
+pub mod learned;
 pub mod simulator;
 pub mod state;
 
@@ -65,6 +66,7 @@ GET    /ui/simulator           the simulator page (docs/simulator.md)
 GET    /ui/state               the live state view
 GET    /debug/resources        configured resources and their holds *
 GET    /debug/state            ?namespace=&resource=&domain=: a domain's state *
+GET    /debug/learned          ?namespace=&pick=peak|p99|p95|p50: limits proposed from recorded use *
 POST   /json                   envoyproxy/ratelimit's JSON ShouldRateLimit
 GET    /rlconfig               the running limits, as envoyproxy/ratelimit prints them
 GET    /v1/namespaces          the configuration API (docs/configuration-api.md) *
@@ -112,6 +114,7 @@ pub fn router(admin: AdminState, sources: StateSources, access: Access) -> Route
             Router::new()
                 .route("/debug/resources", get(state::resources))
                 .route("/debug/state", get(state::state))
+                .route("/debug/learned", get(learned::proposal))
                 .with_state(sources.clone())
                 .layer(axum::middleware::from_fn_with_state(
                     access.clone(),

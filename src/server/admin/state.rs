@@ -43,6 +43,9 @@ pub struct StateSources {
     /// Where a (namespace, resource, domain)'s limits come from: a file or
     /// the configuration API (none: files only).
     pub origins: Option<Origins>,
+    /// What proposes limits from recorded use (`/debug/learned`; none: not
+    /// served).
+    pub proposals: Option<Arc<crate::service::Service>>,
 }
 
 /// Says where the limits of (namespace, resource, domain) come from.

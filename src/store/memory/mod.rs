@@ -48,6 +48,8 @@ pub(crate) mod copies;
 mod flat;
 mod id;
 #[cfg(feature = "embedded")]
+pub(crate) mod learn;
+#[cfg(feature = "embedded")]
 pub(crate) mod leases;
 mod lines;
 mod packed;

@@ -26,7 +26,7 @@
 //! away is [`super::Failover`]'s business.
 //!
 //! The folder also holds the Redis half of the other families, on this
-//! store's connection: `copies/`, `leases.rs`, `config_log.rs`.
+//! store's connection: `copies/`, `leases.rs`, `config_log.rs`, `learn.rs`.
 
 mod blocked;
 mod codec;
@@ -37,6 +37,8 @@ mod connection;
 pub(crate) mod copies;
 mod error;
 mod kinds;
+#[cfg(feature = "embedded")]
+pub(crate) mod learn;
 #[cfg(feature = "embedded")]
 pub(crate) mod leases;
 mod options;
@@ -227,13 +229,7 @@ impl RedisStore {
     /// (`TIME`, or the injected clock): one `GET` per key, so keys in
     /// different cluster slots are fine. For the state view, not decisions.
     pub async fn peek(&self, keys: &[SlotKey]) -> Result<(Vec<Slot>, u64), RedisError> {
-        let now = match &self.options.injected_clock {
-            Some(clock) => clock.now_ms(),
-            None => {
-                let time = self.query("peek", &redis::cmd("TIME")).await?;
-                redis_time_ms(&time)?
-            }
-        };
+        let now = self.store_now_ms().await?;
         let mut slots = Vec::with_capacity(keys.len());
         for key in keys {
             let value = self
@@ -252,6 +248,18 @@ impl RedisStore {
             slots.push(codec::slot(key.kind, raw.as_deref(), now)?);
         }
         Ok((slots, now))
+    }
+
+    /// Redis's "now" (`TIME`, or the injected clock), for what is kept by
+    /// the store's time without a decision.
+    pub(crate) async fn store_now_ms(&self) -> Result<u64, RedisError> {
+        match &self.options.injected_clock {
+            Some(clock) => Ok(clock.now_ms()),
+            None => {
+                let time = self.query("time", &redis::cmd("TIME")).await?;
+                redis_time_ms(&time)
+            }
+        }
     }
 
     /// Decides `batch` in Redis (or locally, for a key known to be over).

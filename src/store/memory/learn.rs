@@ -1,0 +1,141 @@
+//! Recorded use in this process (docs/design.md#learning-a-limit): one
+//! sidecar's, or an embedded engine's. Windows are by this store's clock;
+//! a window older than the recorded period is dropped when its resource is
+//! next recorded, so a resource nobody uses any more keeps at most one
+//! period of windows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Learn;
+use crate::config::learned::{Recorded, WindowUse};
+use crate::store::learn::{LearnError, LearnLog, TopDomains};
+
+/// One resource's windows, by their start.
+type Windows = BTreeMap<u64, TopDomains>;
+
+pub struct MemoryLearn {
+    clock: Arc<dyn Clock>,
+    /// Namespace, then resource.
+    record: Mutex<HashMap<String, HashMap<String, Windows>>>,
+}
+
+impl MemoryLearn {
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            record: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Default for MemoryLearn {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait::async_trait]
+impl LearnLog for MemoryLearn {
+    fn record(&self, namespace: &str, resource: &str, domain: &str, hits: u64, learn: &Learn) {
+        let now = self.clock.now_ms();
+        let start = learn.window_start(now);
+        let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let resources = match record.get_mut(namespace) {
+            Some(resources) => resources,
+            None => record.entry(namespace.to_owned()).or_default(),
+        };
+        if !resources.contains_key(resource) {
+            if resources.len() >= Learn::SUBJECTS {
+                // Past the bound a new resource is not recorded.
+                return;
+            }
+            resources.insert(resource.to_owned(), Windows::new());
+        }
+        let Some(windows) = resources.get_mut(resource) else {
+            return;
+        };
+        let oldest = now.saturating_sub(learn.retention_ms());
+        while windows
+            .first_key_value()
+            .is_some_and(|(&first, _)| first < oldest)
+        {
+            windows.pop_first();
+        }
+        windows
+            .entry(start)
+            .or_default()
+            .add(domain, hits, learn.domains as usize);
+    }
+
+    async fn recorded(
+        &self,
+        namespace: &str,
+        learn: &Learn,
+    ) -> Result<(Vec<Recorded>, u64), LearnError> {
+        let now = self.clock.now_ms();
+        let period = crate::config::learned::period(learn, now);
+        let record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let recorded = record
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(|(resource, windows)| Recorded {
+                resource: resource.clone(),
+                windows: windows
+                    .range(period.clone())
+                    .map(|(&start_ms, top)| WindowUse {
+                        start_ms,
+                        domains: top.iter().map(|(d, n)| (d.to_owned(), n)).collect(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok((recorded, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const LEARN: Learn = Learn {
+        window_ms: 1_000,
+        windows: 5,
+        domains: 2,
+    };
+
+    #[tokio::test]
+    async fn windows_are_by_the_clock_and_old_ones_go() {
+        let clock = ManualClock::new(10_000);
+        let log = MemoryLearn::with_clock(Arc::new(clock.clone()));
+        for second in 10..30u64 {
+            clock.set(second * 1_000 + 500);
+            log.record("shop", "search", "acme", second, &LEARN);
+        }
+        let (recorded, now) = log.recorded("shop", &LEARN).await.expect("memory");
+        assert_eq!(now, 29_500);
+        let starts: Vec<u64> = recorded[0].windows.iter().map(|w| w.start_ms).collect();
+        assert_eq!(starts, [24_000, 25_000, 26_000, 27_000, 28_000]);
+        let kept = log.record.lock().expect("lock")["shop"]["search"].len();
+        assert!(kept <= 7, "{kept} windows kept");
+    }
+
+    #[tokio::test]
+    async fn past_the_bound_a_new_resource_is_not_recorded() {
+        let log = MemoryLearn::with_clock(Arc::new(ManualClock::new(0)));
+        for resource in 0..(Learn::SUBJECTS + 10) {
+            log.record("shop", &format!("r{resource}"), "acme", 1, &LEARN);
+        }
+        assert_eq!(
+            log.record.lock().expect("lock")["shop"].len(),
+            Learn::SUBJECTS
+        );
+    }
+}
