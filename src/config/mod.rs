@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use descriptors::{Glob, Leaf, Level, Match, Metadata, Node};
+pub use descriptors::{Glob, How, Leaf, Level, Match, Metadata, Node};
 pub use duration::{FOREVER, Millis, parse as parse_duration};
 pub use error::{ConfigError, ConfigErrors, Note};
 pub use load::{

@@ -33,6 +33,7 @@
 
 mod batch;
 mod cost;
+mod learn;
 mod prepare;
 mod request;
 mod resolve;
@@ -54,6 +55,7 @@ use self::shares::GlobalShares;
 use self::status::status;
 
 pub use self::cost::{CostAnswer, CostRequest, MAX_COST};
+pub use self::learn::Learner;
 pub use self::request::{
     CurrentLimit, Descriptor, DescriptorStatus, LimitError, LimitOverride, Modes, RateLimitAnswer,
     RateLimitRequest, caps,
@@ -68,6 +70,8 @@ pub struct Limiter<S> {
     store: S,
     watch: Watch,
     modes: Modes,
+    /// Told shadow-mode limits' use in namespaces that learn.
+    learner: Option<Learner>,
 }
 
 impl<S: Store> Limiter<S> {
@@ -83,6 +87,7 @@ impl<S: Store> Limiter<S> {
             store,
             watch: Watch::default(),
             modes: Modes::default(),
+            learner: None,
         }
     }
 
@@ -94,6 +99,13 @@ impl<S: Store> Limiter<S> {
     /// The same limiter with process-wide `modes`.
     pub fn with_modes(mut self, modes: Modes) -> Self {
         self.modes = modes;
+        self
+    }
+
+    /// The same limiter, telling `learner` the use of shadow-mode limits
+    /// in namespaces with `settings.learn`.
+    pub fn with_learner(mut self, learner: Learner) -> Self {
+        self.learner = Some(learner);
         self
     }
 
@@ -180,6 +192,14 @@ impl<S: Store> Limiter<S> {
             && self.watch.is_open()
         {
             self.record_resources(namespace, request, &resolved, &item_of, decision, hits_of);
+        }
+        if let (Some(learner), Some(learn), Hits::Asked) =
+            (&self.learner, &namespace.settings.learn, hits_of)
+        {
+            // The process's shadow mode and `ignore_configured` put every
+            // limit in shadow mode.
+            let all = self.modes.shadow || namespace.settings.ignore_configured;
+            learn::shadow_limits(learner, learn, namespace, request, &resolved, all);
         }
         let ignore = namespace.settings.ignore_configured;
         let statuses: Vec<DescriptorStatus> = request

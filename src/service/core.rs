@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::config::learned::Subject;
 use crate::config::{CapacityResource, Config, CopyResource, Namespace, RateResource, Resource};
 use crate::engine::TierOutcome;
 
@@ -111,8 +112,9 @@ impl Service {
                 self.observer
                     .unconfigured_request(&namespace.name, &at.resource, op.hits);
                 if let Some(learn) = &namespace.settings.learn {
+                    let subject = Subject::Resource(at.resource.clone()).encode();
                     self.learn
-                        .record(&namespace.name, &at.resource, &at.domain, op.hits, learn);
+                        .record(&namespace.name, &subject, &at.domain, op.hits, learn);
                 }
                 Ok(RateAnswer {
                     granted: op.hits,

@@ -90,7 +90,11 @@ impl Service {
     ) -> Self {
         Self {
             clock,
-            limiter: Arc::new(Limiter::on(running, stores.rate).with_modes(modes)),
+            limiter: Arc::new(
+                Limiter::on(running, stores.rate)
+                    .with_modes(modes)
+                    .with_learner(learner(stores.learn.clone())),
+            ),
             copies: stores.copies,
             leases: leases::LeaseStates::new(stores.leases),
             learn: stores.learn,
@@ -155,6 +159,13 @@ impl Service {
             .clone()
             .spawn_membership(Arc::new(move || service.copy_resources()), shutdown);
     }
+}
+
+/// Shadow-mode limits' use, recorded where the service records the rest.
+fn learner(log: Arc<dyn LearnLog>) -> crate::limiter::Learner {
+    Arc::new(move |namespace, subject, domain, hits, learn| {
+        log.record(namespace, subject, domain, hits, learn);
+    })
 }
 
 /// What the service reports as it works. The sidecar's Prometheus metrics

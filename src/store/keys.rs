@@ -429,9 +429,10 @@ mod tests {
     }
 }
 
-/// The resources a namespace has recorded use of (docs/design.md#learning-a-limit),
-/// in the one slot of everything the namespace records.
-pub fn learn_resources_key(namespace: &str) -> String {
+/// The subjects (resources, shadow-mode limits) a namespace has recorded
+/// use of (docs/design.md#learning-a-limit), in the one slot of everything
+/// the namespace records.
+pub fn learn_subjects_key(namespace: &str) -> String {
     let mut key = String::with_capacity(TAG_LEN + 8 + namespace.len());
     push_tag(&mut key, ["learn", namespace]);
     key.push_str("Ls");
@@ -439,13 +440,13 @@ pub fn learn_resources_key(namespace: &str) -> String {
     key
 }
 
-/// One window's recorded use of one resource: its heaviest domains' hits.
-pub fn learn_window_key(namespace: &str, resource: &str, start_ms: u64) -> String {
-    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + resource.len());
+/// One window's recorded use of one subject: its heaviest domains' hits.
+pub fn learn_window_key(namespace: &str, subject: &str, start_ms: u64) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + subject.len());
     push_tag(&mut key, ["learn", namespace]);
     key.push_str("Lw");
     push_part(&mut key, namespace);
-    push_part(&mut key, resource);
+    push_part(&mut key, subject);
     push_number(&mut key, start_ms);
     key
 }

@@ -1,10 +1,10 @@
 //! Where recorded use lives (docs/design.md#learning-a-limit): for each
-//! namespace with `settings.learn`, per resource and per window, the hits
+//! namespace with `settings.learn`, per subject and per window, the hits
 //! of its heaviest domains, within a fixed bound. In the process for one
 //! sidecar, or in Redis so that every sidecar on it adds to one record and
 //! any of them can propose a limit from the whole fleet's use.
 //!
-//! The bound: at most [`Learn::SUBJECTS`] resources per namespace, each
+//! The bound: at most [`Learn::SUBJECTS`] subjects per namespace, each
 //! with `windows` windows of at most `domains` domains. Within a window the
 //! domains are kept by Space-Saving (Metwally, Agrawal and El Abbadi,
 //! 2005): a domain not in a full table replaces the lightest one and
@@ -28,11 +28,11 @@ pub enum LearnError {
 /// decision: it is a record for a person, not an answer to a caller.
 #[async_trait::async_trait]
 pub trait LearnLog: Send + Sync {
-    /// Adds `hits` of `domain` on `resource` to the window the store's
+    /// Adds `hits` of `domain` on `subject` to the window the store's
     /// time falls in.
-    fn record(&self, namespace: &str, resource: &str, domain: &str, hits: u64, learn: &Learn);
+    fn record(&self, namespace: &str, subject: &str, domain: &str, hits: u64, learn: &Learn);
 
-    /// Every resource's recorded windows in `namespace`, and the store's
+    /// Every subject's recorded windows in `namespace`, and the store's
     /// time (what the recorded period ends at).
     async fn recorded(
         &self,

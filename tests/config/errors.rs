@@ -814,3 +814,27 @@ fn a_calendar_window_is_printed_back_as_written() {
         "{normalized}"
     );
 }
+
+#[test]
+fn learning_settings_out_of_bounds_are_errors_at_their_place() {
+    let settings = |learn: &str| format!("domain: a\nsettings:\n  learn: {learn}\n");
+    assert_error(&settings("{window: 1500ms}"), 3, 19, &["whole seconds"]);
+    assert_error(&settings("{window: 2d}"), 3, 19, &["from 1s to 1d"]);
+    assert_error(&settings("{window: soon}"), 3, 19, &["learn.window"]);
+    assert_error(
+        &settings("{windows: 0}"),
+        3,
+        20,
+        &["learn.windows must be from 1 to 10080"],
+    );
+    assert_error(
+        &settings("{domains: 10001}"),
+        3,
+        20,
+        &["learn.domains must be from 1 to 10000"],
+    );
+    assert_error(&settings("{domain: 5}"), 3, 11, &["unknown field `domain`"]);
+    let loaded = charon::config::load_str(&settings("{}"), "a.yaml").expect("defaults");
+    let learn = loaded.config.namespace("a").expect("a").settings.learn;
+    assert_eq!(learn, Some(charon::config::Learn::DEFAULT));
+}

@@ -198,11 +198,16 @@ impl Ctx {
         let mut valid = true;
         if let Some(window) = &raw.value.window {
             match self.duration(window, "learn.window") {
-                Some(ms) if Learn::WINDOW_MS.contains(&ms) => learn.window_ms = ms,
+                Some(ms) if Learn::WINDOW_MS.contains(&ms) && ms % 1_000 == 0 => {
+                    learn.window_ms = ms;
+                }
                 Some(_) => {
                     self.error(
                         window.referenced,
-                        format!("learn.window must be from 1s to 1d, got `{}`", window.value),
+                        format!(
+                            "learn.window must be whole seconds from 1s to 1d, got `{}`",
+                            window.value
+                        ),
                     );
                     valid = false;
                 }

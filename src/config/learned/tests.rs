@@ -60,7 +60,7 @@ fn nothing_complete_proposes_nothing() {
         "shop",
         &LEARN,
         &[Recorded {
-            resource: "search".into(),
+            subject: Subject::Resource("search".into()).encode(),
             windows,
         }],
         Pick::Peak,
@@ -86,7 +86,7 @@ fn the_snippet_loads_and_sets_each_domains_pick() {
         })
         .collect();
     let recorded = [Recorded {
-        resource: "search".into(),
+        subject: Subject::Resource("search".into()).encode(),
         windows,
     }];
     let text = snippet("shop", &LEARN, &recorded, Pick::P50, 20_000);

@@ -80,7 +80,7 @@ async fn a_proposal_is_each_domains_use_per_window() {
     let limit = |domain: &str| search.domains[domain].tiers[0].limit;
     assert_eq!((limit("acme"), limit("globex")), (50, 20), "{text}");
     assert_eq!(search.domains["acme"].tiers[0].window, 1_000);
-    assert!(text.contains("peak 40, p99 40, p95 40, p50 20"), "{text}");
+    assert!(text.contains("peak 40, p99 40, p95 40, p50 20;"), "{text}");
     let peak = service
         .proposal("shop", Pick::Peak)
         .await
@@ -143,4 +143,99 @@ async fn a_namespace_must_learn_to_be_asked() {
         .await
         .expect_err("no namespace");
     assert_eq!(error.kind, Kind::UnknownResource);
+}
+
+const EDGE: &str = r#"
+domain: edge
+settings:
+  learn: {window: 1m, windows: 10, domains: 10}
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 10}
+    shadow_mode: true
+  - key: generic_key
+    value: api
+    descriptors:
+      - key: path
+        value: "/v1/*"
+        rate_limit: {unit: minute, requests_per_unit: 10}
+        shadow_mode: true
+      - key: host
+        value: "*.example.com"
+        share_threshold: true
+        rate_limit: {unit: hour, requests_per_unit: 10}
+        shadow_mode: true
+  - key: enforced
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+"#;
+
+async fn envoy<S: crate::store::Store>(
+    limiter: &crate::limiter::Limiter<S>,
+    entries: &[(&str, &str)],
+) -> crate::limiter::RateLimitAnswer {
+    let request = crate::limiter::RateLimitRequest::new(
+        "edge",
+        vec![crate::limiter::Descriptor::new(entries.iter().copied())],
+    );
+    limiter.should_rate_limit(request).await.expect("decided")
+}
+
+#[tokio::test]
+async fn shadow_mode_limits_are_proposed_per_value() {
+    let clock = ManualClock::new(0);
+    let service = service_of(&clock, EDGE);
+    let limiter = &service.limiter;
+    for minute in 0..5u64 {
+        clock.set(minute * 60_000 + 1_000);
+        for _ in 0..30 {
+            envoy(limiter, &[("remote_address", "10.0.0.1")]).await;
+        }
+        for _ in 0..5 {
+            envoy(limiter, &[("remote_address", "10.0.0.2")]).await;
+        }
+        for _ in 0..12 {
+            envoy(limiter, &[("generic_key", "api"), ("path", "/v1/users")]).await;
+        }
+        for host in ["a.example.com", "b.example.com", "c.example.com"] {
+            envoy(limiter, &[("generic_key", "api"), ("host", host)]).await;
+        }
+        for _ in 0..7 {
+            envoy(limiter, &[("enforced", "x")]).await;
+        }
+    }
+    clock.set(5 * 60_000 + 1);
+    let text = service
+        .proposal("edge", Pick::Peak)
+        .await
+        .expect("a proposal");
+    if std::env::var_os("CHARON_SHOW_PROPOSAL").is_some() {
+        eprintln!("{text}");
+    }
+    assert!(
+        !text.contains("enforced"),
+        "an enforced limit is not learned:\n{text}"
+    );
+    let proposed = crate::config::load_str(&text, "proposal.yaml")
+        .unwrap_or_else(|errors| panic!("{errors}\n{text}"))
+        .config;
+    let proposed = crate::limiter::Limiter::new(proposed, crate::store::MemoryStore::new());
+    let limit_of = |answer: crate::limiter::RateLimitAnswer| {
+        let limit = answer.statuses[0].limit.clone().expect("a limit");
+        (limit.requests_per_unit, limit.window_ms)
+    };
+    for (entries, expected) in [
+        (vec![("remote_address", "10.0.0.1")], 30),
+        (vec![("remote_address", "10.0.0.2")], 5),
+        // Any other address: the median of the two.
+        (vec![("remote_address", "10.9.9.9")], 5),
+        (vec![("generic_key", "api"), ("path", "/v1/users")], 12),
+        // One count for every host the pattern matches.
+        (vec![("generic_key", "api"), ("host", "z.example.com")], 3),
+    ] {
+        assert_eq!(
+            limit_of(envoy(&proposed, &entries).await),
+            (expected, 60_000),
+            "{entries:?}:\n{text}"
+        );
+    }
 }

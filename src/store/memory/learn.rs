@@ -1,7 +1,7 @@
 //! Recorded use in this process (docs/design.md#learning-a-limit): one
 //! sidecar's, or an embedded engine's. Windows are by this store's clock;
-//! a window older than the recorded period is dropped when its resource is
-//! next recorded, so a resource nobody uses any more keeps at most one
+//! a window older than the recorded period is dropped when its subject is
+//! next recorded, so a subject nobody uses any more keeps at most one
 //! period of windows.
 
 use std::collections::{BTreeMap, HashMap};
@@ -12,12 +12,12 @@ use crate::config::Learn;
 use crate::config::learned::{Recorded, WindowUse};
 use crate::store::learn::{LearnError, LearnLog, TopDomains};
 
-/// One resource's windows, by their start.
+/// One subject's windows, by their start.
 type Windows = BTreeMap<u64, TopDomains>;
 
 pub struct MemoryLearn {
     clock: Arc<dyn Clock>,
-    /// Namespace, then resource.
+    /// Namespace, then subject.
     record: Mutex<HashMap<String, HashMap<String, Windows>>>,
 }
 
@@ -42,22 +42,22 @@ impl Default for MemoryLearn {
 
 #[async_trait::async_trait]
 impl LearnLog for MemoryLearn {
-    fn record(&self, namespace: &str, resource: &str, domain: &str, hits: u64, learn: &Learn) {
+    fn record(&self, namespace: &str, subject: &str, domain: &str, hits: u64, learn: &Learn) {
         let now = self.clock.now_ms();
         let start = learn.window_start(now);
         let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        let resources = match record.get_mut(namespace) {
-            Some(resources) => resources,
+        let subjects = match record.get_mut(namespace) {
+            Some(subjects) => subjects,
             None => record.entry(namespace.to_owned()).or_default(),
         };
-        if !resources.contains_key(resource) {
-            if resources.len() >= Learn::SUBJECTS {
-                // Past the bound a new resource is not recorded.
+        if !subjects.contains_key(subject) {
+            if subjects.len() >= Learn::SUBJECTS {
+                // Past the bound a new subject is not recorded.
                 return;
             }
-            resources.insert(resource.to_owned(), Windows::new());
+            subjects.insert(subject.to_owned(), Windows::new());
         }
-        let Some(windows) = resources.get_mut(resource) else {
+        let Some(windows) = subjects.get_mut(subject) else {
             return;
         };
         let oldest = now.saturating_sub(learn.retention_ms());
@@ -85,8 +85,8 @@ impl LearnLog for MemoryLearn {
             .get(namespace)
             .into_iter()
             .flatten()
-            .map(|(resource, windows)| Recorded {
-                resource: resource.clone(),
+            .map(|(subject, windows)| Recorded {
+                subject: subject.clone(),
                 windows: windows
                     .range(period.clone())
                     .map(|(&start_ms, top)| WindowUse {
@@ -130,8 +130,8 @@ mod tests {
     #[tokio::test]
     async fn past_the_bound_a_new_resource_is_not_recorded() {
         let log = MemoryLearn::with_clock(Arc::new(ManualClock::new(0)));
-        for resource in 0..(Learn::SUBJECTS + 10) {
-            log.record("shop", &format!("r{resource}"), "acme", 1, &LEARN);
+        for subject in 0..(Learn::SUBJECTS + 10) {
+            log.record("shop", &format!("r{subject}"), "acme", 1, &LEARN);
         }
         assert_eq!(
             log.record.lock().expect("lock")["shop"].len(),

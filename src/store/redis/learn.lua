@@ -1,13 +1,13 @@
 -- Recorded use (docs/design.md#learning-a-limit); every key of one
 -- namespace shares one hash tag.
 --
--- record: KEYS[1] the namespace's resources (a sorted set: resource -> the
---   start of its last window), KEYS[2..] one window key per resource.
+-- record: KEYS[1] the namespace's subjects (a sorted set: subject -> the
+--   start of its last window), KEYS[2..] one window key per subject.
 --   ARGV: 'record', window start, retention ms, domains per window,
---   resources at most, then per window key: its resource, n, and n pairs
+--   subjects at most, then per window key: its subject, n, and n pairs
 --   of domain and hits. A domain not in a full window replaces the
 --   lightest and inherits its count (Space-Saving). Returns how many
---   resources were not recorded (past the bound).
+--   subjects were not recorded (past the bound).
 -- read: KEYS: window keys. Returns, per key, its domains and hits.
 
 if ARGV[1] == 'read' then
@@ -22,19 +22,19 @@ local start = tonumber(ARGV[2])
 local retention = tonumber(ARGV[3])
 local capacity = tonumber(ARGV[4])
 local most = tonumber(ARGV[5])
-local resources = KEYS[1]
-redis.call('ZREMRANGEBYSCORE', resources, '-inf', '(' .. (start - retention))
+local subjects = KEYS[1]
+redis.call('ZREMRANGEBYSCORE', subjects, '-inf', '(' .. (start - retention))
 
 local refused = 0
 local at = 6
 for k = 2, #KEYS do
   local key = KEYS[k]
-  local resource = ARGV[at]
+  local subject = ARGV[at]
   local n = tonumber(ARGV[at + 1])
   at = at + 2
-  local known = redis.call('ZSCORE', resources, resource)
-  if known or redis.call('ZCARD', resources) < most then
-    redis.call('ZADD', resources, start, resource)
+  local known = redis.call('ZSCORE', subjects, subject)
+  if known or redis.call('ZCARD', subjects) < most then
+    redis.call('ZADD', subjects, start, subject)
     for i = 0, n - 1 do
       local domain = ARGV[at + 2 * i]
       local hits = tonumber(ARGV[at + 2 * i + 1])
@@ -53,5 +53,5 @@ for k = 2, #KEYS do
   end
   at = at + 2 * n
 end
-redis.call('PEXPIRE', resources, retention)
+redis.call('PEXPIRE', subjects, retention)
 return refused

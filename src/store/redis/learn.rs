@@ -3,7 +3,7 @@
 //! is the fleet's.
 //!
 //! A decision never waits for it: hits are added up in this process
-//! (per namespace, resource and domain, within the same bound as a window)
+//! (per namespace, subject and domain, within the same bound as a window)
 //! and written once a second, one `learn.lua` call per namespace, into the
 //! window Redis's time is in at that moment. So a sidecar adds one call a
 //! second to Redis however busy it is, and hits reach the record at most a
@@ -31,7 +31,7 @@ const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// What one namespace has added up since the last write.
 struct Pending {
     learn: Learn,
-    resources: HashMap<String, TopDomains>,
+    subjects: HashMap<String, TopDomains>,
 }
 
 struct Inner {
@@ -93,13 +93,13 @@ impl Inner {
             return Ok(());
         }
         let now = self.redis.store_now_ms().await?;
-        for (namespace, Pending { learn, resources }) in pending {
+        for (namespace, Pending { learn, subjects }) in pending {
             let start = learn.window_start(now);
             let mut invocation = self.script.prepare_invoke();
             invocation
                 .key(
                     self.redis
-                        .key(&keys::learn_resources_key(&namespace))
+                        .key(&keys::learn_subjects_key(&namespace))
                         .as_ref(),
                 )
                 .arg("record")
@@ -107,14 +107,14 @@ impl Inner {
                 .arg(learn.retention_ms())
                 .arg(learn.domains)
                 .arg(Learn::SUBJECTS);
-            for (resource, top) in resources {
+            for (subject, top) in subjects {
                 invocation
                     .key(
                         self.redis
-                            .key(&keys::learn_window_key(&namespace, &resource, start))
+                            .key(&keys::learn_window_key(&namespace, &subject, start))
                             .as_ref(),
                     )
-                    .arg(resource.as_str())
+                    .arg(subject.as_str())
                     .arg(top.len());
                 for (domain, hits) in top.drain() {
                     invocation.arg(domain).arg(hits);
@@ -125,7 +125,7 @@ impl Inner {
                 Value::Int(refused) => tracing::debug!(
                     namespace,
                     refused,
-                    "resources past the learning bound not recorded"
+                    "subjects past the learning bound not recorded"
                 ),
                 other => return Err(unexpected(&other)),
             }
@@ -133,11 +133,11 @@ impl Inner {
         Ok(())
     }
 
-    /// The resources `namespace` has recorded.
-    async fn resources(&self, namespace: &str) -> Result<Vec<String>, LearnError> {
+    /// The subjects `namespace` has recorded.
+    async fn subjects(&self, namespace: &str) -> Result<Vec<String>, LearnError> {
         let key = self
             .redis
-            .key(&keys::learn_resources_key(namespace))
+            .key(&keys::learn_subjects_key(namespace))
             .into_owned();
         let listed = self
             .redis
@@ -152,25 +152,25 @@ impl Inner {
 
 #[async_trait::async_trait]
 impl LearnLog for RedisLearn {
-    fn record(&self, namespace: &str, resource: &str, domain: &str, hits: u64, learn: &Learn) {
+    fn record(&self, namespace: &str, subject: &str, domain: &str, hits: u64, learn: &Learn) {
         let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
         let namespace = match pending.get_mut(namespace) {
             Some(namespace) => namespace,
             None => pending.entry(namespace.to_owned()).or_insert(Pending {
                 learn: *learn,
-                resources: HashMap::new(),
+                subjects: HashMap::new(),
             }),
         };
         namespace.learn = *learn;
-        if !namespace.resources.contains_key(resource) {
-            if namespace.resources.len() >= Learn::SUBJECTS {
+        if !namespace.subjects.contains_key(subject) {
+            if namespace.subjects.len() >= Learn::SUBJECTS {
                 return;
             }
             namespace
-                .resources
-                .insert(resource.to_owned(), TopDomains::default());
+                .subjects
+                .insert(subject.to_owned(), TopDomains::default());
         }
-        if let Some(top) = namespace.resources.get_mut(resource) {
+        if let Some(top) = namespace.subjects.get_mut(subject) {
             top.add(domain, hits, learn.domains as usize);
         }
     }
@@ -185,14 +185,14 @@ impl LearnLog for RedisLearn {
         let period = crate::config::learned::period(learn, now);
         let starts: Vec<u64> = period.step_by(learn.window_ms as usize).collect();
         let mut recorded = Vec::new();
-        for resource in self.inner.resources(namespace).await? {
+        for subject in self.inner.subjects(namespace).await? {
             let mut invocation = self.inner.script.prepare_invoke();
             invocation.arg("read");
             for start in &starts {
                 invocation.key(
                     self.inner
                         .redis
-                        .key(&keys::learn_window_key(namespace, &resource, *start))
+                        .key(&keys::learn_window_key(namespace, &subject, *start))
                         .as_ref(),
                 );
             }
@@ -206,7 +206,10 @@ impl LearnLog for RedisLearn {
                 .map(|(&start_ms, domains)| window_use(start_ms, &domains))
                 .filter(|window| !matches!(window, Ok(window) if window.domains.is_empty()))
                 .collect::<Result<Vec<_>, _>>()?;
-            recorded.push(Recorded { resource, windows });
+            recorded.push(Recorded {
+                subject: subject,
+                windows,
+            });
         }
         Ok((recorded, now))
     }

@@ -1,0 +1,135 @@
+//! Learning a limit on Redis (docs/design.md#learning-a-limit): two
+//! sidecars of one `redis-server` (and of one Cluster) take traffic at
+//! known rates per domain through the Charon API, and the proposal asked
+//! of one of them (`/debug/learned`) is the fleet's: within 5 % of those
+//! rates, as a namespace file `charon check` accepts.
+#![cfg(all(unix, feature = "server"))]
+
+use crate::support;
+
+use std::time::Duration;
+
+use charon::client::Client;
+use support::redis::{RedisCluster, RedisServer};
+use support::sidecar::{Sidecar, tempdir, write_config};
+
+use super::cost_reservations::client_of;
+
+const CONFIG: &str = "domain: shop
+settings:
+  allow_unconfigured: true
+  learn: {window: 2s, windows: 30, domains: 10}
+";
+
+/// Each sidecar's rates: `acme` 50 a second, `globex` 10; so the fleet's
+/// per 2-s window are 200 and 40.
+const TICK: Duration = Duration::from_millis(20);
+const TICKS: u32 = 800;
+
+async fn traffic(client: Client) {
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for tick in 0..TICKS {
+        ticks.tick().await;
+        let mut domains = vec!["acme"];
+        if tick % 5 == 0 {
+            domains.push("globex");
+        }
+        for domain in domains {
+            let answer = client
+                .request("shop", "search", domain)
+                .await
+                .expect("an unconfigured resource is granted");
+            assert_eq!(answer.granted, 1);
+        }
+    }
+}
+
+/// The limit the proposal sets for `domain` (`"acme": {tiers: [{limit: N,`).
+fn proposed(text: &str, domain: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("\"{domain}\":")))
+        .unwrap_or_else(|| panic!("no {domain} in:\n{text}"));
+    line.split("limit: ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|limit| limit.parse().ok())
+        .unwrap_or_else(|| panic!("no limit in {line}"))
+}
+
+fn within_5_percent(found: u64, expected: u64) -> bool {
+    found.abs_diff(expected) * 20 <= expected
+}
+
+async fn the_fleet_learns_its_rates(url: &str) {
+    let dir = tempdir();
+    let config = write_config(dir.path(), CONFIG);
+    let sidecars: Vec<Sidecar> = (0..2)
+        .map(|_| Sidecar::start(dir.path(), &config, url, &["--store-timeout", "2s"]))
+        .collect();
+    let a = client_of(&sidecars[0]).await;
+    let b = client_of(&sidecars[1]).await;
+    tokio::join!(traffic(a), traffic(b));
+    // Both sidecars write what they added up within a second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let response = reqwest::get(sidecars[0].admin_url("/debug/learned?namespace=shop&pick=p50"))
+        .await
+        .expect("the admin port answers");
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.expect("a body");
+    let (acme, globex) = (proposed(&text, "acme"), proposed(&text, "globex"));
+    if std::env::var_os("CHARON_SHOW_PROPOSAL").is_some() {
+        eprintln!("{text}");
+    }
+    assert!(
+        within_5_percent(acme, 200) && within_5_percent(globex, 40),
+        "acme {acme} (200), globex {globex} (40):\n{text}\n{}",
+        sidecars[0].log()
+    );
+    let file = dir.path().join("proposal.yaml");
+    std::fs::write(&file, &text).expect("writable");
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_charon"))
+        .arg("check")
+        .arg(&file)
+        .output()
+        .expect("charon check runs");
+    assert!(
+        check.status.success(),
+        "{}\n{text}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_of_one_redis_propose_the_fleets_rates() {
+    let redis = RedisServer::start();
+    the_fleet_learns_its_rates(&redis.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sidecars_of_one_cluster_propose_the_fleets_rates() {
+    let cluster = RedisCluster::start(3);
+    the_fleet_learns_its_rates(&cluster.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_that_does_not_learn_says_so() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), "domain: plain\n");
+    let sidecar = Sidecar::start(dir.path(), &config, &redis.url(), &[]);
+    sidecar.wait_serving().await;
+    for (query, status, says) in [
+        ("namespace=plain", 409, "settings.learn"),
+        ("namespace=nowhere", 404, "not configured"),
+        ("namespace=plain&pick=p90", 400, "peak, p99, p95 or p50"),
+    ] {
+        let response = reqwest::get(sidecar.admin_url(&format!("/debug/learned?{query}")))
+            .await
+            .expect("the admin port answers");
+        assert_eq!(response.status().as_u16(), status, "{query}");
+        let body = response.text().await.expect("a body");
+        assert!(body.contains(says), "{query}: {body}");
+    }
+}
