@@ -353,6 +353,28 @@ fn take_part(text: &str) -> Option<(&str, &str)> {
     Some((part, &rest[len..]))
 }
 
+/// The subjects (resources, shadow-mode limits) a namespace has recorded
+/// use of (docs/design.md#learning-a-limit), in the one slot of everything
+/// the namespace records.
+pub fn learn_subjects_key(namespace: &str) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 8 + namespace.len());
+    push_tag(&mut key, ["learn", namespace]);
+    key.push_str("Ls");
+    push_part(&mut key, namespace);
+    key
+}
+
+/// One window's recorded use of one subject: its heaviest domains' hits.
+pub fn learn_window_key(namespace: &str, subject: &str, start_ms: u64) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + subject.len());
+    push_tag(&mut key, ["learn", namespace]);
+    key.push_str("Lw");
+    push_part(&mut key, namespace);
+    push_part(&mut key, subject);
+    push_number(&mut key, start_ms);
+    key
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,26 +449,4 @@ mod tests {
         assert_eq!(parse_copy_index_member(&member), Some(("n:s", "3:x")));
         assert_eq!(parse_copy_index_member("9:ab"), None);
     }
-}
-
-/// The subjects (resources, shadow-mode limits) a namespace has recorded
-/// use of (docs/design.md#learning-a-limit), in the one slot of everything
-/// the namespace records.
-pub fn learn_subjects_key(namespace: &str) -> String {
-    let mut key = String::with_capacity(TAG_LEN + 8 + namespace.len());
-    push_tag(&mut key, ["learn", namespace]);
-    key.push_str("Ls");
-    push_part(&mut key, namespace);
-    key
-}
-
-/// One window's recorded use of one subject: its heaviest domains' hits.
-pub fn learn_window_key(namespace: &str, subject: &str, start_ms: u64) -> String {
-    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + subject.len());
-    push_tag(&mut key, ["learn", namespace]);
-    key.push_str("Lw");
-    push_part(&mut key, namespace);
-    push_part(&mut key, subject);
-    push_number(&mut key, start_ms);
-    key
 }

@@ -59,11 +59,11 @@ impl TopDomains {
             return;
         }
         let mut count = hits;
-        if self.counts.len() >= capacity.max(1) {
-            if let Some((lightest, replaced)) = self.order.pop_first() {
-                self.counts.remove(&replaced);
-                count = count.saturating_add(lightest);
-            }
+        if self.counts.len() >= capacity.max(1)
+            && let Some((lightest, replaced)) = self.order.pop_first()
+        {
+            self.counts.remove(&replaced);
+            count = count.saturating_add(lightest);
         }
         self.counts.insert(domain.to_owned(), count);
         self.order.insert((count, domain.to_owned()));

@@ -519,3 +519,67 @@ async fn a_calendar_day_across_a_dst_change_is_23_hours() {
     book.clock.set(instant("2025-03-10T04:00:00Z"));
     assert!(!book.hit("night-owl").await.over_limit);
 }
+
+#[tokio::test]
+async fn learning_proposes_each_address_and_tenant_its_peak() {
+    use charon::config::learned::Pick;
+    use charon::limiter::Modes;
+    use charon::service::ops::{RateRequest, ResourceKey};
+    use charon::service::{Service, Unobserved};
+    use charon::store::MemoryLearn;
+    use charon::store::open::Stores;
+    use std::sync::Arc;
+
+    let path = format!(
+        "{}/examples/cookbook/learn.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let loaded = config::load_path(path.as_ref()).expect("cookbook example loads");
+    let clock = ManualClock::new(START);
+    let service = Service::new(
+        loaded.config,
+        Stores {
+            learn: Arc::new(MemoryLearn::with_clock(Arc::new(clock.clone()))),
+            ..Stores::memory(charon::store::DEFAULT_MAX_KEYS)
+        },
+        Modes::default(),
+        Arc::new(Unobserved),
+        Arc::new(clock.clone()),
+    );
+    for minute in 0..3u64 {
+        clock.set(START + minute * 60_000);
+        for hit in 0..(700 + minute) {
+            let address = if hit % 7 == 0 { "10.0.0.2" } else { "10.0.0.1" };
+            let request = RateLimitRequest::new(
+                "cookbook-learn",
+                vec![Descriptor::new([("remote_address", address)])],
+            );
+            let answer = service
+                .limiter
+                .should_rate_limit(request)
+                .await
+                .expect("decided");
+            assert!(!answer.over_limit, "shadow mode refuses nothing");
+        }
+        let op = RateRequest::new(
+            ResourceKey::new("cookbook-learn", "search", "acme"),
+            Some(40),
+            None,
+        )
+        .expect("valid");
+        assert_eq!(service.request(&op).await.expect("unlimited").granted, 40);
+    }
+    clock.set(START + 3 * 60_000);
+    let text = service
+        .proposal("cookbook-learn", Pick::Peak)
+        .await
+        .expect("a proposal");
+    config::load_str(&text, "proposal.yaml").unwrap_or_else(|errors| panic!("{errors}\n{text}"));
+    for expected in [
+        "value: \"10.0.0.1\"\n    rate_limit: {unit: minute, requests_per_unit: 601}",
+        "value: \"10.0.0.2\"\n    rate_limit: {unit: minute, requests_per_unit: 101}",
+        "\"acme\": {tiers: [{limit: 40, window: 1m, active: forever}]}",
+    ] {
+        assert!(text.contains(expected), "no {expected} in:\n{text}");
+    }
+}

@@ -133,3 +133,87 @@ async fn a_namespace_that_does_not_learn_says_so() {
         assert!(body.contains(says), "{query}: {body}");
     }
 }
+
+const EDGE: &str = "domain: edge
+settings:
+  learn: {window: 2s, windows: 30, domains: 10}
+descriptors:
+  - key: remote_address
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+";
+
+/// Envoy's `ShouldRateLimit` as upstream's `/json` takes it.
+async fn from_address(http: &reqwest::Client, sidecar: &Sidecar, address: &str) {
+    let body = format!(
+        r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"remote_address","value":"{address}"}}]}}]}}"#
+    );
+    let response = http
+        .post(sidecar.admin_url("/json"))
+        .body(body)
+        .send()
+        .await
+        .expect("/json answers");
+    assert_eq!(response.status(), 200, "shadow mode refuses nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_mode_limit_is_proposed_per_address_from_the_fleet() {
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(dir.path(), EDGE);
+    let sidecars: Vec<Sidecar> = (0..2)
+        .map(|_| {
+            Sidecar::start(
+                dir.path(),
+                &config,
+                &redis.url(),
+                &["--store-timeout", "2s"],
+            )
+        })
+        .collect();
+    for sidecar in &sidecars {
+        sidecar.wait_serving().await;
+    }
+    let http = reqwest::Client::new();
+    // Each sidecar: 10.0.0.1 at 25 a second, 10.0.0.2 at 5; per 2-s window
+    // the fleet's are 100 and 20.
+    let traffic = async |sidecar: &Sidecar| {
+        let mut ticks = tokio::time::interval(Duration::from_millis(40));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        for tick in 0..400u32 {
+            ticks.tick().await;
+            from_address(&http, sidecar, "10.0.0.1").await;
+            if tick % 5 == 0 {
+                from_address(&http, sidecar, "10.0.0.2").await;
+            }
+        }
+    };
+    tokio::join!(traffic(&sidecars[0]), traffic(&sidecars[1]));
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let text = reqwest::get(sidecars[1].admin_url("/debug/learned?namespace=edge&pick=p50"))
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("a body");
+    let limit_of = |address: &str| -> u64 {
+        let at = text
+            .find(&format!("value: \"{address}\""))
+            .unwrap_or_else(|| panic!("no {address} in:\n{text}"));
+        text[at..]
+            .split("requests_per_unit: ")
+            .nth(1)
+            .and_then(|rest| rest.split('}').next())
+            .and_then(|limit| limit.parse().ok())
+            .unwrap_or_else(|| panic!("no limit for {address} in:\n{text}"))
+    };
+    let (first, second) = (limit_of("10.0.0.1"), limit_of("10.0.0.2"));
+    assert!(
+        within_5_percent(first, 100) && within_5_percent(second, 20),
+        "10.0.0.1 {first} (100), 10.0.0.2 {second} (20):\n{text}"
+    );
+    assert!(text.contains("unit: second, unit_multiplier: 2"), "{text}");
+    charon::config::load_str(&text, "proposal.yaml")
+        .unwrap_or_else(|errors| panic!("{errors}\n{text}"));
+}

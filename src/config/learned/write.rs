@@ -208,7 +208,7 @@ fn rate_limit_unit(window_ms: u64) -> String {
         ("second", 1_000),
     ]
     .into_iter()
-    .find(|(_, unit_ms)| window_ms % unit_ms == 0)
+    .find(|(_, unit_ms)| window_ms.is_multiple_of(*unit_ms))
     .unwrap_or(("second", 1_000));
     match window_ms / unit_ms {
         1 => format!("unit: {name}"),

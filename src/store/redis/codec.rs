@@ -93,6 +93,28 @@ pub fn slot(kind: SlotKind, raw: Option<&[u8]>, now: u64) -> Result<Slot, RedisE
 }
 
 mod reply;
+
+/// `TIME`'s `[seconds, microseconds]` as milliseconds.
+pub(super) fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
+    let part = |part: &redis::Value| match part {
+        redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse::<u64>().ok(),
+        redis::Value::Int(number) => u64::try_from(*number).ok(),
+        _ => None,
+    };
+    let parsed = match value {
+        redis::Value::Array(parts) => match parts.as_slice() {
+            [seconds, micros] => part(seconds)
+                .zip(part(micros))
+                .and_then(|(seconds, micros)| {
+                    seconds.checked_mul(1_000)?.checked_add(micros / 1_000)
+                }),
+            _ => None,
+        },
+        _ => None,
+    };
+    parsed.ok_or_else(|| RedisError::State(format!("TIME answered {value:?}")))
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -206,10 +206,7 @@ impl LearnLog for RedisLearn {
                 .map(|(&start_ms, domains)| window_use(start_ms, &domains))
                 .filter(|window| !matches!(window, Ok(window) if window.domains.is_empty()))
                 .collect::<Result<Vec<_>, _>>()?;
-            recorded.push(Recorded {
-                subject: subject,
-                windows,
-            });
+            recorded.push(Recorded { subject, windows });
         }
         Ok((recorded, now))
     }

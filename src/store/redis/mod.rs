@@ -257,7 +257,7 @@ impl RedisStore {
             Some(clock) => Ok(clock.now_ms()),
             None => {
                 let time = self.query("time", &redis::cmd("TIME")).await?;
-                redis_time_ms(&time)
+                codec::redis_time_ms(&time)
             }
         }
     }
@@ -484,25 +484,4 @@ impl Store for RedisStore {
             (None, None) => SystemClock.now_ms(),
         }
     }
-}
-
-/// `TIME`'s `[seconds, microseconds]` as milliseconds.
-fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
-    let part = |part: &redis::Value| match part {
-        redis::Value::BulkString(text) => std::str::from_utf8(text).ok()?.parse::<u64>().ok(),
-        redis::Value::Int(number) => u64::try_from(*number).ok(),
-        _ => None,
-    };
-    let parsed = match value {
-        redis::Value::Array(parts) => match parts.as_slice() {
-            [seconds, micros] => part(seconds)
-                .zip(part(micros))
-                .and_then(|(seconds, micros)| {
-                    seconds.checked_mul(1_000)?.checked_add(micros / 1_000)
-                }),
-            _ => None,
-        },
-        _ => None,
-    };
-    parsed.ok_or_else(|| RedisError::State(format!("TIME answered {value:?}")))
 }
