@@ -217,3 +217,76 @@ async fn a_shadow_mode_limit_is_proposed_per_address_from_the_fleet() {
     charon::config::load_str(&text, "proposal.yaml")
         .unwrap_or_else(|errors| panic!("{errors}\n{text}"));
 }
+
+/// Past the bound, on Redis: 20 000 domains once each around two heavy
+/// ones, in each of three windows. Each window keeps 10 domains, the two
+/// heavy ones among them, each over its true count by at most what it
+/// inherited when it came into a full table (a few hits of 1), and Redis
+/// holds one key per window however many domains came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_bound_redis_keeps_the_heaviest_and_no_more() {
+    use charon::clock::ManualClock;
+    use charon::config::Learn;
+    use charon::config::learned::Subject;
+    use charon::store::learn::LearnLog;
+    use charon::store::{RedisLearn, RedisOptions, RedisStore};
+    use std::sync::Arc;
+
+    let redis = RedisServer::start();
+    let clock = ManualClock::new(1_000_000);
+    let options = RedisOptions {
+        timeout: Duration::from_secs(5),
+        injected_clock: Some(Arc::new(clock.clone())),
+        ..RedisOptions::default()
+    };
+    let log = RedisLearn::on(RedisStore::open(&redis.url(), options).expect("a valid URL"));
+    let learn = Learn {
+        window_ms: 10_000,
+        windows: 6,
+        domains: 10,
+    };
+    let subject = Subject::Resource("search".into()).encode();
+    let mut keys_after = Vec::new();
+    for window in 0..3u64 {
+        clock.set(1_000_000 + window * 10_000);
+        for round in 0..20_000u64 {
+            log.record("shop", &subject, &format!("once-{round}"), 1, &learn);
+            if round % 100 == 0 {
+                log.record("shop", &subject, "heavy", 30, &learn);
+                log.record("shop", &subject, "second", 20, &learn);
+            }
+        }
+        // A proposal writes what was added up first.
+        let (recorded, _) = log.recorded("shop", &learn).await.expect("Redis answers");
+        assert_eq!(recorded.len(), 1);
+        keys_after.push(redis.command(&["DBSIZE"]).trim().to_owned());
+    }
+    clock.set(1_030_000);
+    let (recorded, _) = log.recorded("shop", &learn).await.expect("Redis answers");
+    let windows = &recorded[0].windows;
+    assert_eq!(windows.len(), 3, "{windows:?}");
+    for window in windows {
+        assert_eq!(window.domains.len(), 10, "{window:?}");
+        let count = |domain: &str| {
+            window
+                .domains
+                .iter()
+                .find(|(name, _)| name == domain)
+                .map(|(_, hits)| *hits)
+        };
+        for (domain, hits) in [("heavy", 6_000), ("second", 4_000)] {
+            let counted = count(domain).unwrap_or_else(|| panic!("no {domain}: {window:?}"));
+            assert!(
+                (hits..=hits + hits / 100).contains(&counted),
+                "{domain}: {counted} for {hits}"
+            );
+        }
+    }
+    // One more key per window (beside the store's own and the subjects'
+    // set): nothing per domain.
+    let keys: Vec<u64> = keys_after
+        .iter()
+        .map(|keys| keys.parse().expect("DBSIZE is a count"))
+        .collect();
+    assert_eq!([keys[1] - keys[0], keys[2] - keys[1]], [1, 1], "{keys:?}");
+}
