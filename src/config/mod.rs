@@ -367,11 +367,12 @@ pub enum Algorithm {
     },
     /// `max_hold` (docs/design.md#concurrency-limits): a hit is held until
     /// it is given back, or for `max_hold` ms at most.
-    Concurrency { max_hold: u64 },
+    MaxHold { max_hold: u64 },
 }
 
 impl Algorithm {
-    /// As `algorithm:` names it.
+    /// As `algorithm:` names it (or the field that makes it, for the kinds
+    /// no `algorithm:` names).
     pub fn name(&self) -> &'static str {
         match self {
             Algorithm::FixedWindow | Algorithm::AfterResponse { .. } => "fixed_window",
@@ -380,15 +381,17 @@ impl Algorithm {
             Algorithm::Hybrid => "hybrid",
             Algorithm::SlidingLog => "sliding_log",
             Algorithm::Calendar => "calendar",
-            Algorithm::Concurrency { .. } => "concurrency",
+            Algorithm::MaxHold { .. } => "max_hold",
         }
     }
 
     /// As a configuration writes it, for messages: `` `algorithm: gcra` ``,
-    /// or `` `calendar` `` for a calendar window.
+    /// `` `calendar` `` for a calendar window, `` `max_hold` `` for a
+    /// concurrency limit.
     pub fn as_written(&self) -> String {
         match self {
             Algorithm::Calendar => "`calendar`".to_owned(),
+            Algorithm::MaxHold { .. } => "`max_hold`".to_owned(),
             other => format!("`algorithm: {}`", other.name()),
         }
     }

@@ -11,9 +11,9 @@
 // kind.
 use super::{Outcome, Slot, Step};
 pub use super::{
-    ban::BanItem, calendar::CalendarItem, concurrency::ConcurrencyItem, cost::CostItem,
-    gcra::GcraItem, hybrid::HybridItem, sliding::SlidingItem, sliding_log::SlidingLogItem,
-    tiers::TiersItem, window::WindowItem,
+    ban::BanItem, calendar::CalendarItem, cost::CostItem, gcra::GcraItem, hybrid::HybridItem,
+    max_hold::MaxHoldItem, sliding::SlidingItem, sliding_log::SlidingLogItem, tiers::TiersItem,
+    window::WindowItem,
 };
 
 /// The one list of kinds, and what is made from it: `kinds!(value, Enum,
@@ -35,7 +35,7 @@ macro_rules! kinds {
             Ban(BanItem),
             SlidingLog(SlidingLogItem),
             Gcra(GcraItem),
-            Concurrency(ConcurrencyItem),
+            MaxHold(MaxHoldItem),
             Tiers(TiersItem<'a>),
             Calendar(CalendarItem),
         ] }

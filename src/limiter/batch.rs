@@ -2,8 +2,8 @@
 
 use crate::config::{Algorithm, Namespace, RateResource, ResourceLimit, duration};
 use crate::engine::{
-    BanItem, CalendarItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold,
-    HybridItem, Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+    BanItem, CalendarItem, CostItem, CostOp, GcraItem, GcraLimit, HybridItem, Item, MaxHoldItem,
+    MaxHoldLimits, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
 };
 use crate::store::Batch;
 use crate::store::keys;
@@ -139,10 +139,10 @@ pub(super) fn add_item<'c>(
                         shadow: *shadow || ignore,
                     })
                 }
-                Algorithm::Concurrency { max_hold } => {
+                Algorithm::MaxHold { max_hold } => {
                     let held = keyed_entries(descriptor, shared_values);
                     let owed = held.clone().chain(std::iter::once((OWED_KEY, "")));
-                    Item::Concurrency(ConcurrencyItem {
+                    Item::MaxHold(MaxHoldItem {
                         slot: batch.slot(
                             keys::descriptor_key(
                                 SlotKind::TimeLog,
@@ -152,7 +152,7 @@ pub(super) fn add_item<'c>(
                             ),
                             SlotKind::TimeLog,
                         ),
-                        hold: Hold {
+                        hold: MaxHoldLimits {
                             owed_slot: batch.slot(
                                 keys::descriptor_key(
                                     SlotKind::Window,

@@ -45,7 +45,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::service::Service;
 use crate::service::error::Kind;
 use crate::service::leases::quota::{
-    Bucket, Demand, MAX_BUCKET_ID_BYTES, MAX_BUCKET_ID_ENTRIES, Quota,
+    Bucket, BucketAssignment, Demand, MAX_BUCKET_ID_BYTES, MAX_BUCKET_ID_ENTRIES,
 };
 
 use super::metrics::Metrics;
@@ -70,7 +70,7 @@ struct Assigned {
     /// What it was taken to want, to ask with again.
     wants: Demand,
     /// What its Envoy was told last.
-    told: Quota,
+    told: BucketAssignment,
     /// When its Envoy last reported it.
     reported: Instant,
 }
@@ -317,7 +317,7 @@ impl EnvoyStream {
             "RLQS bucket"
         );
         let action = match decided {
-            Ok((Quota::NotLimited, _)) => {
+            Ok((BucketAssignment::NotLimited, _)) => {
                 if let Some(assigned) = self.assigned.remove(&bucket.name) {
                     // It had a share; no limit applies any more.
                     service
@@ -332,7 +332,7 @@ impl EnvoyStream {
             }
             Ok((quota, wants)) => {
                 metrics.quota_bucket(match quota {
-                    Quota::Unlimited { .. } => "unlimited",
+                    BucketAssignment::Unlimited { .. } => "unlimited",
                     _ => "assigned",
                 });
                 let before = self.assigned.get(&bucket.name).map(|a| a.told);

@@ -19,7 +19,7 @@ use charon::client::Embedded;
 use charon::config::{Config, load_str};
 use charon::limiter::{Descriptor, RateLimitRequest};
 use charon::service::Service;
-use charon::service::leases::quota::{Bucket, Demand, Quota};
+use charon::service::leases::quota::{Bucket, BucketAssignment, Demand};
 use charon::service::ops::{CapacityWant, GetCapacity, ResourceKey};
 use charon::store::ResourceRef;
 use charon::store::copies::CopyTimings;
@@ -77,7 +77,7 @@ async fn tokens(service: &Service, envoy: &str) -> u32 {
         .unwrap()
         .0
     {
-        Quota::Assigned {
+        BucketAssignment::Assigned {
             tokens_per_fill,
             fill_interval,
             ..

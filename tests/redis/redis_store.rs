@@ -11,8 +11,8 @@ use std::time::Duration;
 use charon::clock::{Clock, ManualClock};
 use charon::config::{RatePolicy, Tier};
 use charon::engine::{
-    BanItem, BanLimit, CalendarItem, ConcurrencyItem, CostItem, CostOp, GcraItem, GcraLimit, Hold,
-    HybridItem, Item, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
+    BanItem, BanLimit, CalendarItem, CostItem, CostOp, GcraItem, GcraLimit, HybridItem, Item,
+    MaxHoldItem, MaxHoldLimits, SlidingItem, SlidingLogItem, SlotKind, TiersItem, WindowItem,
 };
 use charon::store::keys;
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore};
@@ -412,9 +412,9 @@ fn batch<'p>(asks: &[Ask], resources: &'p Resources, now: u64) -> Batch<'p> {
                 shadow,
             } => {
                 let (slot, owed_slot) = held_keys(&mut batch, key, hold);
-                Item::Concurrency(ConcurrencyItem {
+                Item::MaxHold(MaxHoldItem {
                     slot,
-                    hold: Hold {
+                    hold: MaxHoldLimits {
                         owed_slot,
                         limit,
                         max_hold: hold,
@@ -733,9 +733,9 @@ fn refund_item(
         _ => {
             let max_hold = pick([300, 1_000]);
             let (slot, owed_slot) = held_keys(batch, key, max_hold);
-            Item::Concurrency(ConcurrencyItem {
+            Item::MaxHold(MaxHoldItem {
                 slot,
-                hold: Hold {
+                hold: MaxHoldLimits {
                     owed_slot,
                     limit: 2,
                     max_hold,

@@ -259,6 +259,6 @@ impl Ctx {
                 "max_hold must be a duration longer than 0 and not `forever`: it bounds how long a hit that is never given back is held".into(),
             );
         }
-        Some(Algorithm::Concurrency { max_hold })
+        Some(Algorithm::MaxHold { max_hold })
     }
 }

@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::QuotaAssignmentAction;
 
 use crate::service::Service;
-use crate::service::leases::quota::{Bucket, Quota};
+use crate::service::leases::quota::{Bucket, BucketAssignment};
 
 /// What an Envoy is told of `bucket` now, `wanted` if the bucket's new
 /// tokens of this second allow it: Envoy starts every new bucket full, and
@@ -26,10 +26,10 @@ pub(super) fn paced(
     service: &Service,
     namespace: &str,
     bucket: &Bucket,
-    told: Option<Quota>,
-    wanted: Quota,
-) -> Quota {
-    let Quota::Assigned {
+    told: Option<BucketAssignment>,
+    wanted: BucketAssignment,
+) -> BucketAssignment {
+    let BucketAssignment::Assigned {
         max_tokens,
         tokens_per_fill,
         fill_interval,
@@ -43,14 +43,14 @@ pub(super) fn paced(
     }
     let told = told.filter(|told| told.per_second().is_none_or(|rate| rate > 0.0));
     let max_tokens = if told.is_none() { 1 } else { max_tokens };
-    let with_tokens = |max_tokens| Quota::Assigned {
+    let with_tokens = |max_tokens| BucketAssignment::Assigned {
         max_tokens,
         tokens_per_fill,
         fill_interval,
         ttl,
     };
     // A first bucket, or a shrinking rate, cannot wait.
-    let urgent = match told.and_then(Quota::per_second) {
+    let urgent = match told.and_then(BucketAssignment::per_second) {
         Some(before) => wanted.per_second().is_some_and(|now| now < before),
         None => true,
     };
@@ -65,17 +65,17 @@ pub(super) fn paced(
 
 /// What the decision log says of an assignment: its kind, and its rate in
 /// whole requests a second.
-pub(super) fn described(quota: Quota) -> (&'static str, u64) {
+pub(super) fn described(quota: BucketAssignment) -> (&'static str, u64) {
     match quota {
-        Quota::Assigned {
+        BucketAssignment::Assigned {
             tokens_per_fill: 0, ..
         } => ("deny_all", 0),
-        Quota::Assigned { .. } => (
+        BucketAssignment::Assigned { .. } => (
             "assigned",
             quota.per_second().map_or(0, |rate| rate.round() as u64),
         ),
-        Quota::Unlimited { .. } => ("allow_all", 0),
-        Quota::NotLimited => ("not_limited", 0),
+        BucketAssignment::Unlimited { .. } => ("allow_all", 0),
+        BucketAssignment::NotLimited => ("not_limited", 0),
     }
 }
 
@@ -86,14 +86,14 @@ fn duration(duration: Duration) -> envoy_types::pb::google::protobuf::Duration {
     }
 }
 
-pub(super) fn assignment(quota: Quota) -> QuotaAssignmentAction {
+pub(super) fn assignment(quota: BucketAssignment) -> QuotaAssignmentAction {
     let (strategy, ttl) = match quota {
-        Quota::Assigned {
+        BucketAssignment::Assigned {
             tokens_per_fill: 0,
             ttl,
             ..
         } => (Strategy::BlanketRule(BlanketRule::DenyAll as i32), ttl),
-        Quota::Assigned {
+        BucketAssignment::Assigned {
             max_tokens,
             tokens_per_fill,
             fill_interval,
@@ -108,9 +108,11 @@ pub(super) fn assignment(quota: Quota) -> QuotaAssignmentAction {
             }),
             ttl,
         ),
-        Quota::Unlimited { ttl } => (Strategy::BlanketRule(BlanketRule::AllowAll as i32), ttl),
+        BucketAssignment::Unlimited { ttl } => {
+            (Strategy::BlanketRule(BlanketRule::AllowAll as i32), ttl)
+        }
         // Answered by abandoning the bucket, not with an assignment.
-        Quota::NotLimited => (
+        BucketAssignment::NotLimited => (
             Strategy::BlanketRule(BlanketRule::AllowAll as i32),
             crate::service::leases::quota::LEASE,
         ),
@@ -131,7 +133,7 @@ mod tests {
     use super::paced;
     use crate::clock::ManualClock;
     use crate::limiter::Modes;
-    use crate::service::leases::quota::{Bucket, Quota};
+    use crate::service::leases::quota::{Bucket, BucketAssignment};
     use crate::service::{Service, Unobserved};
     use crate::store::open::Stores;
 
@@ -153,8 +155,8 @@ mod tests {
         )
     }
 
-    fn share(max_tokens: u32, tokens_per_fill: u32) -> Quota {
-        Quota::Assigned {
+    fn share(max_tokens: u32, tokens_per_fill: u32) -> BucketAssignment {
+        BucketAssignment::Assigned {
             max_tokens,
             tokens_per_fill,
             fill_interval: Duration::from_secs(10),

@@ -114,7 +114,7 @@ enum BucketLimit {
     /// A rate leased among the Envoys that report the bucket.
     Leased(CapacityConfig),
     /// No lease: `unlimited`, or no limit applies.
-    Answered(Quota),
+    Answered(BucketAssignment),
 }
 
 /// What an Envoy wants of a bucket.
@@ -134,7 +134,7 @@ const SHORTEST_REPORT: Duration = Duration::from_millis(100);
 
 /// What an Envoy is told for a bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Quota {
+pub enum BucketAssignment {
     /// A token bucket: `tokens_per_fill` every `fill_interval`, at most
     /// `max_tokens` saved; valid for `ttl`. Zero tokens: deny everything.
     Assigned {
@@ -149,17 +149,17 @@ pub enum Quota {
     NotLimited,
 }
 
-impl Quota {
+impl BucketAssignment {
     /// The requests a second a token bucket refills at (`None` for a
     /// blanket rule).
     pub fn per_second(self) -> Option<f64> {
         match self {
-            Quota::Assigned {
+            BucketAssignment::Assigned {
                 tokens_per_fill,
                 fill_interval,
                 ..
             } => Some(f64::from(tokens_per_fill) / fill_interval.as_secs_f64().max(1.0)),
-            Quota::Unlimited { .. } | Quota::NotLimited => None,
+            BucketAssignment::Unlimited { .. } | BucketAssignment::NotLimited => None,
         }
     }
 }
@@ -208,7 +208,7 @@ impl Service {
         bucket: &Bucket,
         client: &str,
         demand: Demand,
-    ) -> Result<(Quota, Demand), Error> {
+    ) -> Result<(BucketAssignment, Demand), Error> {
         let capacity = match self.bucket_limit(namespace, bucket)? {
             BucketLimit::Leased(capacity) => capacity,
             BucketLimit::Answered(quota) => return Ok((quota, Demand::Unknown)),
@@ -294,10 +294,12 @@ impl Service {
         let limit = match found.map(|found| &found.node.leaf) {
             Some(Leaf::Limit(limit)) => limit,
             Some(Leaf::Unlimited { .. }) => {
-                return Ok(BucketLimit::Answered(Quota::Unlimited { ttl: LEASE }));
+                return Ok(BucketLimit::Answered(BucketAssignment::Unlimited {
+                    ttl: LEASE,
+                }));
             }
             Some(Leaf::None | Leaf::Resource(_)) | None => {
-                return Ok(BucketLimit::Answered(Quota::NotLimited));
+                return Ok(BucketLimit::Answered(BucketAssignment::NotLimited));
             }
         };
         let window = Duration::from_millis(
@@ -400,8 +402,8 @@ impl Service {
 /// tokens every [`FILL_INTERVAL`] (every few intervals' worth of seconds for
 /// a share under one token an interval), holding at most [`BURST`] of a
 /// second's share.
-fn token_bucket(per_second: f64, least_burst: f64) -> Quota {
-    let deny = Quota::Assigned {
+fn token_bucket(per_second: f64, least_burst: f64) -> BucketAssignment {
+    let deny = BucketAssignment::Assigned {
         max_tokens: 0,
         tokens_per_fill: 0,
         fill_interval: FILL_INTERVAL,
@@ -423,7 +425,7 @@ fn token_bucket(per_second: f64, least_burst: f64) -> Quota {
     let burst = (per_second * BURST)
         .floor()
         .clamp(least_burst, f64::from(u32::MAX)) as u32;
-    Quota::Assigned {
+    BucketAssignment::Assigned {
         max_tokens: burst,
         tokens_per_fill: tokens,
         fill_interval: Duration::from_secs_f64(interval_seconds),
@@ -435,9 +437,9 @@ fn token_bucket(per_second: f64, least_burst: f64) -> Quota {
 mod tests {
     use super::*;
 
-    fn bucket(quota: Quota) -> (u32, u32, Duration) {
+    fn bucket(quota: BucketAssignment) -> (u32, u32, Duration) {
         match quota {
-            Quota::Assigned {
+            BucketAssignment::Assigned {
                 max_tokens,
                 tokens_per_fill,
                 fill_interval,

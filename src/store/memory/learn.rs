@@ -43,6 +43,10 @@ impl Default for MemoryLearn {
 #[async_trait::async_trait]
 impl LearnLog for MemoryLearn {
     fn record(&self, namespace: &str, subject: &str, domain: &str, hits: u64, learn: &Learn) {
+        if hits == 0 {
+            // A check: no use to record, and a domain kept for nothing.
+            return;
+        }
         let now = self.clock.now_ms();
         let start = learn.window_start(now);
         let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
@@ -125,6 +129,13 @@ mod tests {
         assert_eq!(starts, [24_000, 25_000, 26_000, 27_000, 28_000]);
         let kept = log.record.lock().expect("lock")["shop"]["search"].len();
         assert!(kept <= 7, "{kept} windows kept");
+    }
+
+    #[tokio::test]
+    async fn a_check_of_no_hits_records_nothing() {
+        let log = MemoryLearn::with_clock(Arc::new(ManualClock::new(0)));
+        log.record("shop", "search", "acme", 0, &LEARN);
+        assert!(log.record.lock().expect("lock").is_empty());
     }
 
     #[tokio::test]

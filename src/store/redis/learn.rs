@@ -153,6 +153,10 @@ impl Inner {
 #[async_trait::async_trait]
 impl LearnLog for RedisLearn {
     fn record(&self, namespace: &str, subject: &str, domain: &str, hits: u64, learn: &Learn) {
+        if hits == 0 {
+            // A check: no use to record, and a domain kept for nothing.
+            return;
+        }
         let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
         let namespace = match pending.get_mut(namespace) {
             Some(namespace) => namespace,

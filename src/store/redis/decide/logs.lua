@@ -137,7 +137,7 @@ end
 
 -- Logs of hit times with their expiry, "expires_at|log": a sliding window
 -- log's state (src/engine/sliding_log.rs), and a concurrency limit's held
--- hits (src/engine/concurrency.rs).
+-- hits (src/engine/max_hold.rs).
 local function slog_decode(raw, now)
   if raw then
     local bar = string.find(raw, '|', 1, true)

@@ -12,10 +12,10 @@
 
 mod ban;
 mod calendar;
-mod concurrency;
 mod cost;
 mod gcra;
 mod hybrid;
+mod max_hold;
 mod sliding;
 mod sliding_log;
 mod tiers;

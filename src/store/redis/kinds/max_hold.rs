@@ -4,12 +4,12 @@
 
 use redis::ScriptInvocation;
 
-use crate::engine::ConcurrencyItem;
+use crate::engine::MaxHoldItem;
 
 use super::{Wire, flag};
 
 /// Never blocked locally: its refused hits are owed refunds.
-impl Wire for ConcurrencyItem {
+impl Wire for MaxHoldItem {
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("k")

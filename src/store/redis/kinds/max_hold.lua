@@ -1,4 +1,4 @@
--- A concurrency limit (src/engine/concurrency.rs, which says why): hits
+-- A concurrency limit (src/engine/max_hold.rs, which says why): hits
 -- held in a time log (decide/logs.lua) whose window is max_hold; a hit not
 -- held, refused or in a refused batch, is owed its refund in owed_slot, a
 -- w state "last owed,count,expires_at", forgotten max_hold after the last.

@@ -119,14 +119,14 @@ pub(super) fn item_is_over(
 /// `max_hold`; a hit not held is owed its refund instead. `hits == 0` only
 /// checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConcurrencyItem {
+pub struct MaxHoldItem {
     pub slot: usize,
-    pub hold: Hold,
+    pub hold: MaxHoldLimits,
     pub hits: u64,
     pub shadow: bool,
 }
 
-impl Kind for ConcurrencyItem {
+impl Kind for MaxHoldItem {
     const REFUNDABLE: bool = true;
 
     fn shadow(&self) -> bool {
@@ -182,7 +182,7 @@ impl Kind for ConcurrencyItem {
     /// the log here too, counted as they go.
     fn refund(&self, step: Step<'_>) -> Outcome {
         let Step { slots, now, commit } = step;
-        let Hold {
+        let MaxHoldLimits {
             owed_slot,
             max_hold,
             ..
@@ -207,7 +207,7 @@ impl Kind for ConcurrencyItem {
 
 /// The limits of a concurrency item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
+pub struct MaxHoldLimits {
     /// The owed refunds' slot.
     pub owed_slot: usize,
     pub limit: u64,
@@ -218,9 +218,9 @@ pub struct Hold {
 /// Decides a concurrency item: committing and not over, its hits are held;
 /// otherwise they are owed (their refunds will come all the same).
 /// Committing, hits held past `max_hold` leave the log.
-pub(super) fn run_item(step: Step<'_>, slot: usize, hold: Hold, hits: u64) -> Outcome {
+pub(super) fn run_item(step: Step<'_>, slot: usize, hold: MaxHoldLimits, hits: u64) -> Outcome {
     let Step { slots, now, commit } = step;
-    let Hold {
+    let MaxHoldLimits {
         owed_slot,
         limit,
         max_hold,
@@ -274,9 +274,9 @@ mod tests {
     }
 
     fn take(slots: &mut [Slot], now: u64) -> bool {
-        let item = Item::Concurrency(ConcurrencyItem {
+        let item = Item::MaxHold(MaxHoldItem {
             slot: 0,
-            hold: Hold {
+            hold: MaxHoldLimits {
                 owed_slot: 1,
                 limit: 2,
                 max_hold: HOLD,
@@ -288,9 +288,9 @@ mod tests {
     }
 
     fn give_back(slots: &mut [Slot], now: u64) {
-        let item = Item::Refund(engine::Refundable::Concurrency(ConcurrencyItem {
+        let item = Item::Refund(engine::Refundable::MaxHold(MaxHoldItem {
             slot: 0,
-            hold: Hold {
+            hold: MaxHoldLimits {
                 owed_slot: 1,
                 limit: 2,
                 max_hold: HOLD,
