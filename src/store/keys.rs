@@ -365,12 +365,16 @@ pub fn learn_subjects_key(namespace: &str) -> String {
 }
 
 /// One window's recorded use of one subject: its heaviest domains' hits.
-pub fn learn_window_key(namespace: &str, subject: &str, start_ms: u64) -> String {
-    let mut key = String::with_capacity(TAG_LEN + 32 + namespace.len() + subject.len());
+/// The window's length is part of the key, so that windows of a length a
+/// reload replaced are never read as windows of the new one.
+pub fn learn_window_key(namespace: &str, subject: &str, window_ms: u64, start_ms: u64) -> String {
+    let mut key = String::with_capacity(TAG_LEN + 48 + namespace.len() + subject.len());
     push_tag(&mut key, ["learn", namespace]);
     key.push_str("Lw");
     push_part(&mut key, namespace);
     push_part(&mut key, subject);
+    push_number(&mut key, window_ms);
+    key.push(':');
     push_number(&mut key, start_ms);
     key
 }

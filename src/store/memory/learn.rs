@@ -12,8 +12,13 @@ use crate::config::Learn;
 use crate::config::learned::{Recorded, WindowUse};
 use crate::store::learn::{LearnError, LearnLog, TopDomains};
 
-/// One subject's windows, by their start.
-type Windows = BTreeMap<u64, TopDomains>;
+/// One subject's windows, by their start, all of one length: when
+/// `settings.learn` changes the length (a reload), the old windows go.
+#[derive(Default)]
+struct Windows {
+    window_ms: u64,
+    by_start: BTreeMap<u64, TopDomains>,
+}
 
 pub struct MemoryLearn {
     clock: Arc<dyn Clock>,
@@ -59,19 +64,26 @@ impl LearnLog for MemoryLearn {
                 // Past the bound a new subject is not recorded.
                 return;
             }
-            subjects.insert(subject.to_owned(), Windows::new());
+            subjects.insert(subject.to_owned(), Windows::default());
         }
         let Some(windows) = subjects.get_mut(subject) else {
             return;
         };
+        if windows.window_ms != learn.window_ms {
+            *windows = Windows {
+                window_ms: learn.window_ms,
+                by_start: BTreeMap::new(),
+            };
+        }
         let oldest = now.saturating_sub(learn.retention_ms());
-        while windows
+        let by_start = &mut windows.by_start;
+        while by_start
             .first_key_value()
             .is_some_and(|(&first, _)| first < oldest)
         {
-            windows.pop_first();
+            by_start.pop_first();
         }
-        windows
+        by_start
             .entry(start)
             .or_default()
             .add(domain, hits, learn.domains as usize);
@@ -92,7 +104,9 @@ impl LearnLog for MemoryLearn {
             .map(|(subject, windows)| Recorded {
                 subject: subject.clone(),
                 windows: windows
+                    .by_start
                     .range(period.clone())
+                    .filter(|_| windows.window_ms == learn.window_ms)
                     .map(|(&start_ms, top)| WindowUse {
                         start_ms,
                         domains: top.iter().map(|(d, n)| (d.to_owned(), n)).collect(),
@@ -127,8 +141,32 @@ mod tests {
         assert_eq!(now, 29_500);
         let starts: Vec<u64> = recorded[0].windows.iter().map(|w| w.start_ms).collect();
         assert_eq!(starts, [24_000, 25_000, 26_000, 27_000, 28_000]);
-        let kept = log.record.lock().expect("lock")["shop"]["search"].len();
+        let kept = log.record.lock().expect("lock")["shop"]["search"]
+            .by_start
+            .len();
         assert!(kept <= 7, "{kept} windows kept");
+    }
+
+    #[tokio::test]
+    async fn a_new_window_length_starts_the_record_again() {
+        let clock = ManualClock::new(60_000);
+        let log = MemoryLearn::with_clock(Arc::new(clock.clone()));
+        let minutes = Learn {
+            window_ms: 60_000,
+            ..LEARN
+        };
+        log.record("shop", "search", "acme", 600, &minutes);
+        clock.set(130_000);
+        // Reloaded with windows of a second: a minute's count is not one.
+        log.record("shop", "search", "acme", 1, &LEARN);
+        let (recorded, _) = log.recorded("shop", &LEARN).await.expect("memory");
+        assert!(recorded[0].windows.is_empty(), "{recorded:?}");
+        clock.set(131_000);
+        let (recorded, _) = log.recorded("shop", &LEARN).await.expect("memory");
+        assert_eq!(recorded[0].windows.len(), 1, "{recorded:?}");
+        assert_eq!(recorded[0].windows[0].domains, [("acme".to_owned(), 1)]);
+        let (recorded, _) = log.recorded("shop", &minutes).await.expect("memory");
+        assert!(recorded[0].windows.is_empty(), "{recorded:?}");
     }
 
     #[tokio::test]

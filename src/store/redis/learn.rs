@@ -111,7 +111,12 @@ impl Inner {
                 invocation
                     .key(
                         self.redis
-                            .key(&keys::learn_window_key(&namespace, &subject, start))
+                            .key(&keys::learn_window_key(
+                                &namespace,
+                                &subject,
+                                learn.window_ms,
+                                start,
+                            ))
                             .as_ref(),
                     )
                     .arg(subject.as_str())
@@ -196,7 +201,12 @@ impl LearnLog for RedisLearn {
                 invocation.key(
                     self.inner
                         .redis
-                        .key(&keys::learn_window_key(namespace, &subject, *start))
+                        .key(&keys::learn_window_key(
+                            namespace,
+                            &subject,
+                            learn.window_ms,
+                            *start,
+                        ))
                         .as_ref(),
                 );
             }
