@@ -135,8 +135,12 @@ impl Learn {
     pub const WINDOWS: std::ops::RangeInclusive<u32> = 1..=10_080;
     pub const DOMAINS: std::ops::RangeInclusive<u32> = 1..=10_000;
     /// The resources and limits recorded per namespace: past this, a new one
-    /// is not recorded (and the proposal says how many were not).
+    /// is not recorded.
     pub const SUBJECTS: usize = 100;
+    /// At most this many (window, domain) entries per resource or limit:
+    /// `windows` x `domains`, so a namespace's record holds at most
+    /// `SUBJECTS` x `ENTRIES` entries.
+    pub const ENTRIES: u64 = 100_000;
 
     /// The start of the window `now_ms` falls in.
     pub fn window_start(&self, now_ms: u64) -> u64 {

@@ -834,6 +834,12 @@ fn learning_settings_out_of_bounds_are_errors_at_their_place() {
         &["learn.domains must be from 1 to 10000"],
     );
     assert_error(&settings("{domain: 5}"), 3, 11, &["unknown field `domain`"]);
+    assert_error(
+        &settings("{windows: 1440, domains: 1000}"),
+        3,
+        10,
+        &["1440000 entries per resource, over 100000"],
+    );
     let loaded = charon::config::load_str(&settings("{}"), "a.yaml").expect("defaults");
     let learn = loaded.config.namespace("a").expect("a").settings.learn;
     assert_eq!(learn, Some(charon::config::Learn::DEFAULT));

@@ -245,6 +245,17 @@ impl Ctx {
                 }
             }
         }
+        if valid && u64::from(learn.windows) * u64::from(learn.domains) > Learn::ENTRIES {
+            self.error(
+                raw.referenced,
+                format!(
+                    "learn.windows x learn.domains is {} entries per resource, over {}: the record's memory is that bound times 100 resources",
+                    u64::from(learn.windows) * u64::from(learn.domains),
+                    Learn::ENTRIES
+                ),
+            );
+            valid = false;
+        }
         valid.then_some(learn)
     }
 
