@@ -7,8 +7,9 @@
 //! `TIME`: atomic, one round trip, one clock for all sidecars. The batch
 //! script ([`DECIDE_SCRIPT`], assembled from `decide/` and each kind's chunk
 //! in `kinds/`, beside the Rust that writes that kind's arguments) decides
-//! every kind of limit; a batch of fixed windows only, or of GCRA
-//! buckets only, goes to `window.lua` or `gcra.lua`, the same decision without
+//! every kind of limit; a batch of fixed windows only, of GCRA buckets
+//! only, or of sliding windows only, goes to `window.lua`, `gcra.lua` or
+//! `sliding.lua`, the same decision without
 //! the rest of the machinery, which Redis would otherwise rebuild on every
 //! call (docs/performance.md has the cost of each). The script
 //! decides and records exactly as the Rust engine does, and returns the state
@@ -73,6 +74,8 @@ struct Scripts {
     windows: redis::Script,
     /// GCRA buckets only.
     buckets: redis::Script,
+    /// Sliding windows only.
+    slidings: redis::Script,
 }
 
 impl Scripts {
@@ -81,6 +84,7 @@ impl Scripts {
             any: redis::Script::new(DECIDE_SCRIPT),
             windows: redis::Script::new(include_str!("window.lua")),
             buckets: redis::Script::new(include_str!("gcra.lua")),
+            slidings: redis::Script::new(include_str!("sliding.lua")),
         }
     }
 
@@ -94,6 +98,7 @@ impl Scripts {
             Some(script) if own.all(|other| other == first) => match script {
                 OwnScript::Windows => &self.windows,
                 OwnScript::Buckets => &self.buckets,
+                OwnScript::Slidings => &self.slidings,
             },
             _ => &self.any,
         }

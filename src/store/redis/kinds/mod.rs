@@ -59,6 +59,8 @@ pub(super) enum OwnScript {
     Windows,
     /// `gcra.lua`.
     Buckets,
+    /// `sliding.lua`.
+    Slidings,
 }
 
 /// One kind's wire.
