@@ -129,9 +129,9 @@ pub struct StoreStatus {
     pub refusal: Option<String>,
 }
 
-/// Every family of state `--store` selects: rate limits, the copy log and
-/// capacity leases (and, for an engine on configuration files, the
-/// configuration API's log, [`Stores::config_log`]). On Redis they share one
+/// Every family of state `--store` selects: rate limits, the copy log,
+/// capacity leases and recorded use (and, for an engine on configuration
+/// files, the configuration API's log, [`Stores::config_log`]). On Redis they share one
 /// client and its one multiplexed connection
 /// (docs/redis.md#what-each-family-keeps). Copy operations and leases have
 /// no `--on-store-error` fallback: a semaphore split across sidecars would

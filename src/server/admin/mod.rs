@@ -2,7 +2,8 @@
 //! (serving decisions; 503 while starting or shutting down), `/metrics`
 //! (Prometheus text), and the pages for people: `/ui/simulator` (burst tiers
 //! on the real engine, [`simulator`]) and `/ui/state` (one domain's
-//! live state, [`state`]). The pages are in the binary, with no
+//! live state, [`state`]), and `/debug/learned` (limits proposed from
+//! recorded use, [`learned`]). The pages are in the binary, with no
 //! external fetch; the admin port listens on localhost by default.
 //!
 //! With Redis, `/readyz` names the store's state in its body. While Redis is

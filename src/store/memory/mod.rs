@@ -1,8 +1,8 @@
 //! The embedded store: state in this process, shared by every thread.
 //! Beside the rate store (this file and the tables below it), the folder
 //! holds the memory half of every other family: the copy log
-//! (`copies.rs`), capacity leases (`leases.rs`) and the configuration
-//! API's log (`config_log.rs`).
+//! (`copies.rs`), capacity leases (`leases.rs`), the configuration API's
+//! log (`config_log.rs`) and recorded use (`learn.rs`).
 //!
 //! Keys are spread over many mutex-guarded shards so both cores work at once;
 //! a request locks the shards of its keys in ascending order (no deadlock)
