@@ -6,8 +6,9 @@
 //! beside the Lua chunk that reads and writes the same (`kinds/<kind>.lua`);
 //! this file is the envelope around them. Its tests are in `codec/tests.rs`.
 //!
-//! A request of one fixed window, one GCRA bucket or one sliding window,
-//! the usual one, travels
+//! A request of one item of a kind with a script of its own (a fixed
+//! window, a GCRA bucket, a sliding or a calendar window), the usual one,
+//! travels
 //! in a shorter form of its own ([`one_item_arguments`]): its numbers only,
 //! answered by one string instead of a table, which is what Redis spends
 //! the most on around a small script (docs/performance.md#redis-work-per-decision).
@@ -26,7 +27,8 @@ use crate::engine::{Item, Slot, SlotKind};
 use super::RedisError;
 use super::kinds::{self, ban, cost, gcra, hybrid, log, sliding, tiers, time_log, window};
 
-/// Adds the ARGV of the one-item form of `window.lua`, `gcra.lua` or `sliding.lua` for
+/// Adds the ARGV of the one-item form of a kind's own script (`window.lua`,
+/// `gcra.lua`, `sliding.lua`, `calendar.lua`) for
 /// `item`, which must be the only item, on the only key; `false` (nothing
 /// added) for a kind without a script of its own. `injected_now` 0 means
 /// Redis `TIME`, and is then not sent.

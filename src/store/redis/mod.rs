@@ -8,8 +8,9 @@
 //! script ([`DECIDE_SCRIPT`], assembled from `decide/` and each kind's chunk
 //! in `kinds/`, beside the Rust that writes that kind's arguments) decides
 //! every kind of limit; a batch of fixed windows only, of GCRA buckets
-//! only, or of sliding windows only, goes to `window.lua`, `gcra.lua` or
-//! `sliding.lua`, the same decision without
+//! only, of sliding windows only or of calendar windows only, goes to
+//! `window.lua`, `gcra.lua`, `sliding.lua` or `calendar.lua`, the same
+//! decision without
 //! the rest of the machinery, which Redis would otherwise rebuild on every
 //! call (docs/performance.md has the cost of each). The script
 //! decides and records exactly as the Rust engine does, and returns the state
@@ -76,6 +77,8 @@ struct Scripts {
     buckets: redis::Script,
     /// Sliding windows only.
     slidings: redis::Script,
+    /// Calendar windows only.
+    calendars: redis::Script,
 }
 
 impl Scripts {
@@ -85,6 +88,7 @@ impl Scripts {
             windows: redis::Script::new(include_str!("window.lua")),
             buckets: redis::Script::new(include_str!("gcra.lua")),
             slidings: redis::Script::new(include_str!("sliding.lua")),
+            calendars: redis::Script::new(include_str!("calendar.lua")),
         }
     }
 
@@ -99,6 +103,7 @@ impl Scripts {
                 OwnScript::Windows => &self.windows,
                 OwnScript::Buckets => &self.buckets,
                 OwnScript::Slidings => &self.slidings,
+                OwnScript::Calendars => &self.calendars,
             },
             _ => &self.any,
         }

@@ -1,21 +1,29 @@
 //! A calendar window on the wire: `d slot limit b0 b1 b2 b3 hits shadow`,
-//! the boundaries the sidecar computed; Redis `TIME` picks the window. Its
-//! state is a fixed window's (`window.rs`).
+//! the boundaries the sidecar computed, also the one-item form of
+//! `calendar.lua`; Redis `TIME` picks the window. Its state is a fixed
+//! window's (`window.rs`).
 
 use redis::ScriptInvocation;
 
 use crate::engine::CalendarItem;
 
-use super::{Wire, flag};
+use super::{OwnScript, Wire, flag};
 
 /// Never blocked locally: a rejection lasts until a boundary the store's
 /// clock decides, not one this process could keep.
 impl Wire for CalendarItem {
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
+        invocation.arg("d").arg(self.slot + 1);
+        self.own_arguments(invocation);
+    }
+
+    fn own_script(&self) -> Option<OwnScript> {
+        Some(OwnScript::Calendars)
+    }
+
+    fn own_arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         let [b0, b1, b2, b3] = self.bounds;
         invocation
-            .arg("d")
-            .arg(self.slot + 1)
             .arg(self.limit)
             .arg(b0)
             .arg(b1)

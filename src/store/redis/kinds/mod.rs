@@ -61,6 +61,8 @@ pub(super) enum OwnScript {
     Buckets,
     /// `sliding.lua`.
     Slidings,
+    /// `calendar.lua`.
+    Calendars,
 }
 
 /// One kind's wire.
