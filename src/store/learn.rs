@@ -41,6 +41,22 @@ pub trait LearnLog: Send + Sync {
     ) -> Result<(Vec<Recorded>, u64), LearnError>;
 }
 
+/// The record of `subject` among a namespace's `subjects`, made if there is
+/// room: past [`Learn::SUBJECTS`] a new subject is not recorded. Both
+/// stores keep their subjects so, and look up without allocating a name.
+pub(crate) fn subject_record<'m, V: Default>(
+    subjects: &'m mut HashMap<String, V>,
+    subject: &str,
+) -> Option<&'m mut V> {
+    if !subjects.contains_key(subject) {
+        if subjects.len() >= Learn::SUBJECTS {
+            return None;
+        }
+        subjects.insert(subject.to_owned(), V::default());
+    }
+    subjects.get_mut(subject)
+}
+
 /// The heaviest domains of one window, at most `capacity` of them
 /// (Space-Saving).
 #[derive(Debug, Clone, Default)]

@@ -78,7 +78,7 @@ fn resource(out: &mut String, name: &str, uses: &[DomainUse], learn: &Learn, pic
         |limit: u64| format!("tiers: [{{limit: {limit}, window: {window}, active: forever}}]");
     let _ = writeln!(out, "  {}:", quoted(name));
     let _ = writeln!(out, "    rate:");
-    let _ = writeln!(out, "      {}", tier(median(&uses, pick)));
+    let _ = writeln!(out, "      {}", tier(median(uses.iter().copied(), pick)));
     let _ = writeln!(out, "      domains:");
     for usage in uses {
         let _ = writeln!(
@@ -140,10 +140,9 @@ impl Tree {
                 let writable: Vec<&DomainUse> =
                     uses.iter().filter(|u| is_exact_value(&u.domain)).collect();
                 let default = if writable.is_empty() {
-                    let all: Vec<&DomainUse> = uses.iter().collect();
-                    median(&all, pick)
+                    median(uses, pick)
                 } else {
-                    median(&writable, pick)
+                    median(writable.iter().copied(), pick)
                 };
                 self.add(
                     path,
@@ -159,11 +158,10 @@ impl Tree {
                 }
             }
             _ => {
-                let all: Vec<&DomainUse> = uses.iter().collect();
                 self.add(
                     path,
                     (
-                        median(&all, pick),
+                        median(uses, pick),
                         format!(
                             "the median of {} combinations of values; none written apart",
                             uses.len()
@@ -218,8 +216,8 @@ fn rate_limit_unit(window_ms: u64) -> String {
 
 /// The median of the domains' picks, at least 1: what a typical domain
 /// uses, for one not listed.
-fn median(uses: &[&DomainUse], pick: Pick) -> u64 {
-    let mut picked: Vec<u64> = uses.iter().map(|usage| usage.pick(pick)).collect();
+fn median<'u>(uses: impl IntoIterator<Item = &'u DomainUse>, pick: Pick) -> u64 {
+    let mut picked: Vec<u64> = uses.into_iter().map(|usage| usage.pick(pick)).collect();
     picked.sort_unstable();
     super::nearest_rank(&picked, 50).max(1)
 }

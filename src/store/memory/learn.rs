@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Learn;
 use crate::config::learned::{Recorded, WindowUse};
-use crate::store::learn::{LearnError, LearnLog, TopDomains};
+use crate::store::learn::{LearnError, LearnLog, TopDomains, subject_record};
 
 /// One subject's windows, by their start, all of one length: when
 /// `settings.learn` changes the length (a reload), the old windows go.
@@ -59,14 +59,7 @@ impl LearnLog for MemoryLearn {
             Some(subjects) => subjects,
             None => record.entry(namespace.to_owned()).or_default(),
         };
-        if !subjects.contains_key(subject) {
-            if subjects.len() >= Learn::SUBJECTS {
-                // Past the bound a new subject is not recorded.
-                return;
-            }
-            subjects.insert(subject.to_owned(), Windows::default());
-        }
-        let Some(windows) = subjects.get_mut(subject) else {
+        let Some(windows) = subject_record(subjects, subject) else {
             return;
         };
         if windows.window_ms != learn.window_ms {

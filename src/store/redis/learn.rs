@@ -20,7 +20,7 @@ use redis::Value;
 use crate::config::Learn;
 use crate::config::learned::{Recorded, WindowUse};
 use crate::store::keys;
-use crate::store::learn::{LearnError, LearnLog, TopDomains};
+use crate::store::learn::{LearnError, LearnLog, TopDomains, subject_record};
 use crate::store::redis::{RedisError, RedisStore};
 
 const SCRIPT: &str = include_str!("learn.lua");
@@ -171,15 +171,7 @@ impl LearnLog for RedisLearn {
             }),
         };
         namespace.learn = *learn;
-        if !namespace.subjects.contains_key(subject) {
-            if namespace.subjects.len() >= Learn::SUBJECTS {
-                return;
-            }
-            namespace
-                .subjects
-                .insert(subject.to_owned(), TopDomains::default());
-        }
-        if let Some(top) = namespace.subjects.get_mut(subject) {
+        if let Some(top) = subject_record(&mut namespace.subjects, subject) {
             top.add(domain, hits, learn.domains as usize);
         }
     }
