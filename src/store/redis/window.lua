@@ -29,13 +29,13 @@
 -- tenth of the one-item call.
 
 local one = #ARGV < 6
-local now, slack, spread, clock
+local now, slack, spread, time
 local injected = ARGV[one and 5 or 1]
 if injected and injected ~= '0' then
   -- Virtual time: keys outlive their virtual relevance by a day.
-  now, slack, spread, clock = tonumber(injected), 86400000, 0, injected
+  now, slack, spread = tonumber(injected), 86400000, 0
 else
-  local time = redis.call('TIME')
+  time = redis.call('TIME')
   local micros = time[2] + 0
   now, slack = time[1] * 1000 + math.floor(micros / 1000), 0
   -- Every tenant's window ends at the same instant: keys that all expired
@@ -44,44 +44,55 @@ else
   -- taken from the clock's microseconds, which spreads their expiry; the
   -- state itself says when its window ends, so a late key changes nothing.
   spread = math.fmod(micros, 1000) / 1000
-  if one then
-    clock = time[1] .. '.' .. time[2]
-  end
 end
 
 -- One item on one key: the decision of the batch below, without its tables.
 -- (The expiry is window_ttl's, below, written out: a function made on every
 -- call costs more than the line.)
 if one then
-  local limit, period, hits = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-  local flags = ARGV[4] + 0
+  -- Flags and hits are compared as the strings they arrive as (interned,
+  -- so a comparison is one pointer's), and the state is cut at its commas
+  -- with plain finds rather than matched: parsing numbers and patterns is
+  -- most of what this path costs Redis beyond its three calls.
+  local limit, period, hits, flags = ARGV[1] + 0, ARGV[2] + 0, ARGV[3], ARGV[4]
+  if hits == '1' then
+    hits = 1
+  else
+    hits = hits + 0
+  end
   local value = redis.call('GET', KEYS[1])
   local start = now - math.fmod(now, math.max(period, 1))
-  local count, same = 0, false
+  local count, same, first, second = 0, false, nil, nil
   if value then
-    local s, c = string.match(value, '^(%d+),(%d+),%d+$')
-    if c == nil then
+    first = string.find(value, ',', 1, true)
+    second = first and string.find(value, ',', first + 1, true)
+    if second == nil then
       error('charon: not a window state: ' .. value)
     end
-    same = s + 0 == start
+    same = string.sub(value, 1, first - 1) + 0 == start
     if same then
-      count = c + 0
+      count = string.sub(value, first + 1, second - 1) + 0
     end
   end
   local over = limit ~= -1 and count + math.max(hits, 1) > limit
-  if hits > 0 and (flags >= 2 or not over) then
-    local state = string.format('%d,%d,%d', start, count + hits, start + period)
+  if hits > 0 and (flags == '2' or flags == '3' or not over) then
     if same then
+      -- The window's start and end stay as they are written.
+      local state = string.sub(value, 1, first) .. string.format('%d', count + hits) .. string.sub(value, second)
       redis.call('SET', KEYS[1], state, 'KEEPTTL')
     else
+      local state = string.format('%d,%d,%d', start, count + hits, start + period)
       redis.call('SET', KEYS[1], state, 'PX', start + period - now + slack + math.floor(spread * math.min(period, 60000)))
     end
   end
   local granted = '1 '
-  if over and flags % 2 == 0 then
+  if over and (flags == '0' or flags == '2') then
     granted = '0 '
   end
-  return granted .. clock .. ' ' .. (value or '')
+  if time then
+    return granted .. time[1] .. '.' .. time[2] .. ' ' .. (value or '')
+  end
+  return granted .. injected .. ' ' .. (value or '')
 end
 
 -- The TTL of a window key written now.
