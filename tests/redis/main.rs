@@ -7,6 +7,7 @@ mod support;
 mod calendar;
 mod connections;
 mod cost_reservations;
+mod hot_key;
 mod learn;
 mod redis_harness;
 mod redis_nodelay;

@@ -121,4 +121,4 @@ pub(super) fn redis_time_ms(value: &redis::Value) -> Result<u64, RedisError> {
 #[cfg(test)]
 mod tests;
 
-pub use reply::reply;
+pub use reply::{queue_reply, reply};

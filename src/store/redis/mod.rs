@@ -44,6 +44,8 @@ pub(crate) mod learn;
 #[cfg(feature = "embedded")]
 pub(crate) mod leases;
 mod options;
+mod queue;
+mod tags;
 pub mod url;
 
 use std::sync::Arc;
@@ -53,13 +55,13 @@ use smallvec::SmallVec;
 
 use crate::clock::{Clock, SystemClock};
 use crate::engine::{self, Decision, Item, Slot};
-use crate::store::keys;
 
 use self::blocked::Blocked;
 use self::connection::Connection;
 pub use self::error::RedisError;
 use self::kinds::OwnScript;
 pub use self::options::{CallObserver, EventObserver, RedisOptions, StoreTls};
+use self::tags::groups_by_tag;
 use super::{Batch, SlotKey, Store, StoreError};
 
 /// The script that decides a batch of any kinds, as Redis runs it:
@@ -117,6 +119,8 @@ pub struct RedisStore {
     scripts: Scripts,
     options: RedisOptions,
     blocked: Blocked,
+    /// Single fixed-window decisions waiting for their key's call in flight.
+    queues: Arc<queue::Queues>,
 }
 
 impl RedisStore {
@@ -152,6 +156,7 @@ impl RedisStore {
             scripts: Scripts::new(),
             options,
             blocked: Blocked::default(),
+            queues: Arc::default(),
         })
     }
 
@@ -171,6 +176,7 @@ impl RedisStore {
                 ..options
             },
             blocked: Blocked::default(),
+            queues: Arc::default(),
         }
     }
 
@@ -321,6 +327,9 @@ impl RedisStore {
         if batch.slots.is_empty() {
             return Ok(engine::decide(&batch.items, &mut [], self.local_now_ms()));
         }
+        if let Some((key, window)) = queue::queueable(&batch.slots, &batch.items) {
+            return self.decide_queued(key, window).await;
+        }
         if !self.connection.is_cluster() {
             let slots: SmallVec<[&SlotKey; 2]> = batch.slots.iter().collect();
             return self.run_script(&slots, &batch.items).await;
@@ -430,53 +439,6 @@ fn single_item<'b, 'a>(batch: &'b Batch<'a>) -> Option<(&'b str, &'b Item<'a>)> 
         return None;
     }
     Some((batch.slots.get(item.slot())?.key.as_str(), item))
-}
-
-/// Items whose keys share a hash tag, with their keys.
-struct Group {
-    /// Indexes into the batch's items, in order.
-    items: SmallVec<[usize; 2]>,
-    /// Indexes into the batch's slots; position here is the script's slot.
-    slots: SmallVec<[usize; 2]>,
-}
-
-impl Group {
-    fn local(&self, slot: usize) -> usize {
-        self.slots.iter().position(|&s| s == slot).unwrap_or(0)
-    }
-}
-
-/// Splits a batch by the hash tag of each item's own key (an item's keys
-/// always share one: see [`keys`]).
-fn groups_by_tag(batch: &Batch<'_>) -> Vec<Group> {
-    let mut tags: Vec<(&str, Group)> = Vec::new();
-    for (index, item) in batch.items.iter().enumerate() {
-        let Some(key) = batch.slots.get(item.slot()) else {
-            continue;
-        };
-        let tag = keys::tag_of(&key.key);
-        let position = match tags.iter().position(|(t, _)| *t == tag) {
-            Some(position) => position,
-            None => {
-                tags.push((
-                    tag,
-                    Group {
-                        items: SmallVec::new(),
-                        slots: SmallVec::new(),
-                    },
-                ));
-                tags.len() - 1
-            }
-        };
-        let group = &mut tags[position].1;
-        group.items.push(index);
-        for slot in item.slots().into_iter().flatten() {
-            if !group.slots.contains(&slot) {
-                group.slots.push(slot);
-            }
-        }
-    }
-    tags.into_iter().map(|(_, group)| group).collect()
 }
 
 impl Store for RedisStore {

@@ -5,7 +5,7 @@
 -- w chunk of the batch script (kinds/window.lua, which documents them), without the tier,
 -- log and bucket machinery Redis would otherwise set up on every call.
 --
--- Two call shapes (docs/performance.md#redis-work-per-decision says what
+-- Three call shapes (docs/performance.md#redis-work-per-decision says what
 -- each part of a call costs Redis):
 --
 -- * One item on one key, the usual request: ARGV limit period hits flags,
@@ -18,6 +18,8 @@
 --   injected time in ms (tests only). ARGV[2]: kind letters (all "w").
 --   ARGV[3]: number of items, then per item: w slot limit period hits flags.
 --   Returns {now, granted, value before...}.
+-- * Single decisions queued on one key, each with its own verdict: the
+--   sidecar's queue for a hot key (below).
 --
 -- A limit of "-1" is no limit; flags: 1 shadow, 2 count rejected hits
 -- (recorded even when the item or the batch is rejected, as
@@ -93,6 +95,59 @@ if one then
     return granted .. time[1] .. '.' .. time[2] .. ' ' .. (value or '')
   end
   return granted .. injected .. ' ' .. (value or '')
+end
+
+-- Decisions queued on one key behind a call in flight (a hot key): each
+-- decided in turn at one instant, exactly as the one-item path would decide
+-- them one after another, with one GET and at most one SET for them all.
+-- ARGV[1]: "0" for Redis TIME, or an injected time in ms (tests only).
+-- ARGV[2]: "q". Then per decision: limit period hits flags. Returns one
+-- string, "verdicts clock value": a 1 or 0 per decision, in order.
+if ARGV[2] == 'q' then
+  local value = redis.call('GET', KEYS[1])
+  local start, count, ends, fresh, dirty = 0, 0, 0, false, false
+  if value then
+    local s, c, e = string.match(value, '^(%d+),(%d+),(%d+)$')
+    if e == nil then
+      error('charon: not a window state: ' .. value)
+    end
+    start, count, ends = s + 0, c + 0, e + 0
+  end
+  local verdicts = {}
+  local last_period = 0
+  for at = 3, #ARGV, 4 do
+    local limit, period, hits, flags = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0, ARGV[at + 3]
+    local item_start = now - math.fmod(now, math.max(period, 1))
+    local current = 0
+    if start == item_start then
+      current = count
+    end
+    local over = limit ~= -1 and current + math.max(hits, 1) > limit
+    if hits > 0 and (flags == '2' or flags == '3' or not over) then
+      if start ~= item_start then
+        start, count, fresh = item_start, 0, true
+      end
+      count, ends, last_period, dirty = count + hits, item_start + period, period, true
+    end
+    if over and (flags == '0' or flags == '2') then
+      verdicts[#verdicts + 1] = '0'
+    else
+      verdicts[#verdicts + 1] = '1'
+    end
+  end
+  if dirty then
+    local state = string.format('%d,%d,%d', start, count, ends)
+    if fresh then
+      redis.call('SET', KEYS[1], state, 'PX', ends - now + slack + math.floor(spread * math.min(last_period, 60000)))
+    else
+      redis.call('SET', KEYS[1], state, 'KEEPTTL')
+    end
+  end
+  local clock = injected
+  if time then
+    clock = time[1] .. '.' .. time[2]
+  end
+  return table.concat(verdicts) .. ' ' .. clock .. ' ' .. (value or '')
 end
 
 -- The TTL of a window key written now.

@@ -76,32 +76,97 @@ fn one_item_reply(text: &[u8]) -> Result<Reply, RedisError> {
             String::from_utf8_lossy(text)
         ))
     };
-    let mut fields = text.splitn(3, |&byte| byte == b' ');
-    let (Some(granted), Some(clock), Some(value)) = (fields.next(), fields.next(), fields.next())
-    else {
-        return Err(malformed());
-    };
+    let Fields {
+        verdicts: granted,
+        now,
+        before,
+    } = verdicts_clock_value(text).ok_or_else(malformed)?;
     let granted = match granted {
         b"1" => true,
         b"0" => false,
         _ => return Err(malformed()),
     };
-    let clock = std::str::from_utf8(clock).map_err(|_| malformed())?;
-    let now = match clock.split_once('.') {
-        Some((seconds, micros)) => {
-            let seconds: u64 = seconds.parse().map_err(|_| malformed())?;
-            let micros: u64 = micros.parse().map_err(|_| malformed())?;
-            seconds
-                .checked_mul(1000)
-                .and_then(|ms| ms.checked_add(micros / 1000))
-                .ok_or_else(malformed)?
-        }
-        None => clock.parse().map_err(|_| malformed())?,
-    };
-    let before = (!value.is_empty()).then(|| value.to_vec());
     Ok(Reply {
         now,
         granted,
         before: vec![before],
     })
+}
+
+/// What the queue form of `window.lua` answered: decisions queued on one
+/// key, decided in turn.
+#[derive(Debug)]
+pub struct QueueReply {
+    pub now: u64,
+    /// One per decision, in order.
+    pub granted: Vec<bool>,
+    /// The state the key held before the first of them.
+    pub before: Option<Vec<u8>>,
+}
+
+/// Parses the queue form's `"verdicts clock value"`: a `1` or `0` per
+/// decision, then the clock and the value as in the one-item form.
+pub fn queue_reply(value: Value) -> Result<QueueReply, RedisError> {
+    let text = match value {
+        Value::BulkString(text) => text,
+        other => {
+            return Err(RedisError::Reply(format!(
+                "expected \"verdicts clock value\", got {other:?}"
+            )));
+        }
+    };
+    let malformed = || {
+        RedisError::Reply(format!(
+            "expected \"verdicts clock value\", got {:?}",
+            String::from_utf8_lossy(&text)
+        ))
+    };
+    let Fields {
+        verdicts,
+        now,
+        before,
+    } = verdicts_clock_value(&text).ok_or_else(malformed)?;
+    let granted = verdicts
+        .iter()
+        .map(|verdict| match verdict {
+            b'1' => Some(true),
+            b'0' => Some(false),
+            _ => None,
+        })
+        .collect::<Option<Vec<bool>>>()
+        .ok_or_else(malformed)?;
+    Ok(QueueReply {
+        now,
+        granted,
+        before,
+    })
+}
+
+/// Splits `"verdicts clock value"`: the clock is Redis `TIME`'s
+/// `seconds.micros` (now is its millisecond, as the scripts count it) or
+/// an injected time in ms; an empty value is none.
+fn verdicts_clock_value(text: &[u8]) -> Option<Fields<'_>> {
+    let mut fields = text.splitn(3, |&byte| byte == b' ');
+    let (verdicts, clock, value) = (fields.next()?, fields.next()?, fields.next()?);
+    let clock = std::str::from_utf8(clock).ok()?;
+    let now = match clock.split_once('.') {
+        Some((seconds, micros)) => {
+            let seconds: u64 = seconds.parse().ok()?;
+            let micros: u64 = micros.parse().ok()?;
+            seconds.checked_mul(1000)?.checked_add(micros / 1000)?
+        }
+        None => clock.parse().ok()?,
+    };
+    Some(Fields {
+        verdicts,
+        now,
+        before: (!value.is_empty()).then(|| value.to_vec()),
+    })
+}
+
+/// A string reply's fields.
+struct Fields<'t> {
+    verdicts: &'t [u8],
+    now: u64,
+    before: Option<Vec<u8>>,
 }

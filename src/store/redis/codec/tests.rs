@@ -72,6 +72,15 @@ mod hostile {
                 prop_assert_eq!(decoded.before.len(), 1);
             }
         }
+
+        #[test]
+        fn queue_replies_decode_or_err(
+            text in "[01x]{0,70} [0-9.]{0,25}( [0-9,]{0,30})?|\\PC{0,80}",
+        ) {
+            if let Ok(decoded) = queue_reply(Value::BulkString(text.clone().into_bytes())) {
+                prop_assert!(decoded.granted.len() <= text.len());
+            }
+        }
     }
 }
 
@@ -137,4 +146,32 @@ fn a_one_item_reply_is_the_verdict_redis_time_and_the_value() {
             String::from_utf8_lossy(malformed)
         );
     }
+}
+
+#[test]
+fn a_queue_reply_is_a_verdict_per_decision_redis_time_and_the_value() {
+    let reply = queue_reply(Value::BulkString(
+        b"1101 1764265123.456789 1764265080000,3,1764265140000".to_vec(),
+    ))
+    .expect("valid");
+    assert_eq!(reply.granted, [true, true, false, true]);
+    assert_eq!(reply.now, 1_764_265_123_456);
+    assert_eq!(
+        reply.before,
+        Some(b"1764265080000,3,1764265140000".to_vec())
+    );
+    let reply = queue_reply(Value::BulkString(b"0 5000 ".to_vec())).expect("valid");
+    assert_eq!(
+        (reply.granted, reply.now, reply.before),
+        (vec![false], 5_000, None)
+    );
+
+    for malformed in [&b""[..], b"11 5000", b"1x1 5000 ", b"1 x ", b"1 5.x "] {
+        assert!(
+            queue_reply(Value::BulkString(malformed.to_vec())).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(malformed)
+        );
+    }
+    assert!(queue_reply(Value::Int(1)).is_err());
 }

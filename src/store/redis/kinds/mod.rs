@@ -110,6 +110,12 @@ pub(super) trait Wire {
     fn needed(&self) -> u64 {
         0
     }
+
+    /// Itself, owned, when its own script has a queue form (a hot key's
+    /// decisions go as one call: `queue.rs`); `None` for a kind without.
+    fn queued(&self) -> Option<Item<'static>> {
+        None
+    }
 }
 
 /// Adds `item`'s letter and arguments to the batch script's ARGV.
@@ -156,6 +162,11 @@ pub(super) fn governed_by(item: &Item<'_>, limits: &Limits) -> bool {
 /// The hits `item` needs to be granted.
 pub(super) fn needed(item: &Item<'_>) -> u64 {
     kinds!(item, Item, |item| item.needed(); Item::Refund(_) => 0)
+}
+
+/// `item`, owned, if its kind's own script decides queued decisions.
+pub(super) fn queued(item: &Item<'_>) -> Option<Item<'static>> {
+    kinds!(item, Item, |item| item.queued(); Item::Refund(_) => None)
 }
 
 /// `-1` for "none" or "forever".

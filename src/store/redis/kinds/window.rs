@@ -3,7 +3,7 @@
 
 use redis::ScriptInvocation;
 
-use crate::engine::{WindowItem, WindowState};
+use crate::engine::{Item, WindowItem, WindowState};
 use crate::store::redis::RedisError;
 
 use super::{Limits, OwnScript, Wire, flags, numbers};
@@ -52,6 +52,10 @@ impl Wire for WindowItem {
 
     fn needed(&self) -> u64 {
         self.hits.max(1)
+    }
+
+    fn queued(&self) -> Option<Item<'static>> {
+        Some(Item::Window(*self))
     }
 }
 
