@@ -18,7 +18,8 @@
 # working tree's sidecar only (a feature switched on, against it off or
 # against the base). BENCH_CONFIG=PATH serves that configuration instead of
 # examples/bench/fixed.yaml, and LOAD_ARGS="..." are given to charon-load
-# (examples/bench/tiers.yaml wants LOAD_ARGS="--prefix bursty-").
+# (examples/bench/tiers.yaml wants LOAD_ARGS="--prefix bursty-"), and
+# BENCH_TENANTS=1 sends every request for one tenant (a hot key).
 #
 # Prints one line per run, then per case the mean of each figure and the
 # ratio working tree / base. Everything on 127.0.0.1; every process stopped
@@ -82,7 +83,7 @@ run() { # rev binary store inflight connections
     local summary
     # shellcheck disable=SC2086 # LOAD_ARGS is a list of words.
     summary=$(taskset -c 1 "$load_bin" --target "http://127.0.0.1:$grpc" --threads 1 \
-        --connections "$connections" --concurrency "$inflight" --tenants 100000 \
+        --connections "$connections" --concurrency "$inflight" --tenants "${BENCH_TENANTS:-100000}" \
         --duration "${duration}s" ${LOAD_ARGS:-} | grep '^summary:')
     local cpu_after redis_after
     cpu_after=$(cpu_seconds "$charon_pid")

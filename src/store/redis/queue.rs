@@ -23,8 +23,11 @@
 //! (its holder cancelled) hands on in its `Drop`, and no key is left with
 //! decisions queued and no call.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
+use hashbrown::hash_map::EntryRef;
 
 use smallvec::SmallVec;
 use tokio::sync::oneshot;
@@ -38,10 +41,14 @@ use super::{RedisError, RedisStore, codec, kinds};
 pub const MOST_PER_CALL: usize = 64;
 
 /// The keys with a call in flight, and the decisions queued on each.
+/// (Every decision of a queueable kind passes here, so the map hashes
+/// with foldhash and allocates a key only for a key not yet in flight.)
 #[derive(Default)]
 pub(super) struct Queues {
-    waiting: Mutex<HashMap<Box<str>, Vec<Waiter>>>,
+    waiting: Mutex<Waiting>,
 }
+
+type Waiting = HashMap<Arc<str>, Vec<Waiter>, RandomState>;
 
 /// A decision queued on a key.
 struct Waiter {
@@ -61,7 +68,7 @@ enum Turn {
 /// send), or marks the key idle.
 struct Baton {
     queues: Arc<Queues>,
-    key: Box<str>,
+    key: Arc<str>,
     group: Vec<Waiter>,
     /// Whether dropping it hands the key on (not when it comes back
     /// undelivered to [`Queues::hand_on`], which holds the lock).
@@ -85,7 +92,7 @@ enum Joined {
 }
 
 impl Queues {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Box<str>, Vec<Waiter>>> {
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
         // A panic while holding it left a map of plain values: still whole.
         self.waiting
             .lock()
@@ -94,28 +101,32 @@ impl Queues {
 
     fn join(self: &Arc<Self>, key: &str, item: Item<'static>) -> Joined {
         let mut waiting = self.lock();
-        if let Some(queue) = waiting.get_mut(key) {
-            let (turn, receiver) = oneshot::channel();
-            queue.push(Waiter { item, turn });
-            return Joined::Wait(receiver);
+        match waiting.entry_ref(key) {
+            EntryRef::Occupied(mut queue) => {
+                let (turn, receiver) = oneshot::channel();
+                queue.get_mut().push(Waiter { item, turn });
+                Joined::Wait(receiver)
+            }
+            EntryRef::Vacant(vacant) => {
+                let key = vacant.insert_entry(Vec::new()).key().clone();
+                Joined::Lead(Baton {
+                    queues: self.clone(),
+                    key,
+                    group: Vec::new(),
+                    armed: true,
+                })
+            }
         }
-        let key: Box<str> = key.into();
-        waiting.insert(key.clone(), Vec::new());
-        Joined::Lead(Baton {
-            queues: self.clone(),
-            key,
-            group: Vec::new(),
-            armed: true,
-        })
     }
 
     /// The call on `key` is done: the first decision still queued sends the
     /// next, with those behind it; none queued, the key is idle.
-    fn hand_on(self: &Arc<Self>, key: &str, unsent: Vec<Waiter>) {
+    fn hand_on(self: &Arc<Self>, key: &Arc<str>, unsent: Vec<Waiter>) {
         let mut waiting = self.lock();
-        let Some(queue) = waiting.get_mut(key) else {
+        let EntryRef::Occupied(mut entry) = waiting.entry_ref(&**key) else {
             return;
         };
+        let queue = entry.get_mut();
         if !unsent.is_empty() {
             queue.splice(0..0, unsent);
         }
@@ -123,14 +134,14 @@ impl Queues {
             // A decision whose caller left needs no answer, nor a call.
             queue.retain(|waiter| !waiter.turn.is_closed());
             if queue.is_empty() {
-                waiting.remove(key);
+                entry.remove();
                 return;
             }
             let mut group: Vec<Waiter> = queue.drain(..queue.len().min(MOST_PER_CALL)).collect();
             let first = group.remove(0);
             let baton = Baton {
                 queues: self.clone(),
-                key: key.into(),
+                key: key.clone(),
                 group,
                 armed: true,
             };
