@@ -2,8 +2,8 @@
 //! decisions on a key with a call in flight wait for it and go together as
 //! one call, on a real `redis-server` started here on a free port.
 //!
-//! What it proves: hundreds of concurrent decisions on one key cost Redis a
-//! few calls, not one each; every decision gets the answer the memory store
+//! What it proves: hundreds of concurrent decisions on one key (a fixed
+//! window, a GCRA bucket) cost Redis a few calls, not one each; every decision gets the answer the memory store
 //! gives deciding the same requests one after another in the order they
 //! came (limits, hits of 0 and more, shadow mode and counted refusals mixed);
 //! on a Cluster too; and callers that give up (their futures dropped, the
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use charon::clock::ManualClock;
-use charon::engine::{Decision, Item, SlotKind, WindowItem};
+use charon::engine::{Decision, GcraItem, GcraLimit, Item, SlotKind, WindowItem};
 use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore, Store};
 use support::redis::{RedisCluster, RedisServer};
 
@@ -67,6 +67,23 @@ fn mixed_requests(key: &str, count: usize) -> Vec<Batch<'static>> {
             window(key, limit, hits, i % 11 == 0, i % 13 == 0)
         })
         .collect()
+}
+
+/// One request of one GCRA bucket on `key`.
+fn bucket(key: &str, count: u64, burst: u64, hits: u64, shadow: bool) -> Batch<'static> {
+    let mut batch = Batch::default();
+    let slot = batch.slot(key.to_owned(), SlotKind::Gcra);
+    batch.items.push(Item::Gcra(GcraItem {
+        slot,
+        limit: GcraLimit {
+            count,
+            period: 60_000,
+            burst,
+        },
+        hits,
+        shadow,
+    }));
+    batch
 }
 
 fn evalsha_calls(redis: &RedisServer) -> u64 {
@@ -130,6 +147,37 @@ fn concurrent_decisions_on_one_key_share_calls_and_answer_as_one_by_one() {
     // The first goes alone; the rest wait for it and go at most 64 a call
     // (and a first call of the script is sent twice: NOSCRIPT).
     assert!(calls <= 10, "{calls} calls of Redis for 400 decisions");
+}
+
+#[test]
+fn a_hot_bucket_queues_as_a_hot_window_does() {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let _entered = runtime.enter();
+    let store = store_at(&redis.url(), &ManualClock::new(NOW));
+    // A bucket of 100 a minute, a burst of 120, then of 150 (a reload).
+    let requests: Vec<Batch<'static>> = (0..300)
+        .map(|i| {
+            let (count, burst) = if i < 150 { (100, 120) } else { (100, 150) };
+            bucket(
+                "{hot}a:tenant:acme",
+                count,
+                burst,
+                [1, 1, 2, 0, 1][i % 5],
+                i % 9 == 0,
+            )
+        })
+        .collect();
+    let before = evalsha_calls(&redis);
+    let decisions = all_at_once(&store, &runtime, &requests);
+    let calls = evalsha_calls(&redis) - before;
+    assert_eq!(decisions, one_after_another(&requests));
+    let granted = decisions.iter().filter(|d| d.granted).count();
+    assert!(
+        granted > 50 && granted < 300,
+        "a mix of answers: {granted} granted"
+    );
+    assert!(calls <= 10, "{calls} calls of Redis for 300 decisions");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 -- state encoding and verdict as the a chunk of the batch script
 -- (kinds/gcra.lua, which documents them, and why time is counted in ticks
 -- of 1/count ms), and the
--- same two call shapes (window.lua says why):
+-- same three call shapes (window.lua says why):
 --
 -- * One item on one key: ARGV count period burst hits shadow, and a sixth,
 --   the injected time in ms, in tests only. Returns "granted clock value",
@@ -13,6 +13,7 @@
 --   injected time in ms (tests only). ARGV[2]: kind letters (all "a").
 --   ARGV[3]: number of items, then per item: a slot count period burst hits
 --   shadow. Returns {now, granted, value before...}.
+-- * Single decisions queued on one key, each with its own verdict (below).
 --
 -- State: "tat_ms,ticks,count". Numbers are read and written as window.lua
 -- reads and writes them (which says why).
@@ -26,7 +27,7 @@ if injected and injected ~= '0' then
 else
   local time = redis.call('TIME')
   now, slack = time[1] * 1000 + math.floor(time[2] / 1000), 0
-  if one then
+  if one or ARGV[2] == 'q' then
     clock = time[1] .. '.' .. time[2]
   end
 end
@@ -67,6 +68,53 @@ if one then
     granted = '0 '
   end
   return granted .. clock .. ' ' .. (value or '')
+end
+
+-- Decisions queued on one key behind a call in flight (a hot key), as
+-- window.lua's queue form: ARGV[1] "0" or an injected time, ARGV[2] "q",
+-- then per decision: count period burst hits shadow. Each is decided in
+-- turn at one instant, as the one-item path would decide them one after
+-- another; returns "verdicts clock value", a 1 or 0 per decision.
+if ARGV[2] == 'q' then
+  local value = redis.call('GET', KEYS[1])
+  local tat, ticks, stored = 0, 0, -1
+  if value then
+    local ms, t, c = string.match(value, '^(%d+),(%d+),(%d+)$')
+    if c == nil then
+      error('charon: not a bucket state: ' .. value)
+    end
+    tat, ticks, stored = ms + 0, t + 0, c + 0
+  end
+  local verdicts, dirty = {}, false
+  for at = 3, #ARGV, 5 do
+    local count, period, burst, hits = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2] + 0, ARGV[at + 3] + 0
+    local over = true
+    if count ~= 0 and period ~= 0 then
+      local ahead = 0
+      if stored == count then
+        ahead = math.max(0, (tat - now) * count + ticks)
+      end
+      local next = ahead + math.max(hits, 1) * period
+      over = next > burst * period
+      if not over and hits > 0 then
+        local rest = math.fmod(next, count)
+        tat, ticks, stored, dirty = now + (next - rest) / count, rest, count, true
+      end
+    end
+    if over and ARGV[at + 4] ~= '1' then
+      verdicts[#verdicts + 1] = '0'
+    else
+      verdicts[#verdicts + 1] = '1'
+    end
+  end
+  if dirty then
+    local until_ms = tat - now
+    if ticks > 0 then
+      until_ms = until_ms + 1
+    end
+    redis.call('SET', KEYS[1], string.format('%d,%d,%d', tat, ticks, stored), 'PX', math.max(until_ms, 1) + slack)
+  end
+  return table.concat(verdicts) .. ' ' .. clock .. ' ' .. (value or '')
 end
 
 local reply = { now, 1 }

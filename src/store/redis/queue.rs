@@ -1,13 +1,14 @@
 //! A hot key's queue: single decisions on a key that already has a call in
 //! Redis wait for it, then go together as one call (for the kinds whose own
-//! script has a queue form: fixed windows, `window.lua`).
+//! script has a queue form: fixed windows, `window.lua`, and GCRA buckets,
+//! `gcra.lua`).
 //!
 //! Every decision is a script call, and Redis runs one at a time, so a hot
 //! key's decisions are decided one after another whatever the sidecar
 //! sends. Sent one call each, every one pays for its call (`EVALSHA`, `TIME`,
 //! `GET`, `SET`, reading and answering the request); queued behind the call
-//! in flight, the ones that arrive meanwhile go as one call of
-//! `window.lua`'s queue form, which decides each in turn at one instant with
+//! in flight, the ones that arrive meanwhile go as one call of their
+//! script's queue form, which decides each in turn at one instant with
 //! one `GET` and one `SET` and answers a verdict per decision
 //! (docs/redis.md#a-hot-key). The answers are the ones the calls made one by
 //! one would have given at that instant, in that order: the sidecar reruns
@@ -160,7 +161,7 @@ impl Queues {
 }
 
 impl RedisStore {
-    /// Decides one fixed window on `key`: at once if no call is in flight on
+    /// Decides one queueable item on `key`: at once if no call is in flight on
     /// it, else queued behind that call (the module's head says how).
     pub(super) async fn decide_queued(
         &self,
@@ -208,7 +209,7 @@ impl RedisStore {
         }
     }
 
-    /// One call of `window.lua`'s queue form for `items`, all on `key`, and
+    /// One call of the queue form of `items`' script, all on `key`, and
     /// the engine's decision for each, in turn, on the state it read.
     async fn run_queue(
         &self,
@@ -256,8 +257,8 @@ impl RedisStore {
     }
 }
 
-/// The one fixed window of a batch that may wait in its key's queue: the
-/// batch's only item, on its only key.
+/// The one item of a batch that may wait in its key's queue: the batch's
+/// only item, on its only key, of a kind whose script has a queue form.
 pub(super) fn queueable<'b>(
     slots: &'b [SlotKey],
     items: &[Item<'_>],

@@ -3,7 +3,7 @@
 
 use redis::ScriptInvocation;
 
-use crate::engine::{GcraItem, GcraState};
+use crate::engine::{GcraItem, GcraState, Item};
 use crate::store::redis::RedisError;
 
 use super::{Limits, OwnScript, Wire, flag, numbers};
@@ -45,6 +45,10 @@ impl Wire for GcraItem {
 
     fn needed(&self) -> u64 {
         self.hits.max(1)
+    }
+
+    fn queued(&self) -> Option<Item<'static>> {
+        Some(Item::Gcra(*self))
     }
 }
 
