@@ -372,17 +372,22 @@ impl RedisStore {
         })
     }
 
+    /// The time the scripts decide at: 0 for Redis `TIME`, or the injected
+    /// clock's (tests), never 0 then.
+    fn injected_now_ms(&self) -> u64 {
+        self.options
+            .injected_clock
+            .as_ref()
+            .map_or(0, |clock| clock.now_ms().max(1))
+    }
+
     /// One script call: `items` over `slots` (indexes into `slots`).
     async fn run_script(
         &self,
         slots: &[&SlotKey],
         items: &[Item<'_>],
     ) -> Result<Decision, RedisError> {
-        let injected = self
-            .options
-            .injected_clock
-            .as_ref()
-            .map_or(0, |clock| clock.now_ms().max(1));
+        let injected = self.injected_now_ms();
         let mut invocation = self.scripts.for_items(items).prepare_invoke();
         for slot in slots {
             invocation.key(self.key(&slot.key).as_ref());

@@ -216,11 +216,7 @@ impl RedisStore {
         key: &SlotKey,
         items: &[Item<'static>],
     ) -> Result<Vec<Decision>, RedisError> {
-        let injected = self
-            .options
-            .injected_clock
-            .as_ref()
-            .map_or(0, |clock| clock.now_ms().max(1));
+        let injected = self.injected_now_ms();
         let mut invocation = self.scripts.for_items(items).prepare_invoke();
         invocation.key(self.key(&key.key).as_ref());
         invocation.arg(injected).arg("q");
