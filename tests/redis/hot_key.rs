@@ -255,3 +255,84 @@ fn callers_that_leave_do_not_stall_their_key() {
         assert!((90..=100).contains(&outcome.before), "{outcome:?}");
     });
 }
+
+/// End to end: one `charon serve` on Redis, 32 clients asking for one tenant
+/// at once. Every answer is OK (the limit is far), and the metrics show
+/// calls that carried queued decisions.
+#[cfg(all(unix, feature = "server"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_queues_one_tenants_concurrent_requests() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use support::sidecar::{Sidecar, tempdir, write_config};
+
+    let redis = RedisServer::start();
+    let dir = tempdir();
+    let config = write_config(
+        dir.path(),
+        "domain: edge\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n",
+    );
+    let sidecar = Sidecar::start(
+        dir.path(),
+        &config,
+        &redis.url(),
+        &["--store-timeout", "5s"],
+    );
+    sidecar.wait_readyz(200, "ready: store reachable").await;
+    let url = format!("http://127.0.0.1:{}", sidecar.grpc);
+    let clients: Vec<_> = (0..32)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let mut client = RateLimitServiceClient::connect(url)
+                    .await
+                    .expect("the sidecar listens");
+                let mut ok = 0;
+                for _ in 0..25 {
+                    let request = RateLimitRequest {
+                        domain: "edge".to_owned(),
+                        descriptors: vec![RateLimitDescriptor {
+                            entries: vec![Entry {
+                                key: "tenant".to_owned(),
+                                value: "acme".to_owned(),
+                            }],
+                            ..Default::default()
+                        }],
+                        hits_addend: 0,
+                    };
+                    let answer = client.should_rate_limit(request).await.expect("an answer");
+                    ok += u64::from(answer.into_inner().overall_code == Code::Ok as i32);
+                }
+                ok
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for client in clients {
+        ok += client.await.expect("the client ran");
+    }
+    assert_eq!(ok, 800, "every request is within the limit");
+    let metrics = sidecar
+        .metrics()
+        .await
+        .unwrap_or_else(|error| panic!("{error}"));
+    let count = |operation: &str| {
+        metrics
+            .lines()
+            .find_map(|line| {
+                let rest = line.strip_prefix("charon_store_call_duration_seconds_count{")?;
+                (rest.contains(&format!("operation=\"{operation}\""))
+                    && rest.contains("result=\"ok\""))
+                .then(|| line.rsplit_once(' ')?.1.parse::<f64>().ok())?
+            })
+            .unwrap_or(0.0)
+    };
+    assert_eq!(count("decide"), 800.0, "{metrics}");
+    assert!(count("decide_queue") >= 1.0, "no queued call:\n{metrics}");
+    // Redis ran fewer scripts than there were decisions.
+    let evalsha = evalsha_calls(&redis);
+    assert!(evalsha < 800, "{evalsha} EVALSHA for 800 decisions");
+}

@@ -25,6 +25,7 @@
 //! decisions queued and no call.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
@@ -223,8 +224,12 @@ impl RedisStore {
         for item in items {
             kinds::own_arguments(&mut invocation, item);
         }
-        let value = self.connection.invoke(&invocation).await?;
-        let reply = codec::queue_reply(value)?;
+        // Observed on its own (`decide_queue`): each decision it carries is
+        // observed as a `decide`, its wait in the queue included.
+        let started = self.options.observer.as_ref().map(|_| Instant::now());
+        let value = self.connection.invoke(&invocation).await;
+        self.observe("decide_queue", started, value.is_ok());
+        let reply = codec::queue_reply(value?)?;
         if reply.granted.len() != items.len() {
             return Err(RedisError::Reply(format!(
                 "{} verdicts for {} queued decisions",
