@@ -9,6 +9,7 @@
 //! on a Cluster too; and callers that give up (their futures dropped, the
 //! one with the call in flight among them) leave no key stalled.
 
+use crate::redis_store::{runtime, store_at};
 use crate::support;
 
 use std::sync::Arc;
@@ -16,30 +17,10 @@ use std::time::Duration;
 
 use charon::clock::ManualClock;
 use charon::engine::{Decision, GcraItem, GcraLimit, Item, SlotKind, WindowItem};
-use charon::store::{Batch, MemoryStore, RedisOptions, RedisStore, Store};
+use charon::store::{Batch, MemoryStore, RedisStore, Store};
 use support::redis::{RedisCluster, RedisServer};
 
 const NOW: u64 = 1_700_000_000_000;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a Tokio runtime")
-}
-
-fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
-    RedisStore::open(
-        url,
-        RedisOptions {
-            timeout: Duration::from_secs(10),
-            local_rejections: false,
-            injected_clock: Some(Arc::new(clock.clone())),
-            ..RedisOptions::default()
-        },
-    )
-    .expect("a valid URL")
-}
 
 /// One request of one fixed window on `key`.
 fn window(key: &str, limit: u64, hits: u64, shadow: bool, count_rejected: bool) -> Batch<'static> {
@@ -128,16 +109,22 @@ fn all_at_once(
     })
 }
 
-#[test]
-fn concurrent_decisions_on_one_key_share_calls_and_answer_as_one_by_one() {
+/// Every request at once on a fresh Redis: the answers, and the scripts
+/// Redis ran for them.
+fn all_at_once_on_one_redis(requests: &[Batch<'static>]) -> (Vec<Decision>, u64) {
     let redis = RedisServer::start();
     let runtime = runtime();
     let _entered = runtime.enter();
     let store = store_at(&redis.url(), &ManualClock::new(NOW));
-    let requests = mixed_requests("{hot}w:tenant:acme", 400);
     let before = evalsha_calls(&redis);
-    let decisions = all_at_once(&store, &runtime, &requests);
-    let calls = evalsha_calls(&redis) - before;
+    let decisions = all_at_once(&store, &runtime, requests);
+    (decisions, evalsha_calls(&redis) - before)
+}
+
+#[test]
+fn concurrent_decisions_on_one_key_share_calls_and_answer_as_one_by_one() {
+    let requests = mixed_requests("{hot}w:tenant:acme", 400);
+    let (decisions, calls) = all_at_once_on_one_redis(&requests);
     assert_eq!(decisions, one_after_another(&requests));
     let granted = decisions.iter().filter(|d| d.granted).count();
     assert!(
@@ -151,10 +138,6 @@ fn concurrent_decisions_on_one_key_share_calls_and_answer_as_one_by_one() {
 
 #[test]
 fn a_hot_bucket_queues_as_a_hot_window_does() {
-    let redis = RedisServer::start();
-    let runtime = runtime();
-    let _entered = runtime.enter();
-    let store = store_at(&redis.url(), &ManualClock::new(NOW));
     // A bucket of 100 a minute, a burst of 120, then of 150 (a reload).
     let requests: Vec<Batch<'static>> = (0..300)
         .map(|i| {
@@ -168,9 +151,7 @@ fn a_hot_bucket_queues_as_a_hot_window_does() {
             )
         })
         .collect();
-    let before = evalsha_calls(&redis);
-    let decisions = all_at_once(&store, &runtime, &requests);
-    let calls = evalsha_calls(&redis) - before;
+    let (decisions, calls) = all_at_once_on_one_redis(&requests);
     assert_eq!(decisions, one_after_another(&requests));
     let granted = decisions.iter().filter(|d| d.granted).count();
     assert!(
@@ -267,7 +248,7 @@ async fn a_sidecar_queues_one_tenants_concurrent_requests() {
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-    use support::sidecar::{Sidecar, tempdir, write_config};
+    use support::sidecar::{Sidecar, metric_value, tempdir, write_config};
 
     let redis = RedisServer::start();
     let dir = tempdir();
@@ -320,15 +301,13 @@ async fn a_sidecar_queues_one_tenants_concurrent_requests() {
         .await
         .unwrap_or_else(|error| panic!("{error}"));
     let count = |operation: &str| {
-        metrics
-            .lines()
-            .find_map(|line| {
-                let rest = line.strip_prefix("charon_store_call_duration_seconds_count{")?;
-                (rest.contains(&format!("operation=\"{operation}\""))
-                    && rest.contains("result=\"ok\""))
-                .then(|| line.rsplit_once(' ')?.1.parse::<f64>().ok())?
-            })
-            .unwrap_or(0.0)
+        metric_value(
+            &metrics,
+            &format!(
+                "charon_store_call_duration_seconds_count{{operation=\"{operation}\",result=\"ok\"}}"
+            ),
+        )
+        .unwrap_or(0.0)
     };
     assert_eq!(count("decide"), 800.0, "{metrics}");
     assert!(count("decide_queue") >= 1.0, "no queued call:\n{metrics}");

@@ -22,7 +22,7 @@ use support::redis::{RedisCluster, RedisServer, patient_store};
 
 const NS: &str = "ns";
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -30,7 +30,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A store deciding at `clock`'s time, with nothing answered locally.
-fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
+pub(crate) fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
     RedisStore::open(
         url,
         RedisOptions {
