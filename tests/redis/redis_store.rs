@@ -1409,6 +1409,57 @@ fn sliding_logs_trim_and_log_refusals_alike() {
     same_decisions(&redis.url(), &resources, &requests);
 }
 
+/// Logs of hundreds of entries, one a millisecond as a busy domain's: read
+/// in place on Redis, their heads expiring and trimmed across what was read
+/// and what each decision pushed, in batches refused or not, decided as
+/// the memory store decides them.
+#[test]
+fn long_logs_decide_alike() {
+    let redis = RedisServer::start();
+    let tier = |limit, window, active, cooldown| Tier {
+        limit,
+        window,
+        active,
+        cooldown,
+        skippable: false,
+    };
+    let busy = RatePolicy {
+        hard_limit: Some(700),
+        tiers: vec![
+            tier(3_000, 5_000, charon::config::FOREVER, 0),
+            tier(400, 2_000, 3_000, 2_000),
+        ],
+        gcra: None,
+    };
+    let resources: Resources = [(busy.clone(), None), (busy, Some(900))];
+    let mut requests = Vec::new();
+    for i in 0..2_400u64 {
+        let step = [1, 0, 2, 1, 3][(i % 5) as usize];
+        let mut asks = vec![Ask::Tiers {
+            resource: (i % 2) as usize,
+            domain: usize::from(i % 3 == 0),
+            copies: 1 + i % 3,
+            min_copies: 1,
+            check_only: i % 97 == 0,
+            shadow: false,
+        }];
+        if i % 4 != 1 {
+            asks.push(Ask::SlidingLog {
+                key: 0,
+                limit: 180,
+                period: 700,
+                hits: 1 + i % 2,
+                shadow: false,
+                count_rejected: i % 8 == 0,
+            });
+        }
+        // Most of every log expires at once, now and then.
+        let step = if i % 800 == 799 { 1_500 } else { step };
+        requests.push((step, asks));
+    }
+    same_decisions(&redis.url(), &resources, &requests);
+}
+
 /// A Cloud Armor ban on Redis as in memory: the trip recorded though its
 /// batch is refused, the ban to the millisecond, a new interval after it.
 #[test]

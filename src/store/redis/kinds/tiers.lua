@@ -25,19 +25,29 @@ LOAD.t = function()
     return num(s)
   end
 
+  -- Fields are found in place: the logs are read as views of `raw`
+  -- (decide/logs.lua says why).
   local function tiers_decode(raw, now)
     if raw then
-      local f = split(raw, '|')
-      local state = { exp = expiry_decode(f[1]), recent = log_decode(f[2]), tiers = {} }
-      if state.exp > now then
-        for i = 3, #f do
-          if string.sub(f[i], 1, 1) == 'b' then
-            state.bucket = DECODE.a(string.sub(f[i], 2))
+      local bar = string.find(raw, '|', 1, true) or #raw + 1
+      local exp = expiry_decode(string.sub(raw, 1, bar - 1))
+      if exp > now then
+        local from = bar + 1
+        bar = string.find(raw, '|', from, true) or #raw + 1
+        local state = { exp = exp, recent = log_view(raw, from, bar - 1), tiers = {} }
+        while bar <= #raw do
+          from = bar + 1
+          bar = string.find(raw, '|', from, true) or #raw + 1
+          if string.sub(raw, from, from) == 'b' then
+            state.bucket = DECODE.a(string.sub(raw, from + 1, bar - 1))
           else
-            local entered, hits = string.match(f[i], '^(%d*);(.*)$')
-            local tier = { hits = log_decode(hits) }
-            if entered ~= nil and entered ~= '' then
-              tier.entered = tonumber(entered)
+            local entered, hits = string.match(raw, '^(%d*);()', from)
+            local tier = { hits = log_new() }
+            if entered ~= nil then
+              tier.hits = log_view(raw, hits, bar - 1)
+              if entered ~= '' then
+                tier.entered = tonumber(entered)
+              end
             end
             state.tiers[#state.tiers + 1] = tier
           end
@@ -49,24 +59,29 @@ LOAD.t = function()
   end
 
   local function tiers_encode(state)
-    local parts = { fmt(state.exp), log_encode(state.recent) }
+    local parts = { fmt(state.exp) .. '|' }
+    log_parts(state.recent, parts)
     for i = 1, #state.tiers do
       local tier = state.tiers[i]
       local entered = ''
       if tier.entered ~= nil then
         entered = fmt(tier.entered)
       end
-      parts[#parts + 1] = entered .. ';' .. log_encode(tier.hits)
+      parts[#parts + 1] = '|' .. entered .. ';'
+      log_parts(tier.hits, parts)
     end
     local b = state.bucket
     if b ~= nil then
-      parts[#parts + 1] = 'b' .. fmt(b.ms) .. ',' .. fmt(b.ticks) .. ',' .. fmt(b.count)
+      parts[#parts + 1] = '|b' .. fmt(b.ms) .. ',' .. fmt(b.ticks) .. ',' .. fmt(b.count)
     end
-    return table.concat(parts, '|')
+    return parts
   end
 
   local function global_decode(raw, now)
-    local log = log_decode(raw)
+    local log = log_new()
+    if raw then
+      log = log_view(raw, 1, #raw)
+    end
     if log_counts_until(log, SECOND) > now then
       return log
     end
@@ -255,14 +270,14 @@ LOAD.t = function()
 
   ENCODE.t = function(i, state)
     if state.exp == INF then
-      redis.call('SET', KEYS[i], tiers_encode(state))
+      set_parts(i, tiers_encode(state))
     else
-      redis.call('SET', KEYS[i], tiers_encode(state), 'PX', state.exp - now + slack)
+      set_parts(i, tiers_encode(state), 'PX', state.exp - now + slack)
     end
   end
 
   ENCODE.g = function(i, state)
-    redis.call('SET', KEYS[i], log_encode(state), 'PX', log_counts_until(state, SECOND) - now + slack)
+    set_parts(i, log_parts(state, {}), 'PX', log_counts_until(state, SECOND) - now + slack)
   end
 
   ITEM.t = function(at)
