@@ -57,7 +57,11 @@ pub fn arguments(
     slot_kinds: impl Iterator<Item = SlotKind>,
     items: &[Item<'_>],
 ) {
-    let letters: SmallVec<[u8; 4]> = slot_kinds.map(SlotKind::letter).collect();
+    // The keys' state letters, then the kind chunks the items use.
+    let mut letters: SmallVec<[u8; 8]> = slot_kinds.map(SlotKind::letter).collect();
+    for item in items {
+        letters.extend_from_slice(kinds::chunks(item).as_bytes());
+    }
     invocation
         .arg(injected_now)
         .arg(letters.as_slice())

@@ -15,7 +15,9 @@
 -- ARGV[1]: "0" to read Redis TIME, or an injected time in ms (tests only).
 -- ARGV[2]: one state letter per key (each kind's chunk names its own: w
 --   fixed window, t tiers, g global log, a GCRA, c cost, s sliding window
---   counter, h hybrid, l sliding window log, b ban).
+--   counter, h hybrid, l sliding window log, b ban), then the letters of
+--   the kinds whose functions the items use (their own, and the kinds
+--   their chunks `need`).
 -- ARGV[3]: number of items, then the items, each a letter, its slot and its
 --   numbers, as its kind's chunk documents them; and refunds:
 --   r slot of hits a b c (applied with its batch, to a limit of the kind
@@ -77,9 +79,14 @@ end
 -- A state whose letter is not its kind's says whose it is in OWNER.
 --
 -- Redis runs the whole script on every call, and making a function costs
--- it time: a kind's functions are made only when a batch has the kind
--- (`need`), not every kind's on every call.
+-- it time (more, the more variables it captures): a kind's LOAD is made
+-- only when ARGV[2] names the kind (`WANT`), and its functions only when a
+-- batch needs them (`need`), not every kind's on every call.
 local LOAD, OWNER = {}, {}
+local WANT = {}
+for i = 1, #ARGV[2] do
+  WANT[string.sub(ARGV[2], i, i)] = true
+end
 local DECODE, ENCODE, ITEM, LATER, REFUND, REPLAY = {}, {}, {}, {}, {}, {}
 local loaded = {}
 

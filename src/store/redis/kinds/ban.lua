@@ -2,7 +2,7 @@
 -- says why): the hit that trips it is refused and recorded.
 --   item:  b slot limit window duration hits shadow
 --   state: b "start,count,banned_until,expires_at"
-LOAD.b = function()
+LOAD.b = WANT.b and function()
   local function decode(raw, now)
     if raw then
       local f = split(raw, ',')

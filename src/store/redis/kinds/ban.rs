@@ -10,6 +10,10 @@ use super::{Wire, flag, numbers};
 
 /// Never blocked locally: its trip must be recorded.
 impl Wire for BanItem {
+    fn chunks(&self) -> &'static str {
+        "b"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("b")

@@ -5,7 +5,7 @@
 -- expiring at the window's end.
 --   item:  d slot limit b0 b1 b2 b3 hits shadow
 --   refund of d: a b c = b0 b1 b2
-LOAD.d = function()
+LOAD.d = WANT.d and function()
   need('w')
 
   -- The start of the window of now, and its end (as CalendarItem::window_at).

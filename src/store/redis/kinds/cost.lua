@@ -10,7 +10,7 @@
 --   state: c "start,used,mean,dev,duration,expires_at|t,t,...|id:amount:
 --          expires_at:charge,..." (the admissions in flight, oldest first;
 --          mean and dev in sixteenths; the reservations held)
-LOAD.c = function()
+LOAD.c = WANT.c and function()
   local COST_SCALE, MAX_PENDING, MAX_RESERVATIONS, LEARNED_TTL = 16, 1024, 1024, 3600000
 
   local function decode(raw, now)

@@ -11,6 +11,10 @@ use super::{Wire, flag, number, numbers};
 
 /// Never blocked locally: its charges must always reach Redis.
 impl Wire for CostItem {
+    fn chunks(&self) -> &'static str {
+        "c"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         // `op amount id extra flag`: the id as text (Lua's numbers are
         // doubles), `extra` a reservation's ttl or when a refund's charge

@@ -6,7 +6,7 @@
 --   refund of a: a b c = count period burst
 --   state: a "tat_ms,ticks,count": the theoretical arrival time, tat_ms
 --          plus ticks/count ms
-LOAD.a = function()
+LOAD.a = WANT.a and function()
   DECODE.a = function(raw)
     if not raw then
       return { ms = 0, ticks = 0, count = -1 }

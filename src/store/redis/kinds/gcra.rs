@@ -9,6 +9,10 @@ use crate::store::redis::RedisError;
 use super::{Limits, OwnScript, Wire, flag, numbers};
 
 impl Wire for GcraItem {
+    fn chunks(&self) -> &'static str {
+        "a"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("a").arg(self.slot + 1);
         self.own_arguments(invocation);

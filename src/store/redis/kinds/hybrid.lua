@@ -3,7 +3,7 @@
 --   item:  h slot quota window hits shadow
 --   state: h "mode,time,bucket,expires_at": mode b (bursty) or s (smooth),
 --          the bucket in tokens x window
-LOAD.h = function()
+LOAD.h = WANT.h and function()
   local function decode(raw, now)
     if raw then
       local f = split(raw, ',')

@@ -11,6 +11,10 @@ use super::{Wire, flag, number};
 
 /// Never blocked locally: kept simple, its waits move with its mode.
 impl Wire for HybridItem {
+    fn chunks(&self) -> &'static str {
+        "h"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("h")

@@ -4,7 +4,7 @@
 -- w state "last owed,count,expires_at", forgotten max_hold after the last.
 --   item:  k slot owed_slot limit max_hold hits shadow
 --   refund of k: a b c = owed_slot limit max_hold
-LOAD.k = function()
+LOAD.k = WANT.k and function()
   -- What is owed is a w state.
   need('w')
   local function owe(state, hold, hits, now)

@@ -67,6 +67,11 @@ pub(super) enum OwnScript {
 
 /// One kind's wire.
 pub(super) trait Wire {
+    /// The letters of the batch script's kind chunks its item uses: its
+    /// own, then those its chunk makes with `need`. The script makes the
+    /// functions of only the kinds a call names (`decide/head.lua`).
+    fn chunks(&self) -> &'static str;
+
     /// Its letter and arguments in the batch script's ARGV (slots 1-based).
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>);
 
@@ -116,6 +121,13 @@ pub(super) trait Wire {
     fn queued(&self) -> Option<Item<'static>> {
         None
     }
+}
+
+/// The kind chunks `item` uses in the batch script (a refund: those of the
+/// kind it gives back to).
+pub(super) fn chunks(item: &Item<'_>) -> &'static str {
+    kinds!(item, Item, |item| item.chunks();
+    Item::Refund(of) => kinds!(of, Refundable, |item| item.chunks()))
 }
 
 /// Adds `item`'s letter and arguments to the batch script's ARGV.

@@ -4,7 +4,7 @@
 --   refund of s: a b = limit period
 --   state: s "start,current,previous,expires_at" (the current window's
 --          count and the one before)
-LOAD.s = function()
+LOAD.s = WANT.s and function()
   DECODE.s = function(raw, now)
     if raw then
       local f = split(raw, ',')

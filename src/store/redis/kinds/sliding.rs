@@ -12,6 +12,10 @@ use super::{OwnScript, Wire, flag, numbers};
 /// Never blocked locally: its rejection's end is not one instant a block
 /// could keep.
 impl Wire for SlidingItem {
+    fn chunks(&self) -> &'static str {
+        "s"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("s").arg(self.slot + 1);
         self.own_arguments(invocation);

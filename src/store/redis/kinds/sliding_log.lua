@@ -5,7 +5,7 @@
 --          rejected hits)
 --   refund of l: a b = limit period
 --   state: l "expires_at|log"
-LOAD.l = function()
+LOAD.l = WANT.l and function()
   DECODE.l = slog_decode
   ENCODE.l = slog_encode
 

@@ -11,6 +11,10 @@ use super::{Wire, flags, log, number};
 
 /// Never blocked locally: its refused hits may be logged.
 impl Wire for SlidingLogItem {
+    fn chunks(&self) -> &'static str {
+        "l"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("l")

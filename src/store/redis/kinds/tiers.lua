@@ -13,7 +13,7 @@
 --          "b" field instead: "btat_ms,ticks,count" (as a's state)
 --   state: g, a hit log "total~t:n,t:n,..."
 OWNER.g = 't'
-LOAD.t = function()
+LOAD.t = WANT.t and function()
   -- A bucket instead of tiers is a's state.
   need('a')
   local ACTIVE, COOLDOWN, INACTIVE = 1, 2, 3

@@ -15,6 +15,11 @@ use crate::store::redis::RedisError;
 use super::{Limits, Wire, bounded, flag, gcra, number};
 
 impl Wire for TiersItem<'_> {
+    /// Tiers, and GCRA's chunk: a bucket instead of tiers is its state.
+    fn chunks(&self) -> &'static str {
+        "ta"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         let policy = self.policy;
         invocation

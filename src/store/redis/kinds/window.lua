@@ -3,7 +3,7 @@
 --          they are recorded even when the item or the batch is rejected)
 --   refund of w: a b = limit period
 --   state: w "start,count,expires_at"
-LOAD.w = function()
+LOAD.w = WANT.w and function()
   local function decode(raw, now)
     if raw then
       local f = split(raw, ',')

@@ -9,6 +9,10 @@ use crate::store::redis::RedisError;
 use super::{Limits, OwnScript, Wire, flags, numbers};
 
 impl Wire for WindowItem {
+    fn chunks(&self) -> &'static str {
+        "w"
+    }
+
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("w").arg(self.slot + 1);
         self.own_arguments(invocation);
