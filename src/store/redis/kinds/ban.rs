@@ -10,10 +10,6 @@ use super::{Wire, flag, numbers};
 
 /// Never blocked locally: its trip must be recorded.
 impl Wire for BanItem {
-    fn chunks(&self) -> &'static str {
-        "b"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("b")
@@ -24,6 +20,8 @@ impl Wire for BanItem {
             .arg(self.hits)
             .arg(flag(self.shadow));
     }
+
+    const CHUNKS: &'static str = "b";
 }
 
 /// `start,count,banned_until,expires_at`.

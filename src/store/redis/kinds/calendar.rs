@@ -12,11 +12,6 @@ use super::{OwnScript, Wire, flag};
 /// Never blocked locally: a rejection lasts until a boundary the store's
 /// clock decides, not one this process could keep.
 impl Wire for CalendarItem {
-    /// Its own, and the fixed window's: its state is a window's.
-    fn chunks(&self) -> &'static str {
-        "dw"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("d").arg(self.slot + 1);
         self.own_arguments(invocation);
@@ -43,4 +38,7 @@ impl Wire for CalendarItem {
         let [b0, b1, b2, _] = self.bounds;
         ("d", b0, b1, b2)
     }
+
+    /// Its own, and the fixed window's: its state is a window's.
+    const CHUNKS: &'static str = "dw";
 }

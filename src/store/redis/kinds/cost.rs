@@ -11,10 +11,6 @@ use super::{Wire, flag, number, numbers};
 
 /// Never blocked locally: its charges must always reach Redis.
 impl Wire for CostItem {
-    fn chunks(&self) -> &'static str {
-        "c"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         // `op amount id extra flag`: the id as text (Lua's numbers are
         // doubles), `extra` a reservation's ttl or when a refund's charge
@@ -48,6 +44,8 @@ impl Wire for CostItem {
     fn refund(&self) -> (&'static str, u64, u64, u64) {
         ("c", self.limit, self.period, self.initial_cost)
     }
+
+    const CHUNKS: &'static str = "c";
 }
 
 /// `start,used,mean,dev,duration,expires_at|t,t,...|reservations` (the

@@ -9,10 +9,6 @@ use crate::store::redis::RedisError;
 use super::{Limits, OwnScript, Wire, flag, numbers};
 
 impl Wire for GcraItem {
-    fn chunks(&self) -> &'static str {
-        "a"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("a").arg(self.slot + 1);
         self.own_arguments(invocation);
@@ -54,6 +50,8 @@ impl Wire for GcraItem {
     fn queued(&self) -> Option<Item<'static>> {
         Some(Item::Gcra(*self))
     }
+
+    const CHUNKS: &'static str = "a";
 }
 
 /// `tat_ms,ticks,count`: the TAT is `tat_ms` plus `ticks`/`count` ms.

@@ -11,10 +11,6 @@ use super::{Wire, flag, number};
 
 /// Never blocked locally: kept simple, its waits move with its mode.
 impl Wire for HybridItem {
-    fn chunks(&self) -> &'static str {
-        "h"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("h")
@@ -24,6 +20,8 @@ impl Wire for HybridItem {
             .arg(self.hits)
             .arg(flag(self.shadow));
     }
+
+    const CHUNKS: &'static str = "h";
 }
 
 /// `mode,time,bucket,expires_at`: mode `b` bursty or `s` smooth; the

@@ -10,11 +10,6 @@ use super::{Wire, flag};
 
 /// Never blocked locally: its refused hits are owed refunds.
 impl Wire for MaxHoldItem {
-    /// Its own, and the fixed window's: what is owed is a window's state.
-    fn chunks(&self) -> &'static str {
-        "kw"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("k")
@@ -34,4 +29,7 @@ impl Wire for MaxHoldItem {
             self.hold.max_hold,
         )
     }
+
+    /// Its own, and the fixed window's: what is owed is a window's state.
+    const CHUNKS: &'static str = "kw";
 }

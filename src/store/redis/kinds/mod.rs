@@ -70,7 +70,12 @@ pub(super) trait Wire {
     /// The letters of the batch script's kind chunks its item uses: its
     /// own, then those its chunk makes with `need`. The script makes the
     /// functions of only the kinds a call names (`decide/head.lua`).
-    fn chunks(&self) -> &'static str;
+    const CHUNKS: &'static str;
+
+    /// [`Wire::CHUNKS`], for an item whose kind is known at run time.
+    fn chunks(&self) -> &'static str {
+        Self::CHUNKS
+    }
 
     /// Its letter and arguments in the batch script's ARGV (slots 1-based).
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>);

@@ -12,10 +12,6 @@ use super::{OwnScript, Wire, flag, numbers};
 /// Never blocked locally: its rejection's end is not one instant a block
 /// could keep.
 impl Wire for SlidingItem {
-    fn chunks(&self) -> &'static str {
-        "s"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("s").arg(self.slot + 1);
         self.own_arguments(invocation);
@@ -36,6 +32,8 @@ impl Wire for SlidingItem {
             .arg(self.hits)
             .arg(flag(self.shadow));
     }
+
+    const CHUNKS: &'static str = "s";
 }
 
 /// `start,current,previous,expires_at`.

@@ -11,10 +11,6 @@ use super::{Wire, flags, log, number};
 
 /// Never blocked locally: its refused hits may be logged.
 impl Wire for SlidingLogItem {
-    fn chunks(&self) -> &'static str {
-        "l"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation
             .arg("l")
@@ -28,6 +24,8 @@ impl Wire for SlidingLogItem {
     fn refund(&self) -> (&'static str, u64, u64, u64) {
         ("l", self.limit, self.period, 0)
     }
+
+    const CHUNKS: &'static str = "l";
 }
 
 /// `expires_at|log` (the log as the tier logs are written).

@@ -15,11 +15,6 @@ use crate::store::redis::RedisError;
 use super::{Limits, Wire, bounded, flag, gcra, number};
 
 impl Wire for TiersItem<'_> {
-    /// Tiers, and GCRA's chunk: a bucket instead of tiers is its state.
-    fn chunks(&self) -> &'static str {
-        "ta"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         let policy = self.policy;
         invocation
@@ -69,6 +64,9 @@ impl Wire for TiersItem<'_> {
             self.min_copies.max(1)
         }
     }
+
+    /// Tiers, and GCRA's chunk: a bucket instead of tiers is its state.
+    const CHUNKS: &'static str = "ta";
 }
 
 /// `total~t:n,t:n,...`; logs written by older scripts have no `total~`

@@ -9,10 +9,6 @@ use crate::store::redis::RedisError;
 use super::{Limits, OwnScript, Wire, flags, numbers};
 
 impl Wire for WindowItem {
-    fn chunks(&self) -> &'static str {
-        "w"
-    }
-
     fn arguments(&self, invocation: &mut ScriptInvocation<'_>) {
         invocation.arg("w").arg(self.slot + 1);
         self.own_arguments(invocation);
@@ -61,6 +57,8 @@ impl Wire for WindowItem {
     fn queued(&self) -> Option<Item<'static>> {
         Some(Item::Window(*self))
     }
+
+    const CHUNKS: &'static str = "w";
 }
 
 /// `start,count,expires_at`.
