@@ -78,6 +78,21 @@ measure() { # label window-script bucket-script one-item-form(yes/no)
     instructions "$label: one bucket, one hot key" "$gcra" EVALSHA SHA 1 "$hot_bucket" "${gargs[@]}"
 }
 measure "this tree" src/store/redis/window.lua src/store/redis/gcra.lua yes
+# The batch script, assembled as build.rs assembles it, with one item of a
+# resource of one 60-s tier never reached (the bench-redis-kinds.sh tiers
+# resource): on 100 000 domains (nearly every call a new key), and on one
+# hot domain whose tier log grows by an entry a millisecond.
+decide="$work/decide.lua"
+for chunk in src/store/redis/decide/head.lua src/store/redis/decide/logs.lua \
+    $(printf '%s\n' src/store/redis/kinds/*.lua | LC_ALL=C sort) src/store/redis/decide/batch.lua; do
+    cat "$chunk"
+    [ -z "$(tail -c1 "$chunk")" ] || echo
+done >"$decide"
+tiers='{f05cfb93}t2:ns3:api7:tenant__rand_int__'
+hot_tiers='{f05cfb93}t2:ns3:api7:tenant0'
+targs=(0 tta 1 t 1 0 -1 1 1 0 0 -1 1 1000000000 60000 -1 0 0 0 0 0)
+instructions "this tree: one tier item, 100 000 domains" "$decide" EVALSHA SHA 1 "$tiers" "${targs[@]}"
+instructions "this tree: one tier item, one hot domain" "$decide" EVALSHA SHA 1 "$hot_tiers" "${targs[@]}"
 if [ -n "$base" ]; then
     git show "$base:src/store/redis/window.lua" >"$work/window-base.lua"
     git show "$base:src/store/redis/gcra.lua" >"$work/gcra-base.lua"
