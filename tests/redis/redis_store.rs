@@ -1078,6 +1078,70 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
     assert_eq!(scripts_loaded(&redis), [true, true, true]);
 }
 
+/// The one-item window script writes a count as wide as the one before in
+/// place (`SETRANGE`) and a count that grows a digit (9 -> 10, 99 -> 100)
+/// as a whole value: across both it decides as the memory store does, and
+/// leaves the bytes a whole `SET` would have written, its expiry kept.
+#[test]
+fn a_window_count_growing_a_digit_decides_alike() {
+    let redis = RedisServer::start();
+    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let window = |hits| Ask::Window {
+        key: 0,
+        limit: 1_000,
+        period: 60_000,
+        hits,
+        shadow: false,
+        count_rejected: false,
+    };
+    // To 12 one hit at a time, to 100 at once, then to 103: a millisecond
+    // apart, in one window.
+    let mut requests: Vec<(u64, Vec<Ask>)> = (0..12).map(|_| (1, vec![window(1)])).collect();
+    requests.push((1, vec![window(88)]));
+    requests.extend((0..3).map(|_| (1, vec![window(1)])));
+    same_decisions(&redis.url(), &resources, &requests);
+
+    let keys = redis.command(&["KEYS", "*@60000"]);
+    let key = keys.lines().next().expect("the window's key");
+    let first = 1_700_000_000_001_u64;
+    let start = first - first % 60_000;
+    assert_eq!(
+        redis.command(&["GET", key]),
+        format!("{start},103,{}", start + 60_000)
+    );
+    // Written in place: Redis keeps a value it changed by range unshared.
+    assert_eq!(redis.command(&["OBJECT", "ENCODING", key]), "raw");
+    let expires: u64 = redis
+        .command(&["PEXPIRETIME", key])
+        .parse()
+        .expect("an expiry");
+    assert!(expires >= start + 60_000, "{expires}");
+}
+
+/// The batch script makes the functions of only the kinds its ARGV[2]
+/// names: an item of a kind left out is refused with the script's own
+/// error, not a Lua failure to call a missing function.
+#[test]
+fn an_item_of_a_kind_the_call_does_not_name_is_refused_clearly() {
+    let redis = RedisServer::start();
+    let script = charon::store::redis::DECIDE_SCRIPT;
+    // One window key (state letter w), and a GCRA item (a) not named.
+    let args = [
+        "EVAL", script, "1", "k", "0", "w", "1", "a", "1", "5", "1000", "5", "1", "0",
+    ];
+    let failure = support::redis::try_command(redis.port, &args).unwrap_or_else(|error| error);
+    assert!(
+        failure.contains("charon: unknown kind of item a"),
+        "{failure}"
+    );
+    // On a bucket's key, whose state letter names the kind, it decides.
+    let args = [
+        "EVAL", script, "1", "k", "0", "a", "1", "a", "1", "5", "1000", "5", "1", "0",
+    ];
+    let answer = redis.command(&args);
+    assert!(!answer.contains("charon:"), "{answer}");
+}
+
 /// The arguments of every `EVALSHA` Redis ran, oldest first, from its slow
 /// log (which records every command once its threshold is 0).
 fn script_calls(redis: &RedisServer) -> Vec<Vec<String>> {
