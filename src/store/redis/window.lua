@@ -110,11 +110,14 @@ if one then
       end
     else
       local state = text.format('%d,%d,%d', start, count + hits, start + period)
+      -- Whole before it is added: a fraction added to the TTL first would
+      -- be rounded with it, and Redis refuses a PX that is not whole.
       local late = spread * 60000
       if period < 60000 then
         late = spread * period
       end
-      call('SET', key, state, 'PX', start + period - now + slack + late - late % 1)
+      late = late - late % 1
+      call('SET', key, state, 'PX', start + period - now + slack + late)
     end
   end
   local granted = '1 '
