@@ -24,7 +24,8 @@
 # Last, the floor of an atomic decision: redis-benchmark (64 clients)
 # sending EVALSHA of a script of TIME, GET and SET ... PX alone, beside
 # Charon's window.lua with the same key and numbers, on one hot key and on
-# 100 000 keys, alternated ROUNDS times (usec_per_call of evalsha).
+# 100 000 keys, alternated ROUNDS times (usec_per_call of evalsha); with
+# BASE=<revision>, that revision's window.lua is timed in the same rounds.
 # Everything on 127.0.0.1; every process stopped by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -142,17 +143,36 @@ evalsha_usec_per_call() { # script key: redis-benchmark, then usec_per_call
 }
 hot='{f05cfb93}w2:ns4:edge6:tenant7:tenant0@60000'
 many='{f05cfb93}w2:ns4:edge6:tenant7:tenant__rand_int__@60000'
+base_window=""
+if [ -n "${BASE:-}" ]; then
+    base_window="$work/window-base.lua"
+    git show "$BASE:src/store/redis/window.lua" >"$base_window"
+fi
 echo
-echo "| keys | floor (TIME, GET, SET) µs/call | window.lua µs/call | ratio |"
-echo "| --- | --- | --- | --- |"
+if [ -n "$base_window" ]; then
+    echo "| keys | floor (TIME, GET, SET) µs/call | window.lua µs/call | ratio | window.lua of $BASE µs/call | ratio |"
+    echo "| --- | --- | --- | --- | --- | --- |"
+else
+    echo "| keys | floor (TIME, GET, SET) µs/call | window.lua µs/call | ratio |"
+    echo "| --- | --- | --- | --- |"
+fi
+add() { awk -v a="$1" -v b="$2" 'BEGIN { print a + b }'; }
 for keys in hot many; do
     key=$hot
     [ "$keys" = many ] && key=$many
-    floor=0 window=0
+    floor=0 window=0 base=0
     for _ in $(seq "$rounds"); do
-        floor=$(awk -v a="$floor" -v b="$(evalsha_usec_per_call "$work/floor.lua" "$key")" 'BEGIN { print a + b }')
-        window=$(awk -v a="$window" -v b="$(evalsha_usec_per_call src/store/redis/window.lua "$key")" 'BEGIN { print a + b }')
+        floor=$(add "$floor" "$(evalsha_usec_per_call "$work/floor.lua" "$key")")
+        window=$(add "$window" "$(evalsha_usec_per_call src/store/redis/window.lua "$key")")
+        if [ -n "$base_window" ]; then
+            base=$(add "$base" "$(evalsha_usec_per_call "$base_window" "$key")")
+        fi
     done
-    awk -v k="$keys" -v f="$floor" -v w="$window" -v r="$rounds" \
-        'BEGIN { printf "| %s | %.2f | %.2f | ×%.2f |\n", k, f / r, w / r, w / f }'
+    if [ -n "$base_window" ]; then
+        awk -v k="$keys" -v f="$floor" -v w="$window" -v b="$base" -v r="$rounds" \
+            'BEGIN { printf "| %s | %.2f | %.2f | ×%.2f | %.2f | ×%.2f |\n", k, f / r, w / r, w / f, b / r, b / f }'
+    else
+        awk -v k="$keys" -v f="$floor" -v w="$window" -v r="$rounds" \
+            'BEGIN { printf "| %s | %.2f | %.2f | ×%.2f |\n", k, f / r, w / r, w / f }'
+    fi
 done
