@@ -375,6 +375,12 @@ fn arb_requests() -> impl Strategy<Value = Vec<(u64, Vec<Ask>)>> {
 
 type Resources = [(RatePolicy, Option<u64>); 2];
 
+/// Two resources of three tiers, the second with a global limit of 5 (a
+/// tier ask picks one by index).
+fn tier_resources() -> Resources {
+    [(three_tiers(), None), (three_tiers(), Some(5))]
+}
+
 /// A cost item's operation; a refund names its window as this one (0) or
 /// the one before (1), the batch turns that into the window's start.
 #[derive(Debug, Clone, Copy)]
@@ -1047,7 +1053,7 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
     let runtime = runtime();
     let _entered = runtime.enter();
     let store = patient_store(&redis.url());
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let window = Ask::Window {
         key: 0,
         limit: 5,
@@ -1085,7 +1091,7 @@ fn fixed_windows_and_buckets_run_their_own_small_scripts() {
 #[test]
 fn a_window_count_growing_a_digit_decides_alike() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let window = |hits| Ask::Window {
         key: 0,
         limit: 1_000,
@@ -1129,7 +1135,7 @@ fn new_windows_on_redis_time_all_take_their_expiry() {
     let runtime = runtime();
     let _entered = runtime.enter();
     let store = patient_store(&redis.url());
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     for key in 0..3_000 {
         let window = Ask::Window {
             key,
@@ -1215,7 +1221,7 @@ fn one_window_or_bucket_sends_its_numbers_only() {
     let runtime = runtime();
     let _entered = runtime.enter();
     let store = patient_store(&redis.url());
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let window = Ask::Window {
         key: 0,
         limit: 2,
@@ -1368,7 +1374,7 @@ fn info_used_memory(redis: &RedisServer) -> u64 {
 #[test]
 fn a_costs_admissions_expire_at_the_same_millisecond_everywhere() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let ask = |hits| Ask::Cost {
         key: 0,
         limit: 10_000,
@@ -1394,7 +1400,7 @@ fn a_costs_admissions_expire_at_the_same_millisecond_everywhere() {
 #[test]
 fn reservations_decide_alike_to_the_unit() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let ask = |op| Ask::Cost {
         key: 0,
         limit: 100,
@@ -1446,7 +1452,7 @@ fn reservations_decide_alike_to_the_unit() {
 #[test]
 fn hybrid_switches_at_the_same_millisecond_everywhere() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let ask = |hits| Ask::Hybrid {
         key: 0,
         quota: 3,
@@ -1478,7 +1484,7 @@ fn hybrid_switches_at_the_same_millisecond_everywhere() {
 #[test]
 fn sliding_logs_trim_and_log_refusals_alike() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let log = |key, hits, count_rejected| Ask::SlidingLog {
         key,
         limit: 5,
@@ -1557,7 +1563,7 @@ fn long_logs_decide_alike() {
 #[test]
 fn cloud_armor_bans_trip_and_end_alike() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let ban = |key, hits| Ask::Ban {
         key,
         limit: 3,
@@ -1585,7 +1591,7 @@ fn cloud_armor_bans_trip_and_end_alike() {
 #[test]
 fn a_refused_batch_trips_a_ban_without_its_other_grants() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let ban = |limit, hits| Ask::Ban {
         key: 0,
         limit,
@@ -1603,7 +1609,7 @@ fn a_refused_batch_trips_a_ban_without_its_other_grants() {
 #[test]
 fn refunds_and_held_hits_decide_alike() {
     let redis = RedisServer::start();
-    let resources: Resources = [(three_tiers(), None), (three_tiers(), Some(5))];
+    let resources = tier_resources();
     let window = |hits| Ask::Window {
         key: 0,
         limit: 3,

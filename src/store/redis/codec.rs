@@ -57,10 +57,15 @@ pub fn arguments(
     slot_kinds: impl Iterator<Item = SlotKind>,
     items: &[Item<'_>],
 ) {
-    // The keys' state letters, then the kind chunks the items use.
+    // The keys' state letters, then the kind chunks the items use, each
+    // named once: the script makes a set of them on every call.
     let mut letters: SmallVec<[u8; 8]> = slot_kinds.map(SlotKind::letter).collect();
     for item in items {
-        letters.extend_from_slice(kinds::chunks(item).as_bytes());
+        for &letter in kinds::chunks(item).as_bytes() {
+            if !letters.contains(&letter) {
+                letters.push(letter);
+            }
+        }
     }
     invocation
         .arg(injected_now)

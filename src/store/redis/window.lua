@@ -78,20 +78,17 @@ if one then
   if period > 1 then
     start = now - now % period
   end
-  local count, same, first, second, digits = 0, false, nil, nil, nil
+  local count, same, first, c, second = 0, false, nil, nil, nil
   local text = string
   if value then
-    local s, c
+    local s
     s, first, c, second = text.match(value, '^(%d+)(),(%d+)(),')
     if second == nil then
       error('charon: not a window state: ' .. value)
     end
     same = s + 0 == start
     if same then
-      count, digits = c + 0, #c
-      if #s ~= 13 then
-        digits = nil
-      end
+      count = c + 0
     end
   end
   local over = limit ~= -1 and count + least > limit
@@ -102,7 +99,7 @@ if one then
       -- 13 digits (every instant in ms from 2001 to 2286) and its comma:
       -- the same bytes as a whole SET, without making them in Lua.
       local written = text.format('%d', count + hits)
-      if #written == digits then
+      if first == 14 and #written == #c then
         call('SETRANGE', key, '14', written)
       else
         local sub = text.sub

@@ -78,10 +78,7 @@ LOAD.t = WANT.t and function()
   end
 
   local function global_decode(raw, now)
-    local log = log_new()
-    if raw then
-      log = log_view(raw, 1, #raw)
-    end
+    local log = log_view(raw, 1, raw and #raw or 0)
     if log_counts_until(log, SECOND) > now then
       return log
     end
